@@ -1,0 +1,5 @@
+import sys
+
+from dagctx.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""The turn lifecycle over the ledger and the context functions."""

@@ -1,0 +1,27 @@
+"""Where the database lives and what the daemon was started with."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import platformdirs
+
+
+def default_database() -> str:
+    """``DAGCTX_DB`` if set, else ``dagctx.db`` under the user's data directory."""
+    env = os.environ.get("DAGCTX_DB")
+    if env:
+        return env
+    return str(Path(platformdirs.user_data_dir("dagctx", appauthor=False)) / "dagctx.db")
+
+
+@dataclass
+class DaemonConfig:
+    """Settings fixed when the process starts (command line); ``initialize`` may add more."""
+
+    database: str | None = None
+    max_frame_bytes: int = 64 * 1024 * 1024
+    log_level: str = "WARNING"
+    extra: dict[str, object] = field(default_factory=dict)

@@ -1,0 +1,114 @@
+"""The engine: one object per connection that owns the store and the turn lifecycle.
+
+Handlers call ``Engine`` methods named after protocol methods; the engine composes
+the ledger (records) and ``context`` (pure functions over records). It knows the
+client only as a ``Peer``.
+
+Architecture Invariant: no JSON-RPC and no SQL here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from dagctx import __version__
+from dagctx.ledger import Store
+from dagctx.protocol import messages as m
+from dagctx.protocol.errors import DagctxError
+from dagctx.protocol.methods import CLIENT_REQUESTS, PROTOCOL_VERSION, SERVER_NOTIFICATIONS
+
+from . import ledger_ops
+from .config import DaemonConfig, default_database
+from .peer import NullPeer, Peer
+
+log = logging.getLogger("dagctx.engine")
+
+
+class Engine:
+    def __init__(self, config: DaemonConfig | None = None, peer: Peer | None = None) -> None:
+        self.config = config or DaemonConfig()
+        self.peer: Peer = peer or NullPeer()
+        self._store: Store | None = None
+        self.options = m.InitializationOptions()
+        self.client_capabilities: dict[str, Any] = {}
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise DagctxError("ServerNotInitialized", "send initialize first")
+        return self._store
+
+    def initialize(self, p: m.InitializeParams) -> m.InitializeResult:
+        self.options = p.initialization_options or m.InitializationOptions()
+        self.client_capabilities = p.capabilities
+        path = self.options.database or self.config.database or default_database()
+        try:
+            self._store = Store(path)
+        except Exception as exc:  # a bad path must be a clear error, not a dead daemon
+            raise DagctxError(
+                "InvalidParams",
+                f"cannot open the database {path!r}: {exc}; pass a writable path in "
+                "initializationOptions.database or DAGCTX_DB",
+                path="initializationOptions.database",
+            ) from exc
+        return m.InitializeResult(
+            server_info=m.ServerInfo(name="dagctx", version=__version__),
+            protocol_version=PROTOCOL_VERSION,
+            methods=list(CLIENT_REQUESTS),
+            notifications=list(SERVER_NOTIFICATIONS),
+            database=self._store.path,
+            capabilities={"observeNodes": True, "sampling": "client-or-endpoint", "search": "fts5-cjk"},
+        )
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    # ------------------------------------------------------------ ledger writes
+
+    def _observe(self, method: str, session_id: str, node: Any, head: str) -> None:
+        if self.options.observe_nodes:
+            self.peer.notify(method, m.NodeNotification(session_id=session_id, node=node, head=head))
+
+    def node_append(self, p: m.NodeAppendParams) -> m.NodeResult:
+        out = self.store.append(p.session_id, p.node, move_head=p.move_head)
+        self._observe("node/didAppend", p.session_id, out.node, out.head)
+        return m.NodeResult(node=out.node, head=out.head)
+
+    def node_update(self, p: m.NodeUpdateParams) -> m.NodeResult:
+        out = self.store.update(p.session_id, p.node_id, status=p.status, output=p.output, metadata=p.metadata)
+        self._observe("node/didUpdate", p.session_id, out.node, out.head)
+        return m.NodeResult(node=out.node, head=out.head)
+
+    def session_spawn(self, p: m.SessionSpawnParams) -> m.SessionSpawnResult:
+        res = ledger_ops.session_spawn(self.store, p)
+        self._observe("node/didAppend", p.session_id, res.node, res.head)
+        return res
+
+    # ------------------------------------------------------------ the method table
+
+    def handlers(self) -> dict[str, Callable[[Any], Any]]:
+        """Protocol method → callable(params) returning a result (or an awaitable)."""
+        s = lambda fn: (lambda p: fn(self.store, p))  # noqa: E731 - bind the store late
+        return {
+            "session/create": s(ledger_ops.session_create),
+            "session/list": s(ledger_ops.session_list),
+            "session/get": s(ledger_ops.session_get),
+            "session/rename": s(ledger_ops.session_rename),
+            "session/delete": s(ledger_ops.session_delete),
+            "session/history": s(ledger_ops.session_history),
+            "session/branches": s(ledger_ops.session_branches),
+            "session/checkout": s(ledger_ops.session_checkout),
+            "session/rewind": s(ledger_ops.session_rewind),
+            "session/spawn": self.session_spawn,
+            "session/nameBranch": s(ledger_ops.session_name_branch),
+            "node/append": self.node_append,
+            "node/update": self.node_update,
+            "node/get": s(ledger_ops.node_get),
+            "search/query": s(ledger_ops.search_query),
+        }

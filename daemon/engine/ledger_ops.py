@@ -1,0 +1,87 @@
+"""Session and node operations: the ledger methods of the protocol, as plain functions.
+
+Each takes the engine's store and a params Struct and returns a result Struct, so
+they are tested without a server (jedi-language-server style: handlers stay thin).
+Notifications are returned to the caller, never sent from here.
+"""
+
+from __future__ import annotations
+
+from dagctx.ledger import Store
+from dagctx.protocol import messages as m
+
+
+def session_create(store: Store, p: m.SessionCreateParams) -> m.SessionCreateResult:
+    info = store.create_session(p.title, p.metadata)
+    return m.SessionCreateResult(session_id=info.session_id, root_id=info.root_id, head=info.head)
+
+
+def session_list(store: Store, p: m.SessionListParams) -> m.SessionListResult:
+    sessions, total = store.list_sessions(p.limit, p.offset)
+    return m.SessionListResult(sessions=sessions, total=total)
+
+
+def session_get(store: Store, p: m.SessionRef) -> m.SessionInfo:
+    return store.get_session(p.session_id)
+
+
+def session_rename(store: Store, p: m.SessionRenameParams) -> m.SessionInfo:
+    return store.rename_session(p.session_id, p.title)
+
+
+def session_delete(store: Store, p: m.SessionRef) -> m.SessionDeleteResult:
+    n = store.delete_session(p.session_id)
+    return m.SessionDeleteResult(deleted=True, nodes_removed=n)
+
+
+def session_history(store: Store, p: m.SessionHistoryParams) -> m.SessionHistoryResult:
+    nodes, head = store.history(p.session_id, p.head)
+    return m.SessionHistoryResult(nodes=nodes, head=head)
+
+
+def session_branches(store: Store, p: m.SessionRef) -> m.SessionBranchesResult:
+    branches, head = store.branches(p.session_id)
+    return m.SessionBranchesResult(branches=branches, head=head)
+
+
+def session_checkout(store: Store, p: m.SessionCheckoutParams) -> m.HeadResult:
+    head, previous = store.checkout(p.session_id, p.node_id)
+    return m.HeadResult(head=head, previous=previous)
+
+
+def session_rewind(store: Store, p: m.SessionRewindParams) -> m.HeadResult:
+    head, previous = store.rewind(p.session_id, p.node_id, p.steps)
+    return m.HeadResult(head=head, previous=previous)
+
+
+def session_spawn(store: Store, p: m.SessionSpawnParams) -> m.SessionSpawnResult:
+    out = store.spawn(
+        p.session_id, p.caller_id, source=p.source, name=p.name, output=p.output, metadata=p.metadata
+    )
+    return m.SessionSpawnResult(node=out.node, head=out.head)
+
+
+def session_name_branch(store: Store, p: m.BranchNameParams) -> m.SessionBranchesResult:
+    store.name_branch(p.session_id, p.head, p.name)
+    return session_branches(store, m.SessionRef(session_id=p.session_id))
+
+
+def node_get(store: Store, p: m.NodeGetParams) -> m.NodeGetResult:
+    if not p.ids:
+        from dagctx.protocol.errors import DagctxError
+
+        raise DagctxError("InvalidParams", "ids is empty: name at least one node id", path="ids")
+    r = p.range
+    nodes = store.get_nodes(
+        p.session_id,
+        p.ids,
+        offset=r.offset if r else 0,
+        length=r.length if r else None,
+        ranged=r is not None,
+    )
+    return m.NodeGetResult(nodes=nodes)
+
+
+def search_query(store: Store, p: m.SearchParams) -> m.SearchResult:
+    hits = store.search(p.query, session_id=p.session_id, limit=p.limit, roles=p.roles)
+    return m.SearchResult(hits=hits)

@@ -1,0 +1,124 @@
+"""The SQLite schema and its forward migrations.
+
+One file holds many sessions and is the backup unit: node payloads, spilled
+outputs, token counts and usage all live in it. Node payloads are msgpack-encoded
+``Call`` Structs; edges and ordering fields are indexed columns beside them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+SCHEMA_VERSION = 1
+
+_V1 = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE sessions(
+  id TEXT PRIMARY KEY,
+  title TEXT NOT NULL,
+  root_id TEXT NOT NULL,
+  head TEXT NOT NULL,
+  created_at REAL NOT NULL,
+  updated_at REAL NOT NULL,
+  next_seq INTEGER NOT NULL,
+  rev INTEGER NOT NULL,
+  node_count INTEGER NOT NULL,
+  source_key TEXT UNIQUE,
+  metadata BLOB NOT NULL
+);
+CREATE TABLE nodes(
+  rowid INTEGER PRIMARY KEY,
+  session_id TEXT NOT NULL,
+  id TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  rev INTEGER NOT NULL,
+  role TEXT NOT NULL,
+  name TEXT NOT NULL,
+  status TEXT NOT NULL,
+  caller TEXT,
+  predecessor TEXT,
+  created_at REAL NOT NULL,
+  body BLOB NOT NULL
+);
+CREATE UNIQUE INDEX nodes_id ON nodes(session_id, id);
+CREATE UNIQUE INDEX nodes_seq ON nodes(session_id, seq);
+CREATE INDEX nodes_rev ON nodes(session_id, rev);
+CREATE INDEX nodes_predecessor ON nodes(session_id, predecessor);
+CREATE INDEX nodes_caller ON nodes(session_id, caller);
+CREATE VIRTUAL TABLE search USING fts5(
+  text, grams, session_id UNINDEXED, node_id UNINDEXED, role UNINDEXED,
+  tokenize = 'unicode61 remove_diacritics 2'
+);
+CREATE TABLE token_counts(
+  session_id TEXT NOT NULL,
+  node_id TEXT NOT NULL,
+  tokenizer TEXT NOT NULL,
+  input_tokens INTEGER NOT NULL,
+  output_tokens INTEGER NOT NULL,
+  PRIMARY KEY(session_id, tokenizer, node_id)
+) WITHOUT ROWID;
+CREATE TABLE usage(
+  session_id TEXT NOT NULL,
+  node_id TEXT NOT NULL,
+  model TEXT,
+  input INTEGER NOT NULL,
+  output INTEGER NOT NULL,
+  cache_read INTEGER NOT NULL,
+  cache_write INTEGER NOT NULL,
+  estimated INTEGER,
+  reported_at REAL NOT NULL,
+  PRIMARY KEY(session_id, node_id)
+) WITHOUT ROWID;
+CREATE TABLE blobs(
+  session_id TEXT NOT NULL,
+  node_id TEXT NOT NULL,
+  field TEXT NOT NULL,
+  chars INTEGER NOT NULL,
+  lines INTEGER NOT NULL,
+  data TEXT NOT NULL,
+  PRIMARY KEY(session_id, node_id, field)
+) WITHOUT ROWID;
+"""
+
+#: version → script that brings version-1 to version.
+MIGRATIONS: dict[int, str] = {1: _V1}
+
+
+def current_version(db: sqlite3.Connection) -> int:
+    row = db.execute(
+        "SELECT name FROM sqlite_master WHERE type='table' AND name='meta'"
+    ).fetchone()
+    if row is None:
+        return 0
+    got = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    return int(got[0]) if got else 0
+
+
+def migrate(db: sqlite3.Connection) -> int:
+    """Bring the database forward to ``SCHEMA_VERSION``, one step per transaction.
+
+    Returns the version found. A database newer than this daemon is refused rather
+    than guessed at.
+    """
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        found = current_version(db)
+        if found > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"database schema version {found} is newer than this dagctx "
+                f"(knows {SCHEMA_VERSION}); upgrade dagctx"
+            )
+        for version in range(found + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[version].split(";\n"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(
+                "INSERT INTO meta(key, value) VALUES('schema_version', ?) "
+                "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                (str(version),),
+            )
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return found

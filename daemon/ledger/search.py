@@ -1,0 +1,126 @@
+"""Full-text search text preparation: CJK-aware FTS5 documents and queries.
+
+SQLite's ``unicode61`` tokenizer makes a whole unspaced CJK run one token, and
+``trigram`` needs three characters, so neither finds the two-character word 迁移
+inside 数据库迁移脚本. We index every CJK run a second time, in a ``grams``
+column, as its character unigrams followed by its bigrams; a CJK query run becomes
+a phrase of bigrams (or one unigram) on that column. English words and code
+identifiers stay intact in the ``text`` column.
+
+Architecture Invariant: pure functions; no SQL runs here.
+"""
+
+from __future__ import annotations
+
+import re
+
+_CJK = (
+    "\u2e80-\u2fdf\u3040-\u30ff\u3100-\u312f\u3190-\u31ff\u3400-\u4dbf"
+    "\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f"
+)
+CJK_RUN = re.compile(f"[{_CJK}]+")
+
+_OPERATORS = {"AND", "OR", "NOT"}
+# A query token: a quoted phrase, a paren, or a run of anything else.
+_QUERY_TOKEN = re.compile(r'"(?:[^"]|"")*"|[()]|[^\s()"]+')
+_BAREWORD = re.compile(r"^[\w]+\*?$", re.UNICODE)
+
+
+def cjk_grams(text: str) -> str:
+    """The ``grams`` column: per CJK run, its unigrams then its bigrams, space-separated."""
+    parts: list[str] = []
+    for run in CJK_RUN.findall(text):
+        parts.extend(run)
+        parts.extend(run[i : i + 2] for i in range(len(run) - 1))
+    return " ".join(parts)
+
+
+def _cjk_phrase(run: str) -> str:
+    if len(run) == 1:
+        return f'grams : "{run}"'
+    grams = " ".join(run[i : i + 2] for i in range(len(run) - 1))
+    return f'grams : "{grams}"'
+
+
+def _split_cjk(token: str) -> list[str]:
+    """Split a bareword into CJK runs (as grams phrases) and other parts (kept)."""
+    out: list[str] = []
+    pos = 0
+    for m in CJK_RUN.finditer(token):
+        if m.start() > pos:
+            out.append(_quote_if_needed(token[pos : m.start()]))
+        out.append(f"({_cjk_phrase(m.group())})")
+        pos = m.end()
+    if pos < len(token):
+        out.append(_quote_if_needed(token[pos:]))
+    return [p for p in out if p]
+
+
+def _quote_if_needed(word: str) -> str:
+    word = word.strip()
+    if not word:
+        return ""
+    if _BAREWORD.match(word) or word in _OPERATORS:
+        return word
+    # Paths, dotted names, hyphens and other punctuation: a quoted phrase, which the
+    # tokenizer splits into adjacent tokens (so src/app.py finds "src app py").
+    return '"' + word.replace('"', '""') + '"'
+
+
+def fts_query(query: str) -> str:
+    """Translate a user query into an FTS5 expression over ``text`` and ``grams``.
+
+    Barewords, AND/OR/NOT, NEAR, parentheses, quoted phrases and prefix ``*`` keep
+    their FTS5 meaning; words with punctuation are quoted; CJK runs become bigram
+    phrases on the ``grams`` column. Invalid FTS5 syntax (an unbalanced parenthesis,
+    a dangling operator) is left for SQLite to reject, which the store reports as
+    ``InvalidQuery``.
+    """
+    out: list[str] = []
+    for tok in _QUERY_TOKEN.findall(query):
+        if tok in ("(", ")") or tok in _OPERATORS:
+            out.append(tok)
+        elif tok.startswith('"'):
+            inner = tok[1:-1] if tok.endswith('"') and len(tok) > 1 else tok[1:]
+            if CJK_RUN.search(inner):
+                out.extend(_split_cjk(inner.replace('""', '"')))
+            else:
+                out.append(tok)
+        elif tok.upper().startswith("NEAR(") or tok.upper() == "NEAR":
+            out.append(tok)
+        else:
+            out.extend(_split_cjk(tok))
+    return " ".join(out)
+
+
+def query_terms(query: str) -> list[str]:
+    """Plain terms of a query, for building snippets in Python."""
+    terms: list[str] = []
+    for tok in _QUERY_TOKEN.findall(query):
+        if tok in ("(", ")") or tok.upper() in _OPERATORS or tok.upper().startswith("NEAR"):
+            continue
+        tok = tok.strip('"').rstrip("*")
+        terms.extend(t for t in re.split(r"\s+", tok) if t)
+    return terms
+
+
+def snippet(text: str, terms: list[str], width: int = 160) -> str:
+    """A window of ``text`` around the first matching term, matches in ``[...]``."""
+    if not text:
+        return ""
+    low = text.lower()
+    first = -1
+    for t in terms:
+        i = low.find(t.lower())
+        if i >= 0 and (first < 0 or i < first):
+            first = i
+    if first < 0:
+        start = 0
+    else:
+        start = max(0, first - width // 3)
+    end = min(len(text), start + width)
+    window = text[start:end]
+    for t in sorted({t for t in terms if t}, key=len, reverse=True):
+        window = re.sub(re.escape(t), lambda m: f"[{m.group()}]", window, flags=re.IGNORECASE)
+    window = " ".join(window.split())
+    return ("…" if start > 0 else "") + window + ("…" if end < len(text) else "")

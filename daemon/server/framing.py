@@ -1,0 +1,136 @@
+"""LSP base-protocol framing over a byte stream, robust to bad input.
+
+Stock pygls matches ``Content-Length: N`` byte-exactly, so a lower-case header or a
+missing space desynchronises the stream and the next message is lost. This parser
+treats header names case-insensitively, tolerates missing whitespace, reports a
+malformed header or an oversized frame as an error event, and resynchronises at the
+next ``Content-Length`` header instead of dying.
+
+Architecture Invariant: no I/O and no JSON here; bytes in, events out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_HEADER_END = b"\r\n\r\n"
+_CONTENT_LENGTH = re.compile(rb"content-length", re.IGNORECASE)
+MAX_HEADER_BYTES = 8192
+
+
+@dataclass
+class Body:
+    data: bytes
+
+
+@dataclass
+class FrameError:
+    kind: str  # "ParseError" | "FrameTooLarge"
+    message: str
+
+
+class FrameParser:
+    """Incremental parser: ``feed(bytes)`` returns complete bodies and errors in order."""
+
+    def __init__(self, max_frame_bytes: int = 64 * 1024 * 1024) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray()
+        self._skip = 0  # body bytes of an oversized frame still to discard
+
+    def feed(self, data: bytes) -> list[Body | FrameError]:
+        self._buf += data
+        out: list[Body | FrameError] = []
+        while True:
+            if self._skip:
+                n = min(self._skip, len(self._buf))
+                del self._buf[:n]
+                self._skip -= n
+                if self._skip:
+                    return out
+            if not self._buf:
+                return out
+            if not _could_start_header(self._buf):
+                m = _CONTENT_LENGTH.search(self._buf, 1)
+                if m is not None:
+                    junk = bytes(self._buf[: m.start()])
+                    del self._buf[: m.start()]
+                    out.append(FrameError("ParseError", f"unreadable bytes before a header: {junk[:40]!r}"))
+                    continue
+                end = self._buf.find(_HEADER_END)
+                if end >= 0:
+                    junk = bytes(self._buf[:end])
+                    del self._buf[: end + 4]
+                    out.append(FrameError("ParseError", f"not an LSP header: {junk[:40]!r}"))
+                    continue
+                if len(self._buf) > MAX_HEADER_BYTES:
+                    self._buf.clear()
+                    out.append(FrameError("ParseError", "unreadable input without any Content-Length header"))
+                return out
+            end = self._buf.find(_HEADER_END)
+            if end < 0:
+                if len(self._buf) > MAX_HEADER_BYTES:
+                    self._buf.clear()
+                    out.append(FrameError("ParseError", "a header block longer than 8 KiB without a blank line"))
+                return out
+            header = bytes(self._buf[:end])
+            length, problem = _parse_header(header)
+            if problem is not None:
+                # Drop this header block; whatever follows is examined afresh.
+                del self._buf[: end + 4]
+                out.append(FrameError("ParseError", problem))
+                continue
+            assert length is not None
+            if length > self.max_frame_bytes:
+                del self._buf[: end + 4]
+                self._skip = length
+                out.append(
+                    FrameError(
+                        "FrameTooLarge",
+                        f"frame of {length:,} bytes is larger than the maximum of "
+                        f"{self.max_frame_bytes:,}; split the request or raise maxFrameBytes",
+                    )
+                )
+                continue
+            if len(self._buf) < end + 4 + length:
+                return out
+            body = bytes(self._buf[end + 4 : end + 4 + length])
+            del self._buf[: end + 4 + length]
+            out.append(Body(body))
+
+
+def _could_start_header(buf: bytearray) -> bool:
+    """True when ``buf`` starts like an LSP header (``Content-…``, any case)."""
+    head = bytes(buf[:8]).lower()
+    return b"content-"[: len(head)] == head
+
+
+def _parse_header(header: bytes) -> tuple[int | None, str | None]:
+    length: int | None = None
+    garbage_before = b""
+    lines = header.split(b"\r\n")
+    for line in lines:
+        if not line.strip():
+            continue
+        name, sep, value = line.partition(b":")
+        if not sep:
+            garbage_before = line
+            continue
+        key = name.strip().lower()
+        if key == b"content-length":
+            v = value.strip()
+            if not v.isdigit():
+                return None, f"Content-Length must be a decimal number of bytes, got {v[:40]!r}"
+            length = int(v)
+        elif key.endswith(b"content-length"):
+            # Garbage glued to the front of a real header.
+            v = value.strip()
+            if v.isdigit():
+                length = int(v)
+                garbage_before = name[: -len(b"content-length")]
+    if length is None:
+        shown = header[:60]
+        return None, f"header block without Content-Length: {shown!r}"
+    if garbage_before:
+        return None, f"unreadable bytes before the header: {garbage_before[:40]!r}"
+    return length, None

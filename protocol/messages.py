@@ -1,0 +1,295 @@
+"""Params and results of the lifecycle, session, node and search methods.
+
+Every Struct renames to camelCase on the wire (LSP convention). Optional fields
+default so that clients may omit them; unknown fields are ignored, so newer
+clients can talk to older daemons.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from .nodes import Call, NodeInput
+
+
+class _Params(msgspec.Struct, rename="camel", kw_only=True):
+    """Base of every params Struct: camelCase, keyword-only, unknown fields ignored."""
+
+
+class _Result(msgspec.Struct, rename="camel", kw_only=True):
+    """Base of every result Struct."""
+
+
+# ---------------------------------------------------------------- lifecycle
+
+
+class ClientInfo(_Params):
+    name: str = ""
+    version: str | None = None
+
+
+class ModelSpec(_Params):
+    """One row of the model table (see ``dagctx.context.models``)."""
+
+    context_window: int
+    max_output: int
+    tokenizer: str | None = None
+
+
+class SamplingEndpoint(_Params):
+    """An OpenAI-compatible endpoint for headless summaries (no client sampling)."""
+
+    base_url: str
+    model: str
+    api_key_env: str | None = None
+    timeout_seconds: float = 120.0
+
+
+class InitializationOptions(_Params):
+    """``initialize.params.initializationOptions``.
+
+    ``database`` overrides ``DAGCTX_DB`` and the default under the user's data dir.
+    """
+
+    database: str | None = None
+    observe_nodes: bool = False
+    log_messages: bool = False
+    models: dict[str, ModelSpec] = msgspec.field(default_factory=dict)
+    default_model: str | None = None
+    context_engine: str | None = None
+    sampling_endpoint: SamplingEndpoint | None = None
+    workspace: str | None = None
+    config_file: str | None = None
+
+
+class InitializeParams(_Params):
+    process_id: int | None = None
+    client_info: ClientInfo | None = None
+    root_uri: str | None = None
+    capabilities: dict[str, Any] = msgspec.field(default_factory=dict)
+    initialization_options: InitializationOptions | None = None
+
+
+class ServerInfo(_Result):
+    name: str
+    version: str
+
+
+class InitializeResult(_Result):
+    server_info: ServerInfo
+    protocol_version: str
+    methods: list[str]
+    notifications: list[str]
+    database: str
+    capabilities: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class Empty(_Params):
+    """Params of methods that take none (``shutdown``, ``exit``, ``initialized``)."""
+
+
+class CancelParams(_Params):
+    id: int | str
+
+
+class ProgressParams(_Params):
+    token: int | str
+    value: dict[str, Any]
+
+
+# ---------------------------------------------------------------- sessions
+
+
+class SessionInfo(_Result):
+    session_id: str
+    title: str
+    root_id: str
+    head: str
+    created_at: float
+    updated_at: float
+    node_count: int
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class SessionCreateParams(_Params):
+    title: str | None = None
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class SessionCreateResult(_Result):
+    session_id: str
+    root_id: str
+    head: str
+
+
+class SessionListParams(_Params):
+    limit: int = 100
+    offset: int = 0
+
+
+class SessionListResult(_Result):
+    sessions: list[SessionInfo]
+    total: int
+
+
+class SessionRef(_Params):
+    session_id: str
+
+
+class SessionRenameParams(_Params):
+    session_id: str
+    title: str
+
+
+class SessionDeleteResult(_Result):
+    deleted: bool
+    nodes_removed: int
+
+
+class SessionHistoryParams(_Params):
+    session_id: str
+    head: str | None = None
+
+
+class SessionHistoryResult(_Result):
+    nodes: list[Call]
+    head: str
+
+
+class BranchInfo(_Result):
+    head: str
+    length: int
+    main: bool
+    current: bool
+    spawn: bool
+    name: str | None = None
+    root: str | None = None
+
+
+class SessionBranchesResult(_Result):
+    branches: list[BranchInfo]
+    head: str
+
+
+class SessionCheckoutParams(_Params):
+    session_id: str
+    node_id: str
+
+
+class SessionRewindParams(_Params):
+    """Move HEAD back along the current branch: to ``nodeId`` or by ``steps`` nodes."""
+
+    session_id: str
+    node_id: str | None = None
+    steps: int | None = None
+
+
+class HeadResult(_Result):
+    head: str
+    previous: str
+
+
+class SessionSpawnParams(_Params):
+    """Open a spawn branch: a clean context whose root hangs off ``callerId``."""
+
+    session_id: str
+    caller_id: str
+    source: str = "spawn"
+    name: str | None = None
+    output: Any = None
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class SessionSpawnResult(_Result):
+    node: Call
+    head: str
+
+
+class BranchNameParams(_Params):
+    session_id: str
+    head: str
+    name: str | None
+
+
+# ---------------------------------------------------------------- nodes
+
+
+class NodeAppendParams(_Params):
+    session_id: str
+    node: NodeInput
+    move_head: bool | None = None
+    render_id: str | None = None
+
+
+class NodeResult(_Result):
+    node: Call
+    head: str
+
+
+class NodeUpdateParams(_Params):
+    """Fill a ``running`` node on exit: the ledger's only mutation."""
+
+    session_id: str
+    node_id: str
+    status: Literal["completed", "error", "cancelled"]
+    output: Any = None
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class OutputRange(_Params):
+    """A character range of a (spilled) output, for ``node/get``."""
+
+    offset: int = 0
+    length: int | None = None
+
+
+class NodeGetParams(_Params):
+    session_id: str
+    ids: list[str]
+    range: OutputRange | None = None
+
+
+class NodeGetResult(_Result):
+    nodes: list[Call]
+
+
+# ---------------------------------------------------------------- search
+
+
+class SearchParams(_Params):
+    query: str
+    session_id: str | None = None
+    limit: int = 20
+    roles: list[Literal["user", "llm", "code"]] | None = None
+
+
+class SearchHit(_Result):
+    session_id: str
+    node_id: str
+    role: str
+    name: str
+    seq: int
+    snippet: str
+    score: float
+
+
+class SearchResult(_Result):
+    hits: list[SearchHit]
+
+
+# ---------------------------------------------------------------- notifications
+
+
+class NodeNotification(_Result):
+    """``node/didAppend`` and ``node/didUpdate``: a live view of the ledger."""
+
+    session_id: str
+    node: Call
+    head: str
+
+
+class LogMessageParams(_Result):
+    type: int
+    message: str
