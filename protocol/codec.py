@@ -28,14 +28,16 @@ class Envelope(msgspec.Struct, omit_defaults=True):
     error: Any = msgspec.UNSET
 
 
-class Request(msgspec.Struct, omit_defaults=True):
+class Request(msgspec.Struct):
+    """A request; ``params`` left UNSET is omitted from the wire."""
+
     method: str
     id: int | str
     params: Any = msgspec.UNSET
     jsonrpc: str = "2.0"
 
 
-class Notification(msgspec.Struct, omit_defaults=True):
+class Notification(msgspec.Struct):
     method: str
     params: Any = msgspec.UNSET
     jsonrpc: str = "2.0"

@@ -16,7 +16,7 @@ from . import messages as m
 
 PROTOCOL_VERSION = "1.0"
 
-Direction = Literal["client→server", "server→client"]
+Direction = Literal["client-to-server", "server-to-client"]
 
 
 class MethodSpec(msgspec.Struct, frozen=True):
@@ -24,15 +24,15 @@ class MethodSpec(msgspec.Struct, frozen=True):
     params: type
     result: Any  # a Struct type, or None for notifications
     notification: bool = False
-    direction: Direction = "client→server"
+    direction: Direction = "client-to-server"
     doc: str = ""
 
 
 def _req(name: str, params: type, result: Any, doc: str) -> MethodSpec:
-    return MethodSpec(name, params, result, False, "client→server", doc)
+    return MethodSpec(name, params, result, False, "client-to-server", doc)
 
 
-def _note(name: str, params: type, doc: str, direction: Direction = "client→server") -> MethodSpec:
+def _note(name: str, params: type, doc: str, direction: Direction = "client-to-server") -> MethodSpec:
     return MethodSpec(name, params, None, True, direction, doc)
 
 
@@ -43,7 +43,7 @@ _ALL: list[MethodSpec] = [
     _req("shutdown", m.Empty, None, "Stop serving requests; `exit` follows."),
     _note("exit", m.Empty, "Exit: code 0 after shutdown, 1 without."),
     _note("$/cancelRequest", m.CancelParams, "Cancel a request in flight; it answers -32800."),
-    _note("$/progress", m.ProgressParams, "Work-done progress of a long request.", "server→client"),
+    _note("$/progress", m.ProgressParams, "Work-done progress of a long request.", "server-to-client"),
     # sessions
     _req("session/create", m.SessionCreateParams, m.SessionCreateResult, "Create a session with its ROOT."),
     _req("session/list", m.SessionListParams, m.SessionListResult, "List sessions, newest first."),
@@ -75,23 +75,23 @@ _ALL: list[MethodSpec] = [
         c.CreateMessageParams,
         c.CreateMessageResult,
         False,
-        "server→client",
+        "server-to-client",
         "Ask the client's model for a completion (summaries).",
     ),
-    _note("node/didAppend", m.NodeNotification, "A node was appended.", "server→client"),
-    _note("node/didUpdate", m.NodeNotification, "A running node finished.", "server→client"),
+    _note("node/didAppend", m.NodeNotification, "A node was appended.", "server-to-client"),
+    _note("node/didUpdate", m.NodeNotification, "A running node finished.", "server-to-client"),
     _note(
         "context/compactionRecommended",
         c.CompactionRecommended,
         "The branch passed 70 % of the window.",
-        "server→client",
+        "server-to-client",
     ),
-    _note("window/logMessage", m.LogMessageParams, "A log line for the client.", "server→client"),
+    _note("window/logMessage", m.LogMessageParams, "A log line for the client.", "server-to-client"),
 ]
 
 METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in _ALL}
 
 #: Requests a client may send.
-CLIENT_REQUESTS = [s.name for s in _ALL if s.direction == "client→server" and not s.notification]
+CLIENT_REQUESTS = [s.name for s in _ALL if s.direction == "client-to-server" and not s.notification]
 #: Notifications the server may send.
-SERVER_NOTIFICATIONS = [s.name for s in _ALL if s.direction == "server→client" and s.notification]
+SERVER_NOTIFICATIONS = [s.name for s in _ALL if s.direction == "server-to-client" and s.notification]
