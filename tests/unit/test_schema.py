@@ -1,0 +1,44 @@
+"""The committed JSON Schema matches the Structs, and the method table is whole."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from dagctx.protocol import METHODS
+from dagctx.protocol.schema import SCHEMA_PATH, build_schema, schema_json
+
+
+def test_committed_schema_is_current() -> None:
+    committed = SCHEMA_PATH.read_text(encoding="utf-8")
+    assert committed == schema_json(), (
+        "protocol/schema.json is stale: run `python -m dagctx.protocol.schema` and commit it"
+    )
+
+
+def test_cli_prints_the_same_schema() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "dagctx", "schema"], capture_output=True, text=True, check=True
+    ).stdout
+    assert json.loads(out) == build_schema()
+
+
+def test_every_method_has_typed_params_and_refs_resolve() -> None:
+    schema = build_schema()
+    defs = schema["$defs"]
+    assert set(schema["methods"]) == set(METHODS)
+    for name, entry in schema["methods"].items():
+        ref = entry["params"]["$ref"].rsplit("/", 1)[-1]
+        assert ref in defs, name
+        if entry["kind"] == "request" and "$ref" in entry["result"]:
+            assert entry["result"]["$ref"].rsplit("/", 1)[-1] in defs
+
+
+def test_wire_names_are_camel_case() -> None:
+    defs = build_schema()["$defs"]
+    props = defs["NodeAppendParams"]["properties"]
+    assert {"sessionId", "node", "moveHead"} <= set(props)
+    assert "session_id" not in props
+    call = defs["Call"]["properties"]
+    assert {"id", "seq", "createdAt", "role", "caller", "predecessor", "reads", "metadata"} <= set(call)

