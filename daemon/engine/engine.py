@@ -9,12 +9,17 @@ Architecture Invariant: no JSON-RPC and no SQL here.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from dagctx import __version__
-from dagctx.ledger import Store
+from dagctx.context.models import ModelTable
+from dagctx.context.tokens import CL100K, ESTIMATE, O200K, TokenCounter, default_counter
+from dagctx.ledger import Store, spill_output
 from dagctx.protocol import messages as m
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.methods import CLIENT_REQUESTS, PROTOCOL_VERSION, SERVER_NOTIFICATIONS
@@ -25,6 +30,9 @@ from .peer import NullPeer, Peer
 
 log = logging.getLogger("dagctx.engine")
 
+#: Payloads larger than this are tokenized in a worker thread, off the event loop.
+BIG_PAYLOAD_CHARS = 200_000
+
 
 class Engine:
     def __init__(self, config: DaemonConfig | None = None, peer: Peer | None = None) -> None:
@@ -33,6 +41,8 @@ class Engine:
         self._store: Store | None = None
         self.options = m.InitializationOptions()
         self.client_capabilities: dict[str, Any] = {}
+        self.counter: TokenCounter = default_counter()
+        self.models = ModelTable(counter=self.counter)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -45,6 +55,12 @@ class Engine:
     def initialize(self, p: m.InitializeParams) -> m.InitializeResult:
         self.options = p.initialization_options or m.InitializationOptions()
         self.client_capabilities = p.capabilities
+        if self.options.config_file:
+            self.models = self.models.load_config_file(self.options.config_file)
+        if self.options.models:
+            self.models = self.models.with_overrides(
+                {name: msgspec.to_builtins(spec) for name, spec in self.options.models.items()}
+            )
         path = self.options.database or self.config.database or default_database()
         try:
             self._store = Store(path)
@@ -75,13 +91,50 @@ class Engine:
         if self.options.observe_nodes:
             self.peer.notify(method, m.NodeNotification(session_id=session_id, node=node, head=head))
 
-    def node_append(self, p: m.NodeAppendParams) -> m.NodeResult:
-        out = self.store.append(p.session_id, p.node, move_head=p.move_head)
+    # Token counts are computed once per node, on what the store keeps (after spill),
+    # for every tokenizer a render may use; rendering never re-tokenizes.
+    def tokenizers(self) -> list[str]:
+        toks = [CL100K, ESTIMATE]
+        if self.counter.o200k_available:
+            toks.append(O200K)
+        return toks
+
+    def count_node(self, input: Any, output: Any) -> dict[str, tuple[int, int]]:
+        stored, _ = spill_output(output, self.store.spill)
+        cv = self.counter.count_value
+        return {tok: (cv(input, tok), cv(stored, tok)) for tok in self.tokenizers()}
+
+    def _payload_size(self, *values: Any) -> int:
+        size = 0
+        for v in values:
+            if isinstance(v, str):
+                size += len(v)
+            elif v is not None:
+                size += len(msgspec.json.encode(v))
+        return size
+
+    def node_append(self, p: m.NodeAppendParams) -> Any:
+        if self._payload_size(p.node.input, p.node.output) > BIG_PAYLOAD_CHARS:
+            return self._node_append_off_loop(p)
+        return self._node_append(p, self.count_node(p.node.input, p.node.output))
+
+    async def _node_append_off_loop(self, p: m.NodeAppendParams) -> m.NodeResult:
+        counts = await asyncio.to_thread(self.count_node, p.node.input, p.node.output)
+        return self._node_append(p, counts)
+
+    def _node_append(self, p: m.NodeAppendParams, counts: dict[str, tuple[int, int]]) -> m.NodeResult:
+        out = self.store.append(p.session_id, p.node, move_head=p.move_head, token_counts=counts)
         self._observe("node/didAppend", p.session_id, out.node, out.head)
         return m.NodeResult(node=out.node, head=out.head)
 
     def node_update(self, p: m.NodeUpdateParams) -> m.NodeResult:
-        out = self.store.update(p.session_id, p.node_id, status=p.status, output=p.output, metadata=p.metadata)
+        counts = None
+        if p.output is not None:
+            old = self.store.graph(p.session_id).get(p.node_id)
+            counts = self.count_node(old.input, p.output)
+        out = self.store.update(
+            p.session_id, p.node_id, status=p.status, output=p.output, metadata=p.metadata, token_counts=counts
+        )
         self._observe("node/didUpdate", p.session_id, out.node, out.head)
         return m.NodeResult(node=out.node, head=out.head)
 

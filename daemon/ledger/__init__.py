@@ -4,6 +4,6 @@ API Boundary: ``Store`` is the only way anything above reads or writes the recor
 """
 
 from .graph import SessionGraph
-from .store import AppendOutcome, SpillPolicy, Store, UsageRow
+from .store import AppendOutcome, SpillPolicy, Store, UsageRow, spill_output
 
-__all__ = ["AppendOutcome", "SessionGraph", "SpillPolicy", "Store", "UsageRow"]
+__all__ = ["AppendOutcome", "SessionGraph", "SpillPolicy", "Store", "UsageRow", "spill_output"]

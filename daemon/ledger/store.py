@@ -135,6 +135,9 @@ class Store:
         migrate(self.db)
         self.spill = spill or SpillPolicy()
         self._graphs: dict[str, SessionGraph] = {}
+        #: session id → created_at of the session each cached graph was built from, so a
+        #: session deleted and re-created under the same id by another process is rebuilt.
+        self._graph_born: dict[str, float] = {}
         self._enc = msgspec.msgpack.Encoder()
         self._dec = msgspec.msgpack.Decoder(Call)
         self._meta_enc = msgspec.msgpack.Encoder()
@@ -277,9 +280,15 @@ class Store:
 
     def _refresh(self, row: _SessionRow) -> SessionGraph:
         g = self._graphs.get(row.id)
-        if g is None or g.root_id != row.root_id or g.rev > row.rev:
+        if (
+            g is None
+            or g.root_id != row.root_id
+            or g.rev > row.rev
+            or self._graph_born.get(row.id) != row.created_at
+        ):
             g = SessionGraph(row.id, row.root_id)
             self._graphs[row.id] = g
+            self._graph_born[row.id] = row.created_at
         if row.rev > g.rev:
             cur = self.db.execute(
                 "SELECT body FROM nodes WHERE session_id=? AND rev>? ORDER BY seq", (row.id, g.rev)
@@ -513,29 +522,7 @@ class Store:
                     )
 
     def _spill(self, output: Any) -> tuple[Any, dict[str, Any] | None]:
-        p = self.spill
-        if not isinstance(output, str) or len(output) < p.min_chars:
-            return output, None
-        lines = output.count("\n") + 1
-        if lines <= p.min_lines:
-            return output, None
-        chars = len(output)
-        head = output[: p.head_chars]
-        tail = output[chars - p.tail_chars :]
-        omitted = chars - len(head) - len(tail)
-        marker = (
-            f"\n[… {omitted:,} of {chars:,} characters ({lines:,} lines) omitted here; the whole "
-            f"output is stored: read it with node/get and range {{offset: {len(head)}, length: {omitted}}} …]\n"
-        )
-        info = {
-            "chars": chars,
-            "lines": lines,
-            "headChars": len(head),
-            "tailChars": len(tail),
-            "omitted": omitted,
-            "data": output,
-        }
-        return head + marker + tail, info
+        return spill_output(output, self.spill)
 
     def _insert_row(self, sid: str, call: Call, *, rev: int, full_output: str | None = None) -> None:
         cur = self.db.execute(
@@ -905,3 +892,34 @@ class Store:
             (session_id,),
         ).fetchall()
         return [UsageRow(*r) for r in rows]
+
+
+def spill_output(output: Any, policy: SpillPolicy) -> tuple[Any, dict[str, Any] | None]:
+    """What the node keeps of ``output``, and the spill record (``data`` = the whole text).
+
+    Pure and deterministic, so the engine can count the tokens of exactly what the
+    store will keep before it appends.
+    """
+    p = policy
+    if not isinstance(output, str) or len(output) < p.min_chars:
+        return output, None
+    lines = output.count("\n") + 1
+    if lines <= p.min_lines:
+        return output, None
+    chars = len(output)
+    head = output[: p.head_chars]
+    tail = output[chars - p.tail_chars :]
+    omitted = chars - len(head) - len(tail)
+    marker = (
+        f"\n[… {omitted:,} of {chars:,} characters ({lines:,} lines) omitted here; the whole "
+        f"output is stored: read it with node/get and range {{offset: {len(head)}, length: {omitted}}} …]\n"
+    )
+    info = {
+        "chars": chars,
+        "lines": lines,
+        "headChars": len(head),
+        "tailChars": len(tail),
+        "omitted": omitted,
+        "data": output,
+    }
+    return head + marker + tail, info

@@ -47,10 +47,12 @@ from .framing import Body, FrameParser
 log = logging.getLogger("dagctx.server")
 
 _PATH_RE = re.compile(r"at `\$\.?([^`]*)`")
+_MISSING_RE = re.compile(r"missing required field `([^`]+)`")
 
 
-class _Exit(Exception):
-    pass
+#: Long-running methods that do their own consistency checks and must not hold back
+#: the requests behind them (everything else is answered in arrival order).
+BACKGROUND_METHODS = frozenset({"context/compact", "session/import", "context/prepare"})
 
 
 class DagctxProtocol(JsonRPCProtocol):
@@ -71,6 +73,7 @@ class DagctxProtocol(JsonRPCProtocol):
         self._ids = itertools.count(1)
         self._outgoing: dict[Any, asyncio.Future[Any]] = {}
         self._log_handler: logging.Handler | None = None
+        self._ordered_tail: asyncio.Future[Any] | None = None
 
     # ------------------------------------------------------------ Peer
 
@@ -208,7 +211,7 @@ class DagctxProtocol(JsonRPCProtocol):
             return
         spec = METHODS.get(method)
         handler = self.handlers.get(method)
-        if spec is None or handler is None or spec.direction != "client→server" or spec.notification:
+        if spec is None or handler is None or spec.direction != "client-to-server" or spec.notification:
             self._error(
                 msg_id,
                 DagctxError("MethodNotFound", f"unknown method {method!r}; initialize lists the methods"),
@@ -219,14 +222,20 @@ class DagctxProtocol(JsonRPCProtocol):
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             text = str(exc)
             m = _PATH_RE.search(text)
+            path = ("params." + m.group(1)).rstrip(".") if m else "params"
+            missing = _MISSING_RE.search(text)
+            if missing:  # name the missing field itself, not the object lacking it
+                path += "." + missing.group(1)
             self._error(
                 msg_id,
-                DagctxError(
-                    "InvalidParams",
-                    f"invalid params for {method}: {text}",
-                    path=("params." + m.group(1)).rstrip(".") if m else "params",
-                ),
+                DagctxError("InvalidParams", f"invalid params for {method}: {text}", path=path),
             )
+            return
+        tail = self._ordered_tail
+        if tail is not None and not tail.done():
+            # An earlier request is still working off the loop: keep request order.
+            task = asyncio.ensure_future(self._after(tail, handler, params))
+            self._track(msg_id, method, task)
             return
         try:
             result = handler(params)
@@ -237,11 +246,24 @@ class DagctxProtocol(JsonRPCProtocol):
             self._internal_error(msg_id, method, exc)
             return
         if asyncio.iscoroutine(result):
-            task = asyncio.ensure_future(result)
-            self._request_futures[msg_id] = task  # type: ignore[assignment]
-            task.add_done_callback(lambda t, i=msg_id, mth=method: self._async_done(i, mth, t))
+            self._track(msg_id, method, asyncio.ensure_future(result))
         else:
             self._respond(msg_id, result)
+
+    def _track(self, msg_id: Any, method: str, task: asyncio.Future[Any]) -> None:
+        """Answer when ``task`` ends; ordered methods hold back later requests until then."""
+        self._request_futures[msg_id] = task  # type: ignore[assignment]
+        if method not in BACKGROUND_METHODS:
+            self._ordered_tail = task
+        task.add_done_callback(lambda t, i=msg_id, mth=method: self._async_done(i, mth, t))
+
+    @staticmethod
+    async def _after(tail: asyncio.Future[Any], handler: Callable[[Any], Any], params: Any) -> Any:
+        await asyncio.wait([tail])
+        result = handler(params)
+        if asyncio.iscoroutine(result):
+            result = await result
+        return result
 
     def _async_done(self, msg_id: Any, method: str, task: asyncio.Future[Any]) -> None:
         self._request_futures.pop(msg_id, None)
