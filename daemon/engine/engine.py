@@ -24,7 +24,12 @@ from dagctx.protocol import messages as m
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.methods import CLIENT_REQUESTS, PROTOCOL_VERSION, SERVER_NOTIFICATIONS
 
+from dagctx.context import budget as budget_mod
+from dagctx.context.system_prompt import PromptOptions
+from dagctx.protocol import context as c
+
 from . import ledger_ops
+from .views import ContextService, apply_turn_hooks
 from .config import DaemonConfig, default_database
 from .peer import NullPeer, Peer
 
@@ -43,6 +48,7 @@ class Engine:
         self.client_capabilities: dict[str, Any] = {}
         self.counter: TokenCounter = default_counter()
         self.models = ModelTable(counter=self.counter)
+        self.views = ContextService(self)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -123,7 +129,16 @@ class Engine:
         return self._node_append(p, counts)
 
     def _node_append(self, p: m.NodeAppendParams, counts: dict[str, tuple[int, int]]) -> m.NodeResult:
-        out = self.store.append(p.session_id, p.node, move_head=p.move_head, token_counts=counts)
+        node = p.node
+        if p.render_id is not None:
+            # An llm call records what it was sent: the render's reads and manifest.
+            rec = self.views.lookup_render(p.render_id)
+            if rec.session_id != p.session_id:
+                raise DagctxError("InvalidParams", "renderId belongs to another session", path="renderId")
+            meta = dict(node.metadata)
+            meta.setdefault("renderManifest", rec.manifest)
+            node = msgspec.structs.replace(node, reads=node.reads or list(rec.reads), metadata=meta)
+        out = self.store.append(p.session_id, node, move_head=p.move_head, token_counts=counts)
         self._observe("node/didAppend", p.session_id, out.node, out.head)
         return m.NodeResult(node=out.node, head=out.head)
 
@@ -142,6 +157,87 @@ class Engine:
         res = ledger_ops.session_spawn(self.store, p)
         self._observe("node/didAppend", p.session_id, res.node, res.head)
         return res
+
+    # ------------------------------------------------------------ context methods
+
+    def context_render(self, p: c.RenderParams) -> c.RenderResult:
+        r = self.views.render(
+            p.session_id, head=p.head, fmt=p.format, model=p.model, frame=p.frame, expose=p.expose,
+            include_system=p.include_system,
+        )
+        return self.views.render_result(r)
+
+    def context_replay(self, p: c.ReplayParams) -> c.ReplayResult:
+        return self.views.replay(p)
+
+    def usage_report(self, p: c.UsageReportParams) -> c.UsageReportResult:
+        result, note = self.views.usage_report(p)
+        if note is not None:
+            self.peer.notify("context/compactionRecommended", note)
+        return result
+
+    def context_prepare(self, p: c.PrepareParams) -> c.PrepareResult:
+        store = self.store
+        path: list[str] = []
+        graph = store.graph(p.session_id)
+        head = p.head or store.head(p.session_id)
+        graph.get(head)
+        info = self.models.get(p.model or self.options.default_model)
+        path.append(f"model {info.name}: window {info.context_window:,}, max output {info.max_output:,}"
+                    + ("" if info.known else " (unknown model: default limits)"))
+        workspace = p.workspace or self.options.workspace
+        options = PromptOptions(
+            mode=p.prompt_mode,
+            identity=p.identity,
+            agent_prompt=p.agent_prompt,
+            prepend=p.prepend_system_context,
+            append=p.append_system_context,
+        )
+        system_text, system_node, notes = self.views.ensure_system_prompt(p.session_id, graph, options, workspace)
+        path.append(f"system prompt ({p.prompt_mode}): {len(system_text):,} chars, node {system_node}")
+        hooks = {k: v for k, v in (("prependContext", p.prepend_context), ("memoryPrefetch", p.memory_prefetch)) if v}
+        r = self.views.render(
+            p.session_id, head=head, fmt=p.format, model=p.model, system_node_id=system_node,
+            extra_manifest={"turnHooks": hooks} if hooks else None,
+        )
+        messages = apply_turn_hooks(r.messages, hooks, p.format)
+        hook_tokens = sum(self.counter.count(v, r.tokenizer) for v in hooks.values())
+        if r.view.summary_id:
+            path.append(f"summary {r.view.summary_id} replaces {len(r.view.covered)} turns")
+        tools_tokens = budget_mod.tools_schema_tokens(p.tools, self.counter, r.tokenizer)
+        source, total = self.views.calibrated(p.session_id, info.name, r.total + hook_tokens, r.record)
+        scale = total / max(1, r.total + hook_tokens)
+        system_tokens = round(r.system_tokens * scale)
+        history_tokens = max(0, total - system_tokens)
+        b = budget_mod.compute_budget(info, system_tokens, history_tokens, tools_tokens,
+                                      requested_output=p.max_output_tokens, source=source)
+        path.append(f"budget: {b.input_used:,} of {b.input_budget:,} input tokens ({b.percent_used}%), "
+                    f"reserve {b.output_reserve:,}, source {source}")
+        newest_user = 0
+        for msg, n in zip(reversed(r.messages), reversed(r.per_message)):
+            if isinstance(msg, dict) and msg.get("role") == "user":
+                newest_user = n
+                break
+        budget_mod.check_fits(b, system_tokens + tools_tokens + newest_user + hook_tokens, model=info)
+        recommend, needs = budget_mod.thresholds(b)
+        if needs:
+            path.append("≥ 80 %: compaction needed" + ("" if p.allow_compaction else " (not allowed by the client)"))
+        elif recommend:
+            path.append("≥ 70 %: compaction recommended")
+        return c.PrepareResult(
+            system=system_text,
+            messages=messages,
+            reads=list(r.view.reads),
+            budget=b,
+            manifest=r.manifest,
+            render_id=r.record.render_id,
+            decision_path=path,
+            recommend_compaction=recommend,
+            needs_compaction=needs,
+            stable_prefix=r.stable,
+            summary_id=r.view.summary_id,
+            notes=notes,
+        )
 
     # ------------------------------------------------------------ the method table
 
@@ -164,4 +260,8 @@ class Engine:
             "node/update": self.node_update,
             "node/get": s(ledger_ops.node_get),
             "search/query": s(ledger_ops.search_query),
+            "context/render": self.context_render,
+            "context/prepare": self.context_prepare,
+            "context/replay": self.context_replay,
+            "usage/report": self.usage_report,
         }

@@ -1,0 +1,157 @@
+"""ShareGPT-style conversations (JSONL, one conversation a line, or a JSON array) → Transcripts.
+
+Each conversation is ``{"conversations": [{"from", "value"}, …]}`` (``{"role",
+"content"}`` turns and a ``messages`` key are read too), optionally with ``system`` and
+``tools`` (a JSON string or list, kept as ``metadata["tools"]`` of the first node).
+
+* ``human``/``user`` → user node; ``gpt``/``assistant`` → llm node (no model is named in
+  the data: ``name="unknown"``); ``system`` → ``context/system_prompt``.
+* ``function_call`` (value ``{"name", "arguments"}``) → an llm node with empty text and a
+  code node it calls; ``observation`` → the result of the oldest call still waiting.
+  There is no provider call id, so ``toolCallId`` is synthesised from the code node id
+  (``metadata["syntheticToolCallId"]=True``) to keep call/result pairing renderable.
+* An ``observation`` with no call waiting is not imported: ``Skipped(line, …)``.
+
+One transcript per conversation; ``source_key`` is the SHA-256 of the conversation's
+source text (``#2``… appended for repeats within a file). Ids: ``sg<line>-<turn>``
+(``sg<line>-<turn>-call`` for the code node). File-level problems (non-JSON lines) are
+reported on the first transcript. ``counts["messages"]`` = turns of the conversation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .base import (
+    ROOT,
+    Builder,
+    Skipped,
+    Transcript,
+    load_json,
+    parse_arguments,
+    read_jsonl,
+    text_digest,
+)
+
+_USER = frozenset({"human", "user"})
+_ASSISTANT = frozenset({"gpt", "assistant", "chatgpt", "bing", "bard", "model"})
+_CALL = frozenset({"function_call", "tool_call"})
+_RESULT = frozenset({"observation", "tool", "function", "tool_response"})
+
+
+def parse(path: Path) -> list[Transcript]:
+    with path.open("rb") as fh:
+        first = fh.read(64).removeprefix(b"\xef\xbb\xbf").lstrip()
+    items: list[tuple[int, Any, bytes]] = []
+    file_skipped: list[Skipped] = []
+    if first[:1] == b"[":
+        try:
+            data = load_json(path)
+        except msgspec.DecodeError as exc:
+            data = []
+            file_skipped.append(Skipped(1, f"not JSON: {exc}"))
+        for i, conv in enumerate(data if isinstance(data, list) else []):
+            items.append((i + 1, conv, msgspec.json.encode(conv)))
+    else:
+        raw_lines = path.read_bytes().removeprefix(b"\xef\xbb\xbf").split(b"\n")
+        rows, file_skipped = read_jsonl(path)
+        for no, obj in rows:
+            items.append((no, obj, raw_lines[no - 1].strip()))
+    out: list[Transcript] = []
+    keys: dict[str, int] = {}
+    for no, conv, raw in items:
+        if not isinstance(conv, dict):
+            file_skipped.append(Skipped(no, "conversation is not an object"))
+            continue
+        key = text_digest(raw)
+        keys[key] = keys.get(key, 0) + 1
+        if keys[key] > 1:
+            key = f"{key}#{keys[key]}"
+        out.append(_conversation(no, conv, key))
+    if file_skipped:
+        if out:
+            out[0].skipped = sorted(file_skipped + out[0].skipped, key=lambda s: s.line)
+            out[0].counts["skipped"] = len(out[0].skipped)
+        else:
+            empty = Builder("sharegpt")
+            empty.skipped.extend(file_skipped)
+            out.append(empty.finish(text_digest(path.read_bytes()), path.stem))
+    return out
+
+
+def _turns(conv: dict) -> list[Any]:
+    for k in ("conversations", "messages", "conversation"):
+        if isinstance(conv.get(k), list):
+            return conv[k]
+    return []
+
+
+def _tools(conv: dict) -> Any:
+    tools = conv.get("tools")
+    if isinstance(tools, str):
+        try:
+            tools = msgspec.json.decode(tools)
+        except msgspec.DecodeError:
+            return tools or None
+    return tools or None
+
+
+def _conversation(no: int, conv: dict, source_key: str) -> Transcript:
+    b = Builder("sharegpt")
+    tip = ROOT
+    pending: list[str] = []
+    tools = _tools(conv)
+    first = True
+    turns = _turns(conv)
+    if isinstance(conv.get("system"), str) and conv["system"]:
+        b.system_prompt(f"sg{no}-system", conv["system"], key=(-1,))
+    for j, turn in enumerate(turns):
+        if not isinstance(turn, dict):
+            b.skipped.append(Skipped(no, f"turn {j} is not an object"))
+            continue
+        who = turn.get("from", turn.get("role"))
+        value = turn.get("value", turn.get("content"))
+        text = value if isinstance(value, str) else "" if value is None else msgspec.json.encode(value).decode()
+        nid = f"sg{no}-{j}"
+        extra = {"tools": tools} if first and tools else {}
+        if who == "system":
+            b.system_prompt(nid, text, key=(j,))
+        elif who in _USER:
+            tip = b.user(nid, text, tip, key=(j,), **extra).id
+            first = False
+        elif who in _ASSISTANT:
+            tip = b.llm(nid, None, tip, output=text, key=(j,), **extra).id
+            first = False
+        elif who in _CALL:
+            call = value if isinstance(value, dict) else None
+            if call is None:
+                try:
+                    call = msgspec.json.decode(text)
+                except msgspec.DecodeError:
+                    call = None
+            calls = call if isinstance(call, list) else [call]
+            llm = b.llm(nid, None, tip, output="", key=(j,), **extra)
+            tip = llm.id
+            first = False
+            for k, c in enumerate(calls):
+                if not isinstance(c, dict):
+                    name, args, ok = "", {"raw": text}, False
+                else:
+                    name = str(c.get("name") or "")
+                    args, ok = parse_arguments(c.get("arguments", c.get("parameters")))
+                cid = f"{nid}-call" if len(calls) == 1 else f"{nid}-call{k}"
+                b.tool_call(cid, name, args, llm.id, cid, key=(j, k), syntheticToolCallId=True, argumentsNotJson=None if ok else True)
+                pending.append(cid)
+        elif who in _RESULT:
+            if not pending:
+                b.skipped.append(Skipped(no, f"turn {j}: {who} without a preceding function_call"))
+                b.counts["orphanResults"] = b.counts.get("orphanResults", 0) + 1
+                continue
+            b.attach_result(pending.pop(0), text)
+        else:
+            b.skipped.append(Skipped(no, f"turn {j}: unknown speaker {who!r}"))
+    b.counts["messages"] = len(turns)
+    return b.finish(source_key, None)
