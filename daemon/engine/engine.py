@@ -28,7 +28,7 @@ from dagctx.context import budget as budget_mod
 from dagctx.context.system_prompt import PromptOptions
 from dagctx.protocol import context as c
 
-from . import ledger_ops
+from . import imports, ledger_ops
 from .views import ContextService, apply_turn_hooks
 from .config import DaemonConfig, default_database
 from .peer import NullPeer, Peer
@@ -264,4 +264,5 @@ class Engine:
             "context/prepare": self.context_prepare,
             "context/replay": self.context_replay,
             "usage/report": self.usage_report,
+            "session/import": lambda p: imports.session_import(self, p),
         }

@@ -203,31 +203,76 @@ class Store:
         session_id: str | None = None,
     ) -> SessionInfo:
         sid = session_id or str(uuid.uuid4())
+        with self._write(sid):
+            self._create_locked(sid, title, metadata, source_key)
+        return self.get_session(sid)
+
+    def _create_locked(
+        self, sid: str, title: str | None, metadata: dict[str, Any] | None, source_key: str | None
+    ) -> _SessionRow:
         root_id = f"root-{sid}"
         now = time.time()
-        root = Call(
-            id=root_id,
-            seq=0,
-            created_at=now,
-            role="user",
-            name="ROOT",
-            metadata={"display": "root"},
-        )
+        root = Call(id=root_id, seq=0, created_at=now, role="user", name="ROOT", metadata={"display": "root"})
         meta = dict(metadata or {})
+        try:
+            self.db.execute(
+                f"INSERT INTO sessions({_SESSION_COLS}) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+                (sid, title or "untitled", root_id, root_id, now, now, 1, 1, 1, source_key, self._meta_enc.encode(meta)),
+            )
+        except sqlite3.IntegrityError as exc:
+            raise DagctxError(
+                "Conflict",
+                f"a session with id {sid!r} or source {source_key!r} already exists",
+                session_id=sid,
+            ) from exc
+        self._insert_row(sid, root, rev=1)
+        return _SessionRow(sid, title or "untitled", root_id, root_id, now, now, 1, 1, 1, source_key, meta)
+
+    def import_session(
+        self,
+        *,
+        source_key: str,
+        title: str,
+        nodes: Sequence[NodeInput],
+        head: str | None,
+        metadata: dict[str, Any] | None = None,
+        token_counts: dict[str, dict[str, tuple[int, int]]] | None = None,
+        usage: Sequence[UsageRow] = (),
+    ) -> tuple[SessionInfo, bool]:
+        """Create a session from an imported transcript in ONE transaction.
+
+        Idempotent: a session with the same ``source_key`` is returned as it is
+        (``created=False``). Spawn-branch roots are allowed here (an import replays
+        spawns that already happened); every other rule of ``append`` applies.
+        """
+        existing = self.find_by_source(source_key)
+        if existing is not None:
+            return existing, False
+        sid = str(uuid.uuid4())
         with self._write(sid):
-            try:
-                self.db.execute(
-                    f"INSERT INTO sessions({_SESSION_COLS}) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-                    (sid, title or "untitled", root_id, root_id, now, now, 1, 1, 1, source_key, self._meta_enc.encode(meta)),
-                )
-            except sqlite3.IntegrityError as exc:
-                raise DagctxError(
-                    "Conflict",
-                    f"a session with id {sid!r} or source {source_key!r} already exists",
-                    session_id=sid,
-                ) from exc
-            self._insert_row(sid, root, rev=1)
-        return self.get_session(sid)
+            row = self._create_locked(sid, title, metadata, source_key)
+            g = SessionGraph(sid, row.root_id)
+            self._graphs[sid] = g
+            g.add(self._dec.decode(self.db.execute(
+                "SELECT body FROM nodes WHERE session_id=? AND id=?", (sid, row.root_id)).fetchone()[0]))
+            g.rev = row.rev
+            for inp in nodes:
+                counts = token_counts.get(inp.id) if token_counts and inp.id is not None else None
+                self._append_locked(row, g, inp, False, counts, spawn_ok=True)
+            if head is not None:
+                target = g.get(row.root_id if head == ROOT_SENTINEL else head)
+                self._check_head_target(g, target)
+                row.head = target.id
+            for u in usage:
+                if u.node_id in g.nodes:
+                    self.db.execute(
+                        "INSERT OR REPLACE INTO usage(session_id, node_id, model, input, output, cache_read, "
+                        "cache_write, estimated, reported_at) VALUES(?,?,?,?,?,?,?,?,?)",
+                        (sid, u.node_id, u.model, u.input, u.output, u.cache_read, u.cache_write, u.estimated,
+                         u.reported_at),
+                    )
+            self._finish(row, g)
+        return self.get_session(sid), True
 
     def find_by_source(self, source_key: str) -> SessionInfo | None:
         row = self.db.execute(
@@ -354,6 +399,8 @@ class Store:
         inp: NodeInput,
         move_head: bool | None,
         token_counts: dict[str, tuple[int, int]] | None,
+        *,
+        spawn_ok: bool = False,
     ) -> AppendOutcome:
         node_id = inp.id if inp.id is not None else uuid.uuid4().hex
         if not _ID_RE.match(node_id):
@@ -372,7 +419,7 @@ class Store:
             )
         predecessor = row.root_id if inp.predecessor == ROOT_SENTINEL else inp.predecessor
         caller = row.root_id if inp.caller == ROOT_SENTINEL else inp.caller
-        self._validate_edges(row, g, node_id, inp, predecessor, caller)
+        self._validate_edges(row, g, node_id, inp, predecessor, caller, spawn_ok=spawn_ok)
 
         output, spilled = self._spill(inp.output)
         metadata = dict(inp.metadata)
@@ -431,9 +478,11 @@ class Store:
         inp: NodeInput,
         predecessor: str | None,
         caller: str | None,
+        *,
+        spawn_ok: bool = False,
     ) -> None:
         sid = row.id
-        if inp.metadata.get("spawn_branch_root"):
+        if inp.metadata.get("spawn_branch_root") and not (spawn_ok and predecessor is None and caller is not None):
             raise DagctxError(
                 "InvalidEdge",
                 "spawn-branch roots are created only by session/spawn, never by node/append",
