@@ -31,3 +31,11 @@ async def daemon(db_path: Path):
         yield client
     finally:
         await client.close()
+
+
+@pytest.fixture
+def corpus() -> Path:
+    path = corpus_dir()
+    if path is None:
+        pytest.skip("the shared corpus is not present (set DAGCTX_CORPUS)")
+    return path

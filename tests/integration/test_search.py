@@ -1,0 +1,193 @@
+"""search/query through the daemon: English, code identifiers, CJK, scope, roles, ranking."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from dagctx.client import DagctxClient, RpcError
+from dagctx.protocol import messages as m
+
+LONG_FILLER = " ".join(
+    f"{w}" for w in ("the quick brown fox jumps over the lazy dog while the build runs slowly " * 25).split()
+)
+
+
+@dataclass
+class Corpus:
+    s1: str
+    s2: str
+    ids: dict[str, str]
+
+
+@pytest.fixture
+async def idx(daemon: DagctxClient) -> Corpus:
+    c = daemon
+    ids: dict[str, str] = {}
+
+    async def turn(sid: str, pred: str, key: str, user: str, reply: str) -> str:
+        u = await c.append(sid, "user", input=user, predecessor=pred)
+        a = await c.append(sid, "llm", output=reply, predecessor=u.node.id)
+        ids[key + ".user"], ids[key + ".llm"] = u.node.id, a.node.id
+        return a.node.id
+
+    s1 = await c.session_create("project one")
+    h = await turn(s1.session_id, s1.head, "config",
+                   "How do I load the configuration file?",
+                   "Call parse_config on src/app.py; it reads settings.toml at startup.")
+    tool = await c.append(s1.session_id, "code", name="grep", input={"pattern": "parse_config"},
+                          output="src/app.py:12: def parse_config(path):", caller=h,
+                          metadata={"toolCallId": "call_grep"})
+    ids["config.tool"] = tool.node.id
+    h = await turn(s1.session_id, h, "cjk", "我们需要写一个数据库迁移脚本", "好的，下面是迁移脚本的第一版。")
+    h = await turn(s1.session_id, h, "zebra",
+                   "zebra zebra zebra: the zebra tests are flaky",
+                   "Which zebra test fails?")
+    h = await turn(s1.session_id, h, "long", "Here is the full build log. " + LONG_FILLER + " one zebra appears. "
+                   + LONG_FILLER, "I read the log.")
+    s2 = await c.session_create("project two")
+    await turn(s2.session_id, s2.head, "other",
+               "The migration failed with a configuration error",
+               "Check the configuration of the database user; 数据库 permissions matter.")
+    return Corpus(s1.session_id, s2.session_id, ids)
+
+
+def hit_ids(res: m.SearchResult) -> list[str]:
+    return [h.node_id for h in res.hits]
+
+
+async def test_english_words_and_scope(daemon: DagctxClient, idx: Corpus) -> None:
+    c, ids = daemon, idx.ids
+    everywhere = await c.search("configuration")
+    assert set(hit_ids(everywhere)) == {ids["config.user"], ids["other.user"], ids["other.llm"]}
+    assert {h.session_id for h in everywhere.hits} == {idx.s1, idx.s2}
+    scoped = await c.search("configuration", session_id=idx.s1)
+    assert hit_ids(scoped) == [ids["config.user"]]
+    assert all(h.session_id == idx.s1 for h in scoped.hits)
+    other = await c.search("configuration", session_id=idx.s2)
+    assert set(hit_ids(other)) == {ids["other.user"], ids["other.llm"]}
+    # Case-insensitive, and every hit says where it is.
+    upper = await c.search("CONFIGURATION")
+    assert set(hit_ids(upper)) == set(hit_ids(everywhere))
+    for h in everywhere.hits:
+        assert h.score > 0 and h.seq > 0 and h.role in ("user", "llm")
+        assert "[configuration]" in h.snippet.lower()
+    # Boolean operators keep their meaning.
+    both = await c.search("configuration AND migration")
+    assert hit_ids(both) == [ids["other.user"]]
+    either = await c.search("settings OR permissions")
+    assert set(hit_ids(either)) == {ids["config.llm"], ids["other.llm"]}
+    assert await c.search("nonexistentword") == m.SearchResult(hits=[])
+
+
+async def test_code_identifiers(daemon: DagctxClient, idx: Corpus) -> None:
+    c, ids = daemon, idx.ids
+    res = await c.search("parse_config")
+    assert set(hit_ids(res)) == {ids["config.llm"], ids["config.tool"]}
+    for h in res.hits:
+        assert "[parse_config]" in h.snippet
+    tool_hit = next(h for h in res.hits if h.node_id == ids["config.tool"])
+    assert tool_hit.role == "code" and tool_hit.name == "grep"
+    path = await c.search("src/app.py")
+    assert set(hit_ids(path)) == {ids["config.llm"], ids["config.tool"]}
+    assert all("[src/app.py]" in h.snippet for h in path.hits)
+    dotted = await c.search("settings.toml")
+    assert hit_ids(dotted) == [ids["config.llm"]]
+    prefix = await c.search("parse_conf*")
+    assert set(hit_ids(prefix)) == set(hit_ids(res))
+
+
+async def test_cjk(daemon: DagctxClient, idx: Corpus) -> None:
+    c, ids = daemon, idx.ids
+    # A two-character word inside a longer unspaced sentence.
+    res = await c.search("迁移")
+    assert set(hit_ids(res)) == {ids["cjk.user"], ids["cjk.llm"]}
+    assert all("[迁移]" in h.snippet for h in res.hits)
+    # One character.
+    one = await c.search("库")
+    assert set(hit_ids(one)) == {ids["cjk.user"], ids["other.llm"]}
+    # A four-character phrase: a phrase, not a bag of characters.
+    four = await c.search("迁移脚本")
+    assert set(hit_ids(four)) == {ids["cjk.user"], ids["cjk.llm"]}
+    assert await c.search("脚本迁移") == m.SearchResult(hits=[])
+    assert hit_ids(await c.search("数据库迁移")) == [ids["cjk.user"]]
+    # CJK inside mixed text and across sessions / scoped.
+    assert set(hit_ids(await c.search("数据库"))) == {ids["cjk.user"], ids["other.llm"]}
+    assert hit_ids(await c.search("数据库", session_id=idx.s2)) == [ids["other.llm"]]
+    # CJK words mixed with other terms (space-separated or glued) are one AND query.
+    assert hit_ids(await c.search("数据库 permissions")) == [ids["other.llm"]]
+    assert hit_ids(await c.search("permissions 数据库")) == [ids["other.llm"]]
+    assert hit_ids(await c.search("数据库 迁移")) == [ids["cjk.user"]]
+    assert set(hit_ids(await c.search("数据库 OR 脚本"))) == {ids["cjk.user"], ids["cjk.llm"], ids["other.llm"]}
+    assert hit_ids(await c.search("迁移 NOT 数据库")) == [ids["cjk.llm"]]
+
+
+async def test_role_filter(daemon: DagctxClient, idx: Corpus) -> None:
+    c, ids = daemon, idx.ids
+    users = await c.search("configuration", roles=["user"])
+    assert set(hit_ids(users)) == {ids["config.user"], ids["other.user"]}
+    llms = await c.search("configuration", roles=["llm"])
+    assert hit_ids(llms) == [ids["other.llm"]]
+    code = await c.search("parse_config", roles=["code"])
+    assert hit_ids(code) == [ids["config.tool"]]
+    mixed = await c.search("parse_config", roles=["code", "user"])
+    assert hit_ids(mixed) == [ids["config.tool"]]
+    assert hit_ids(await c.search("configuration", roles=["llm"], session_id=idx.s1)) == []
+
+
+async def test_bm25_order_and_limit(daemon: DagctxClient, idx: Corpus) -> None:
+    c, ids = daemon, idx.ids
+    res = await c.search("zebra", session_id=idx.s1)
+    order = hit_ids(res)
+    assert set(order) == {ids["zebra.user"], ids["zebra.llm"], ids["long.user"]}
+    assert order[0] == ids["zebra.user"], "four mentions in a short text rank first"
+    assert order[-1] == ids["long.user"], "one mention in a long text ranks last"
+    scores = [h.score for h in res.hits]
+    assert scores == sorted(scores, reverse=True)
+    long_hit = res.hits[-1]
+    assert "[zebra]" in long_hit.snippet and long_hit.snippet.startswith("…")
+    assert len(long_hit.snippet) < 300
+    top = await c.search("zebra", limit=1)
+    assert hit_ids(top) == [ids["zebra.user"]]
+
+
+async def test_invalid_queries(daemon: DagctxClient, idx: Corpus) -> None:
+    c = daemon
+    for q in ("foo AND (", "AND", "zebra NOT"):
+        with pytest.raises(RpcError) as info:
+            await c.search(q)
+        assert info.value.code == -32602 and info.value.kind == "InvalidQuery"
+        assert info.value.data["path"] == "query"
+        assert "Traceback" not in info.value.message
+    with pytest.raises(RpcError) as info:
+        await c.search("")
+    assert info.value.kind == "InvalidQuery"
+    with pytest.raises(RpcError) as info:
+        await c.search("zebra", limit=0)
+    assert info.value.code == -32602
+    with pytest.raises(RpcError) as info:
+        await c.search("zebra", session_id="no-such-session")
+    assert info.value.kind == "SessionNotFound"
+    # Still serving.
+    assert (await c.search("zebra", limit=1)).hits
+
+
+async def test_index_follows_updates_spills_and_deletes(daemon: DagctxClient, idx: Corpus) -> None:
+    c, ids = daemon, idx.ids
+    sid = idx.s1
+    run = await c.append(sid, "code", name="pytest", status="running", caller=ids["zebra.llm"])
+    assert hit_ids(await c.search("xylophone")) == []
+    await c.update(sid, run.node.id, "completed", output="1 failed: test_xylophone_tuning")
+    assert hit_ids(await c.search("test_xylophone_tuning")) == [run.node.id]
+    # A word only in the omitted middle of a spilled output is still found.
+    lines = [f"line {i} " + "ok " * 30 for i in range(600)]
+    lines[300] = "line 300 marimba_overflow_detected"
+    big = await c.append(sid, "code", name="cat", output="\n".join(lines), caller=ids["zebra.llm"])
+    assert "spill" in big.node.metadata and "marimba" not in big.node.output
+    found = await c.search("marimba_overflow_detected")
+    assert hit_ids(found) == [big.node.id] and "[marimba_overflow_detected]" in found.hits[0].snippet
+    # Deleting a session removes its nodes from every search.
+    await c.session_delete(idx.s2)
+    assert {h.session_id for h in (await c.search("configuration")).hits} == {idx.s1}
+    assert hit_ids(await c.search("permissions")) == []

@@ -1,0 +1,192 @@
+"""FrameParser: LSP base-protocol framing that survives whatever arrives on stdin.
+
+Each case is fed twice where it matters: as one chunk and byte by byte, because a
+pipe may deliver any split and the parser must give the same events either way.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from dagctx.server.framing import MAX_HEADER_BYTES, Body, FrameError, FrameParser
+
+
+def frame(body: bytes, header: bytes = b"Content-Length") -> bytes:
+    return header + b": %d\r\n\r\n" % len(body) + body
+
+
+def feed_whole(data: bytes, **kw) -> list[Body | FrameError]:
+    return FrameParser(**kw).feed(data)
+
+
+def feed_bytewise(data: bytes, **kw) -> list[Body | FrameError]:
+    p = FrameParser(**kw)
+    out: list[Body | FrameError] = []
+    for i in range(len(data)):
+        out.extend(p.feed(data[i : i + 1]))
+    return out
+
+
+def feed_chunks(data: bytes, cuts: list[int], **kw) -> list[Body | FrameError]:
+    p = FrameParser(**kw)
+    out: list[Body | FrameError] = []
+    prev = 0
+    for c in sorted(cuts) + [len(data)]:
+        out.extend(p.feed(data[prev:c]))
+        prev = c
+    return out
+
+
+def shape(events: list[Body | FrameError]) -> list[tuple[str, bytes | str]]:
+    """Events as comparable tuples: bodies by content, errors by kind."""
+    return [("body", e.data) if isinstance(e, Body) else ("error", e.kind) for e in events]
+
+
+BOTH = pytest.mark.parametrize("feed", [feed_whole, feed_bytewise], ids=["whole", "bytewise"])
+
+REQ = b'{"jsonrpc":"2.0","id":1,"method":"session/list"}'
+REQ2 = b'{"jsonrpc":"2.0","id":2,"method":"session/get","params":{"sessionId":"s"}}'
+
+
+@BOTH
+def test_one_frame(feed) -> None:
+    assert shape(feed(frame(REQ))) == [("body", REQ)]
+
+
+@BOTH
+def test_two_frames_back_to_back(feed) -> None:
+    assert shape(feed(frame(REQ) + frame(REQ2))) == [("body", REQ), ("body", REQ2)]
+
+
+def test_incomplete_frame_waits_for_the_rest() -> None:
+    p = FrameParser()
+    data = frame(REQ)
+    assert p.feed(data[:10]) == []
+    assert p.feed(data[10:-1]) == []
+    assert shape(p.feed(data[-1:])) == [("body", REQ)]
+    assert p.feed(b"") == []
+
+
+def test_random_splits_give_the_same_bodies() -> None:
+    bodies = [REQ, REQ2, b"{}", "{\"text\":\"数据库迁移\"}".encode(), b'{"x":"Content-Length: 99\\r\\n\\r\\n"}']
+    stream = b"".join(frame(b) for b in bodies)
+    rng = random.Random(1234)
+    for _ in range(200):
+        cuts = rng.sample(range(1, len(stream)), rng.randint(1, 12))
+        assert shape(feed_chunks(stream, cuts)) == [("body", b) for b in bodies]
+
+
+@BOTH
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"content-length: %d\r\n\r\n",
+        b"CONTENT-LENGTH: %d\r\n\r\n",
+        b"Content-Length:%d\r\n\r\n",
+        b"Content-Length:   %d  \r\n\r\n",
+        b"Content-Length: %d\r\nContent-Type: application/vscode-jsonrpc; charset=utf-8\r\n\r\n",
+        b"Content-Type: application/vscode-jsonrpc; charset=utf-8\r\nContent-Length: %d\r\n\r\n",
+    ],
+    ids=["lower", "upper", "no-space", "spaces", "type-after", "type-before"],
+)
+def test_header_variants(feed, header: bytes) -> None:
+    data = header % len(REQ) + REQ + frame(REQ2)
+    assert shape(feed(data)) == [("body", REQ), ("body", REQ2)]
+
+
+@BOTH
+def test_body_containing_a_header_is_taken_by_length(feed) -> None:
+    body = b'{"text":"Content-Length: 3\\r\\n\\r\\nabc"}'
+    assert shape(feed(frame(body) + frame(REQ))) == [("body", body), ("body", REQ)]
+
+
+@BOTH
+def test_zero_length_frame(feed) -> None:
+    assert shape(feed(b"Content-Length: 0\r\n\r\n" + frame(REQ))) == [("body", b""), ("body", REQ)]
+
+
+@BOTH
+@pytest.mark.parametrize(
+    "garbage",
+    [b"hello garbage", b"\x00\xff\xfe binary", b"garbage with a blank line\r\n\r\n", b"{}\n", b"Cxx"],
+    ids=["text", "binary", "blank-line", "json-without-header", "C-prefix"],
+)
+def test_resync_after_garbage(feed, garbage: bytes) -> None:
+    events = shape(feed(garbage + frame(REQ) + frame(REQ2)))
+    assert events == [("error", "ParseError"), ("body", REQ), ("body", REQ2)]
+
+
+@BOTH
+def test_garbage_glued_to_the_header(feed) -> None:
+    events = shape(feed(b"xx" + frame(REQ)))
+    assert events == [("error", "ParseError"), ("body", REQ)]
+
+
+@BOTH
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"Content-Length: abc\r\n\r\n",
+        b"Content-Length: -5\r\n\r\n",
+        b"Content-Length: \r\n\r\n",
+        b"Content-Type: text/plain\r\n\r\n",
+    ],
+    ids=["letters", "negative", "empty", "no-length"],
+)
+def test_malformed_header_is_an_error_then_the_next_frame_parses(feed, bad: bytes) -> None:
+    assert shape(feed(bad + frame(REQ))) == [("error", "ParseError"), ("body", REQ)]
+
+
+@BOTH
+def test_oversized_frame_is_skipped(feed) -> None:
+    big = b'{"jsonrpc":"2.0","id":9,"method":"x","params":{"pad":"' + b"a" * 500 + b'"}}'
+    events = feed(frame(REQ) + frame(big) + frame(REQ2), max_frame_bytes=200)
+    assert shape(events) == [("body", REQ), ("error", "FrameTooLarge"), ("body", REQ2)]
+    err = events[1]
+    assert isinstance(err, FrameError)
+    assert f"{len(big):,}" in err.message and "200" in err.message
+
+
+def test_oversized_frame_skip_spans_many_feeds() -> None:
+    p = FrameParser(max_frame_bytes=100)
+    big = b"z" * 10_000
+    assert shape(p.feed(b"Content-Length: 10000\r\n\r\n" + big[:10])) == [("error", "FrameTooLarge")]
+    for i in range(10, 10_000, 997):
+        assert p.feed(big[i : i + 997]) == []
+    assert shape(p.feed(frame(REQ))) == [("body", REQ)]
+
+
+def test_frame_exactly_at_the_limit_is_accepted() -> None:
+    assert shape(feed_whole(frame(REQ), max_frame_bytes=len(REQ))) == [("body", REQ)]
+    assert shape(feed_whole(frame(REQ), max_frame_bytes=len(REQ) - 1)) == [("error", "FrameTooLarge")]
+
+
+def test_endless_header_is_dropped() -> None:
+    p = FrameParser()
+    events = p.feed(b"Content-Length: 5\r\nX-Pad: " + b"p" * (MAX_HEADER_BYTES + 10))
+    assert shape(events) == [("error", "ParseError")]
+    assert shape(p.feed(frame(REQ))) == [("body", REQ)]
+
+
+def test_endless_garbage_is_dropped() -> None:
+    p = FrameParser()
+    out = []
+    for _ in range(5):
+        out += p.feed(b"q" * (MAX_HEADER_BYTES // 2))
+    assert out and all(isinstance(e, FrameError) and e.kind == "ParseError" for e in out)
+    # The garbage left since the last drop is reported once, then the frame parses.
+    assert shape(p.feed(frame(REQ))) == [("error", "ParseError"), ("body", REQ)]
+    assert len(p._buf) == 0
+
+
+def test_events_keep_their_order_in_one_feed() -> None:
+    data = frame(REQ) + b"junk" + frame(REQ2) + b"Content-Length: x\r\n\r\n" + frame(REQ)
+    assert shape(feed_whole(data)) == [
+        ("body", REQ),
+        ("error", "ParseError"),
+        ("body", REQ2),
+        ("error", "ParseError"),
+        ("body", REQ),
+    ]

@@ -1,0 +1,423 @@
+"""The ledger in-process: invariants, spill, and revision-based refresh across Store objects."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from dagctx.ledger import Store
+from dagctx.protocol.errors import DagctxError
+from dagctx.protocol.nodes import Call, NodeInput
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    s = Store(tmp_path / "ledger.db")
+    yield s
+    s.close()
+
+
+def U(pred: str | None, text: str = "hi", **kw) -> NodeInput:
+    return NodeInput(role="user", input=text, predecessor=pred, **kw)
+
+
+def L(pred: str | None, text: str = "ok", **kw) -> NodeInput:
+    return NodeInput(role="llm", output=text, predecessor=pred, **kw)
+
+
+def raises(kind: str, fn, *args, **kw) -> DagctxError:
+    with pytest.raises(DagctxError) as info:
+        fn(*args, **kw)
+    assert info.value.kind == kind, info.value.message
+    return info.value
+
+
+def rows(path: str | Path, sid: str) -> tuple[int, int, str, int]:
+    db = sqlite3.connect(path)
+    try:
+        n = db.execute("SELECT count(*) FROM nodes WHERE session_id=?", (sid,)).fetchone()[0]
+        node_count, head, rev = db.execute(
+            "SELECT node_count, head, rev FROM sessions WHERE id=?", (sid,)
+        ).fetchone()
+        return n, node_count, head, rev
+    finally:
+        db.close()
+
+
+def turn(store: Store, sid: str, pred: str, i: int) -> tuple[Call, Call]:
+    u = store.append(sid, U(pred, f"question {i}")).node
+    a = store.append(sid, L(u.id, f"answer {i}")).node
+    return u, a
+
+
+# ---------------------------------------------------------------- sessions and appends
+
+
+def test_new_session_has_a_root_that_is_head(store: Store) -> None:
+    info = store.create_session("first")
+    assert info.head == info.root_id and info.node_count == 1 and info.title == "first"
+    assert store.history(info.session_id) == ([], info.root_id)
+    branches, head = store.branches(info.session_id)
+    assert head == info.root_id
+    assert [(b.head, b.length, b.main, b.current) for b in branches] == [(info.root_id, 0, True, True)]
+    root = store.get_nodes(info.session_id, ["ROOT"])[0]
+    assert root.id == info.root_id and root.seq == 0
+
+
+def test_seq_is_per_session_and_contiguous(store: Store) -> None:
+    a = store.create_session("a")
+    b = store.create_session("b")
+    ua, _ = turn(store, a.session_id, a.root_id, 1)
+    ub, _ = turn(store, b.session_id, b.root_id, 1)
+    turn(store, a.session_id, store.head(a.session_id), 2)
+    assert ua.seq == 1 and ub.seq == 1
+    db = sqlite3.connect(store.path)
+    seqs = [r[0] for r in db.execute("SELECT seq FROM nodes WHERE session_id=? ORDER BY seq", (a.session_id,))]
+    db.close()
+    assert seqs == [0, 1, 2, 3, 4]
+
+
+def test_head_moves_only_when_the_append_extends_it(store: Store) -> None:
+    s = store.create_session()
+    sid = s.session_id
+    u1, a1 = turn(store, sid, s.root_id, 1)
+    assert store.head(sid) == a1.id
+    # A fork (same predecessor as a1) without moveHead leaves HEAD where it is.
+    fork = store.append(sid, L(u1.id, "alternative"))
+    assert not fork.moved and fork.head == a1.id == store.head(sid)
+    # moveHead=False on an extending append also leaves HEAD.
+    held = store.append(sid, U(a1.id, "held"), move_head=False)
+    assert not held.moved and store.head(sid) == a1.id
+    # moveHead=True on a fork is a retry: HEAD moves to it.
+    retry = store.append(sid, L(u1.id, "retry"), move_head=True)
+    assert retry.moved and store.head(sid) == retry.node.id
+    hist, _ = store.history(sid)
+    assert [n.id for n in hist] == [u1.id, retry.node.id]
+
+
+def test_tool_call_is_a_nested_code_node(store: Store) -> None:
+    s = store.create_session()
+    sid = s.session_id
+    u, a = turn(store, sid, s.root_id, 1)
+    tool = store.append(
+        sid,
+        NodeInput(role="code", name="read_file", input={"path": "a.py"}, output="x = 1", caller=a.id,
+                  metadata={"toolCallId": "call_1"}),
+    )
+    assert not tool.moved and store.head(sid) == a.id
+    assert tool.node.metadata["toolCallId"] == "call_1" and tool.node.predecessor is None
+    assert [n.id for n in store.history(sid)[0]] == [u.id, a.id]
+    assert [n.id for n in store.graph(sid).subtree(a.id)] == [tool.node.id]
+    # A nested call is never a predecessor, never a HEAD, and has no predecessor itself.
+    raises("InvalidEdge", store.append, sid, U(tool.node.id))
+    raises("InvalidEdge", store.checkout, sid, tool.node.id)
+    raises("InvalidEdge", store.append, sid, NodeInput(role="code", name="x", caller=a.id, predecessor=a.id))
+    raises("InvalidEdge", store.append, sid, NodeInput(role="code", name="x", caller=a.id), move_head=True)
+
+
+def test_rejected_appends_write_nothing(store: Store) -> None:
+    s = store.create_session()
+    sid = s.session_id
+    u, a = turn(store, sid, s.root_id, 1)
+    before = rows(store.path, sid)
+    raises("DuplicateNode", store.append, sid, U(a.id, id=u.id))
+    raises("DuplicateNode", store.append, sid, U(a.id, id="ROOT"))
+    raises("PredecessorMissing", store.append, sid, U(None))
+    raises("PredecessorMissing", store.append, sid, L(None))
+    raises("NodeNotFound", store.append, sid, U("nope"))
+    raises("NodeNotFound", store.append, sid, NodeInput(role="code", caller="nope"))
+    raises("NodeNotFound", store.append, sid, L(a.id, reads=["nope"]))
+    raises("InvalidParams", store.append, sid, U(a.id, id="bad\nid"))
+    raises("InvalidEdge", store.append, sid, U(a.id, metadata={"spawn_branch_root": True}))
+    raises("InvalidEdge", store.append, sid, NodeInput(role="llm", name="context/summary", predecessor=a.id))
+    # moveHead on a nested call fails after the row was inserted: the rollback must undo it.
+    raises("InvalidEdge", store.append, sid, NodeInput(role="code", id="nested", caller=a.id), move_head=True)
+    raises("SessionNotFound", store.append, "no-such-session", U("ROOT"))
+    assert rows(store.path, sid) == before
+    assert "nested" not in store.graph(sid).nodes
+    # The cache is still right: the next append gets the next seq and extends HEAD.
+    nxt = store.append(sid, U(a.id, "next"))
+    assert nxt.node.seq == 3 and nxt.moved
+
+
+def test_documented_exceptions_to_predecessor_missing(store: Store) -> None:
+    s = store.create_session()
+    sid = s.session_id
+    first = store.append(sid, U("ROOT"))  # the ROOT sentinel
+    assert first.node.predecessor == s.root_id and first.moved
+    a = store.append(sid, L(first.node.id)).node
+    ask = store.append(sid, NodeInput(role="code", name="ask_user", caller=a.id)).node
+    answer = store.append(sid, NodeInput(role="user", input="yes", caller=ask.id))  # an ask-user answer
+    assert answer.node.predecessor is None and not answer.moved
+    spawn = store.spawn(sid, a.id)
+    assert spawn.node.predecessor is None and spawn.node.metadata["spawn_branch_root"]
+
+
+def test_duplicate_ids_are_per_session(store: Store) -> None:
+    a = store.create_session()
+    b = store.create_session()
+    store.append(a.session_id, U("ROOT", id="same"))
+    store.append(b.session_id, U("ROOT", id="same"))
+    raises("DuplicateNode", store.append, a.session_id, L("same", id="same"))
+
+
+def test_update_is_the_one_mutation(store: Store) -> None:
+    s = store.create_session()
+    sid = s.session_id
+    u = store.append(sid, U("ROOT")).node
+    a = store.append(sid, L(u.id, "", status="running")).node
+    done = store.update(sid, a.id, status="completed", output="final", metadata={"model": "m"})
+    assert done.node.status == "completed" and done.node.output == "final"
+    assert done.node.seq == a.seq and done.node.predecessor == u.id and done.node.metadata == {"model": "m"}
+    assert not done.moved and store.head(sid) == a.id
+    before = rows(store.path, sid)
+    raises("NotRunning", store.update, sid, a.id, status="error", output="again")
+    raises("NotRunning", store.update, sid, u.id, status="completed")
+    raises("NodeNotFound", store.update, sid, "nope", status="completed")
+    t = store.append(sid, NodeInput(role="code", name="t", caller=a.id, status="running")).node
+    raises("InvalidParams", store.update, sid, t.id, status="running")
+    assert rows(store.path, sid)[:3] == (before[0] + 1, before[1] + 1, before[2])
+    assert store.get_nodes(sid, [a.id])[0].output == "final"
+
+
+def test_checkout_and_rewind(store: Store) -> None:
+    s = store.create_session()
+    sid = s.session_id
+    u1, a1 = turn(store, sid, s.root_id, 1)
+    u2, a2 = turn(store, sid, a1.id, 2)
+    alt = store.append(sid, L(u2.id, "alt"), move_head=True).node
+    assert store.checkout(sid, a2.id) == (a2.id, alt.id)
+    assert store.rewind(sid, steps=3) == (u1.id, a2.id)
+    raises("InvalidEdge", store.rewind, sid, node_id=a2.id)  # ahead of HEAD: not on its branch
+    assert store.checkout(sid, alt.id) == (alt.id, u1.id)
+    raises("InvalidEdge", store.rewind, sid, node_id=a2.id)  # on the other branch
+    raises("InvalidParams", store.rewind, sid, steps=0)
+    raises("InvalidParams", store.rewind, sid, steps=5)
+    raises("InvalidParams", store.rewind, sid)
+    raises("InvalidParams", store.rewind, sid, node_id=u1.id, steps=1)
+    raises("NodeNotFound", store.rewind, sid, node_id="nope")
+    assert store.rewind(sid, steps=4) == (s.root_id, alt.id)
+    assert store.rewind(sid, node_id="ROOT") == (s.root_id, s.root_id)
+    assert store.checkout(sid, "ROOT")[0] == s.root_id
+
+
+def test_branches_main_lane_and_lengths(store: Store) -> None:
+    s = store.create_session()
+    sid = s.session_id
+    u1, a1 = turn(store, sid, s.root_id, 1)
+    u2, a2 = turn(store, sid, a1.id, 2)
+    alt = store.append(sid, L(u1.id, "alt"), move_head=True).node
+    sp = store.spawn(sid, a2.id, name="research").node
+    su = store.append(sid, U(sp.id, "sub task")).node
+    assert store.head(sid) == alt.id
+    branches, head = store.branches(sid)
+    by_head = {b.head: b for b in branches}
+    assert head == alt.id and set(by_head) == {a2.id, alt.id, su.id}
+    assert by_head[a2.id].main and by_head[a2.id].length == 4 and not by_head[a2.id].current
+    assert by_head[alt.id].current and by_head[alt.id].length == 2 and not by_head[alt.id].main
+    spawn = by_head[su.id]
+    assert spawn.spawn and spawn.root == sp.id and spawn.length == 2 and spawn.name == "research"
+    assert [n.id for n in store.history(sid, su.id)[0]] == [sp.id, su.id]
+
+
+# ---------------------------------------------------------------- bad data surfaces
+
+
+def _corrupt(path: str, sid: str, node_id: str, predecessor: str | None) -> None:
+    """Rewrite one node's predecessor underneath the store, as a broken writer would."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")
+    body = db.execute("SELECT body FROM nodes WHERE session_id=? AND id=?", (sid, node_id)).fetchone()[0]
+    call = msgspec.msgpack.decode(body, type=Call)
+    call = msgspec.structs.replace(call, predecessor=predecessor)
+    rev = db.execute("SELECT rev FROM sessions WHERE id=?", (sid,)).fetchone()[0] + 1
+    db.execute(
+        "UPDATE nodes SET predecessor=?, body=?, rev=? WHERE session_id=? AND id=?",
+        (predecessor, msgspec.msgpack.encode(call), rev, sid, node_id),
+    )
+    db.execute("UPDATE sessions SET rev=? WHERE id=?", (rev, sid))
+    db.execute("COMMIT")
+    db.close()
+
+
+@pytest.mark.parametrize("bad", [None, "ghost"], ids=["null", "dangling"])
+def test_broken_chain_raises_with_the_node_id(store: Store, bad: str | None) -> None:
+    s = store.create_session()
+    sid = s.session_id
+    u1, a1 = turn(store, sid, s.root_id, 1)
+    u2, a2 = turn(store, sid, a1.id, 2)
+    assert len(store.history(sid)[0]) == 4  # cached before the corruption
+    _corrupt(store.path, sid, u2.id, bad)
+    err = raises("BrokenPredecessorChain", store.history, sid)
+    # A dangling predecessor stops the walk at u2 itself; a null one makes u2 a
+    # non-conversation node, so the walk stops at its child a2 naming u2 as the cause.
+    assert err.node_id == (u2.id if bad else a2.id) and u2.id in err.message
+    raises("BrokenPredecessorChain", store.branches, sid)
+    raises("BrokenPredecessorChain", store.checkout, sid, a2.id)
+    # The intact part of the branch still walks.
+    assert [n.id for n in store.history(sid, a1.id)[0]] == [u1.id, a1.id]
+    # A fresh Store over the same file sees the same thing (nothing papered over on load).
+    other = Store(store.path)
+    try:
+        assert raises("BrokenPredecessorChain", other.history, sid).node_id == err.node_id
+    finally:
+        other.close()
+
+
+def test_predecessor_loop_is_broken(store: Store) -> None:
+    s = store.create_session()
+    sid = s.session_id
+    u1, a1 = turn(store, sid, s.root_id, 1)
+    _corrupt(store.path, sid, u1.id, a1.id)
+    assert raises("BrokenPredecessorChain", store.history, sid).kind == "BrokenPredecessorChain"
+
+
+# ---------------------------------------------------------------- spill
+
+
+def big_output(lines: int = 400, width: int = 120) -> str:
+    return "\n".join(f"{i:05d} " + "x" * (width - 6) for i in range(lines))
+
+
+def test_large_output_spills_once_and_reads_back_whole(store: Store) -> None:
+    s = store.create_session()
+    sid = s.session_id
+    u = store.append(sid, U("ROOT")).node
+    a = store.append(sid, L(u.id)).node
+    text = big_output()
+    text = text[:20_000] + " needle_in_the_middle " + text[20_000:]
+    assert len(text) > 32_000 and text.count("\n") + 1 > 100
+    node = store.append(sid, NodeInput(role="code", name="cat", caller=a.id, output=text)).node
+    sp = node.metadata["spill"]
+    pol = store.spill
+    assert sp["chars"] == len(text) and sp["lines"] == text.count("\n") + 1
+    assert node.output.startswith(text[: pol.head_chars]) and node.output.endswith(text[-pol.tail_chars :])
+    assert "omitted" in node.output and len(node.output) < len(text)
+    assert sp["headChars"] + sp["omitted"] + sp["tailChars"] == len(text)
+    # Stored the same way it was answered: reading has no side effects.
+    again = store.get_nodes(sid, [node.id])[0]
+    assert again == node
+    assert store.full_output(sid, node) == text
+    whole = store.get_nodes(sid, [node.id], ranged=True)[0]
+    assert whole.output == text
+    part = store.get_nodes(sid, [node.id], offset=sp["headChars"], length=sp["omitted"], ranged=True)[0]
+    assert part.output == text[sp["headChars"] : sp["headChars"] + sp["omitted"]]
+    assert store.get_nodes(sid, [node.id], offset=len(text) - 5, length=100, ranged=True)[0].output == text[-5:]
+    raises("InvalidParams", store.get_nodes, sid, [node.id], offset=-1, ranged=True)
+    # The omitted middle is still searchable.
+    hits = store.search("needle_in_the_middle", session_id=sid)
+    assert [h.node_id for h in hits] == [node.id]
+    # Deterministic: the same output spills to the same stored text.
+    again2 = store.append(sid, NodeInput(role="code", name="cat", caller=a.id, output=text)).node
+    assert again2.output == node.output and again2.metadata["spill"] == sp
+
+
+@pytest.mark.parametrize(
+    "text",
+    [big_output(lines=100, width=400), "y" * 31_700 + "\n" * 200, big_output(lines=300, width=50)],
+    ids=["exactly-100-lines", "just-under-chars", "many-short-lines"],
+)
+def test_outputs_below_either_limit_stay_inline(store: Store, text: str) -> None:
+    s = store.create_session()
+    u = store.append(s.session_id, U("ROOT"), move_head=None).node
+    n = store.append(s.session_id, L(u.id, text)).node
+    if len(text) >= 32_000 and text.count("\n") + 1 > 100:
+        pytest.fail("case is not below a limit")
+    assert n.output == text and "spill" not in n.metadata
+
+
+def test_update_spills_too(store: Store) -> None:
+    s = store.create_session()
+    sid = s.session_id
+    u = store.append(sid, U("ROOT")).node
+    a = store.append(sid, L(u.id)).node
+    t = store.append(sid, NodeInput(role="code", name="build", caller=a.id, status="running")).node
+    text = big_output()
+    done = store.update(sid, t.id, status="completed", output=text).node
+    assert "spill" in done.metadata and done.output != text
+    assert store.get_nodes(sid, [t.id], ranged=True)[0].output == text
+
+
+# ---------------------------------------------------------------- two stores, one file
+
+
+def test_second_store_sees_every_committed_write(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    a, b = Store(path), Store(path)
+    try:
+        s = a.create_session("shared")
+        sid = s.session_id
+        assert b.history(sid) == ([], s.root_id)  # b caches the empty graph now
+        u1, a1 = turn(a, sid, s.root_id, 1)
+        assert [n.id for n in b.history(sid)[0]] == [u1.id, a1.id]
+        assert b.graph(sid).rev == a.graph(sid).rev
+        # b writes on top of what a wrote; a sees it without reopening.
+        u2 = b.append(sid, U(a1.id, "from b")).node
+        assert u2.seq == 3 and a.head(sid) == u2.id
+        l2 = a.append(sid, L(u2.id, "", status="running")).node
+        # The one mutation, made by a, replaces b's cached copy.
+        assert b.get_nodes(sid, [l2.id])[0].status == "running"
+        a.update(sid, l2.id, status="completed", output="done")
+        got = b.get_nodes(sid, [l2.id])[0]
+        assert got.status == "completed" and got.output == "done"
+        raises("NotRunning", b.update, sid, l2.id, status="error")
+        # HEAD moves by a are visible to b.
+        a.checkout(sid, a1.id)
+        assert b.head(sid) == a1.id and b.branches(sid)[1] == a1.id
+        # A session created by b is listed by a.
+        other = b.create_session("from b")
+        assert other.session_id in {x.session_id for x in a.list_sessions()[0]}
+        # Deletion by a: b answers SessionNotFound instead of serving its cache.
+        a.delete_session(sid)
+        raises("SessionNotFound", b.history, sid)
+        raises("SessionNotFound", b.append, sid, U("ROOT"))
+    finally:
+        a.close()
+        b.close()
+
+
+def test_recreated_session_id_is_not_served_from_a_stale_cache(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    a, b = Store(path), Store(path)
+    try:
+        s = a.create_session("one", session_id="fixed")
+        turn(a, "fixed", s.root_id, 1)
+        old = {n.id for n in b.history("fixed")[0]}
+        a.delete_session("fixed")
+        s2 = a.create_session("two", session_id="fixed")
+        turn(a, "fixed", s2.root_id, 1)
+        turn(a, "fixed", a.head("fixed"), 2)
+        turn(a, "fixed", a.head("fixed"), 3)
+        hist = b.history("fixed")[0]
+        assert [n.id for n in hist] == [n.id for n in a.history("fixed")[0]]
+        assert not old & set(b.graph("fixed").nodes)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_append_many_is_all_or_nothing(store: Store) -> None:
+    s = store.create_session()
+    sid = s.session_id
+    before = rows(store.path, sid)
+    batch = [U("ROOT", id="m1"), L("m1", id="m2"), U("m2", id="m3"), U(None, id="m4")]
+    raises("PredecessorMissing", store.append_many, sid, batch)
+    assert rows(store.path, sid) == before and "m1" not in store.graph(sid).nodes
+    out = store.append_many(sid, batch[:3], head="m3")
+    assert [n.seq for n in out] == [1, 2, 3] and store.head(sid) == "m3"
+
+
+def test_search_in_process(store: Store) -> None:
+    s = store.create_session()
+    sid = s.session_id
+    u = store.append(sid, U("ROOT", "我们需要写一个数据库迁移脚本")).node
+    store.append(sid, L(u.id, "call parse_config in src/app.py"))
+    assert [h.node_id for h in store.search("迁移")] == [u.id]
+    assert store.search("parse_config", session_id=sid)[0].snippet.count("[parse_config]") == 1
+    raises("InvalidQuery", store.search, "foo AND (")
+    raises("InvalidQuery", store.search, "   ")
+    raises("InvalidParams", store.search, "x", limit=0)
+    raises("SessionNotFound", store.search, "x", session_id="nope")
