@@ -42,3 +42,12 @@ def test_wire_names_are_camel_case() -> None:
     assert "session_id" not in props
     call = defs["Call"]["properties"]
     assert {"id", "seq", "createdAt", "role", "caller", "predecessor", "reads", "metadata"} <= set(call)
+
+
+def test_spec_method_reference_is_current() -> None:
+    """SPEC.md's generated method reference matches the Structs (examples excluded)."""
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "gen_spec.py"
+    proc = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,228 @@
+"""Regenerate the method reference of SPEC.md from the schema and a live daemon.
+
+Field tables come from ``protocol/schema.json``'s source (the Structs); every example
+request/response pair is captured from a real daemon run on a temporary database,
+so the examples cannot drift from what the daemon does. Run:
+
+    python scripts/gen_spec.py          # rewrites the generated part of SPEC.md
+    python scripts/gen_spec.py --check  # exit 1 when SPEC.md is stale (tests use this)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from dagctx.client import DagctxClient, RpcError
+from dagctx.protocol import context as c
+from dagctx.protocol import messages as m
+from dagctx.protocol.methods import METHODS
+from dagctx.protocol.schema import build_schema
+
+REPO = Path(__file__).resolve().parents[1]
+SPEC = REPO / "SPEC.md"
+BEGIN = "<!-- BEGIN GENERATED METHOD REFERENCE -->"
+END = "<!-- END GENERATED METHOD REFERENCE -->"
+
+#: Per-method notes: errors it can answer and the invariants it keeps.
+NOTES: dict[str, tuple[str, str]] = {
+    "initialize": ("InvalidRequest (sent twice), InvalidParams (database cannot be opened)",
+                   "Opens the database; the only request served before it."),
+    "shutdown": ("—", "After it every request answers -32600 ShutdownInProgress; `exit` then exits 0."),
+    "session/create": ("—", "Creates the session's ROOT (seq 0); HEAD = ROOT."),
+    "session/list": ("InvalidParams", "Newest first (updatedAt)."),
+    "session/get": ("SessionNotFound", "Read-only."),
+    "session/rename": ("SessionNotFound, InvalidParams (empty title)", "HEAD unchanged."),
+    "session/delete": ("SessionNotFound", "Removes the session, its nodes, search rows, usage, spills."),
+    "session/history": ("SessionNotFound, NodeNotFound, BrokenPredecessorChain",
+                        "Edge walk only; oldest first; ROOT excluded; ends at the head."),
+    "session/branches": ("SessionNotFound, BrokenPredecessorChain",
+                         "Tips are conversation nodes without conversation children; `main` follows first children from ROOT."),
+    "session/checkout": ("SessionNotFound, NodeNotFound, InvalidEdge (not a conversation node), BrokenPredecessorChain",
+                         "The only effect is HEAD = nodeId."),
+    "session/rewind": ("InvalidParams (steps out of range), InvalidEdge (not on HEAD's branch)",
+                       "Moves HEAD back along its own branch only."),
+    "session/spawn": ("SessionNotFound, NodeNotFound",
+                      "The only way to create a spawn root (predecessor null, caller = callerId). HEAD does not move."),
+    "session/nameBranch": ("NodeNotFound, InvalidEdge", "A name follows its branch when the branch is extended."),
+    "session/import": ("InvalidParams (no such path), ImportFailed",
+                       "One transaction per session; idempotent by source session (created=false the second time)."),
+    "session/export": ("SessionNotFound", "Read-only."),
+    "node/append": ("SessionNotFound, NodeNotFound, DuplicateNode, PredecessorMissing, InvalidEdge, InvalidParams",
+                    "Append-only; HEAD moves only when the node extends HEAD (or moveHead=true); a refused append writes nothing."),
+    "node/update": ("NodeNotFound, NotRunning, InvalidParams",
+                    "The ledger's only mutation: a running node gets its output/status once."),
+    "node/get": ("SessionNotFound, NodeNotFound, InvalidParams",
+                 "With `range`, `output` is that slice of the whole (spilled) output."),
+    "context/render": ("SessionNotFound, NodeNotFound, BrokenPredecessorChain, InvalidParams",
+                       "Pure: never writes. Same data + same params → same bytes."),
+    "context/prepare": ("SessionNotFound, BudgetExceeded, WorkspaceEscape never (refused files become notes)",
+                        "May append one context/system_prompt node (when the prompt's hash changed); never moves HEAD."),
+    "context/compact": ("SessionNotFound, SamplingFailed (as reason)",
+                        "Writes exactly one summary node or nothing; never moves HEAD."),
+    "context/replay": ("NodeNotFound, InvalidParams (not an llm node)",
+                       "Rebuilds a past call from its reads and renderManifest."),
+    "usage/report": ("NodeNotFound, InvalidParams (not an llm node)",
+                     "Stored beside the node (usage table); the node itself is not mutated."),
+    "search/query": ("InvalidQuery (-32602), SessionNotFound", "Read-only; BM25 order."),
+}
+
+
+def _type(schema: dict[str, Any]) -> str:
+    if "$ref" in schema:
+        return schema["$ref"].rsplit("/", 1)[-1]
+    if "anyOf" in schema:
+        return " \\| ".join(_type(s) for s in schema["anyOf"])
+    if "enum" in schema:
+        return " \\| ".join(json.dumps(v) for v in schema["enum"])
+    t = schema.get("type")
+    if t == "array":
+        return f"{_type(schema.get('items', {}))}[]"
+    if t == "object" and "additionalProperties" in schema:
+        ap = schema["additionalProperties"]
+        return f"map<string, {_type(ap) if isinstance(ap, dict) else 'any'}>"
+    if t is None:
+        return "any"
+    return str(t)
+
+
+def _table(defs: dict[str, Any], name: str) -> list[str]:
+    d = defs[name]
+    props = d.get("properties", {})
+    if not props:
+        return ["(no fields)"]
+    required = set(d.get("required", []))
+    out = ["| field | type | required | default |", "|---|---|---|---|"]
+    for field, s in props.items():
+        default = json.dumps(s["default"], ensure_ascii=False) if "default" in s else ""
+        out.append(f"| `{field}` | {_type(s)} | {'yes' if field in required else ''} | {default} |")
+    return out
+
+
+async def _examples() -> dict[str, tuple[Any, Any]]:
+    """Run a scripted session and capture one request/response per method."""
+    ex: dict[str, tuple[Any, Any]] = {}
+    tmp = tempfile.mkdtemp()
+    client = await DagctxClient.spawn(Path(tmp) / "spec.db", initialize=False)
+
+    async def call(method: str, params: Any) -> Any:
+        try:
+            result = await client.request(method, params)
+            ex.setdefault(method, (msgspec.to_builtins(params), msgspec.to_builtins(result)))
+            return result
+        except RpcError as err:
+            ex.setdefault(method, (msgspec.to_builtins(params), {"error": {"code": err.code, "message": err.message, "data": err.data}}))
+            return None
+
+    init = await call("initialize", {"processId": None, "capabilities": {}, "initializationOptions": {"database": str(Path(tmp) / "spec.db")}})
+    init_short = dict(ex["initialize"][1])
+    init_short["methods"] = init_short["methods"][:4] + ["…"]
+    init_short["database"] = "/tmp/…/spec.db"
+    ex["initialize"] = (ex["initialize"][0] | {"initializationOptions": {"database": "/tmp/…/spec.db"}}, init_short)
+    client.notify("initialized", {})
+    s = await call("session/create", m.SessionCreateParams(title="spec example"))
+    sid = s.session_id
+    u = await call("node/append", m.NodeAppendParams(session_id=sid, node=m.NodeInput(
+        role="user", output="Rename parse_config in src/app.py", predecessor=s.head)))
+    prep = await call("context/prepare", c.PrepareParams(session_id=sid, model="gpt-4o", format="openai", prompt_mode="minimal"))
+    llm = (await client.request("node/append", m.NodeAppendParams(session_id=sid, render_id=prep.render_id, node=m.NodeInput(
+        role="llm", name="gpt-4o", output="Looking.", predecessor=u.head))))
+    tool = await client.request("node/append", m.NodeAppendParams(session_id=sid, node=m.NodeInput(
+        role="code", name="bash", input={"cmd": "rg parse_config"}, status="running", caller=llm.node.id,
+        metadata={"toolCallId": "call_1"})))
+    await call("node/update", m.NodeUpdateParams(session_id=sid, node_id=tool.node.id, status="completed", output="src/app.py:3: def parse_config():"))
+    await call("node/get", m.NodeGetParams(session_id=sid, ids=[u.node.id]))
+    await call("session/get", m.SessionRef(session_id=sid))
+    await call("session/list", m.SessionListParams(limit=1))
+    await call("session/rename", m.SessionRenameParams(session_id=sid, title="renamed"))
+    await call("session/history", m.SessionHistoryParams(session_id=sid))
+    await call("context/render", c.RenderParams(session_id=sid, format="anthropic", model="claude-sonnet-4-5"))
+    await call("context/replay", c.ReplayParams(session_id=sid, node_id=llm.node.id))
+    await call("usage/report", c.UsageReportParams(session_id=sid, node_id=llm.node.id, model="gpt-4o",
+                                                    usage=c.Usage(input=900, output=40, cache_read=0, cache_write=0)))
+    retry = await client.request("node/append", m.NodeAppendParams(session_id=sid, move_head=True, node=m.NodeInput(
+        role="llm", name="gpt-4o", output="Renamed it.", predecessor=u.node.id)))
+    await call("session/branches", m.SessionRef(session_id=sid))
+    await call("session/checkout", m.SessionCheckoutParams(session_id=sid, node_id=llm.node.id))
+    await call("session/rewind", m.SessionRewindParams(session_id=sid, steps=1))
+    await call("session/nameBranch", m.BranchNameParams(session_id=sid, head=retry.node.id, name="retry"))
+    await call("session/spawn", m.SessionSpawnParams(session_id=sid, caller_id=tool.node.id, source="subagent", output="Find callers of parse_config"))
+    await call("search/query", m.SearchParams(query="parse_config", limit=2))
+    await call("context/compact", c.CompactParams(session_id=sid, model="gpt-4o"))
+    await call("session/export", c.ExportParams(session_id=sid, format="openai"))
+    await call("session/delete", m.SessionRef(session_id=sid))
+    await call("shutdown", None)
+    client.notify("exit")
+    await client.wait()
+    return ex
+
+
+def _scrub(value: Any) -> Any:
+    """Replace random ids and clocks so the generated text is stable run to run."""
+    text = json.dumps(value, ensure_ascii=False, indent=1)
+    ids: dict[str, str] = {}
+
+    def sub(mo: re.Match[str]) -> str:
+        return ids.setdefault(mo.group(0), f"id{len(ids) + 1}")
+
+    text = re.sub(r"[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", sub, text)
+    text = re.sub(r'("(?:createdAt|updatedAt|durationMs)": )[0-9.]+', r"\g<1>0", text)
+    text = re.sub(r'("score": )-?[0-9.e-]+', r"\g<1>1.0", text)
+    return json.loads(text)
+
+
+def generate() -> str:
+    schema = build_schema()
+    defs = schema["$defs"]
+    examples = asyncio.run(_examples())
+    lines = [BEGIN, "", "## Method reference", "",
+             "Generated by `python scripts/gen_spec.py` from the Structs in `protocol/` and a live daemon run; "
+             "do not edit by hand.", ""]
+    for name, spec in METHODS.items():
+        entry = schema["methods"][name]
+        lines += [f"### `{name}`", "", f"{entry['description']} — *{entry['kind']}, {entry['direction']}*", ""]
+        pname = spec.params.__name__
+        lines += [f"**Params** `{pname}`", ""] + _table(defs, pname) + [""]
+        if spec.result is not None:
+            rname = spec.result.__name__
+            lines += [f"**Result** `{rname}`", ""] + _table(defs, rname) + [""]
+        elif not spec.notification:
+            lines += ["**Result** `null`", ""]
+        if name in NOTES:
+            errs, inv = NOTES[name]
+            lines += [f"**Errors:** {errs}", "", f"**Keeps:** {inv}", ""]
+        if name in examples:
+            req, res = _scrub(examples[name])
+            lines += ["Example:", "", "```json",
+                      "→ " + json.dumps({"jsonrpc": "2.0", "id": 1, "method": name, "params": req}, ensure_ascii=False),
+                      "← " + json.dumps({"jsonrpc": "2.0", "id": 1, **({"error": res["error"]} if isinstance(res, dict) and "error" in res else {"result": res})}, ensure_ascii=False),
+                      "```", ""]
+    lines.append(END)
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    spec = SPEC.read_text(encoding="utf-8")
+    head, _, rest = spec.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    new = head + generate() + tail.lstrip("\n")
+    if "--check" in sys.argv:
+        # Examples contain data that varies (ids, timings); compare structure only.
+        norm = lambda t: re.sub(r"```json.*?```", "", t, flags=re.S)  # noqa: E731
+        if norm(new) != norm(spec):
+            print("SPEC.md's method reference is stale: run python scripts/gen_spec.py", file=sys.stderr)
+            return 1
+        return 0
+    SPEC.write_text(new, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
