@@ -24,12 +24,11 @@ from dagctx.protocol import messages as m
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.methods import CLIENT_REQUESTS, PROTOCOL_VERSION, SERVER_NOTIFICATIONS
 
-from dagctx.context import budget as budget_mod
-from dagctx.context.system_prompt import PromptOptions
 from dagctx.protocol import context as c
 
 from . import imports, ledger_ops
-from .views import ContextService, apply_turn_hooks
+from .lifecycle import EngineRegistry
+from .views import ContextService
 from .config import DaemonConfig, default_database
 from .peer import NullPeer, Peer
 
@@ -49,6 +48,7 @@ class Engine:
         self.counter: TokenCounter = default_counter()
         self.models = ModelTable(counter=self.counter)
         self.views = ContextService(self)
+        self.engines = EngineRegistry()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -177,67 +177,27 @@ class Engine:
         return result
 
     def context_prepare(self, p: c.PrepareParams) -> c.PrepareResult:
-        store = self.store
-        path: list[str] = []
-        graph = store.graph(p.session_id)
-        head = p.head or store.head(p.session_id)
-        graph.get(head)
-        info = self.models.get(p.model or self.options.default_model)
-        path.append(f"model {info.name}: window {info.context_window:,}, max output {info.max_output:,}"
-                    + ("" if info.known else " (unknown model: default limits)"))
-        workspace = p.workspace or self.options.workspace
-        options = PromptOptions(
-            mode=p.prompt_mode,
-            identity=p.identity,
-            agent_prompt=p.agent_prompt,
-            prepend=p.prepend_system_context,
-            append=p.append_system_context,
-        )
-        system_text, system_node, notes = self.views.ensure_system_prompt(p.session_id, graph, options, workspace)
-        path.append(f"system prompt ({p.prompt_mode}): {len(system_text):,} chars, node {system_node}")
-        hooks = {k: v for k, v in (("prependContext", p.prepend_context), ("memoryPrefetch", p.memory_prefetch)) if v}
-        r = self.views.render(
-            p.session_id, head=head, fmt=p.format, model=p.model, system_node_id=system_node,
-            extra_manifest={"turnHooks": hooks} if hooks else None,
-        )
-        messages = apply_turn_hooks(r.messages, hooks, p.format)
-        hook_tokens = sum(self.counter.count(v, r.tokenizer) for v in hooks.values())
-        if r.view.summary_id:
-            path.append(f"summary {r.view.summary_id} replaces {len(r.view.covered)} turns")
-        tools_tokens = budget_mod.tools_schema_tokens(p.tools, self.counter, r.tokenizer)
-        source, total = self.views.calibrated(p.session_id, info.name, r.total + hook_tokens, r.record)
-        scale = total / max(1, r.total + hook_tokens)
-        system_tokens = round(r.system_tokens * scale)
-        history_tokens = max(0, total - system_tokens)
-        b = budget_mod.compute_budget(info, system_tokens, history_tokens, tools_tokens,
-                                      requested_output=p.max_output_tokens, source=source)
-        path.append(f"budget: {b.input_used:,} of {b.input_budget:,} input tokens ({b.percent_used}%), "
-                    f"reserve {b.output_reserve:,}, source {source}")
-        newest_user = 0
-        for msg, n in zip(reversed(r.messages), reversed(r.per_message)):
-            if isinstance(msg, dict) and msg.get("role") == "user":
-                newest_user = n
-                break
-        budget_mod.check_fits(b, system_tokens + tools_tokens + newest_user + hook_tokens, model=info)
-        recommend, needs = budget_mod.thresholds(b)
-        if needs:
-            path.append("≥ 80 %: compaction needed" + ("" if p.allow_compaction else " (not allowed by the client)"))
-        elif recommend:
-            path.append("≥ 70 %: compaction recommended")
-        return c.PrepareResult(
-            system=system_text,
-            messages=messages,
-            reads=list(r.view.reads),
-            budget=b,
-            manifest=r.manifest,
-            render_id=r.record.render_id,
-            decision_path=path,
-            recommend_compaction=recommend,
-            needs_compaction=needs,
-            stable_prefix=r.stable,
-            summary_id=r.view.summary_id,
-            notes=notes,
-        )
+        """Run the turn's preparation on the chosen engine; a failing plugin falls back."""
+        name = p.context_engine or self.options.context_engine or "default"
+        engine, note = self.engines.get(name, self)
+        notes = [note] if note else []
+        if engine.name != "default":
+            try:
+                result = engine.prepare(p)
+                result.engine = engine.name
+                return result
+            except DagctxError as err:
+                if err.kind in ("BudgetExceeded", "SessionNotFound", "NodeNotFound"):
+                    raise
+                notes.append(f"engine {engine.name!r} failed ({err.kind}: {err.message}); used the default engine")
+            except Exception as exc:  # a plugin never takes the daemon down
+                log.error("context engine %r failed", engine.name, exc_info=exc)
+                notes.append(f"engine {engine.name!r} failed ({type(exc).__name__}: {exc}); used the default engine")
+        default, _ = self.engines.get("default", self)
+        result = default.prepare(p)
+        result.engine = "default"
+        result.decision_path = notes + result.decision_path
+        return result
 
     # ------------------------------------------------------------ the method table
 

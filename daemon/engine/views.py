@@ -371,12 +371,19 @@ class ContextService:
         return c.ReplayResult(node_id=node.id, system=r.system, messages=messages, reads=list(r.view.reads),
                               manifest=manifest, exact=exact)
 
+    # ------------------------------------------------------------ aging
+
+    def aging_for(self, session_id: str, head: str, model: ModelInfo, *, enabled: bool = True,
+                  ager: Any = None) -> tuple[dict[str, str], dict[str, int]]:
+        """Which old tool results render shrunk for this turn (none until aging is wired)."""
+        return {}, {}
+
     # ------------------------------------------------------------ system prompt
 
     def ensure_system_prompt(self, session_id: str, graph: SessionGraph, options: PromptOptions,
-                             workspace: str | None) -> tuple[str, str | None, list[str]]:
+                             workspace: str | None, *, assembler: Any = None) -> tuple[str, str | None, list[str]]:
         """Assemble the prompt; append a ``context/system_prompt`` node when its hash changed."""
-        assembled = assemble_system_prompt(workspace, options)
+        assembled = (assembler or assemble_system_prompt)(workspace, options)
         if not assembled.text:
             return "", None, list(assembled.notes)
         newest: Call | None = None

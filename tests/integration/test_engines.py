@@ -1,0 +1,85 @@
+"""Context engines by name: built-ins, entry-point plugins, fallback on failure."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from dagctx.client import DagctxClient
+
+PLUGIN = '''
+from dagctx.context.system_prompt import AssembledPrompt
+from dagctx.engine.lifecycle import ContextEngine
+
+
+def fixed_prompt(workspace, options):
+    text = "FANCY PROMPT"
+    return AssembledPrompt(text=text, hash="fancy", sections=[], notes=[], files=[])
+
+
+class FancyEngine(ContextEngine):
+    """Replaces one component: the system-prompt assembler."""
+
+    def __init__(self, host):
+        super().__init__(host)
+        self.system_prompt_assembler = fixed_prompt
+
+
+class BrokenEngine(ContextEngine):
+    def prepare(self, p):
+        raise RuntimeError("plugin bug")
+'''
+
+
+@pytest.fixture
+async def plugin_daemon(tmp_path: Path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "fancy_engine.py").write_text(PLUGIN)
+    dist = site / "fancy_engine-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fancy-engine\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[dagctx.engines]\nfancy = fancy_engine:FancyEngine\nbroken = fancy_engine:BrokenEngine\n"
+        "missing-module = no_such_module:Engine\n"
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
+    client = await DagctxClient.spawn(tmp_path / "e.db", env=env,
+                                      initialization_options={"contextEngine": "no-reduction"})
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def _session(c: DagctxClient) -> str:
+    s = await c.session_create()
+    await c.append(s.session_id, "user", output="hello", predecessor=s.head)
+    return s.session_id
+
+
+async def test_plugin_engine_replaces_one_component(plugin_daemon) -> None:
+    sid = await _session(plugin_daemon)
+    res = await plugin_daemon.prepare(sid, context_engine="fancy")
+    assert res.engine == "fancy"
+    assert res.system == "FANCY PROMPT"
+
+
+async def test_daemon_config_chooses_the_engine_when_the_profile_does_not(plugin_daemon) -> None:
+    sid = await _session(plugin_daemon)
+    res = await plugin_daemon.prepare(sid)
+    assert res.engine == "no-reduction"
+
+
+@pytest.mark.parametrize("name", ["broken", "missing-module", "never-registered"])
+async def test_failing_engine_falls_back_to_default_and_daemon_lives(plugin_daemon, name: str) -> None:
+    sid = await _session(plugin_daemon)
+    res = await plugin_daemon.prepare(sid, context_engine=name)
+    assert res.engine == "default"
+    assert any(name in step and "default engine" in step for step in res.decision_path)
+    assert res.messages  # the turn still prepared
+    assert (await plugin_daemon.session_get(sid)).session_id == sid
