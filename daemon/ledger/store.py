@@ -419,7 +419,8 @@ class Store:
             )
         predecessor = row.root_id if inp.predecessor == ROOT_SENTINEL else inp.predecessor
         caller = row.root_id if inp.caller == ROOT_SENTINEL else inp.caller
-        self._validate_edges(row, g, node_id, inp, predecessor, caller, spawn_ok=spawn_ok)
+        # Errors name the client's id, never one made up for a node that was not written.
+        self._validate_edges(row, g, inp.id, inp, predecessor, caller, spawn_ok=spawn_ok)
 
         output, spilled = self._spill(inp.output)
         metadata = dict(inp.metadata)
@@ -474,7 +475,7 @@ class Store:
         self,
         row: _SessionRow,
         g: SessionGraph,
-        node_id: str,
+        node_id: str | None,
         inp: NodeInput,
         predecessor: str | None,
         caller: str | None,

@@ -92,6 +92,10 @@ class DagctxProtocol(JsonRPCProtocol):
         self._write(codec.Request(method=method, id=msg_id, params=params))
         try:
             raw = await asyncio.wait_for(fut, timeout)
+        except (asyncio.CancelledError, asyncio.TimeoutError):
+            # Tell the client to stop working on it (LSP cancellation, both directions).
+            self.notify("$/cancelRequest", {"id": msg_id})
+            raise
         finally:
             self._outgoing.pop(msg_id, None)
         try:
