@@ -33,6 +33,7 @@ class RenderParams(_Params):
     frame: str | None = None
     expose: Expose = "io"
     include_system: bool = True
+    aging: bool = True
 
 
 class TokenCounts(_Result):

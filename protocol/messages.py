@@ -62,6 +62,8 @@ class InitializationOptions(_Params):
     sampling_endpoint: SamplingEndpoint | None = None
     workspace: str | None = None
     config_file: str | None = None
+    #: aging policy overrides, e.g. ``{"turnUnit": "step", "keepRecentTurns": 4, "minAgeSeconds": 60}``
+    aging: dict[str, Any] | None = None
 
 
 class InitializeParams(_Params):

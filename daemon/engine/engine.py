@@ -26,13 +26,19 @@ from dagctx.protocol.methods import CLIENT_REQUESTS, PROTOCOL_VERSION, SERVER_NO
 
 from dagctx.protocol import context as c
 
-from . import imports, ledger_ops
+from . import compaction, exports, imports, ledger_ops
+from dagctx.context.aging import AgingPolicy
+
 from .lifecycle import EngineRegistry
 from .views import ContextService
 from .config import DaemonConfig, default_database
 from .peer import NullPeer, Peer
 
 log = logging.getLogger("dagctx.engine")
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + ch.lower() if ch.isupper() else ch for ch in name)
 
 #: Payloads larger than this are tokenized in a worker thread, off the event loop.
 BIG_PAYLOAD_CHARS = 200_000
@@ -49,6 +55,8 @@ class Engine:
         self.models = ModelTable(counter=self.counter)
         self.views = ContextService(self)
         self.engines = EngineRegistry()
+        self.aging_policy = AgingPolicy()
+        self.compaction_state = compaction.CompactionState()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -67,6 +75,15 @@ class Engine:
             self.models = self.models.with_overrides(
                 {name: msgspec.to_builtins(spec) for name, spec in self.options.models.items()}
             )
+        if self.options.aging:
+            try:
+                fields = {_snake(k): v for k, v in self.options.aging.items()}
+                if "exempt_tools" in fields:
+                    fields["exempt_tools"] = frozenset(fields["exempt_tools"])
+                self.aging_policy = AgingPolicy(**fields)
+            except (TypeError, ValueError) as exc:
+                raise DagctxError("InvalidParams", f"initializationOptions.aging is invalid: {exc}",
+                                  path="initializationOptions.aging") from exc
         path = self.options.database or self.config.database or default_database()
         try:
             self._store = Store(path)
@@ -161,9 +178,12 @@ class Engine:
     # ------------------------------------------------------------ context methods
 
     def context_render(self, p: c.RenderParams) -> c.RenderResult:
+        head = p.head or self.store.head(p.session_id)
+        info = self.models.get(p.model or self.options.default_model)
+        aged, stats = self.views.aging_for(p.session_id, head, info, enabled=p.aging, frame=p.frame)
         r = self.views.render(
-            p.session_id, head=p.head, fmt=p.format, model=p.model, frame=p.frame, expose=p.expose,
-            include_system=p.include_system,
+            p.session_id, head=head, fmt=p.format, model=p.model, frame=p.frame, expose=p.expose,
+            include_system=p.include_system, aged=aged, extra_manifest=stats.get("manifest"),
         )
         return self.views.render_result(r)
 
@@ -176,7 +196,34 @@ class Engine:
             self.peer.notify("context/compactionRecommended", note)
         return result
 
-    def context_prepare(self, p: c.PrepareParams) -> c.PrepareResult:
+    def context_prepare(self, p: c.PrepareParams) -> Any:
+        """One turn's preparation; at ≥ 80 % with ``allowCompaction`` it compacts first."""
+        result = self._prepare_once(p)
+        if not (result.needs_compaction and p.allow_compaction):
+            return result
+        paused = self.compaction_state.auto_paused(p.session_id)
+        if paused:
+            st = self.compaction_state.auto[p.session_id]
+            result.decision_path.append(
+                f"auto-compaction paused for {paused:.0f} s after {st.failures} consecutive failures "
+                f"(last: {st.last_error})"
+            )
+            return result
+        return self._prepare_after_compaction(p, result)
+
+    async def _prepare_after_compaction(self, p: c.PrepareParams, first: c.PrepareResult) -> c.PrepareResult:
+        res = await compaction.compact(
+            self,
+            c.CompactParams(session_id=p.session_id, head=p.head, model=p.model, trigger="auto"),
+        )
+        again = self._prepare_once(p)
+        again.compaction = msgspec.to_builtins(res)
+        verdict = (f"auto-compaction wrote {res.summary_id} ({res.tokens_before:,} → {res.tokens_after:,} tokens)"
+                   if res.ok and res.summary_id else f"auto-compaction wrote nothing ({res.reason}: {res.error or ''})")
+        again.decision_path = first.decision_path + [verdict] + again.decision_path
+        return again
+
+    def _prepare_once(self, p: c.PrepareParams) -> c.PrepareResult:
         """Run the turn's preparation on the chosen engine; a failing plugin falls back."""
         name = p.context_engine or self.options.context_engine or "default"
         engine, note = self.engines.get(name, self)
@@ -225,4 +272,6 @@ class Engine:
             "context/replay": self.context_replay,
             "usage/report": self.usage_report,
             "session/import": lambda p: imports.session_import(self, p),
+            "context/compact": lambda p: compaction.compact(self, p),
+            "session/export": lambda p: exports.session_export(self, p),
         }

@@ -105,7 +105,7 @@ class ContextEngine:
             model=p.model,
             system_node_id=system_node,
             aged=aged,
-            extra_manifest={"turnHooks": hooks} if hooks else None,
+            extra_manifest={**aging_stats.get("manifest", {}), **({"turnHooks": hooks} if hooks else {})},
         )
         messages = apply_turn_hooks(r.messages, hooks, p.format)
         hook_tokens = sum(counter.count(v, r.tokenizer) for v in hooks.values())

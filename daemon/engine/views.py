@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from dagctx.context import aging
 from dagctx.context import budget as budget_mod
 from dagctx.context.formats import to_messages
 from dagctx.context.models import ModelInfo
@@ -374,9 +375,42 @@ class ContextService:
     # ------------------------------------------------------------ aging
 
     def aging_for(self, session_id: str, head: str, model: ModelInfo, *, enabled: bool = True,
-                  ager: Any = None) -> tuple[dict[str, str], dict[str, int]]:
-        """Which old tool results render shrunk for this turn (none until aging is wired)."""
-        return {}, {}
+                  ager: Any = None, frame: str | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+        """Which old tool results render shrunk on this branch, and why.
+
+        Deterministic: "now" is the start of the head's turn (its newest user node), and
+        the boundary is a function of the branch's committed turns, so within one turn
+        every render shows the same aged prefix (prompt-cache stable) and replay can
+        rebuild the same decisions from the data.
+        """
+        if not enabled or frame is not None:
+            return {}, {}
+        policy = self.e.aging_policy
+        graph = self.e.store.graph(session_id)
+        view = render_view(graph, head)
+        if not view.items:
+            return {}, {}
+        tokenizer = model.tokenizer or self.e.counter.tokenizer_for(model.name)
+        cache = self.node_tokens(graph, tokenizer)
+        counter = self.e.counter
+
+        def token_of(node_id: str) -> int:
+            got = cache.get(node_id)
+            if got is None:
+                node = graph.nodes[node_id]
+                got = (counter.count_value(node.input, tokenizer), counter.count_value(node.output, tokenizer))
+                cache[node_id] = got
+            return got[1]
+
+        boundary = aging.boundary_after_commit(view, graph, policy)
+        now = _turn_start(graph, view)
+        plan = (ager or aging.plan_aging)(
+            view, graph, now=now, boundary_seq=boundary or None, policy=policy, token_of=token_of,
+            window=model.context_window, count=lambda t: counter.count(t, tokenizer),
+        )
+        stats: dict[str, Any] = dict(plan.stats.as_dict())
+        stats["manifest"] = plan.manifest()
+        return dict(plan.aged), stats
 
     # ------------------------------------------------------------ system prompt
 
@@ -409,6 +443,15 @@ class ContextService:
             token_counts=self.e.count_node(None, assembled.text),
         )
         return assembled.text, out.node.id, list(assembled.notes)
+
+
+def _turn_start(graph: SessionGraph, view: View) -> float:
+    """Creation time of the newest real user node rendered: the current turn's start."""
+    for nid in reversed(view.reads):
+        node = graph.nodes.get(nid)
+        if node is not None and node.role == "user" and not graph.is_nested(node):
+            return node.created_at
+    return graph.nodes[view.head].created_at if view.head in graph.nodes else 0.0
 
 
 def _message_text(msg: dict[str, Any]) -> str:
