@@ -49,7 +49,9 @@ def _split_cjk(token: str) -> list[str]:
     for m in CJK_RUN.finditer(token):
         if m.start() > pos:
             out.append(_quote_if_needed(token[pos : m.start()]))
-        out.append(f"({_cjk_phrase(m.group())})")
+        # No parentheses: FTS5's implicit AND joins phrases, not groups, so "(a) b" is a
+        # syntax error; a column-filtered phrase joins its neighbours like any phrase.
+        out.append(_cjk_phrase(m.group()))
         pos = m.end()
     if pos < len(token):
         out.append(_quote_if_needed(token[pos:]))

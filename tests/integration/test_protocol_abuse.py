@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 MAX_FRAME = 16_384
 TIMEOUT = 10.0
@@ -121,6 +122,15 @@ class Raw:
         await self.send_msg({"jsonrpc": "2.0", "method": "initialized", "params": {}})
         return result
 
+    async def resync(self) -> None:
+        """Discard anything still unread, up to the answer of a fresh marker request."""
+        marker = f"resync-{self.new_id()}"
+        await self.send_msg({"jsonrpc": "2.0", "id": marker, "method": "session/list", "params": {"limit": 1}})
+        while True:
+            msg = await self.read_one()
+            if msg.get("id") == marker:
+                return
+
     # ---- ending
 
     async def exit_code(self) -> int:
@@ -163,9 +173,15 @@ def err(resp: dict[str, Any], code: int, kind: str | None = None, *, null_id: bo
     return e
 
 
-@pytest.fixture
-async def raw(db_path: Path):
+# The abuse tests share one daemon (startup is most of their cost); every test
+# resynchronises first, so a failed test cannot leave answers for the next one.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_raw(tmp_path_factory: pytest.TempPathFactory):
     """An initialized raw daemon with a small frame limit and one session with two turns."""
+    db_path = tmp_path_factory.mktemp("abuse") / "abuse.db"
     d = await Raw.start(db_path, "--max-frame-bytes", str(MAX_FRAME))
     try:
         await d.initialize()
@@ -177,12 +193,19 @@ async def raw(db_path: Path):
         d.session = s  # type: ignore[attr-defined]
         d.db = db_path  # type: ignore[attr-defined]
         yield d
+        await d.resync()
         await d.send_msg({"jsonrpc": "2.0", "id": 1, "method": "shutdown"})
         assert "error" not in await d.read_response(1)
         await d.send_msg({"jsonrpc": "2.0", "method": "exit"})
         assert await d.exit_code() == 0
     finally:
         await d.kill()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def raw(shared_raw: Raw) -> Raw:
+    await shared_raw.resync()
+    return shared_raw
 
 
 async def healthy(d: Raw, before: dict[str, Any]) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 from dagctx.client import DagctxClient, RpcError
 from dagctx.protocol import messages as m
@@ -21,9 +23,7 @@ class Corpus:
     ids: dict[str, str]
 
 
-@pytest.fixture
-async def idx(daemon: DagctxClient) -> Corpus:
-    c = daemon
+async def build_corpus(c: DagctxClient) -> Corpus:
     ids: dict[str, str] = {}
 
     async def turn(sid: str, pred: str, key: str, user: str, reply: str) -> str:
@@ -53,12 +53,27 @@ async def idx(daemon: DagctxClient) -> Corpus:
     return Corpus(s1.session_id, s2.session_id, ids)
 
 
+# One daemon and one corpus for the read-only tests of this module (daemon startup is
+# most of their cost); the test that writes gets a daemon of its own.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared(tmp_path_factory: pytest.TempPathFactory):
+    client = await DagctxClient.spawn(tmp_path_factory.mktemp("search") / "search.db")
+    try:
+        yield client, await build_corpus(client)
+    finally:
+        assert await client.close() == 0
+
+
 def hit_ids(res: m.SearchResult) -> list[str]:
     return [h.node_id for h in res.hits]
 
 
-async def test_english_words_and_scope(daemon: DagctxClient, idx: Corpus) -> None:
-    c, ids = daemon, idx.ids
+async def test_english_words_and_scope(shared: tuple[DagctxClient, Corpus]) -> None:
+    c, idx = shared
+    ids = idx.ids
     everywhere = await c.search("configuration")
     assert set(hit_ids(everywhere)) == {ids["config.user"], ids["other.user"], ids["other.llm"]}
     assert {h.session_id for h in everywhere.hits} == {idx.s1, idx.s2}
@@ -81,8 +96,9 @@ async def test_english_words_and_scope(daemon: DagctxClient, idx: Corpus) -> Non
     assert await c.search("nonexistentword") == m.SearchResult(hits=[])
 
 
-async def test_code_identifiers(daemon: DagctxClient, idx: Corpus) -> None:
-    c, ids = daemon, idx.ids
+async def test_code_identifiers(shared: tuple[DagctxClient, Corpus]) -> None:
+    c, idx = shared
+    ids = idx.ids
     res = await c.search("parse_config")
     assert set(hit_ids(res)) == {ids["config.llm"], ids["config.tool"]}
     for h in res.hits:
@@ -98,8 +114,9 @@ async def test_code_identifiers(daemon: DagctxClient, idx: Corpus) -> None:
     assert set(hit_ids(prefix)) == set(hit_ids(res))
 
 
-async def test_cjk(daemon: DagctxClient, idx: Corpus) -> None:
-    c, ids = daemon, idx.ids
+async def test_cjk(shared: tuple[DagctxClient, Corpus]) -> None:
+    c, idx = shared
+    ids = idx.ids
     # A two-character word inside a longer unspaced sentence.
     res = await c.search("迁移")
     assert set(hit_ids(res)) == {ids["cjk.user"], ids["cjk.llm"]}
@@ -123,8 +140,9 @@ async def test_cjk(daemon: DagctxClient, idx: Corpus) -> None:
     assert hit_ids(await c.search("迁移 NOT 数据库")) == [ids["cjk.llm"]]
 
 
-async def test_role_filter(daemon: DagctxClient, idx: Corpus) -> None:
-    c, ids = daemon, idx.ids
+async def test_role_filter(shared: tuple[DagctxClient, Corpus]) -> None:
+    c, idx = shared
+    ids = idx.ids
     users = await c.search("configuration", roles=["user"])
     assert set(hit_ids(users)) == {ids["config.user"], ids["other.user"]}
     llms = await c.search("configuration", roles=["llm"])
@@ -136,8 +154,9 @@ async def test_role_filter(daemon: DagctxClient, idx: Corpus) -> None:
     assert hit_ids(await c.search("configuration", roles=["llm"], session_id=idx.s1)) == []
 
 
-async def test_bm25_order_and_limit(daemon: DagctxClient, idx: Corpus) -> None:
-    c, ids = daemon, idx.ids
+async def test_bm25_order_and_limit(shared: tuple[DagctxClient, Corpus]) -> None:
+    c, idx = shared
+    ids = idx.ids
     res = await c.search("zebra", session_id=idx.s1)
     order = hit_ids(res)
     assert set(order) == {ids["zebra.user"], ids["zebra.llm"], ids["long.user"]}
@@ -152,8 +171,8 @@ async def test_bm25_order_and_limit(daemon: DagctxClient, idx: Corpus) -> None:
     assert hit_ids(top) == [ids["zebra.user"]]
 
 
-async def test_invalid_queries(daemon: DagctxClient, idx: Corpus) -> None:
-    c = daemon
+async def test_invalid_queries(shared: tuple[DagctxClient, Corpus]) -> None:
+    c, _ = shared
     for q in ("foo AND (", "AND", "zebra NOT"):
         with pytest.raises(RpcError) as info:
             await c.search(q)
@@ -173,8 +192,17 @@ async def test_invalid_queries(daemon: DagctxClient, idx: Corpus) -> None:
     assert (await c.search("zebra", limit=1)).hits
 
 
-async def test_index_follows_updates_spills_and_deletes(daemon: DagctxClient, idx: Corpus) -> None:
-    c, ids = daemon, idx.ids
+async def test_index_follows_updates_spills_and_deletes(tmp_path: Path) -> None:
+    c = await DagctxClient.spawn(tmp_path / "writes.db")  # this test writes: its own daemon
+    try:
+        await _updates_spills_and_deletes(c)
+    finally:
+        assert await c.close() == 0
+
+
+async def _updates_spills_and_deletes(c: DagctxClient) -> None:
+    idx = await build_corpus(c)
+    ids = idx.ids
     sid = idx.s1
     run = await c.append(sid, "code", name="pytest", status="running", caller=ids["zebra.llm"])
     assert hit_ids(await c.search("xylophone")) == []

@@ -1,0 +1,258 @@
+"""Round trips through the daemon against a bare msgspec loop, and startup time.
+
+Run: python bench/bench_roundtrip.py [--requests N] [--window W] [--startups K] [--rounds R]
+
+1. sequential small requests (one in flight): requests/s, daemon vs bare loop;
+2. pipelined small requests (``--window`` in flight): requests/s, daemon vs bare loop;
+3. startup: spawn → initialize reply, median of K, for the daemon, the bare loop and
+   a bare pygls server.
+
+Both servers are driven by the same minimal framing client (``RawPeer``), so the
+ratio is the daemon's own overhead (dispatch, msgspec params/result Structs, the
+SQL behind ``session/list``). Daemon and bare loop alternate in rounds and each
+keeps its best round, so load from other processes hits both alike.
+Goals: ≥ 0.5× the bare loop sequential, ≥ 0.2× pipelined.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+HERE = Path(__file__).resolve().parent
+DAEMON = [sys.executable, "-m", "dagctx", "serve"]
+BARE = [sys.executable, str(HERE / "bare_loop.py")]
+PYGLS = [sys.executable, str(HERE / "bare_pygls.py")]
+
+
+class _Env(msgspec.Struct):
+    id: Any = None
+    method: Any = None
+    result: msgspec.Raw = msgspec.Raw(b"null")
+    error: Any = None
+
+
+class RawPeer:
+    """The thinnest client that can drive an LSP-framed JSON-RPC server."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.reader = proc.stdout
+        self.writer = proc.stdin
+        self.pending: dict[int, asyncio.Future[Any]] = {}
+        self.next_id = 0
+        self.enc = msgspec.json.Encoder()
+        self.dec = msgspec.json.Decoder(_Env)
+        self.task = asyncio.ensure_future(self._read())
+
+    @classmethod
+    async def start(cls, argv: list[str]) -> RawPeer:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL, limit=1 << 24,
+        )
+        return cls(proc)
+
+    async def _read(self) -> None:
+        r = self.reader
+        try:
+            while True:
+                header = await r.readuntil(b"\r\n\r\n")
+                n = 0
+                for line in header.split(b"\r\n"):
+                    k, _, v = line.partition(b":")
+                    if k.strip().lower() == b"content-length":
+                        n = int(v)
+                msg = self.dec.decode(await r.readexactly(n))
+                if msg.method is not None:
+                    continue  # a notification (or a server request): not benchmarked
+                fut = self.pending.pop(msg.id, None)
+                if fut is not None and not fut.done():
+                    if msg.error is not None:
+                        fut.set_exception(RuntimeError(str(msg.error)))
+                    else:
+                        fut.set_result(msg.result)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            for fut in self.pending.values():
+                if not fut.done():
+                    fut.set_exception(ConnectionError("server closed"))
+
+    def send(self, method: str, params: Any = None) -> asyncio.Future[Any]:
+        self.next_id += 1
+        fut = asyncio.get_running_loop().create_future()
+        self.pending[self.next_id] = fut
+        body = self.enc.encode({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+        self.writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        return fut
+
+    def notify(self, method: str, params: Any = None) -> None:
+        body = self.enc.encode({"jsonrpc": "2.0", "method": method, "params": params})
+        self.writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    async def call(self, method: str, params: Any = None) -> Any:
+        return await self.send(method, params)
+
+    async def close(self) -> None:
+        try:
+            await asyncio.wait_for(self.call("shutdown"), 5)
+            self.notify("exit")
+            await self.writer.drain()
+            self.writer.close()
+        except Exception:
+            pass
+        try:
+            await asyncio.wait_for(self.proc.wait(), 5)
+        except asyncio.TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+        self.task.cancel()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc); 0.0 where unavailable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def init_params(db: str | None) -> dict[str, Any]:
+    return {
+        "processId": os.getpid(),
+        "capabilities": {},
+        "initializationOptions": {"database": db} if db else {},
+    }
+
+
+async def sequential(peer: RawPeer, method: str, params: Any, n: int) -> float:
+    for _ in range(min(200, n)):  # warm-up
+        await peer.call(method, params)
+    t = time.perf_counter()
+    for _ in range(n):
+        await peer.call(method, params)
+    return n / (time.perf_counter() - t)
+
+
+async def pipelined(peer: RawPeer, method: str, params: Any, n: int, window: int) -> float:
+    await asyncio.gather(*(peer.send(method, params) for _ in range(window)))  # warm-up
+    sem = asyncio.Semaphore(window)
+    done = 0
+
+    def release(_: asyncio.Future[Any]) -> None:
+        nonlocal done
+        done += 1
+        sem.release()
+
+    futs = []
+    t = time.perf_counter()
+    for _ in range(n):
+        await sem.acquire()
+        fut = peer.send(method, params)
+        fut.add_done_callback(release)
+        futs.append(fut)
+        if len(futs) % window == 0:
+            await peer.writer.drain()
+    await asyncio.gather(*futs)
+    return n / (time.perf_counter() - t)
+
+
+async def startup(argv: list[str], db: str | None) -> float:
+    t = time.perf_counter()
+    peer = await RawPeer.start(argv)
+    await peer.call("initialize", init_params(db))
+    elapsed = time.perf_counter() - t
+    await peer.close()
+    return elapsed
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=5000)
+    ap.add_argument("--window", type=int, default=200)
+    ap.add_argument("--startups", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+
+    tmp = tempfile.mkdtemp(prefix="dagctx-bench-")
+    db = os.path.join(tmp, "bench.db")
+
+    daemon = await RawPeer.start([*DAEMON, "--db", db])
+    await daemon.call("initialize", init_params(db))
+    for i in range(20):
+        await daemon.call("session/create", {"title": f"s{i}"})
+    bare = await RawPeer.start(BARE)
+    await bare.call("initialize", init_params(None))
+
+    # Alternate daemon and bare loop in rounds and keep each one's best round, so
+    # background load on the machine hits both sides alike.
+    rows: list[tuple[str, float, float]] = []
+    listed = msgspec.json.decode(await daemon.call("session/list", {"limit": 1}))
+    sid = listed["sessions"][0]["sessionId"]
+    per_round = max(1, args.requests // args.rounds)
+    cpu: dict[tuple[str, str], list[float]] = {}  # (row name, server) → [cpu seconds, requests]
+
+    async def timed(name: str, server: str, peer: RawPeer, coro_fn: Any, n: int) -> float:
+        c0 = cpu_seconds(peer.proc.pid)
+        rate = await coro_fn()
+        acc = cpu.setdefault((name, server), [0.0, 0])
+        acc[0] += cpu_seconds(peer.proc.pid) - c0
+        acc[1] += n
+        return rate
+
+    for method, params in (("session/list", {"limit": 1}), ("session/get", {"sessionId": sid})):
+        seq_d, seq_b, pip_d, pip_b = [], [], [], []
+        sname, pname = f"sequential {method}", f"pipelined x{args.window} {method}"
+        for _ in range(args.rounds):
+            n_seq = per_round + min(200, per_round)
+            n_pip = per_round * 3 + args.window
+            seq_d.append(await timed(sname, "daemon", daemon,
+                                     lambda: sequential(daemon, method, params, per_round), n_seq))
+            seq_b.append(await timed(sname, "bare", bare,
+                                     lambda: sequential(bare, method, params, per_round), n_seq))
+            pip_d.append(await timed(pname, "daemon", daemon,
+                                     lambda: pipelined(daemon, method, params, per_round * 3, args.window), n_pip))
+            pip_b.append(await timed(pname, "bare", bare,
+                                     lambda: pipelined(bare, method, params, per_round * 3, args.window), n_pip))
+        rows.append((sname, max(seq_d), max(seq_b)))
+        rows.append((pname, max(pip_d), max(pip_b)))
+    await daemon.close()
+    await bare.close()
+
+    print(f"round trips, requests/s (best of {args.rounds} alternating rounds; "
+          f"{per_round} sequential / {per_round * 3} pipelined each)")
+    print(f"  {'':34} {'daemon':>10} {'bare loop':>10} {'ratio':>7}  goal      server CPU/request")
+    for name, d, b in rows:
+        goal = 0.5 if name.startswith("sequential") else 0.2
+        mark = "ok   " if d / b >= goal else "BELOW"
+        cd, nd = cpu[(name, "daemon")]
+        cb, nb = cpu[(name, "bare")]
+        print(f"  {name:34} {d:10,.0f} {b:10,.0f} {d / b:7.2f}  >={goal} {mark}  "
+              f"daemon {cd / nd * 1e6:5.1f} us, bare {cb / nb * 1e6:4.1f} us")
+
+    times: dict[str, list[float]] = {"daemon": [], "bare loop": [], "bare pygls": []}
+    for i in range(args.startups):
+        times["daemon"].append(await startup([*DAEMON, "--db", os.path.join(tmp, f"s{i}.db")],
+                                             os.path.join(tmp, f"s{i}.db")))
+        times["bare loop"].append(await startup(BARE, None))
+        times["bare pygls"].append(await startup(PYGLS, None))
+    print(f"startup: spawn → initialize reply, median of {args.startups} (ms)")
+    base = statistics.median(times["bare loop"])
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(f"  {name:12} {med * 1000:8.1f}   (min {min(ts) * 1000:.1f}, max {max(ts) * 1000:.1f}; "
+              f"{med / base:.1f}x the bare loop)")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
