@@ -222,6 +222,10 @@ class View:
     before_seq: int | None = None
     excluded_summaries: list[str] = field(default_factory=list)
     policy_version: int = RENDER_POLICY_VERSION
+    #: ids of the branch's chain nodes (oldest first) that this view walked
+    chain: list[str] = field(default_factory=list)
+    #: with ``start_after``: the chain node after which this (suffix) view starts
+    start_after: str | None = None
 
     def manifest(self) -> dict[str, Any]:
         """Everything needed to reproduce this render from the same graph (BRIEF §2.8)."""
@@ -850,11 +854,17 @@ def render_view(
     aged: Mapping[str, str] | None = None,
     system_node_id: str | None = None,
     before_seq: int | None = None,
+    start_after: str | None = None,
 ) -> View:
     """The neutral view of ``head``'s branch (or of a running function ``frame``).
 
     See the module docstring for the rule. Raises ``DagctxError`` (``NodeNotFound``,
     ``BrokenPredecessorChain``, ``InvalidParams``) on bad ids or bad data.
+
+    ``start_after`` (a chain node id) renders only the chain nodes after it: the
+    suffix an incremental re-render appends to a cached prefix. It is refused
+    (``InvalidParams``) when the active summary's segment reaches into the suffix;
+    turn numbers of a suffix view are relative to its start.
     """
     if expose_default not in ("io", "full"):
         raise _invalid(f"expose must be 'io' or 'full', not {expose_default!r}")
@@ -929,10 +939,21 @@ def render_view(
             if callers < len(stack) + 1:  # the conversation level is hidden
                 start_at = stack[len(stack) - callers] if callers else frame_node
 
+    begin = 0
+    if start_after is not None:
+        if frame_node is not None:
+            raise _invalid("start_after cannot be combined with a frame")
+        pos = next((k for k, n in enumerate(chain) if n.id == start_after), None)
+        if pos is None:
+            raise _invalid(f"start_after {start_after!r} is not on the branch of {head!r}", start_after)
+        if active is not None and seg[1] > pos:
+            raise _invalid("the active summary reaches past start_after; render the whole branch")
+        begin = pos + 1
+
     if start_at is not None:
         r.function(start_at, depth=0)
     else:
-        i = 0
+        i = begin
         while i < len(chain):
             if active is not None and i == seg[0]:
                 covered_users = sum(1 for n in chain[seg[0] : seg[1] + 1] if n.role == "user")
@@ -973,4 +994,6 @@ def render_view(
         summary_policy=summary_policy,
         before_seq=before_seq,
         excluded_summaries=sorted(exclude_summaries),
+        chain=[n.id for n in chain],
+        start_after=start_after,
     )

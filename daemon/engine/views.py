@@ -31,6 +31,8 @@ from dagctx.protocol import context as c
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import SYSTEM_PROMPT_NAME, Call, NodeInput
 
+from .render_cache import CachedAging, CachedRender, Snapshot, join_views, still_valid_prefix
+
 if TYPE_CHECKING:
     from .engine import Engine
 
@@ -79,6 +81,11 @@ class ContextService:
         self._renders: OrderedDict[str, RenderRecord] = OrderedDict()
         self._by_session: dict[str, deque[RenderRecord]] = {}
         self._tokens: dict[tuple[str, str], dict[str, tuple[int, int]]] = {}
+        self._cache: dict[tuple[Any, ...], CachedRender] = {}
+        self._updates_seen: dict[tuple[str, str], int] = {}
+        self._aging_cache: dict[tuple[Any, ...], CachedAging] = {}
+        #: incremental renders served from the cache (observability and tests)
+        self.cache_hits = 0
 
     # ------------------------------------------------------------ tokens
 
@@ -86,9 +93,17 @@ class ContextService:
         """Stored (input, output) counts of every node, loaded once per session/tokenizer."""
         key = (graph.session_id, tokenizer)
         cache = self._tokens.get(key)
-        if cache is None:
+        seen = self._updates_seen.get(key, 0)
+        if cache is None or len(graph.updates) < seen:
             cache = self.e.store.token_counts(graph.session_id, tokenizer)
             self._tokens[key] = cache
+            seen = 0
+        if len(graph.updates) > seen:
+            # A running node finished (here or in another process): its output changed,
+            # so its cached count is stale; it is recounted from the stored node.
+            for nid in graph.updates[seen:]:
+                cache.pop(nid, None)
+        self._updates_seen[key] = len(graph.updates)
         return cache
 
     def _part_tokens(self, graph: SessionGraph, node_id: str, assistant: bool, tokenizer: str,
@@ -147,26 +162,41 @@ class ContextService:
         extra_manifest: dict[str, Any] | None = None,
         exclude_summaries: frozenset[str] = frozenset(),
         remember: bool = True,
+        use_cache: bool = True,
     ) -> Rendering:
         store = self.e.store
         graph = store.graph(session_id)
         h = head or store.head(session_id)
         info = self.e.models.get(model or self.e.options.default_model)
         tokenizer = info.tokenizer or self.e.counter.tokenizer_for(info.name)
-        view = render_view(
-            graph,
-            h,
-            frame=frame,
-            expose_default=expose,  # type: ignore[arg-type]
-            aged=aged,
-            system_node_id=system_node_id,
-            before_seq=before_seq,
-            exclude_summaries=exclude_summaries,
-        )
-        rendered = to_messages(view, fmt, include_system=include_system)  # type: ignore[arg-type]
-        system, messages, node_ids = rendered
         aged_map = dict(aged or {})
-        per_message = self.count_messages(graph, messages, node_ids, tokenizer, aged_map)
+        cacheable = use_cache and frame is None and before_seq is None and not exclude_summaries
+        key = (session_id, fmt, tokenizer, expose, include_system)
+        hit = self._extend_cached(graph, h, key, aged_map, system_node_id, fmt, tokenizer) if cacheable else None
+        if hit is not None:
+            view, system, messages, node_ids, per_message, hashes, repairs = hit
+        else:
+            view = render_view(
+                graph,
+                h,
+                frame=frame,
+                expose_default=expose,  # type: ignore[arg-type]
+                aged=aged,
+                system_node_id=system_node_id,
+                before_seq=before_seq,
+                exclude_summaries=exclude_summaries,
+            )
+            rendered = to_messages(view, fmt, include_system=include_system)  # type: ignore[arg-type]
+            system, messages, node_ids = rendered
+            repairs = list(rendered.repairs)
+            per_message = self.count_messages(graph, messages, node_ids, tokenizer, aged_map)
+            hashes = [_hash(msg) for msg in messages]
+        if cacheable:
+            self._cache[key] = CachedRender(
+                key, Snapshot.of(graph, view.chain), view, aged_map, system, messages, node_ids,
+                list(per_message), hashes, repairs,
+            )
+        per_message = list(per_message)
         system_tokens = self.e.counter.count(system or "", tokenizer) if system else 0
         # OpenAI puts the system prompt in the messages; the others return it beside them.
         system_in_messages = bool(messages) and isinstance(messages[0], dict) and messages[0].get("role") == "system"
@@ -181,15 +211,14 @@ class ContextService:
             "model": info.name,
             "tokenizer": tokenizer,
             "includeSystem": include_system,
-            "repairs": list(rendered.repairs),
+            "repairs": list(repairs),
             "agedText": {k: aged_map[k] for k in sorted(aged_map)},
             "tokens": total,
             "policyVersion": RENDER_POLICY_VERSION,
         }
         if extra_manifest:
             manifest.update(extra_manifest)
-        hashes = [hashlib.blake2b(_enc.encode(msg), digest_size=16).digest() for msg in messages]
-        chain_ids = frozenset(n.id for n in graph.chain(view.head)) if frame is None else frozenset()
+        chain_ids = frozenset(view.chain) if frame is None else frozenset()
         record = RenderRecord(
             render_id, session_id, view.head, chain_ids, fmt, info.name, list(view.reads), manifest,
             hashes, per_message, total,
@@ -199,6 +228,40 @@ class ContextService:
             self._remember(record)
         return Rendering(view, system, messages, node_ids, per_message, system_tokens, total, tokenizer,
                          info, manifest, record, stable)
+
+    def _extend_cached(self, graph: SessionGraph, head: str, key: tuple[Any, ...], aged: dict[str, str],
+                       system_node_id: str | None, fmt: str, tokenizer: str) -> tuple[Any, ...] | None:
+        """Render only what follows the cached render of this branch, or None (render fully)."""
+        cached = self._cache.get(key)
+        if cached is None or cached.aged != aged:
+            return None
+        if system_node_id is not None and system_node_id != cached.view.system_node:
+            return None
+        new_chain = [n.id for n in graph.chain(head)]
+        if not still_valid_prefix(graph, cached.snap, new_chain):
+            return None
+        self.cache_hits += 1
+        if head == cached.view.head:
+            return (cached.view, cached.system, cached.messages, cached.node_ids, cached.per_message,
+                    cached.hashes, cached.repairs)
+        try:
+            suffix = render_view(graph, head, expose_default=cached.view.expose_default,  # type: ignore[arg-type]
+                                 aged=aged, system_node_id=system_node_id, start_after=cached.view.head)
+        except DagctxError:
+            return None
+        if suffix.system_node != cached.view.system_node or suffix.summary_id != cached.view.summary_id:
+            return None
+        more = to_messages(suffix, fmt, include_system=False)  # type: ignore[arg-type]
+        _, msgs, ids = more
+        if msgs and cached.messages and fmt == "anthropic":
+            # Anthropic merges same-role neighbours and may open with a placeholder:
+            # only a clean assistant → user boundary can be stitched.
+            if cached.messages[-1].get("role") != "assistant" or suffix.items[0].role != "user":
+                return None
+        per = self.count_messages(graph, msgs, ids, tokenizer, aged)
+        view = join_views(cached.view, suffix, new_chain)
+        return (view, cached.system, cached.messages + msgs, cached.node_ids + ids, cached.per_message + per,
+                cached.hashes + [_hash(m) for m in msgs], cached.repairs + list(more.repairs))
 
     def _stable_prefix(self, rec: RenderRecord) -> c.StablePrefix:
         """Leading messages byte-identical to the previous render of this branch."""
@@ -387,12 +450,16 @@ class ContextService:
             return {}, {}
         policy = self.e.aging_policy
         graph = self.e.store.graph(session_id)
-        view = render_view(graph, head)
-        if not view.items:
-            return {}, {}
         tokenizer = model.tokenizer or self.e.counter.tokenizer_for(model.name)
         cache = self.node_tokens(graph, tokenizer)
         counter = self.e.counter
+        key = (session_id, tokenizer, model.context_window, policy)
+        reuse = self._reuse_aging(graph, head, key, policy, model, cache)
+        if reuse is not None:
+            return reuse
+        view = render_view(graph, head)
+        if not view.items:
+            return {}, {}
 
         def token_of(node_id: str) -> int:
             got = cache.get(node_id)
@@ -410,7 +477,32 @@ class ContextService:
         )
         stats: dict[str, Any] = dict(plan.stats.as_dict())
         stats["manifest"] = plan.manifest()
+        self._aging_cache[key] = CachedAging(key, Snapshot.of(graph, view.chain), _turn_node(graph, view.chain),
+                                             dict(plan.aged), stats)
         return dict(plan.aged), stats
+
+    def _reuse_aging(self, graph: SessionGraph, head: str, key: tuple[Any, ...], policy: Any, model: ModelInfo,
+                     cache: dict[str, tuple[int, int]]) -> tuple[dict[str, str], dict[str, Any]] | None:
+        """The same decisions as the last plan of this branch when still in the same user turn.
+
+        With user turns as the unit, nothing added within the current turn can pass the
+        turn-distance gate, so the plan only changes at a new user turn — unless a new
+        result is so large that the single-result cap applies to it.
+        """
+        cached = self._aging_cache.get(key)
+        if cached is None or policy.turn_unit != "user":
+            return None
+        chain = [n.id for n in graph.chain(head)]
+        if _turn_node(graph, chain) != cached.turn_start or not still_valid_prefix(graph, cached.snap, chain):
+            return None
+        cap = model.context_window * policy.max_single_result_share
+        seqs_start = cached.snap.max_seq
+        for node in reversed(graph.by_seq):
+            if node.seq <= seqs_start:
+                break
+            if node.role == "code" and (cache.get(node.id) or (0, 0))[1] > cap:
+                return None
+        return dict(cached.aged), cached.stats
 
     # ------------------------------------------------------------ system prompt
 
@@ -443,6 +535,19 @@ class ContextService:
             token_counts=self.e.count_node(None, assembled.text),
         )
         return assembled.text, out.node.id, list(assembled.notes)
+
+
+def _turn_node(graph: SessionGraph, chain: list[str]) -> str | None:
+    """The newest real user node on a chain: the start of the current turn."""
+    for nid in reversed(chain):
+        node = graph.nodes[nid]
+        if node.role == "user" and not node.metadata.get("spawn_branch_root"):
+            return nid
+    return None
+
+
+def _hash(message: Any) -> bytes:
+    return hashlib.blake2b(_enc.encode(message), digest_size=16).digest()
 
 
 def _turn_start(graph: SessionGraph, view: View) -> float:

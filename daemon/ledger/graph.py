@@ -30,7 +30,7 @@ def is_summary(node: Call) -> bool:
 class SessionGraph:
     """Nodes of one session plus ``predecessor`` and ``caller`` child lists in seq order."""
 
-    __slots__ = ("session_id", "root_id", "nodes", "conv_children", "callees", "rev", "by_seq")
+    __slots__ = ("session_id", "root_id", "nodes", "conv_children", "callees", "rev", "by_seq", "updates")
 
     def __init__(self, session_id: str, root_id: str) -> None:
         self.session_id = session_id
@@ -42,6 +42,8 @@ class SessionGraph:
         self.callees: dict[str, list[str]] = {}
         self.rev = 0
         self.by_seq: list[Call] = []
+        #: ids of nodes replaced by the one mutation, in order (render caches check it)
+        self.updates: list[str] = []
 
     # ------------------------------------------------------------ loading
 
@@ -54,6 +56,7 @@ class SessionGraph:
             idx = self._seq_index(old.seq)
             if idx is not None:
                 self.by_seq[idx] = node
+            self.updates.append(node.id)
             return
         if self.by_seq and node.seq < self.by_seq[-1].seq:
             # Rows arrive in seq order; keep the invariant even if they do not.
@@ -171,6 +174,17 @@ class SessionGraph:
         while kids := self.conv_children.get(node):
             node = kids[0]
         return node
+
+    def owner(self, node_id: str) -> str:
+        """The conversation node whose turn ``node_id`` belongs to (itself if top level)."""
+        node = self.nodes[node_id]
+        seen = 0
+        while not self.is_conversation(node) and node.caller is not None and node.caller in self.nodes:
+            node = self.nodes[node.caller]
+            seen += 1
+            if seen > 10_000:
+                break
+        return node.id
 
     def subtree(self, node_id: str) -> list[Call]:
         """Every node below ``node_id`` by the caller edge, seq order (node excluded)."""

@@ -1,0 +1,80 @@
+"""Incremental re-renders return exactly what a full render returns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dagctx.engine.config import DaemonConfig
+from dagctx.engine.engine import Engine
+from dagctx.engine.views import ContextService
+from dagctx.protocol import messages as m
+from dagctx.protocol.nodes import NodeInput
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Engine:
+    e = Engine(DaemonConfig(database=str(tmp_path / "c.db")))
+    e.initialize(m.InitializeParams())
+    yield e
+    e.close()
+
+
+def _append(e: Engine, sid: str, **kw) -> str:
+    out = e.node_append(m.NodeAppendParams(session_id=sid, node=NodeInput(**kw)))
+    return out.node.id
+
+
+def _same(e: Engine, sid: str, fmt: str) -> None:
+    cached = e.views.render(sid, fmt=fmt, model="gpt-4o")
+    fresh = ContextService(e).render(sid, fmt=fmt, model="gpt-4o")
+    assert cached.messages == fresh.messages
+    assert cached.per_message == fresh.per_message
+    assert list(cached.view.reads) == list(fresh.view.reads)
+    assert cached.view.turns == fresh.view.turns
+    strip = lambda man: {k: v for k, v in man.items() if k != "renderId"}  # noqa: E731
+    assert strip(cached.manifest) == strip(fresh.manifest)
+    assert cached.total == fresh.total
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic", "neutral"])
+def test_every_kind_of_change_matches_a_full_render(engine: Engine, fmt: str) -> None:
+    e = engine
+    sid = e.store.create_session("cache").session_id
+    head = e.store.head(sid)
+    for i in range(3):
+        u = _append(e, sid, role="user", output=f"turn {i} 迁移 src/a{i}.py", predecessor=head)
+        head = _append(e, sid, role="llm", name="gpt-4o", output=f"reply {i}", predecessor=u)
+        _append(e, sid, role="code", name="bash", input={"cmd": f"ls {i}"}, output="x\n" * 5, caller=head,
+                metadata={"toolCallId": f"c{i}"})
+    _same(e, sid, fmt)
+    hits = e.views.cache_hits
+    # a tool-loop step: a new llm node after the last one (suffix only)
+    step = _append(e, sid, role="llm", name="gpt-4o", output="next step", predecessor=head)
+    running = _append(e, sid, role="code", name="bash", input={"cmd": "make"}, status="running", caller=step,
+                      metadata={"toolCallId": "c9"})
+    _same(e, sid, fmt)
+    assert e.views.cache_hits > hits
+    # the running call finishes (an update inside the newest turn)
+    e.node_update(m.NodeUpdateParams(session_id=sid, node_id=running, status="completed", output="built"))
+    _same(e, sid, fmt)
+    # a late tool result under an OLD llm node (must not be served from the stale prefix)
+    _append(e, sid, role="code", name="cat", input={"f": "late"}, output="late", caller=head,
+            metadata={"toolCallId": "late1"})
+    _same(e, sid, fmt)
+    # a new user turn, then a fork and a checkout back
+    u = _append(e, sid, role="user", output="new turn", predecessor=step)
+    _same(e, sid, fmt)
+    _append(e, sid, role="user", output="forked", predecessor=step)
+    e.store.checkout(sid, u)
+    _same(e, sid, fmt)
+    # a summary over the prefix
+    chain = [n.id for n in e.store.graph(sid).chain(u)]
+    _append(e, sid, role="llm", name="context/summary", output="[Previous conversation summary]\nS",
+            predecessor=e.store.graph(sid).root_id, metadata={"covers_ids": chain[:4]})
+    _same(e, sid, fmt)
+    # a new system prompt node
+    _append(e, sid, role="code", name="context/system_prompt", output="You are new.", caller="ROOT")
+    _append(e, sid, role="llm", name="gpt-4o", output="after prompt", predecessor=u)
+    _same(e, sid, fmt)
