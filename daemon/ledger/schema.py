@@ -2,7 +2,10 @@
 
 One file holds many sessions and is the backup unit: node payloads, spilled
 outputs, token counts and usage all live in it. Node payloads are msgpack-encoded
-``Call`` Structs; edges and ordering fields are indexed columns beside them.
+``Call`` Structs; ordering fields are indexed columns beside them. Edges are
+columns too but not indexed: walks run on the in-memory graph, never in SQL.
+Per-node token counts (a derived cache, ``{tokenizer: [input, output]}``) ride in
+the node's row so an append is one row write.
 """
 
 from __future__ import annotations
@@ -38,25 +41,16 @@ CREATE TABLE nodes(
   caller TEXT,
   predecessor TEXT,
   created_at REAL NOT NULL,
-  body BLOB NOT NULL
+  body BLOB NOT NULL,
+  tokens BLOB
 );
 CREATE UNIQUE INDEX nodes_id ON nodes(session_id, id);
 CREATE UNIQUE INDEX nodes_seq ON nodes(session_id, seq);
 CREATE INDEX nodes_rev ON nodes(session_id, rev);
-CREATE INDEX nodes_predecessor ON nodes(session_id, predecessor);
-CREATE INDEX nodes_caller ON nodes(session_id, caller);
 CREATE VIRTUAL TABLE search USING fts5(
   text, grams, session_id UNINDEXED, node_id UNINDEXED, role UNINDEXED,
   tokenize = 'unicode61 remove_diacritics 2'
 );
-CREATE TABLE token_counts(
-  session_id TEXT NOT NULL,
-  node_id TEXT NOT NULL,
-  tokenizer TEXT NOT NULL,
-  input_tokens INTEGER NOT NULL,
-  output_tokens INTEGER NOT NULL,
-  PRIMARY KEY(session_id, tokenizer, node_id)
-) WITHOUT ROWID;
 CREATE TABLE usage(
   session_id TEXT NOT NULL,
   node_id TEXT NOT NULL,

@@ -312,7 +312,7 @@ class Store:
                 (session_id,),
             )
             n = self.db.execute("DELETE FROM nodes WHERE session_id=?", (session_id,)).rowcount
-            for table in ("token_counts", "usage", "blobs"):
+            for table in ("usage", "blobs"):
                 self.db.execute(f"DELETE FROM {table} WHERE session_id=?", (session_id,))
             self.db.execute("DELETE FROM sessions WHERE id=?", (row.id,))
         self._graphs.pop(session_id, None)
@@ -450,14 +450,14 @@ class Store:
         )
         row.next_seq += 1
         row.node_count += 1
-        self._insert_row(row.id, call, rev=row.rev, full_output=None if spilled is None else spilled["data"])
+        self._insert_row(
+            row.id, call, rev=row.rev, full_output=None if spilled is None else spilled["data"], tokens=token_counts
+        )
         if spilled is not None:
             self.db.execute(
                 "INSERT INTO blobs(session_id, node_id, field, chars, lines, data) VALUES(?,?,?,?,?,?)",
                 (row.id, node_id, "output", spilled["chars"], spilled["lines"], spilled["data"]),
             )
-        if token_counts:
-            self._put_tokens(row.id, node_id, token_counts)
         g.add(call)
 
         moved = False
@@ -581,10 +581,18 @@ class Store:
     def _spill(self, output: Any) -> tuple[Any, dict[str, Any] | None]:
         return spill_output(output, self.spill)
 
-    def _insert_row(self, sid: str, call: Call, *, rev: int, full_output: str | None = None) -> None:
+    def _insert_row(
+        self,
+        sid: str,
+        call: Call,
+        *,
+        rev: int,
+        full_output: str | None = None,
+        tokens: dict[str, tuple[int, int]] | None = None,
+    ) -> None:
         cur = self.db.execute(
-            "INSERT INTO nodes(session_id, id, seq, rev, role, name, status, caller, predecessor, created_at, body) "
-            "VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO nodes(session_id, id, seq, rev, role, name, status, caller, predecessor, created_at, body, "
+            "tokens) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 sid,
                 call.id,
@@ -597,6 +605,7 @@ class Store:
                 call.predecessor,
                 call.created_at,
                 self._enc.encode(call),
+                self._meta_enc.encode(tokens) if tokens else None,
             ),
         )
         if call.metadata.get("display") == "root":
@@ -663,8 +672,9 @@ class Store:
                 "SELECT rowid FROM nodes WHERE session_id=? AND id=?", (session_id, node_id)
             ).fetchone()[0]
             self.db.execute(
-                "UPDATE nodes SET status=?, rev=?, body=? WHERE rowid=?",
-                (status, row.rev, self._enc.encode(call), rowid),
+                "UPDATE nodes SET status=?, rev=?, body=?, tokens=COALESCE(?, tokens) WHERE rowid=?",
+                (status, row.rev, self._enc.encode(call),
+                 self._meta_enc.encode(token_counts) if token_counts else None, rowid),
             )
             full = node_text(call) if spilled is None else node_text(
                 msgspec.structs.replace(call, output=spilled["data"])
@@ -679,8 +689,6 @@ class Store:
                     "INSERT OR REPLACE INTO blobs(session_id, node_id, field, chars, lines, data) VALUES(?,?,?,?,?,?)",
                     (session_id, node_id, "output", spilled["chars"], spilled["lines"], spilled["data"]),
                 )
-            if token_counts:
-                self._put_tokens(session_id, node_id, token_counts)
             g.add(call)
             self._finish(row, g)
         return AppendOutcome(call, row.head, False)
@@ -909,19 +917,17 @@ class Store:
 
     # ------------------------------------------------------------ derived caches
 
-    def _put_tokens(self, sid: str, node_id: str, counts: dict[str, tuple[int, int]]) -> None:
-        self.db.executemany(
-            "INSERT OR REPLACE INTO token_counts(session_id, node_id, tokenizer, input_tokens, output_tokens) "
-            "VALUES(?,?,?,?,?)",
-            [(sid, node_id, tok, c[0], c[1]) for tok, c in counts.items()],
-        )
-
     def token_counts(self, session_id: str, tokenizer: str) -> dict[str, tuple[int, int]]:
-        rows = self.db.execute(
-            "SELECT node_id, input_tokens, output_tokens FROM token_counts WHERE session_id=? AND tokenizer=?",
-            (session_id, tokenizer),
-        )
-        return {r[0]: (r[1], r[2]) for r in rows}
+        """Stored (input, output) token counts of every node for one tokenizer."""
+        out: dict[str, tuple[int, int]] = {}
+        dec = self._meta_dec.decode
+        for nid, blob in self.db.execute(
+            "SELECT id, tokens FROM nodes WHERE session_id=? AND tokens IS NOT NULL", (session_id,)
+        ):
+            got = dec(blob).get(tokenizer)
+            if got is not None:
+                out[nid] = (got[0], got[1])
+        return out
 
     def put_usage(self, session_id: str, usage: UsageRow) -> None:
         with self._write(session_id):
