@@ -247,6 +247,8 @@ export interface InitializationOptions {
   workspace?: string | null;
   /** @default null */
   configFile?: string | null;
+  /** @default null */
+  aging?: Record<string, unknown> | null;
 }
 
 export interface InitializeParams {
@@ -452,6 +454,8 @@ export interface RenderParams {
   expose?: "full" | "io";
   /** @default true */
   includeSystem?: boolean;
+  /** @default true */
+  aging?: boolean;
 }
 
 export interface RenderResult {
