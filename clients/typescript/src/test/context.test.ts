@@ -42,12 +42,18 @@ describe("context", { timeout: 60_000 }, () => {
   let dir: TempDir;
   let client: DagctxClient;
   const sampled: CreateMessageParams[] = [];
-  let sampling: (p: CreateMessageParams) => Promise<CreateMessageResult> = async () => ({
-    role: "assistant",
-    content: { type: "text", text: SUMMARY_MARKER },
-    model: "test-model",
-    stopReason: "endTurn",
-  });
+  // A stand-in summarizer: the marker plus the identifiers it was shown, as a real
+  // summary keeps them (the daemon rejects summaries that drop them: lowFidelity).
+  let sampling: (p: CreateMessageParams) => Promise<CreateMessageResult> = async (p) => {
+    const shown = p.messages.map((m) => m.content.text ?? "").join("\n");
+    const idents = [...new Set(shown.match(/[A-Za-z]+_[A-Za-z0-9_]+|[\w./-]+\.\w{1,4}\b/g) ?? [])];
+    return {
+      role: "assistant",
+      content: { type: "text", text: `${SUMMARY_MARKER}\nIdentifiers: ${idents.join(", ")}` },
+      model: "test-model",
+      stopReason: "endTurn",
+    };
+  };
   const wire = new Wire();
 
   before(async () => {
