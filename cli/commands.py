@@ -653,6 +653,6 @@ async def cmd_export(args: argparse.Namespace) -> int:
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
-    from dagctx.demo import run_demo
+    from dagctx.cli.demo import run_demo
 
     return await run_demo(args)

@@ -33,7 +33,7 @@ from rich.rule import Rule
 from rich.table import Table
 
 from dagctx.client import DagctxClient, RpcError
-from dagctx.commands import (
+from dagctx.cli.commands import (
     console,
     ensure_ui,
     gather_stats,

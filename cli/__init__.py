@@ -1,7 +1,10 @@
-"""``dagctx``: the daemon and its command-line client.
+"""``dagctx``: the command line — ``serve`` runs the daemon, everything else is a client.
 
 ``serve`` runs the daemon on stdio. Every other command is a client of a daemon it
 spawns, talking the same protocol an editor does, so the CLI exercises what editors use.
+
+Architecture Invariant: this floor sits above both the daemon and the clients; the
+daemon never imports it (except the ``python -m dagctx`` entry shim) nor any client.
 """
 
 from __future__ import annotations
@@ -42,12 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_serve)
     sc = sub.add_parser("schema", help="print the JSON Schema of the protocol")
     sc.set_defaults(func=_schema)
-    try:
-        from dagctx import commands
-    except ImportError:
-        commands = None
-    if commands is not None:
-        commands.register(sub)
+    from dagctx.cli import commands
+
+    commands.register(sub)
     return p
 
 
