@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dagctx.context import compaction as plan_mod
-from dagctx.context.render import Item, render_view
+from dagctx.context.render import Item, covers_of, render_view
+from dagctx.ledger.graph import is_summary
 from dagctx.protocol import context as c
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import NodeInput
@@ -128,7 +129,9 @@ async def _compact(engine: Engine, p: c.CompactParams, started: float) -> c.Comp
     # 1. the fixed input view (the branch as the model sees it, aged)
     aged, aging_stats = views.aging_for(sid, head, info)
     before = views.render(sid, head=head, fmt="neutral", model=info.name, aged=aged, remember=False)
-    tokens_before = before.total
+    tokens_before = before.total  # the local estimate validation compares against
+    # reported as context/render reports the same render (calibrated after a usage report)
+    shown_before = views.calibrated(sid, info.name, tokens_before, before.record)[1]
     view = before.view
     # 2. the cut
     plan, why = plan_mod.cut_decision(
@@ -136,7 +139,7 @@ async def _compact(engine: Engine, p: c.CompactParams, started: float) -> c.Comp
         keep_recent_tokens=p.keep_recent_tokens,
     )
     if plan is None:
-        return done(True, why, tokens_before, tokens_before)
+        return done(True, why, shown_before, shown_before)
     # what must not change while the summarizer runs
     watched = set(plan.covered_ids) | {plan.kept_from}
     snapshot = {nid: (graph.nodes[nid].status, graph.nodes[nid].output) for nid in watched}
@@ -175,26 +178,26 @@ async def _compact(engine: Engine, p: c.CompactParams, started: float) -> c.Comp
                                                identifiers, max_chars, p.min_identifier_retention)
         retention = validation.retention
         if not validation.ok:
-            return done(False, validation.reason or "failed", tokens_before, tokens_before,
+            return done(False, validation.reason or "failed", shown_before, shown_before,
                         identifier_retention=retention, error=_why(validation))
     except DagctxError as err:
         if p.fallback != "structural":
-            return done(False, "failed", tokens_before, tokens_before, error=err.message)
+            return done(False, "failed", shown_before, shown_before, error=err.message)
         text = plan_mod.structural_summary(plan)
         validation, node_input = _validate(engine, graph, plan, text, head, aged, info, tokens_before,
                                            [], None, 0.0)
         if not validation.ok:
-            return done(False, validation.reason or "failed", tokens_before, tokens_before, error=_why(validation))
+            return done(False, validation.reason or "failed", shown_before, shown_before, error=_why(validation))
     except asyncio.CancelledError:
         raise  # the server answers -32800; nothing was written
     # covered ⊆ summarized: refuse to write a summary of turns it never saw (defect 1)
     if not plan_mod.covered_in_input(plan, sent) and p.fallback != "structural":
-        return done(False, "failed", tokens_before, tokens_before,
+        return done(False, "failed", shown_before, shown_before,
                     error="internal check failed: a covered turn was not in the summarizer input")
     # the branch must not have changed while the summarizer ran
     graph_now = store.graph(sid)
-    if store.head(sid) != head_before or _touched(graph_now, snapshot, known):
-        return done(False, "conflict", tokens_before, tokens_before, identifier_retention=retention,
+    if store.head(sid) != head_before or _touched(graph_now, snapshot, known, head):
+        return done(False, "conflict", shown_before, shown_before, identifier_retention=retention,
                     error="the session changed while the summary was written; nothing was saved — retry")
     # 5. write exactly one node
     node = NodeInput(
@@ -213,7 +216,7 @@ async def _compact(engine: Engine, p: c.CompactParams, started: float) -> c.Comp
     aged_after, _ = views.aging_for(sid, head, info)
     after = views.render(sid, head=head, fmt="neutral", model=info.name, aged=aged_after, remember=False)
     return done(
-        True, p.trigger, tokens_before, after.total,
+        True, p.trigger, shown_before, views.calibrated(sid, info.name, after.total, after.record)[1],
         summary_id=out.node.id,
         covers_ids=list(plan.covered_ids),
         summarised_count=len(plan.covered_ids),
@@ -270,15 +273,21 @@ def _validate(engine: Engine, graph: Any, plan: Any, text: str | None, head: str
     return validation, node_input
 
 
-def _touched(now: Any, snapshot: dict[str, tuple[Any, Any]], known: set[str]) -> bool:
-    """True when a covered or kept node changed, or a node was attached to them, meanwhile."""
+def _touched(now: Any, snapshot: dict[str, tuple[Any, Any]], known: set[str], head: str) -> bool:
+    """True when a covered or kept node changed, or a node was attached to them, or a
+    summary that applies to this branch was written (a concurrent compaction), meanwhile."""
     for nid, (status, output) in snapshot.items():
         node = now.nodes.get(nid)
         if node is None or node.status != status or node.output != output:
             return True
-    return any(
-        (n.predecessor in snapshot or n.caller in snapshot) for n in now.by_seq if n.id not in known
-    )
+    new = [n for n in now.by_seq if n.id not in known]
+    if any(n.predecessor in snapshot or n.caller in snapshot for n in new):
+        return True
+    summaries = [n for n in new if is_summary(n) and covers_of(n)]
+    if summaries:
+        chain = {n.id for n in now.chain(head)}
+        return any(set(covers_of(n)) <= chain for n in summaries)
+    return False
 
 
 def _why(v: Any) -> str:

@@ -27,6 +27,7 @@ from dagctx.context.models import ModelInfo
 from dagctx.context.render import RENDER_POLICY_VERSION, View, render_view
 from dagctx.context.system_prompt import PromptOptions, assemble_system_prompt
 from dagctx.ledger import SessionGraph, UsageRow
+from dagctx.ledger.graph import is_summary
 from dagctx.protocol import context as c
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import SYSTEM_PROMPT_NAME, Call, NodeInput
@@ -470,7 +471,7 @@ class ContextService:
             return got[1]
 
         boundary = aging.boundary_after_commit(view, graph, policy)
-        now = _turn_start(graph, view)
+        now = _turn_start(graph, view, policy.turn_unit)
         plan = (ager or aging.plan_aging)(
             view, graph, now=now, boundary_seq=boundary or None, policy=policy, token_of=token_of,
             window=model.context_window, count=lambda t: counter.count(t, tokenizer),
@@ -550,11 +551,19 @@ def _hash(message: Any) -> bytes:
     return hashlib.blake2b(_enc.encode(message), digest_size=16).digest()
 
 
-def _turn_start(graph: SessionGraph, view: View) -> float:
-    """Creation time of the newest real user node rendered: the current turn's start."""
+def _turn_start(graph: SessionGraph, view: View, unit: str = "user") -> float:
+    """Creation time of the current turn's start: the newest real user node rendered.
+
+    With ``turn_unit="step"`` a turn is one top-level model call, so the current step
+    starts at the newest top-level user or llm node rendered (a summary is never a
+    step, BRIEF §2 defect 4). Otherwise the results of earlier steps of one long user
+    turn would be younger than "now" and could never age in step mode.
+    """
     for nid in reversed(view.reads):
         node = graph.nodes.get(nid)
-        if node is not None and node.role == "user" and not graph.is_nested(node):
+        if node is None or graph.is_nested(node):
+            continue
+        if node.role == "user" or (unit == "step" and node.role == "llm" and not is_summary(node)):
             return node.created_at
     return graph.nodes[view.head].created_at if view.head in graph.nodes else 0.0
 
