@@ -118,7 +118,7 @@ async def _examples() -> dict[str, tuple[Any, Any]]:
             ex.setdefault(method, (msgspec.to_builtins(params), msgspec.to_builtins(result)))
             return result
         except RpcError as err:
-            ex.setdefault(method, (msgspec.to_builtins(params), {"error": {"code": err.code, "message": err.message, "data": err.data}}))
+            ex.setdefault(method, (msgspec.to_builtins(params), _RpcFailure({"code": err.code, "message": err.message, "data": err.data})))
             return None
 
     init = await call("initialize", {"processId": None, "capabilities": {}, "initializationOptions": {"database": str(Path(tmp) / "spec.db")}})
@@ -164,6 +164,10 @@ async def _examples() -> dict[str, tuple[Any, Any]]:
     return ex
 
 
+class _RpcFailure(dict):
+    """An error answer captured as an example (a result may itself have an ``error`` field)."""
+
+
 def _scrub(value: Any) -> Any:
     """Replace random ids and clocks so the generated text is stable run to run."""
     text = json.dumps(value, ensure_ascii=False, indent=1)
@@ -199,10 +203,13 @@ def generate() -> str:
             errs, inv = NOTES[name]
             lines += [f"**Errors:** {errs}", "", f"**Keeps:** {inv}", ""]
         if name in examples:
-            req, res = _scrub(examples[name])
+            raw_req, raw_res = examples[name]
+            failed = isinstance(raw_res, _RpcFailure)
+            req, res = _scrub((raw_req, dict(raw_res) if failed else raw_res))
+            answer = {"error": res} if failed else {"result": res}
             lines += ["Example:", "", "```json",
                       "→ " + json.dumps({"jsonrpc": "2.0", "id": 1, "method": name, "params": req}, ensure_ascii=False),
-                      "← " + json.dumps({"jsonrpc": "2.0", "id": 1, **({"error": res["error"]} if isinstance(res, dict) and "error" in res else {"result": res})}, ensure_ascii=False),
+                      "← " + json.dumps({"jsonrpc": "2.0", "id": 1, **answer}, ensure_ascii=False),
                       "```", ""]
     lines.append(END)
     return "\n".join(lines) + "\n"

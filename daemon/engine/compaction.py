@@ -245,7 +245,9 @@ async def _sample(engine: Engine, p: c.CompactParams, system: str, messages: lis
             return text
         except DagctxError as err:
             last = err
-            if "did not declare" in err.message or "no summarizer" in err.message:
+            # Only transport failures (a dropped connection, HTTP 429/5xx) are retried:
+            # a timeout or a refusal would only repeat, multiplying the wait.
+            if not (err.details or {}).get("retryable"):
                 break
     assert last is not None
     raise last

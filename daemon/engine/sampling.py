@@ -64,8 +64,13 @@ def _chat_completion(endpoint: Any, params: c.CreateMessageParams, timeout: floa
         with urllib.request.urlopen(req, timeout=min(timeout, endpoint.timeout_seconds)) as resp:
             data = json.loads(resp.read())
     except urllib.error.HTTPError as exc:
-        raise DagctxError("SamplingFailed", f"the endpoint {url} answered HTTP {exc.code}") from exc
-    except (urllib.error.URLError, TimeoutError, OSError, ValueError) as exc:
+        # 429 and 5xx are worth another try; other statuses will answer the same again.
+        retry = exc.code == 429 or exc.code >= 500
+        raise DagctxError("SamplingFailed", f"the endpoint {url} answered HTTP {exc.code}",
+                          details={"retryable": retry, "status": exc.code}) from exc
+    except (urllib.error.URLError, ConnectionError) as exc:
+        raise DagctxError("SamplingFailed", f"the endpoint {url} failed: {exc}", details={"retryable": True}) from exc
+    except (TimeoutError, OSError, ValueError) as exc:
         raise DagctxError("SamplingFailed", f"the endpoint {url} failed: {exc}") from exc
     try:
         choice = data["choices"][0]["message"]

@@ -259,7 +259,10 @@ class Store:
             g.rev = row.rev
             for inp in nodes:
                 counts = token_counts.get(inp.id) if token_counts and inp.id is not None else None
-                self._append_locked(row, g, inp, False, counts, spawn_ok=True)
+                # An import replays history: a node keeps the time it happened at the source.
+                when = inp.metadata.get("timestamp")
+                self._append_locked(row, g, inp, False, counts, spawn_ok=True,
+                                    created_at=float(when) if isinstance(when, (int, float)) else None)
             if head is not None:
                 target = g.get(row.root_id if head == ROOT_SENTINEL else head)
                 self._check_head_target(g, target)
@@ -408,6 +411,7 @@ class Store:
         token_counts: dict[str, tuple[int, int]] | None,
         *,
         spawn_ok: bool = False,
+        created_at: float | None = None,
     ) -> AppendOutcome:
         node_id = inp.id if inp.id is not None else uuid.uuid4().hex
         if not _ID_RE.match(node_id):
@@ -437,7 +441,7 @@ class Store:
         call = Call(
             id=node_id,
             seq=row.next_seq,
-            created_at=time.time(),
+            created_at=time.time() if created_at is None else created_at,
             role=inp.role,
             name=inp.name,
             input=inp.input,

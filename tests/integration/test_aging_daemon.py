@@ -302,3 +302,20 @@ async def test_invalid_aging_options_are_refused(db_path: Path) -> None:
     finally:
         c.notify("exit")  # close() would wait for a shutdown the uninitialized daemon refuses
         await c.wait(5)
+
+
+async def test_imported_sessions_age_by_their_source_timestamps(tmp_path, corpus) -> None:
+    """Imported nodes keep the time they happened, so old imported results can age."""
+    from dagctx.client import DagctxClient
+
+    c = await DagctxClient.spawn(tmp_path / "imp.db", initialization_options={"aging": {"turnUnit": "step"}})
+    try:
+        res = await c.import_path(str(corpus / "codex"))
+        sid = res.sessions[0].session_id
+        nodes = (await c.history(sid)).nodes
+        stamps = [n.created_at for n in nodes]
+        assert stamps[0] < 1_800_000_000 and stamps == sorted(stamps)  # the source's clock, not now
+        r = await c.render(sid, model="gpt-4o")
+        assert r.manifest.get("agingKinds"), "old imported tool results age under step-unit aging"
+    finally:
+        await c.close()
