@@ -67,12 +67,7 @@ def _item_tokens(engine: Engine, graph: Any, tokenizer: str, aged: dict[str, str
     counter = engine.counter
 
     def counts(node_id: str) -> tuple[int, int]:
-        got = cache.get(node_id)
-        if got is None:
-            node = graph.nodes[node_id]
-            got = (counter.count_value(node.input, tokenizer), counter.count_value(node.output, tokenizer))
-            cache[node_id] = got
-        return got
+        return engine.views.counts_of(graph, node_id, tokenizer, cache)
 
     def token_of_item(item: Item) -> int:
         if item.node_id not in graph.nodes:

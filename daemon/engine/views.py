@@ -107,18 +107,25 @@ class ContextService:
         self._updates_seen[key] = len(graph.updates)
         return cache
 
+    def counts_of(self, graph: SessionGraph, node_id: str, tokenizer: str,
+                  cache: dict[str, tuple[int, int]] | None = None) -> tuple[int, int]:
+        """(input, output) tokens of one node: stored at append, else counted once and kept
+        (an import, a tokenizer added later, or a node another process finished)."""
+        cache = self.node_tokens(graph, tokenizer) if cache is None else cache
+        counts = cache.get(node_id)
+        if counts is None:
+            node = graph.nodes[node_id]
+            cv = self.e.counter.count_value
+            counts = (cv(node.input, tokenizer), cv(node.output, tokenizer))
+            cache[node_id] = counts
+        return counts
+
     def _part_tokens(self, graph: SessionGraph, node_id: str, assistant: bool, tokenizer: str,
                      cache: dict[str, tuple[int, int]], aged: dict[str, str]) -> int:
         node = graph.nodes.get(node_id)
         if node is None:
             return 0
-        counts = cache.get(node_id)
-        if counts is None:
-            # Not counted at append (an import, or a tokenizer added later): count once, keep.
-            cv = self.e.counter.count_value
-            counts = (cv(node.input, tokenizer), cv(node.output, tokenizer))
-            cache[node_id] = counts
-        tin, tout = counts
+        tin, tout = self.counts_of(graph, node_id, tokenizer, cache)
         if node.role == "code":
             if assistant:
                 return tin
@@ -463,12 +470,7 @@ class ContextService:
             return {}, {}
 
         def token_of(node_id: str) -> int:
-            got = cache.get(node_id)
-            if got is None:
-                node = graph.nodes[node_id]
-                got = (counter.count_value(node.input, tokenizer), counter.count_value(node.output, tokenizer))
-                cache[node_id] = got
-            return got[1]
+            return self.counts_of(graph, node_id, tokenizer, cache)[1]
 
         boundary = aging.boundary_after_commit(view, graph, policy)
         now = _turn_start(graph, view, policy.turn_unit)
