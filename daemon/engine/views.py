@@ -350,15 +350,7 @@ class ContextService:
 
     def usage_report(self, p: c.UsageReportParams) -> tuple[c.UsageReportResult, c.CompactionRecommended | None]:
         store = self.e.store
-        graph = store.graph(p.session_id)
-        node = graph.get(p.node_id)
-        if node.role != "llm":
-            raise DagctxError(
-                "InvalidParams",
-                f"usage belongs on an llm node; {p.node_id!r} is a {node.role} node",
-                node_id=p.node_id,
-                path="nodeId",
-            )
+        node = _llm_node(store.graph(p.session_id), p.node_id, "usage belongs on an llm node")
         manifest = node.metadata.get("renderManifest") or {}
         model = p.model or manifest.get("model") or node.name or None
         estimated = manifest.get("tokens") if isinstance(manifest.get("tokens"), int) else None
@@ -405,14 +397,7 @@ class ContextService:
 
     def replay(self, p: c.ReplayParams) -> c.ReplayResult:
         graph = self.e.store.graph(p.session_id)
-        node = graph.get(p.node_id)
-        if node.role != "llm":
-            raise DagctxError(
-                "InvalidParams",
-                f"replay is for llm nodes (what a model was sent); {p.node_id!r} is a {node.role} node",
-                node_id=p.node_id,
-                path="nodeId",
-            )
+        node = _llm_node(graph, p.node_id, "replay is for llm nodes (what a model was sent)")
         manifest = node.metadata.get("renderManifest")
         if not isinstance(manifest, dict) or not manifest.get("head"):
             # No manifest: the best reconstruction is the branch before this call.
@@ -538,6 +523,15 @@ class ContextService:
             token_counts=self.e.count_node(None, assembled.text),
         )
         return assembled.text, out.node.id, list(assembled.notes)
+
+
+def _llm_node(graph: SessionGraph, node_id: str, why: str) -> Call:
+    node = graph.get(node_id)
+    if node.role != "llm":
+        raise DagctxError(
+            "InvalidParams", f"{why}; {node_id!r} is a {node.role} node", node_id=node_id, path="nodeId"
+        )
+    return node
 
 
 def _turn_node(graph: SessionGraph, chain: list[str]) -> str | None:
