@@ -71,7 +71,6 @@ class CachedRender:
     messages: list[Any]
     node_ids: list[list[str]]
     per_message: list[int]
-    hashes: list[bytes]
     repairs: list[str]
 
 

@@ -11,11 +11,10 @@ append API (system-prompt nodes only).
 
 from __future__ import annotations
 
-import hashlib
 import time
 import uuid
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -37,9 +36,9 @@ from .render_cache import CachedAging, CachedRender, Snapshot, join_views, still
 if TYPE_CHECKING:
     from .engine import Engine
 
-_enc = msgspec.json.Encoder()
 RECENT_RENDERS = 512
 RENDERS_PER_SESSION = 8
+SESSIONS_REMEMBERED = 64
 
 
 @dataclass
@@ -52,7 +51,9 @@ class RenderRecord:
     model: str | None
     reads: list[str]
     manifest: dict[str, Any]
-    message_hashes: list[bytes]
+    #: the messages themselves: an unchanged prefix shares its message objects with the
+    #: previous render, so comparing lists is cheap (no hashing of every message)
+    messages: list[Any]
     message_tokens: list[int]
     total: int
     created_at: float = field(default_factory=time.time)
@@ -182,7 +183,7 @@ class ContextService:
         key = (session_id, fmt, tokenizer, expose, include_system)
         hit = self._extend_cached(graph, h, key, aged_map, system_node_id, fmt, tokenizer) if cacheable else None
         if hit is not None:
-            view, system, messages, node_ids, per_message, hashes, repairs = hit
+            view, system, messages, node_ids, per_message, repairs = hit
         else:
             view = render_view(
                 graph,
@@ -198,11 +199,10 @@ class ContextService:
             system, messages, node_ids = rendered
             repairs = list(rendered.repairs)
             per_message = self.count_messages(graph, messages, node_ids, tokenizer, aged_map)
-            hashes = [_hash(msg) for msg in messages]
         if cacheable:
             self._cache[key] = CachedRender(
                 key, Snapshot.of(graph, view.chain), view, aged_map, system, messages, node_ids,
-                list(per_message), hashes, repairs,
+                list(per_message), repairs,
             )
         per_message = list(per_message)
         system_tokens = self.e.counter.count(system or "", tokenizer) if system else 0
@@ -229,7 +229,7 @@ class ContextService:
         chain_ids = frozenset(view.chain) if frame is None else frozenset()
         record = RenderRecord(
             render_id, session_id, view.head, chain_ids, fmt, info.name, list(view.reads), manifest,
-            hashes, per_message, total,
+            messages, per_message, total,
         )
         stable = self._stable_prefix(record)
         if remember:
@@ -251,7 +251,7 @@ class ContextService:
         self.cache_hits += 1
         if head == cached.view.head:
             return (cached.view, cached.system, cached.messages, cached.node_ids, cached.per_message,
-                    cached.hashes, cached.repairs)
+                    cached.repairs)
         try:
             suffix = render_view(graph, head, expose_default=cached.view.expose_default,  # type: ignore[arg-type]
                                  aged=aged, system_node_id=system_node_id, start_after=cached.view.head)
@@ -269,7 +269,7 @@ class ContextService:
         per = self.count_messages(graph, msgs, ids, tokenizer, aged)
         view = join_views(cached.view, suffix, new_chain)
         return (view, cached.system, cached.messages + msgs, cached.node_ids + ids, cached.per_message + per,
-                cached.hashes + [_hash(m) for m in msgs], cached.repairs + list(more.repairs))
+                cached.repairs + list(more.repairs))
 
     def _stable_prefix(self, rec: RenderRecord) -> c.StablePrefix:
         """Leading messages byte-identical to the previous render of this branch."""
@@ -284,7 +284,7 @@ class ContextService:
             return c.StablePrefix(messages=0, tokens=0, previous_render_id=None)
         n = 0
         tokens = 0
-        for a, b, t in zip(prev.message_hashes, rec.message_hashes, rec.message_tokens):
+        for a, b, t in zip(prev.messages, rec.messages, rec.message_tokens):
             if a != b:
                 break
             n += 1
@@ -292,11 +292,15 @@ class ContextService:
         return c.StablePrefix(messages=n, tokens=tokens, previous_render_id=prev.render_id)
 
     def _remember(self, rec: RenderRecord) -> None:
-        self._renders[rec.render_id] = rec
+        # renderId lookups need the manifest and reads, not the messages
+        self._renders[rec.render_id] = replace(rec, messages=[])
         while len(self._renders) > RECENT_RENDERS:
             self._renders.popitem(last=False)
-        q = self._by_session.setdefault(rec.session_id, deque(maxlen=RENDERS_PER_SESSION))
+        q = self._by_session.pop(rec.session_id, None) or deque(maxlen=RENDERS_PER_SESSION)
         q.append(rec)
+        self._by_session[rec.session_id] = q  # most recently used last
+        while len(self._by_session) > SESSIONS_REMEMBERED:
+            self._by_session.pop(next(iter(self._by_session)))
 
     def lookup_render(self, render_id: str) -> RenderRecord:
         rec = self._renders.get(render_id)
@@ -541,10 +545,6 @@ def _turn_node(graph: SessionGraph, chain: list[str]) -> str | None:
         if node.role == "user" and not node.metadata.get("spawn_branch_root"):
             return nid
     return None
-
-
-def _hash(message: Any) -> bytes:
-    return hashlib.blake2b(_enc.encode(message), digest_size=16).digest()
 
 
 def _turn_start(graph: SessionGraph, view: View, unit: str = "user") -> float:
