@@ -11,6 +11,7 @@ append API (system-prompt nodes only).
 
 from __future__ import annotations
 
+import gc
 import time
 import uuid
 from collections import OrderedDict, deque
@@ -172,6 +173,40 @@ class ContextService:
         exclude_summaries: frozenset[str] = frozenset(),
         remember: bool = True,
         use_cache: bool = True,
+    ) -> Rendering:
+        # A render allocates ~15 containers per message, all acyclic and freed by
+        # reference counting; letting the cyclic GC run in the middle of it rescans the
+        # retained renders again and again (up to 40 % of a 10k-node render).
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._render(
+                session_id, head=head, fmt=fmt, model=model, frame=frame, expose=expose,
+                include_system=include_system, system_node_id=system_node_id, before_seq=before_seq,
+                aged=aged, extra_manifest=extra_manifest, exclude_summaries=exclude_summaries,
+                remember=remember, use_cache=use_cache,
+            )
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _render(
+        self,
+        session_id: str,
+        *,
+        head: str | None,
+        fmt: str,
+        model: str | None,
+        frame: str | None,
+        expose: str,
+        include_system: bool,
+        system_node_id: str | None,
+        before_seq: int | None,
+        aged: dict[str, str] | None,
+        extra_manifest: dict[str, Any] | None,
+        exclude_summaries: frozenset[str],
+        remember: bool,
+        use_cache: bool,
     ) -> Rendering:
         store = self.e.store
         graph = store.graph(session_id)
