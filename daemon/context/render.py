@@ -434,16 +434,15 @@ def select_system_node(graph: SessionGraph, max_seq: float) -> Call | None:
 
     Seed 003 §7 records it as ``role=code``; importers write ``role=llm``: both count.
     """
-    for node in reversed(graph.by_seq):
-        if node.seq > max_seq:
-            continue
-        if node.name == SYSTEM_PROMPT_NAME and node.role in ("code", "llm"):
+    for nid in reversed(graph.system_prompts):
+        node = graph.nodes[nid]
+        if node.seq <= max_seq and node.role in ("code", "llm"):
             return node
     return None
 
 
 def _summary_candidates(graph: SessionGraph) -> list[Call]:
-    return [n for n in graph.by_seq if is_summary(n)]
+    return [graph.nodes[nid] for nid in graph.summaries]
 
 
 # ---------------------------------------------------------------- renderer

@@ -320,7 +320,7 @@ class ContextService:
         n = 0
         tokens = 0
         for a, b, t in zip(prev.messages, rec.messages, rec.message_tokens):
-            if a != b:
+            if a is not b and a != b:  # an unchanged prefix is the very same objects
                 break
             n += 1
             tokens += t

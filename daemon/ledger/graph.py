@@ -30,7 +30,10 @@ def is_summary(node: Call) -> bool:
 class SessionGraph:
     """Nodes of one session plus ``predecessor`` and ``caller`` child lists in seq order."""
 
-    __slots__ = ("session_id", "root_id", "nodes", "conv_children", "callees", "rev", "by_seq", "updates")
+    __slots__ = (
+        "session_id", "root_id", "nodes", "conv_children", "callees", "rev", "by_seq", "updates",
+        "summaries", "system_prompts", "_chain_head", "_chain_ids",
+    )
 
     def __init__(self, session_id: str, root_id: str) -> None:
         self.session_id = session_id
@@ -44,6 +47,13 @@ class SessionGraph:
         self.by_seq: list[Call] = []
         #: ids of nodes replaced by the one mutation, in order (render caches check it)
         self.updates: list[str] = []
+        #: ids of summary and system-prompt nodes in seq order (renders look them up often)
+        self.summaries: list[str] = []
+        self.system_prompts: list[str] = []
+        # the last chain walked: predecessor edges never change, so a later walk that
+        # reaches this head reuses it instead of walking to the root again
+        self._chain_head: str | None = None
+        self._chain_ids: list[str] = []
 
     # ------------------------------------------------------------ loading
 
@@ -57,6 +67,10 @@ class SessionGraph:
             if idx is not None:
                 self.by_seq[idx] = node
             self.updates.append(node.id)
+            if old.predecessor != node.predecessor or old.caller != node.caller:
+                # Edges never change through the ledger; if the stored row says otherwise
+                # the data was altered underneath: walk afresh so the break surfaces.
+                self._chain_head = None
             return
         if self.by_seq and node.seq < self.by_seq[-1].seq:
             # Rows arrive in seq order; keep the invariant even if they do not.
@@ -68,6 +82,10 @@ class SessionGraph:
             _insert_sorted(self.conv_children.setdefault(node.predecessor, []), node, self.nodes)
         if node.caller is not None:
             _insert_sorted(self.callees.setdefault(node.caller, []), node, self.nodes)
+        if is_summary(node):
+            _insert_sorted(self.summaries, node, self.nodes)
+        elif node.name == SYSTEM_PROMPT_NAME:
+            _insert_sorted(self.system_prompts, node, self.nodes)
 
     def add_all(self, nodes: Iterable[Call]) -> None:
         for node in nodes:
@@ -129,7 +147,11 @@ class SessionGraph:
         out: list[Call] = []
         node = self.get(head)
         seen: set[str] = set()
+        prefix: list[str] = []
         while True:
+            if node.id == self._chain_head:
+                prefix = self._chain_ids
+                break
             if node.id in seen:
                 raise self._broken(node.id, "the predecessor chain loops")
             seen.add(node.id)
@@ -148,7 +170,11 @@ class SessionGraph:
                 raise self._broken(node.id, f"its predecessor {pred!r} is not a conversation node")
             node = nxt
         out.reverse()
-        return out
+        nodes = self.nodes
+        full = [nodes[i] for i in prefix] + out if prefix else out
+        self._chain_head = head
+        self._chain_ids = [n.id for n in full]
+        return full
 
     def _broken(self, node_id: str, why: str) -> DagctxError:
         return DagctxError(
