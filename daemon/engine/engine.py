@@ -113,6 +113,17 @@ class Engine:
     def _observe(self, method: str, session_id: str, node: Any, head: str) -> None:
         if self.options.observe_nodes:
             self.peer.notify(method, m.NodeNotification(session_id=session_id, node=node, head=head))
+        if method == "node/didAppend":
+            self.lifecycle("ingest", session_id, node)
+
+    def lifecycle(self, step: str, *args: Any) -> None:
+        """Tell the daemon's context engine about a lifecycle step (session_start, ingest,
+        after_turn, session_end). A failing plugin hook is logged, never fatal."""
+        engine, _ = self.engines.get(self.options.context_engine or "default", self)
+        try:
+            getattr(engine, step)(*args)
+        except Exception as exc:
+            log.error("context engine %r failed in %s", engine.name, step, exc_info=exc)
 
     # Token counts are computed once per node, on what the store keeps (after spill),
     # for every tokenizer a render may use; rendering never re-tokenizes.
@@ -194,7 +205,18 @@ class Engine:
         result, note = self.views.usage_report(p)
         if note is not None:
             self.peer.notify("context/compactionRecommended", note)
+        self.lifecycle("after_turn", p.session_id, p.node_id, p)
         return result
+
+    def session_create(self, p: m.SessionCreateParams) -> m.SessionCreateResult:
+        res = ledger_ops.session_create(self.store, p)
+        self.lifecycle("session_start", res.session_id)
+        return res
+
+    def session_delete(self, p: m.SessionRef) -> m.SessionDeleteResult:
+        res = ledger_ops.session_delete(self.store, p)
+        self.lifecycle("session_end", p.session_id)
+        return res
 
     def context_prepare(self, p: c.PrepareParams) -> Any:
         """One turn's preparation; at ≥ 80 % with ``allowCompaction`` it compacts first."""
@@ -252,11 +274,11 @@ class Engine:
         """Protocol method → callable(params) returning a result (or an awaitable)."""
         s = lambda fn: (lambda p: fn(self.store, p))  # noqa: E731 - bind the store late
         return {
-            "session/create": s(ledger_ops.session_create),
+            "session/create": self.session_create,
             "session/list": s(ledger_ops.session_list),
             "session/get": s(ledger_ops.session_get),
             "session/rename": s(ledger_ops.session_rename),
-            "session/delete": s(ledger_ops.session_delete),
+            "session/delete": self.session_delete,
             "session/history": s(ledger_ops.session_history),
             "session/branches": s(ledger_ops.session_branches),
             "session/checkout": s(ledger_ops.session_checkout),

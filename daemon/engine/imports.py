@@ -69,6 +69,8 @@ async def session_import(engine: Engine, p: c.ImportParams) -> c.ImportResult:
             token_counts=counts,
             usage=usage,
         )
+        if created:
+            engine.lifecycle("session_start", info.session_id)
         sessions.append(
             c.ImportedSession(
                 session_id=info.session_id,

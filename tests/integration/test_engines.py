@@ -31,6 +31,28 @@ class FancyEngine(ContextEngine):
 class BrokenEngine(ContextEngine):
     def prepare(self, p):
         raise RuntimeError("plugin bug")
+
+
+class RecordingEngine(ContextEngine):
+    """Writes every lifecycle step it hears to $LIFECYCLE_LOG; its after_turn raises."""
+
+    def _log(self, *parts):
+        import os
+        with open(os.environ["LIFECYCLE_LOG"], "a") as f:
+            f.write(" ".join(str(p) for p in parts) + chr(10))
+
+    def session_start(self, session_id):
+        self._log("session_start", session_id)
+
+    def ingest(self, session_id, node):
+        self._log("ingest", session_id, node.role)
+
+    def after_turn(self, session_id, node_id, usage):
+        self._log("after_turn", session_id, usage.usage.input)
+        raise RuntimeError("hook bug")
+
+    def session_end(self, session_id):
+        self._log("session_end", session_id)
 '''
 
 
@@ -44,6 +66,7 @@ async def plugin_daemon(tmp_path: Path):
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fancy-engine\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text(
         "[dagctx.engines]\nfancy = fancy_engine:FancyEngine\nbroken = fancy_engine:BrokenEngine\n"
+        "recording = fancy_engine:RecordingEngine\n"
         "missing-module = no_such_module:Engine\n"
     )
     env = dict(os.environ)
@@ -83,3 +106,32 @@ async def test_failing_engine_falls_back_to_default_and_daemon_lives(plugin_daem
     assert any(name in step and "default engine" in step for step in res.decision_path)
     assert res.messages  # the turn still prepared
     assert (await plugin_daemon.session_get(sid)).session_id == sid
+
+
+async def test_lifecycle_steps_reach_the_daemons_engine(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "fancy_engine.py").write_text(PLUGIN)
+    dist = site / "fancy_engine-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fancy-engine\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[dagctx.engines]\nrecording = fancy_engine:RecordingEngine\n")
+    log = tmp_path / "lifecycle.log"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
+    env["LIFECYCLE_LOG"] = str(log)
+    c = await DagctxClient.spawn(tmp_path / "l.db", env=env, initialization_options={"contextEngine": "recording"})
+    try:
+        s = await c.session_create()
+        u = await c.append(s.session_id, "user", output="hi", predecessor=s.head)
+        llm = await c.append(s.session_id, "llm", name="gpt-4o", output="yo", predecessor=u.head)
+        res = await c.usage_report(s.session_id, llm.node.id, input=42, output=2)  # its hook raises
+        assert res.measured_prompt == 42
+        await c.session_delete(s.session_id)
+    finally:
+        await c.close()
+    sid = s.session_id
+    assert log.read_text().splitlines() == [
+        f"session_start {sid}", f"ingest {sid} user", f"ingest {sid} llm", f"after_turn {sid} 42",
+        f"session_end {sid}",
+    ]
