@@ -436,3 +436,16 @@ def test_distinctive_identifiers_order_and_trivia():
     assert ids[:3] == ["src/app.py", "SessionGraph", "3f2a9c1d"]
     assert "README.md" not in ids and "TODO" not in ids
     assert len(distinctive_identifiers([f"file{i}.py" for i in range(50)], top=20)) == 20
+
+
+def test_identifier_mining_reads_an_even_sample_of_long_prefixes() -> None:
+    from dagctx.context.references import _even_sample, distinctive_identifiers
+
+    texts = ["a" * 10, "b" * 1000, "c" * 1000]
+    cut = _even_sample(texts, 610)
+    assert cut[0] == "a" * 10 and len(cut[1]) == len(cut[2]) == 300
+    assert _even_sample(texts, 10_000) == texts
+    # the most frequent identifier of a long transcript survives sampling
+    many = [f"edit src/core/engine.py then run job {i:06d} " + "filler text " * 200 for i in range(400)]
+    assert distinctive_identifiers(many, top=1, sample_chars=50_000) == ["src/core/engine.py"]
+    assert distinctive_identifiers(many, top=1, sample_chars=None) == ["src/core/engine.py"]
