@@ -54,7 +54,11 @@ NOTES: dict[str, tuple[str, str]] = {
     "session/nameBranch": ("NodeNotFound, InvalidEdge", "A name follows its branch when the branch is extended."),
     "session/import": ("InvalidParams (no such path), ImportFailed",
                        "One transaction per session; idempotent by source session (created=false the second time)."),
-    "session/export": ("SessionNotFound", "Read-only."),
+    "session/export": ("SessionNotFound, InvalidParams",
+                       "Read-only. `claude-code`: HEAD's branch with its tool calls, spawned subagent branches and "
+                       "summaries; import → export → import gives the same ids, edges and contents (a node id "
+                       "that differs from its tool_use id rides in the line's `dagctxToolNodeIds`). "
+                       "`openai`: the rendered messages of the head."),
     "node/append": ("SessionNotFound, NodeNotFound, DuplicateNode, PredecessorMissing, InvalidEdge, InvalidParams",
                     "Append-only; HEAD moves only when the node extends HEAD (or moveHead=true); a refused append writes nothing."),
     "node/update": ("NodeNotFound, NotRunning, InvalidParams",

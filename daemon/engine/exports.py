@@ -338,6 +338,14 @@ class ClaudeCodeExport:
             fields: dict[str, Any] = {"message": message}
             if i == 0 and node.status == "error" and md.get("apiError"):
                 fields["isApiErrorMessage"] = True
+            # A node id that is not its tool_use id (the importer's ``#2`` for an id a
+            # session repeats) rides beside the message, so re-importing restores it.
+            renamed = {
+                tid: c.id for c in on_line
+                if (tid := self._tool_id(c)) is not None and c.id != tid
+            }
+            if renamed:
+                fields["dagctxToolNodeIds"] = renamed
             self._line("assistant", lid, prev, lts, agent, sidechain, **fields)
             prev = lid
             for call in on_line:

@@ -269,7 +269,13 @@ class _Parser:
                 node.metadata["redactedThinking"] = node.metadata.get("redactedThinking", 0) + 1
             elif bt == "tool_use":
                 tid = blk.get("id") if isinstance(blk.get("id"), str) else None
-                cid = b.unique(tid or f"{row.uuid}:{k}")
+                # dagctx's own export names a node id that differs from its tool_use id
+                renamed = row.obj.get("dagctxToolNodeIds")
+                wanted = renamed.get(tid) if isinstance(renamed, dict) and tid else None
+                if isinstance(wanted, str) and wanted and wanted not in b.by_id:
+                    cid = wanted
+                else:
+                    cid = b.unique(tid or f"{row.uuid}:{k}")
                 args, ok = parse_arguments(blk.get("input"))
                 b.tool_call(cid, str(blk.get("name") or ""), args, nid, tid, key=(*row.key, k), timestamp=ts, argumentsNotJson=None if ok else True)
                 if tid:
