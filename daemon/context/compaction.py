@@ -561,6 +561,11 @@ def split_stages(plan: CutPlan, max_input_tokens: int, count: Callable[[str], in
     return stages
 
 
+def stage_owners(plan: CutPlan) -> dict[str, str]:
+    """Item node id → the chain node (or summary) it belongs to, for ``stage_plan``."""
+    return dict(zip((it.node_id for it in plan.input_items), plan.input_groups))
+
+
 def stage_plan(
     plan: CutPlan,
     items: list[Item],
@@ -568,12 +573,14 @@ def stage_plan(
     index: int,
     total: int,
     previous_text: str | None = None,
+    owner: dict[str, str] | None = None,
 ) -> CutPlan:
     """The plan for one stage (1-based ``index`` of ``total``): its items, and as previous
     summary ``previous_text`` (the summary of the stages before; for stage 1 the plan's
     own previous summary when ``previous_text`` is None)."""
     prev = previous_text if previous_text is not None else (plan.previous_summary_text if index == 1 else None)
-    owner = dict(zip((it.node_id for it in plan.input_items), plan.input_groups))
+    if owner is None:  # pass stage_owners(plan) when building many stages of one plan
+        owner = stage_owners(plan)
     return replace(
         plan,
         input_items=list(items),

@@ -154,9 +154,10 @@ async def _compact(engine: Engine, p: c.CompactParams, started: float) -> c.Comp
     used_previous = plan.previous_summary_id is not None
     try:
         summary_so_far: str | None = None
+        owners = plan_mod.stage_owners(plan) if len(stages) > 1 else None
         for i, items in enumerate(stages, start=1):
             sub = plan if len(stages) == 1 else plan_mod.stage_plan(
-                plan, items, index=i, total=len(stages), previous_text=summary_so_far
+                plan, items, index=i, total=len(stages), previous_text=summary_so_far, owner=owners
             )
             system, messages = plan_mod.summarizer_messages(sub, instructions=p.instructions, max_chars=max_chars)
             sent.append(messages)
