@@ -10,11 +10,13 @@ import platformdirs
 
 
 def default_database() -> str:
-    """``DAGCTX_DB`` if set, else ``dagctx.db`` under the user's data directory."""
-    env = os.environ.get("DAGCTX_DB")
-    if env:
-        return env
+    """``dagctx.db`` under the user's data directory (created when missing)."""
     return str(Path(platformdirs.user_data_dir("dagctx", appauthor=False)) / "dagctx.db")
+
+
+def env_database() -> str | None:
+    """``DAGCTX_DB``, when set: a path the user named."""
+    return os.environ.get("DAGCTX_DB") or None
 
 
 @dataclass

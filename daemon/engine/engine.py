@@ -17,28 +17,27 @@ from typing import Any
 import msgspec
 
 from dagctx import __version__
+from dagctx.context.aging import AgingPolicy
 from dagctx.context.models import ModelTable
 from dagctx.context.tokens import CL100K, ESTIMATE, O200K, TokenCounter, default_counter
 from dagctx.ledger import Store, spill_output
+from dagctx.protocol import context as c
 from dagctx.protocol import messages as m
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.methods import CLIENT_REQUESTS, PROTOCOL_VERSION, SERVER_NOTIFICATIONS
 
-from dagctx.protocol import context as c
-
 from . import compaction, exports, imports, ledger_ops
-from dagctx.context.aging import AgingPolicy
-
+from .config import DaemonConfig, default_database, env_database
 from .lifecycle import EngineRegistry
-from .views import ContextService
-from .config import DaemonConfig, default_database
 from .peer import NullPeer, Peer
+from .views import ContextService
 
 log = logging.getLogger("dagctx.engine")
 
 
 def _snake(name: str) -> str:
     return "".join("_" + ch.lower() if ch.isupper() else ch for ch in name)
+
 
 #: Payloads larger than this are tokenized in a worker thread, off the event loop.
 BIG_PAYLOAD_CHARS = 200_000
@@ -84,9 +83,12 @@ class Engine:
             except (TypeError, ValueError) as exc:
                 raise DagctxError("InvalidParams", f"initializationOptions.aging is invalid: {exc}",
                                   path="initializationOptions.aging") from exc
-        path = self.options.database or self.config.database or default_database()
+        explicit = self.options.database or self.config.database or env_database()
+        path = explicit or default_database()
         try:
-            self._store = Store(path)
+            # Only the default location is created; a path the user named must be in a
+            # folder that exists (a typo must not create directories anywhere).
+            self._store = Store(path, create_parent=not explicit)
         except Exception as exc:  # a bad path must be a clear error, not a dead daemon
             raise DagctxError(
                 "InvalidParams",

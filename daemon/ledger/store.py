@@ -118,11 +118,15 @@ class Store:
         *,
         synchronous: str | None = None,
         spill: SpillPolicy | None = None,
+        create_parent: bool = True,
     ) -> None:
         self.path = os.fspath(path)
         if self.path != ":memory:":
             parent = os.path.dirname(os.path.abspath(self.path))
-            os.makedirs(parent, exist_ok=True)
+            if create_parent:
+                os.makedirs(parent, exist_ok=True)
+            elif not os.path.isdir(parent):
+                raise FileNotFoundError(f"the folder {parent!r} does not exist")
         self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
         self.db.execute("PRAGMA journal_mode=WAL")
         sync = (synchronous or os.environ.get("DAGCTX_SYNC") or "NORMAL").upper()
