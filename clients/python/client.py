@@ -246,12 +246,15 @@ class DagctxClient:
 
     async def close(self, timeout: float = 10.0) -> int | None:
         """shutdown + exit, then wait for the process; returns its exit code."""
-        try:
-            if not self.closed.done():
+        if not self.closed.done():
+            try:
                 await self.shutdown()
+            except (ConnectionError, RpcError, asyncio.TimeoutError):
+                pass  # e.g. never initialized: exit still ends the daemon (with code 1)
+            try:
                 self.notify("exit")
-        except (ConnectionError, RpcError):
-            pass
+            except (ConnectionError, RuntimeError, OSError):
+                pass
         return await self.wait(timeout)
 
     async def wait(self, timeout: float = 10.0) -> int | None:

@@ -82,7 +82,7 @@ async def session_import(engine: Engine, p: c.ImportParams) -> c.ImportResult:
                 created=created,
             )
         )
-        skipped.extend({"file": path, "line": s.line, "reason": s.reason} for s in t.skipped)
+        skipped.extend({"file": t.source_path or path, "line": s.line, "reason": s.reason} for s in t.skipped)
         engine.peer.progress(
             token, {"kind": "report", "message": f"{i + 1}/{total} sessions", "percentage": int((i + 1) * 100 / total)}
         )

@@ -87,6 +87,8 @@ class Transcript:
     source_key: str
     title: str
     nodes: list[NodeInput] = field(default_factory=list)
+    #: the file it was read from (set by ``parse_file``), for skipped-line reports
+    source_path: str | None = None
     head: str | None = None
     usage: dict[str, dict] = field(default_factory=dict)
     skipped: list[Skipped] = field(default_factory=list)
@@ -745,7 +747,13 @@ def parse_file(path: str | Path, format: str = "auto") -> list[Transcript]:  # n
     ShareGPT file gives one transcript per conversation.
     """
     p = Path(path)
-    fmt = detect_format(p) if format == "auto" else format
+    out = _parse_as(p, detect_format(p) if format == "auto" else format)
+    for t in out:
+        t.source_path = str(p)
+    return out
+
+
+def _parse_as(p: Path, fmt: str) -> list[Transcript]:
     if fmt == "claude-code":
         from . import claude_code
 

@@ -78,6 +78,9 @@ async def test_every_corpus_file_imports_with_exact_counts_and_once_only(daemon:
         assert [x.session_id for x in again[rel].sessions] == [x.session_id for x in results[rel].sessions]
         assert not any(x.created for x in again[rel].sessions), rel
     folder = await daemon.import_path(str(CORPUS))
+    # skipped lines name the file they are in, also when a whole folder is imported
+    comments = [k for k in folder.skipped if k.get("line") in (1, 2) and "not JSON" in k["reason"]]
+    assert comments and all(k["file"].endswith("general-tool-calls.jsonl") for k in comments)
     assert len(folder.sessions) == 308 and not any(x.created for x in folder.sessions)
     assert (await daemon.session_list()).total == total
 
