@@ -493,6 +493,11 @@ class _Renderer:
             out.append(c)
         return out
 
+    def emit_blocks(self, kind: str, node: Call, role: str, blocks: list[dict[str, Any]], **fields: Any) -> None:
+        """Emit an item whose content is ``blocks`` (its text derived from them)."""
+        self.emit(Item(kind=kind, node_id=node.id, role=role, seq=node.seq, content=blocks,
+                       text=blocks_text(blocks), **fields))
+
     def emit(self, item: Item) -> None:
         item.turn = self.turn
         self.items.append(item)
@@ -531,18 +536,7 @@ class _Renderer:
         blocks.extend(message_blocks(value))
         if not blocks:
             return  # an empty user message contributes nothing (the turn still counts)
-        self.emit(
-            Item(
-                kind="user",
-                node_id=node.id,
-                role="user",
-                seq=node.seq,
-                content=blocks,
-                text=blocks_text(blocks),
-                name=node.name,
-                status=node.status,
-            )
-        )
+        self.emit_blocks("user", node, "user", blocks, name=node.name, status=node.status)
 
     def summary(self, node: Call, covered_users: int) -> None:
         self.turn += covered_users
@@ -569,19 +563,7 @@ class _Renderer:
         if nested and node.input is not None:
             prompt = message_blocks(node.input)
             if prompt:
-                self.emit(
-                    Item(
-                        kind="user",
-                        node_id=node.id,
-                        role="user",
-                        seq=node.seq,
-                        content=prompt,
-                        text=blocks_text(prompt),
-                        name=node.name,
-                        status=node.status,
-                        depth=depth,
-                    )
-                )
+                self.emit_blocks("user", node, "user", prompt, name=node.name, status=node.status, depth=depth)
         blocks = message_blocks(node.output)
         if node.status == "error":
             msg = _error_message(node)
@@ -609,18 +591,14 @@ class _Renderer:
         tools.sort(key=lambda n: n.seq)
 
         if blocks or tools:
-            self.emit(
-                Item(
-                    kind="assistant",
-                    node_id=node.id,
-                    role="assistant",
-                    seq=node.seq,
-                    content=blocks,
-                    text=blocks_text(blocks),
-                    name=node.name,
-                    status=node.status,
-                    depth=depth,
-                )
+            self.emit_blocks(
+                "assistant",
+                node,
+                "assistant",
+                blocks,
+                name=node.name,
+                status=node.status,
+                depth=depth,
             )
         for t in tools:
             self.emit(
@@ -660,22 +638,18 @@ class _Renderer:
             status = t.status
             if synthetic:
                 self.repairs.append(f"synthetic result for unfinished tool call {tid} (node {t.id})")
-        self.emit(
-            Item(
-                kind="tool_result",
-                node_id=t.id,
-                role="tool",
-                seq=t.seq,
-                content=blocks,
-                text=blocks_text(blocks),
-                name=t.name,
-                tool_call_id=tid,
-                owner=owner,
-                status=status,
-                depth=depth,
-                aged=t.id in self.aged_map,
-                synthetic=synthetic,
-            )
+        self.emit_blocks(
+            "tool_result",
+            t,
+            "tool",
+            blocks,
+            name=t.name,
+            tool_call_id=tid,
+            owner=owner,
+            status=status,
+            depth=depth,
+            aged=t.id in self.aged_map,
+            synthetic=synthetic,
         )
 
     def result_blocks(self, node: Call) -> tuple[list[dict[str, Any]], bool]:
@@ -735,21 +709,17 @@ class _Renderer:
             blocks = [_text_block(f"{head}\n{blocks[0]['text']}")] + blocks[1:]
         else:
             blocks = [_text_block(head)] + blocks
-        self.emit(
-            Item(
-                kind="text_pair",
-                node_id=node.id,
-                role="user",
-                seq=node.seq,
-                content=blocks,
-                text=blocks_text(blocks),
-                name=node.name,
-                tool_call_id=tool_call_id_of(node),
-                status=node.status,
-                part="result",
-                depth=depth,
-                aged=node.id in self.aged_map,
-            )
+        self.emit_blocks(
+            "text_pair",
+            node,
+            "user",
+            blocks,
+            name=node.name,
+            tool_call_id=tool_call_id_of(node),
+            status=node.status,
+            part="result",
+            depth=depth,
+            aged=node.id in self.aged_map,
         )
 
     def ask_user(self, node: Call, *, depth: int) -> None:
@@ -780,19 +750,15 @@ class _Renderer:
             answer = [_text_block(f"{head} {answer[0]['text']}")] + answer[1:]
         else:
             answer = [_text_block(head)] + answer
-        self.emit(
-            Item(
-                kind="text_pair",
-                node_id=node.id,
-                role="user",
-                seq=node.seq,
-                content=answer,
-                text=blocks_text(answer),
-                name="ask_user",
-                status=node.status,
-                part="result",
-                depth=depth,
-            )
+        self.emit_blocks(
+            "text_pair",
+            node,
+            "user",
+            answer,
+            name="ask_user",
+            status=node.status,
+            part="result",
+            depth=depth,
         )
 
     def insides(self, node: Call, depth: int) -> None:
