@@ -111,11 +111,20 @@ class ContextEngine:
         hook_tokens = sum(counter.count(v, r.tokenizer) for v in hooks.values())
         if r.view.summary_id:
             path.append(f"summary {r.view.summary_id} replaces {len(r.view.covered)} nodes")
-        tools_tokens = budget.tools_schema_tokens(p.tools, counter, r.tokenizer)
-        source, total = views.calibrated(p.session_id, info.name, r.total + hook_tokens, r.record)
-        scale = total / max(1, r.total + hook_tokens)
-        system_tokens = round(r.system_tokens * scale)
-        history_tokens = max(0, total - system_tokens)
+        raw_tools = budget.tools_schema_tokens(p.tools, counter, r.tokenizer)
+        # The whole prompt as the provider will measure it: system + messages + hooks +
+        # tools. The call records this one figure (manifest ``tokens``), calibration
+        # scales this one figure, and each part is scaled once — the provider's count
+        # already includes the system prompt and tools, so nothing is added twice
+        # (BRIEF §2 defect 7).
+        estimate = r.total + hook_tokens + raw_tools
+        r.manifest["tokens"] = estimate
+        r.manifest["toolsTokens"] = raw_tools
+        r.record.total = estimate
+        source, total = views.calibrated(p.session_id, info.name, estimate, r.record)
+        system_tokens, history_tokens, tools_tokens = budget.distribute(
+            total, r.system_tokens, estimate - r.system_tokens - raw_tools, raw_tools
+        )
         b = budget.compute_budget(
             info, system_tokens, history_tokens, tools_tokens, requested_output=p.max_output_tokens, source=source
         )

@@ -169,3 +169,26 @@ async def test_corpus_sessions_render_pair_valid(daemon, corpus) -> None:
                 for fmt in ("openai", "anthropic"):
                     r = await daemon.render(sess.session_id, head=b.head, format=fmt, model="gpt-4o")
                     assert check_pairs(r.messages, fmt) == [], (name, b.head, fmt)
+
+
+async def test_tools_are_counted_once_when_provider_usage_calibrates(daemon) -> None:
+    """BRIEF §2 defect 7: the provider's prompt count already includes the system prompt
+    and the tools; calibrating must not add them again."""
+    tools = [{"name": f"tool_{i}", "description": "does a thing " * 30,
+              "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}} for i in range(20)]
+    s = await daemon.session_create("tools")
+    u = await daemon.append(s.session_id, "user", output="word " * 300, predecessor=s.head)
+    prep = await daemon.prepare(s.session_id, model="claude-sonnet-4-5", format="anthropic", tools=tools)
+    est = prep.manifest["tokens"]
+    assert prep.manifest["toolsTokens"] == prep.budget.tools_schema > 1000
+    assert est == prep.budget.input_used  # one figure: system + messages + tools
+    llm = await daemon.append(s.session_id, "llm", name="claude-sonnet-4-5", output="ok", predecessor=u.head,
+                              render_id=prep.render_id)
+    res = await daemon.usage_report(s.session_id, llm.node.id, model="claude-sonnet-4-5", input=est * 2, output=5)
+    assert res.estimated_prompt == est and res.calibration == pytest.approx(2.0)
+    await daemon.append(s.session_id, "user", output="and then?", predecessor=llm.head)
+    again = await daemon.prepare(s.session_id, model="claude-sonnet-4-5", format="anthropic", tools=tools)
+    est2 = again.manifest["tokens"]
+    assert again.budget.source == "calibrated"
+    assert again.budget.input_used == pytest.approx(est2 * 2, abs=2)
+    assert again.budget.tools_schema == pytest.approx(again.manifest["toolsTokens"] * 2, abs=2)
