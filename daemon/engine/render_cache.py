@@ -45,8 +45,7 @@ def still_valid_prefix(graph: SessionGraph, snap: Snapshot, new_chain: list[str]
         return False
     prefix = snap.chain_set
     # nodes appended since the snapshot
-    seqs = [node.seq for node in graph.by_seq]
-    start = bisect.bisect_right(seqs, snap.max_seq)
+    start = bisect.bisect_right(graph.by_seq, snap.max_seq, key=lambda n: n.seq)
     for node in graph.by_seq[start:]:
         if node.name == SYSTEM_PROMPT_NAME:
             return False
