@@ -211,13 +211,7 @@ def _arguments(value: Any) -> str:
     if value is None:
         return "{}"
     if isinstance(value, str):
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict):
-            return value
-        return json_text({"input": value})
+        return value if _json_object(value) is not None else json_text({"input": value})
     if isinstance(value, dict):
         return json_text(value)
     return json_text({"input": value})
@@ -229,14 +223,18 @@ def _input_object(value: Any) -> dict[str, Any]:
         return {}
     if isinstance(value, dict):
         return value
-    if isinstance(value, str):
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict):
-            return parsed
+    if isinstance(value, str) and (parsed := _json_object(value)) is not None:
+        return parsed
     return {"input": value}
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    """``text`` parsed as a JSON object, or None (stored arguments may be a JSON string)."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
 def _media_type(block: dict[str, Any]) -> str | None:

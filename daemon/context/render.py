@@ -544,18 +544,7 @@ class _Renderer:
         text = blocks_text([b for b in blocks if b.get("type") == "text"])
         if not text.startswith(SUMMARY_MARKER):
             text = f"{SUMMARY_MARKER}\n{text}"
-        self.emit(
-            Item(
-                kind="summary",
-                node_id=node.id,
-                role="user",
-                seq=node.seq,
-                content=[_text_block(text)],
-                text=text,
-                name=node.name,
-                status=node.status,
-            )
-        )
+        self.emit_blocks("summary", node, "user", [_text_block(text)], name=node.name, status=node.status)
 
     # -------------------------------------------------- llm
 
@@ -681,21 +670,17 @@ class _Renderer:
         """A code node as a text pair (no llm owner to pair a tool call with)."""
         args = "" if node.input is None else json_text(node.input)
         call = f"Called {node.name or 'function'}({args})"
-        self.emit(
-            Item(
-                kind="text_pair",
-                node_id=node.id,
-                role="assistant",
-                seq=node.seq,
-                content=[_text_block(call)],
-                text=call,
-                name=node.name,
-                input=node.input,
-                tool_call_id=tool_call_id_of(node),
-                status=node.status,
-                part="call",
-                depth=depth,
-            )
+        self.emit_blocks(
+            "text_pair",
+            node,
+            "assistant",
+            [_text_block(call)],
+            name=node.name,
+            input=node.input,
+            tool_call_id=tool_call_id_of(node),
+            status=node.status,
+            part="call",
+            depth=depth,
         )
         if self.shows_insides(node):
             self.insides(node, depth + 1)
@@ -725,20 +710,16 @@ class _Renderer:
     def ask_user(self, node: Call, *, depth: int) -> None:
         question = message_blocks(node.input)
         q = f"Asked the user: {blocks_text(question)}"
-        self.emit(
-            Item(
-                kind="text_pair",
-                node_id=node.id,
-                role="assistant",
-                seq=node.seq,
-                content=[_text_block(q)],
-                text=q,
-                name="ask_user",
-                input=node.input,
-                status=node.status,
-                part="call",
-                depth=depth,
-            )
+        self.emit_blocks(
+            "text_pair",
+            node,
+            "assistant",
+            [_text_block(q)],
+            name="ask_user",
+            input=node.input,
+            status=node.status,
+            part="call",
+            depth=depth,
         )
         if node.output is None and node.status == "running":
             return

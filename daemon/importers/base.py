@@ -246,6 +246,13 @@ def scrub_block(block: Any) -> Any:
     return block
 
 
+def content_blocks(content: Any) -> list[Any]:
+    """Message content as a list of blocks: a string is one text block."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return content if isinstance(content, list) else []
+
+
 def text_of_blocks(blocks: Iterable[Any], sep: str = "\n\n") -> str:
     parts: list[str] = []
     for b in blocks:

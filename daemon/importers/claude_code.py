@@ -35,10 +35,11 @@ from typing import Any
 import msgspec
 
 from .base import (
-    ROOT,
     Builder,
+    ROOT,
     Skipped,
     Transcript,
+    content_blocks,
     content_output,
     is_spawn_root,
     parse_arguments,
@@ -255,7 +256,7 @@ class _Parser:
         node = b.by_id[nid]
         b.touch(nid, ts)
         content = msg.get("content")
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content if isinstance(content, list) else []
+        blocks = content_blocks(content)
         for k, blk in enumerate(blocks):
             if not isinstance(blk, dict):
                 continue

@@ -34,10 +34,11 @@ from typing import Any
 from dagctx.protocol.nodes import NodeInput
 
 from .base import (
-    ROOT,
     Builder,
+    ROOT,
     Skipped,
     Transcript,
+    content_blocks,
     content_output,
     parse_arguments,
     read_jsonl,
@@ -182,7 +183,7 @@ class _Parser:
         texts: list[str] = []
         thinking: list[str] = []
         content = msg.get("content")
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content if isinstance(content, list) else []
+        blocks = content_blocks(content)
         for k, blk in enumerate(blocks):
             if not isinstance(blk, dict):
                 continue
