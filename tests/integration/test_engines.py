@@ -56,21 +56,27 @@ class RecordingEngine(ContextEngine):
 '''
 
 
-@pytest.fixture
-async def plugin_daemon(tmp_path: Path):
+def _install_plugin(tmp_path: Path, entry_points: str) -> dict[str, str]:
+    """A site folder with the plugin module and its dist-info; the env that finds it."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "fancy_engine.py").write_text(PLUGIN)
     dist = site / "fancy_engine-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fancy-engine\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(
-        "[dagctx.engines]\nfancy = fancy_engine:FancyEngine\nbroken = fancy_engine:BrokenEngine\n"
-        "recording = fancy_engine:RecordingEngine\n"
-        "missing-module = no_such_module:Engine\n"
-    )
+    (dist / "entry_points.txt").write_text("[dagctx.engines]\n" + entry_points)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
+    return env
+
+
+@pytest.fixture
+async def plugin_daemon(tmp_path: Path):
+    env = _install_plugin(
+        tmp_path,
+        "fancy = fancy_engine:FancyEngine\nbroken = fancy_engine:BrokenEngine\n"
+        "recording = fancy_engine:RecordingEngine\nmissing-module = no_such_module:Engine\n",
+    )
     client = await DagctxClient.spawn(tmp_path / "e.db", env=env,
                                       initialization_options={"contextEngine": "no-reduction"})
     try:
@@ -109,16 +115,8 @@ async def test_failing_engine_falls_back_to_default_and_daemon_lives(plugin_daem
 
 
 async def test_lifecycle_steps_reach_the_daemons_engine(tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "fancy_engine.py").write_text(PLUGIN)
-    dist = site / "fancy_engine-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fancy-engine\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[dagctx.engines]\nrecording = fancy_engine:RecordingEngine\n")
+    env = _install_plugin(tmp_path, "recording = fancy_engine:RecordingEngine\n")
     log = tmp_path / "lifecycle.log"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
     env["LIFECYCLE_LOG"] = str(log)
     c = await DagctxClient.spawn(tmp_path / "l.db", env=env, initialization_options={"contextEngine": "recording"})
     try:
