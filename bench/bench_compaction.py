@@ -4,7 +4,7 @@ Overhead = the whole ``context/compact`` pipeline (aging plan, cut selection, st
 summarizer prompts, validation render, conflict check, the write, the after-render)
 minus the time spent inside the summarizer. The summarizer is an in-process
 stand-in that returns an extractive summary at once (it keeps identifiers, so the
-fidelity gate passes). Baseline: one cold render of the same head (fresh Engine).
+fidelity gate passes). Baseline: one cold render of the same head (fresh EngineCore).
 
 Run: python bench/bench_compaction.py [--nodes 10000] [--model gpt-4o]
 """
@@ -25,10 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_render import build_session  # noqa: E402  (same 10k-node session as the render bench)
 
 from dagctx.context.references import extract_references  # noqa: E402
-from dagctx.engine.compaction import compact  # noqa: E402
+from dagctx.engine.compaction_pipeline import compact  # noqa: E402
 from dagctx.engine.config import DaemonConfig  # noqa: E402
-from dagctx.engine.engine import Engine  # noqa: E402
-from dagctx.protocol import context as c  # noqa: E402
+from dagctx.engine.core import EngineCore  # noqa: E402
+from dagctx.protocol import context_messages as c  # noqa: E402
 from dagctx.protocol.messages import InitializeParams  # noqa: E402
 
 
@@ -59,7 +59,7 @@ class StandInSampler:
 
 
 def cold_render(path: str, sid: str, model: str) -> float:
-    eng = Engine(DaemonConfig(database=path))
+    eng = EngineCore(DaemonConfig(database=path))
     eng.initialize(InitializeParams())
     t = time.perf_counter()
     eng.views.render(sid, fmt="neutral", model=model, use_cache=False)
@@ -81,7 +81,7 @@ def main() -> None:
     cold = renders[1]
 
     sampler = StandInSampler()
-    eng = Engine(DaemonConfig(database=path), peer=sampler)
+    eng = EngineCore(DaemonConfig(database=path), peer=sampler)
     eng.initialize(InitializeParams())
     t = time.perf_counter()
     res = asyncio.run(compact(eng, c.CompactParams(session_id=sid, model=args.model)))

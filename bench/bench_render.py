@@ -3,13 +3,13 @@
 Run from the repository root: python bench/bench_render.py [--nodes N] [--profile]
 
 1. builds a realistic session in a temp SQLite file through the ledger's own write
-   path (``Store.append_many`` with the per-node token counts ``Engine.count_node``
+   path (``Store.append_many`` with the per-node token counts ``EngineCore.count_node``
    computes): user/llm turns, llm nodes with 1–3 tool calls (code nodes, caller =
    the llm node, ``metadata.toolCallId``), a few large (spilled) tool outputs,
    English and Chinese text, failed-call retries and abandoned user edits (forks
    with the same predecessor), so the head's chain is not the whole graph;
 2. in-daemon render: ``ContextService.render(sid, fmt="openai", model="gpt-4o")``,
-   cold (fresh Engine on the file, first render) and warm (same Engine again);
+   cold (fresh EngineCore on the file, first render) and warm (same EngineCore again);
 3. floor: a plain dict predecessor walk that builds the same OpenAI messages and
    encodes them with msgspec (checked byte-equal to ours): ratio in-daemon / floor;
 4. end to end: ``context/render`` through a real daemon subprocess and the Python
@@ -49,7 +49,7 @@ from dagctx.client import DagctxClient
 from dagctx.context.formats import to_messages
 from dagctx.context.render import render_view
 from dagctx.engine.config import DaemonConfig
-from dagctx.engine.engine import Engine
+from dagctx.engine.core import EngineCore
 from dagctx.ledger import SessionGraph
 from dagctx.protocol.messages import InitializeParams, NodeAppendParams
 from dagctx.protocol.nodes import NodeInput
@@ -207,8 +207,8 @@ def build_session(path: str, target: int) -> tuple[str, str, dict[str, Any]]:
     return sid, head, info
 
 
-def open_engine(path: str) -> Engine:
-    eng = Engine(DaemonConfig(database=path))
+def open_engine(path: str) -> EngineCore:
+    eng = EngineCore(DaemonConfig(database=path))
     eng.initialize(InitializeParams())
     return eng
 
@@ -284,7 +284,7 @@ def timed(fn: Any, runs: int) -> tuple[float, list[float]]:
     return statistics.median(out), out
 
 
-def render(eng: Engine, sid: str, head: str | None = None, use_cache: bool = False) -> Any:
+def render(eng: EngineCore, sid: str, head: str | None = None, use_cache: bool = False) -> Any:
     # use_cache=False: a full render every time (the incremental cache would answer a
     # repeated render of the same head in a few ms; the incremental section measures it)
     return eng.views.render(sid, head=head, fmt=FMT, model=MODEL, use_cache=use_cache)
@@ -335,14 +335,14 @@ def cold_render(path: str, sid: str) -> float:
     render(eng, sid)
     elapsed = time.perf_counter() - t
     eng.close()
-    # Engine and ContextService point at each other: only the cyclic GC frees this
+    # EngineCore and ContextService point at each other: only the cyclic GC frees this
     # engine's graph. Free it now, untimed, so it does not weigh on later collections.
     del eng
     gc.collect()
     return elapsed
 
 
-def phase_split(eng: Engine, sid: str, head: str, tokenizer: str, runs: int) -> dict[str, float]:
+def phase_split(eng: EngineCore, sid: str, head: str, tokenizer: str, runs: int) -> dict[str, float]:
     """Median time of each step of ``ContextService.render`` (GC off), and the rest."""
     enc = msgspec.json.Encoder()
     out: dict[str, list[float]] = {}
@@ -451,7 +451,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=10_000, help="session size (default 10000)")
     ap.add_argument("--runs", type=int, default=15, help="warm renders (median)")
-    ap.add_argument("--cold", type=int, default=5, help="cold renders, each on a fresh Engine (median)")
+    ap.add_argument("--cold", type=int, default=5, help="cold renders, each on a fresh EngineCore (median)")
     ap.add_argument("--calls", type=int, default=20, help="end-to-end context/render calls")
     ap.add_argument("--incremental", type=int, default=5, help="append-one-turn-and-render rounds")
     ap.add_argument("--no-upstream", action="store_true", help="skip the OpenProgram comparison")
@@ -484,7 +484,7 @@ def run(args: argparse.Namespace, tmp: str, path: str) -> None:
         flush=True,
     )
 
-    # ---- cold: a fresh Engine on the file, first render (graph + token counts load)
+    # ---- cold: a fresh EngineCore on the file, first render (graph + token counts load)
     cold = []
     for _ in range(args.cold):
         cold.append(cold_render(path, sid))
@@ -550,7 +550,7 @@ def run(args: argparse.Namespace, tmp: str, path: str) -> None:
         f"{'yes' if same else 'NO'}",
         flush=True,
     )
-    print(f"  cold render      {ms(cold_med)} (median of {args.cold}; fresh Engine)"
+    print(f"  cold render      {ms(cold_med)} (median of {args.cold}; fresh EngineCore)"
           f" — of which graph load ≈ {ms(t_graph)}, token-count load ≈ {ms(t_tokens)}")
     print(f"  warm render      {ms(warm_med)} (median of {args.runs}); cyclic GC inside it {ms(gc_med)} "
           f"(collections per render: gen0 {gens[0]:.0f}, gen1 {gens[1]:.0f}, gen2 {gens[2]:.0f})")
@@ -562,7 +562,7 @@ def run(args: argparse.Namespace, tmp: str, path: str) -> None:
     if args.profile:
         # GC off while profiling: a collection would be billed to whichever function
         # happened to allocate when it ran (its share is measured above).
-        def profiled(e: Engine) -> cProfile.Profile:
+        def profiled(e: EngineCore) -> cProfile.Profile:
             prof = cProfile.Profile()
             gc.collect()
             gc.disable()
@@ -599,7 +599,7 @@ def run(args: argparse.Namespace, tmp: str, path: str) -> None:
           f"p50 {ms(e2e['p50'])}, p95 {ms(e2e['p95'])} ({e2e['bytes'] / 1e6:.1f} MB of messages per answer)")
 
     # ---- incremental: one more turn, then render the new head on the warm engine;
-    # each round also renders the same head cold (fresh Engine) for the ratio
+    # each round also renders the same head cold (fresh EngineCore) for the ratio
     print(f"\nincremental: {args.incremental} × (append user + llm + tool call, render; cold render) …", flush=True)
     inc, inc_cold, inc_gc = [], [], []
     h = head

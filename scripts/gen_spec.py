@@ -1,6 +1,6 @@
 """Regenerate the method reference of SPEC.md from the schema and a live daemon.
 
-Field tables come from ``protocol/schema.json``'s source (the Structs); every example
+Field tables come from ``protocol/dagctx/protocol/schema.json``'s source (the Structs); every example
 request/response pair is captured from a real daemon run on a temporary database,
 so the examples cannot drift from what the daemon does. Run:
 
@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from dagctx.client import DagctxClient, RpcError
-from dagctx.protocol import context as c
+from dagctx.protocol import context_messages as c
 from dagctx.protocol import messages as m
 from dagctx.protocol.methods import METHODS
 from dagctx.protocol.schema import build_schema

@@ -12,10 +12,30 @@ from dagctx.client import DagctxClient
 REPO = Path(__file__).resolve().parents[1]
 
 
+#: Where the shared transcript corpus is looked for when ``DAGCTX_CORPUS`` is not set.
+DEFAULT_CORPUS = REPO.parent / "shared" / "corpus"
+
+
 def corpus_dir() -> Path | None:
     env = os.environ.get("DAGCTX_CORPUS")
-    path = Path(env) if env else REPO.parent / "shared" / "corpus"
+    path = Path(env) if env else DEFAULT_CORPUS
     return path if path.is_dir() else None
+
+
+def corpus_missing_reason() -> str:
+    """Why a corpus test is skipped, and how to make it run."""
+    env = os.environ.get("DAGCTX_CORPUS")
+    where = f"DAGCTX_CORPUS={env}" if env else f"the default location {DEFAULT_CORPUS.resolve()}"
+    return (f"the shared transcript corpus is not at {where}: point DAGCTX_CORPUS at the folder "
+            "that holds claude-code/, codex/, sharegpt-zh/ … (e.g. DAGCTX_CORPUS=../shared/corpus)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tier the suite: everything under tests/integration drives real processes (``slow``)."""
+    integration = REPO / "tests" / "integration"
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(integration):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture
@@ -37,5 +57,5 @@ async def daemon(db_path: Path):
 def corpus() -> Path:
     path = corpus_dir()
     if path is None:
-        pytest.skip("the shared corpus is not present (set DAGCTX_CORPUS)")
+        pytest.skip(corpus_missing_reason())
     return path

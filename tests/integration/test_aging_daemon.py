@@ -1,4 +1,4 @@
-"""Tool-result aging through a real daemon subprocess (BRIEF §6, seed 000 §3).
+"""Tool-result aging through a real daemon subprocess (SPEC §8).
 
 ``initializationOptions.aging`` makes the gates testable without waiting: no minimum
 age, the two newest turns kept, results of 200+ tokens eligible, short soft-trim

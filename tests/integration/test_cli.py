@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import corpus_dir
+from conftest import corpus_dir, corpus_missing_reason
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -24,7 +24,7 @@ def dagctx(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200", "PYTHONIOENCODING": "utf-8"}
     env.pop("DAGCTX_DB", None)
     return subprocess.run(
-        [sys.executable, "-m", "dagctx", *args], capture_output=True, text=True, encoding="utf-8",
+        [sys.executable, "-P", "-m", "dagctx.cli", *args], capture_output=True, text=True, encoding="utf-8",
         timeout=timeout, env=env,
     )
 
@@ -101,7 +101,7 @@ def test_commands_on_the_demo_database(tmp_path: Path) -> None:
     assert missing.returncode == 1 and "SessionNotFound" in missing.stdout
 
 
-@pytest.mark.skipif(corpus_dir() is None, reason="the shared corpus is not present")
+@pytest.mark.skipif(corpus_dir() is None, reason=corpus_missing_reason())
 def test_import_reports_sessions_and_skipped_lines(tmp_path: Path) -> None:
     corpus = corpus_dir()
     assert corpus is not None

@@ -7,9 +7,9 @@ error, nothing, too much, a non-answer, a slow answer). Sessions are built throu
 the protocol: user turns, llm replies with tool calls (code nodes whose caller is
 the llm node, ``metadata.toolCallId``).
 
-Covers seed 002 §8 (the scenario: chat → fork → checkout → compact → chat →
+Covers SPEC §8, the branch scenario (the scenario: chat → fork → checkout → compact → chat →
 compact → chat → restart → load, with HEAD and the rendered ids checked at every
-step), BRIEF §2 defects 1–4 and 8, and every failure path of BRIEF §6 / seed 002
+step), the compaction rules of SPEC §8, and every failure path of SPEC §8
 §4: a failed, timed-out, empty, too long, low-fidelity, cancelled or conflicting
 summary writes nothing and says why.
 """
@@ -29,7 +29,7 @@ import pytest_asyncio
 from dagctx.client import DagctxClient, RpcError
 from dagctx.context.formats import check_pairs
 from dagctx.context.references import reference_counts
-from dagctx.protocol import context as pc
+from dagctx.protocol import context_messages as pc
 
 BIG = "big-128k"
 SMALL = "small-32k"
@@ -279,7 +279,7 @@ async def check_coverage(c: DagctxClient, sid: str, before: Any, after: Any, res
             assert owner.id in covers, f"{nid} left the render but belongs to no covered turn"
 
 
-# ---------------------------------------------------------------- 1. the scenario (seed 002 §8)
+# ---------------------------------------------------------------- 1. the scenario (SPEC §8, the branch scenario)
 
 
 async def test_scenario_chat_fork_compact_recompact_restart(db_path: Path, sampler: Sampler) -> None:

@@ -1,6 +1,6 @@
 """Several daemons on one file, and a daemon killed with SIGKILL mid-stream.
 
-BRIEF §3: seq assignment and HEAD moves are transactional across processes, a daemon
+SPEC §4: seq assignment and HEAD moves are transactional across processes, a daemon
 notices another process's writes before it answers, and an acknowledged write
 survives ``kill -9``.
 """

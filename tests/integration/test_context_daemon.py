@@ -172,7 +172,7 @@ async def test_corpus_sessions_render_pair_valid(daemon, corpus) -> None:
 
 
 async def test_tools_are_counted_once_when_provider_usage_calibrates(daemon) -> None:
-    """BRIEF §2 defect 7: the provider's prompt count already includes the system prompt
+    """SPEC §7: system prompt and tools counted once: the provider's prompt count already includes the system prompt
     and the tools; calibrating must not add them again."""
     tools = [{"name": f"tool_{i}", "description": "does a thing " * 30,
               "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}} for i in range(20)]

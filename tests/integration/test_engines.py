@@ -75,7 +75,7 @@ async def plugin_daemon(tmp_path: Path):
     env = _install_plugin(
         tmp_path,
         "fancy = fancy_engine:FancyEngine\nbroken = fancy_engine:BrokenEngine\n"
-        "recording = fancy_engine:RecordingEngine\nmissing-module = no_such_module:Engine\n",
+        "recording = fancy_engine:RecordingEngine\nmissing-module = no_such_module:EngineCore\n",
     )
     client = await DagctxClient.spawn(tmp_path / "e.db", env=env,
                                       initialization_options={"contextEngine": "no-reduction"})

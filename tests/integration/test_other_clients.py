@@ -26,7 +26,7 @@ def _need(tool: str) -> None:
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    env["DAGCTX_COMMAND"] = json.dumps([sys.executable, "-m", "dagctx", "serve"])
+    env["DAGCTX_COMMAND"] = json.dumps([sys.executable, "-P", "-m", "dagctx.cli", "serve"])
     env["DAGCTX_PYTHON"] = sys.executable
     return env
 

@@ -1,7 +1,7 @@
 """Raw bytes at a real daemon: whatever a client sends, the daemon answers and lives.
 
 These tests do not use the Python client: they write frames (and non-frames) to
-``python -m dagctx serve`` themselves and parse every answer themselves. After each
+``python3 -P -m dagctx.cli serve`` themselves and parse every answer themselves. After each
 abuse the daemon must answer a normal request, and the database file must be
 exactly what it was.
 """
@@ -46,7 +46,7 @@ class Raw:
     @classmethod
     async def start(cls, db: Path, *extra: str) -> Raw:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "dagctx", "serve", "--db", str(db), *extra,
+            sys.executable, "-P", "-m", "dagctx.cli", "serve", "--db", str(db), *extra,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

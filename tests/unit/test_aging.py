@@ -1,4 +1,4 @@
-"""Tool-result aging (seed 000 §3, BRIEF §6) and the reference tracker (seed 000 §3.3)."""
+"""Tool-result aging (SPEC §8) and the reference tracker (SPEC §8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Compaction planning and validation (seed 002 §2–§4, seed 000 §4, BRIEF §2 defect 1, §6)."""
+"""Compaction planning and validation (SPEC §8: covered ⊆ summarized)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dagctx.context.compaction import (
+from dagctx.context.compaction_plan import (
     BELOW_THRESHOLD,
     NOTHING_TO_COMPACT,
     SECTIONS,

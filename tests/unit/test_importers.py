@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from dagctx.importers import (
+from dagctx.transcripts import (
     Skipped,
     Transcript,
     check_transcript,
@@ -27,19 +26,11 @@ from dagctx.importers import (
 )
 from dagctx.protocol.nodes import SUMMARY_NAME, SYSTEM_PROMPT_NAME
 
-
-def _corpus_dir() -> Path:
-    env = os.environ.get("DAGCTX_CORPUS")
-    if env:
-        return Path(env)
-    return (Path(__file__).resolve().parents[2] / "../shared/corpus").resolve()
+from conftest import DEFAULT_CORPUS, corpus_dir, corpus_missing_reason
 
 
-CORPUS = _corpus_dir()
-needs_corpus = pytest.mark.skipif(
-    not (CORPUS / "claude-code").is_dir(),
-    reason=f"transcript corpus not found at {CORPUS} (set DAGCTX_CORPUS to its folder)",
-)
+CORPUS = corpus_dir() or DEFAULT_CORPUS
+needs_corpus = pytest.mark.skipif(not (CORPUS / "claude-code").is_dir(), reason=corpus_missing_reason())
 
 CC = "claude-code"
 SUBAGENT_SESSION = "claude-code/0ccf1a04-1b4c-43b6-8aa5-79e41db43a68.jsonl"

@@ -24,7 +24,7 @@ from dagctx.context.budget import (
 )
 from dagctx.context.models import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_OUTPUT, ModelInfo, ModelTable
 from dagctx.context.tokens import TokenCounter
-from dagctx.protocol.context import Budget, Usage
+from dagctx.protocol.context_messages import Budget, Usage
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.messages import ModelSpec
 

@@ -1,4 +1,4 @@
-"""The view function (seed 003 §6, seed 002 §3) and the upstream regressions of BRIEF §2."""
+"""The view function (SPEC §6) and the regressions SPEC §6 and §8 rule out."""
 
 from __future__ import annotations
 
@@ -167,7 +167,7 @@ def test_sibling_branches_never_leak():
 
 
 def test_llm_retry_sibling_under_same_user_does_not_leak():
-    # both replies have caller=u1 (seed 003 §2); expanding u1's caller subtree must not pull them in
+    # both replies have caller=u1 (SPEC §4); expanding u1's caller subtree must not pull them in
     b = Builder()
     b.user("u1", "q", "root")
     b.llm("l1", "first", "u1")

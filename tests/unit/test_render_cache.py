@@ -7,26 +7,26 @@ from pathlib import Path
 import pytest
 
 from dagctx.engine.config import DaemonConfig
-from dagctx.engine.engine import Engine
+from dagctx.engine.core import EngineCore
 from dagctx.engine.views import ContextService
 from dagctx.protocol import messages as m
 from dagctx.protocol.nodes import NodeInput
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Engine:
-    e = Engine(DaemonConfig(database=str(tmp_path / "c.db")))
+def engine(tmp_path: Path) -> EngineCore:
+    e = EngineCore(DaemonConfig(database=str(tmp_path / "c.db")))
     e.initialize(m.InitializeParams())
     yield e
     e.close()
 
 
-def _append(e: Engine, sid: str, **kw) -> str:
+def _append(e: EngineCore, sid: str, **kw) -> str:
     out = e.node_append(m.NodeAppendParams(session_id=sid, node=NodeInput(**kw)))
     return out.node.id
 
 
-def _same(e: Engine, sid: str, fmt: str) -> None:
+def _same(e: EngineCore, sid: str, fmt: str) -> None:
     cached = e.views.render(sid, fmt=fmt, model="gpt-4o")
     fresh = ContextService(e).render(sid, fmt=fmt, model="gpt-4o")
     assert cached.messages == fresh.messages
@@ -39,7 +39,7 @@ def _same(e: Engine, sid: str, fmt: str) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["openai", "anthropic", "neutral"])
-def test_every_kind_of_change_matches_a_full_render(engine: Engine, fmt: str) -> None:
+def test_every_kind_of_change_matches_a_full_render(engine: EngineCore, fmt: str) -> None:
     e = engine
     sid = e.store.create_session("cache").session_id
     head = e.store.head(sid)

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from dagctx.protocol import METHODS
 from dagctx.protocol.schema import SCHEMA_PATH, build_schema, schema_json
 
@@ -13,13 +15,14 @@ from dagctx.protocol.schema import SCHEMA_PATH, build_schema, schema_json
 def test_committed_schema_is_current() -> None:
     committed = SCHEMA_PATH.read_text(encoding="utf-8")
     assert committed == schema_json(), (
-        "protocol/schema.json is stale: run `python -m dagctx.protocol.schema` and commit it"
+        "protocol/dagctx/protocol/schema.json is stale: run `python -m dagctx.protocol.schema` and commit it"
     )
 
 
+@pytest.mark.slow
 def test_cli_prints_the_same_schema() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "dagctx", "schema"], capture_output=True, text=True, check=True
+        [sys.executable, "-P", "-m", "dagctx.cli", "schema"], capture_output=True, text=True, check=True
     ).stdout
     assert json.loads(out) == build_schema()
 
@@ -44,6 +47,7 @@ def test_wire_names_are_camel_case() -> None:
     assert {"id", "seq", "createdAt", "role", "caller", "predecessor", "reads", "metadata"} <= set(call)
 
 
+@pytest.mark.slow
 def test_spec_method_reference_is_current() -> None:
     """SPEC.md's generated method reference matches the Structs (examples excluded)."""
     from pathlib import Path

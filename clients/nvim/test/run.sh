@@ -2,7 +2,7 @@
 # Run the headless Neovim test of dagctx.nvim against a real daemon.
 # Usage (from anywhere; the paths are resolved from the repo root):
 #   bash clients/nvim/test/run.sh
-# $DAGCTX_PYTHON: the python that runs `-m dagctx serve` (default python3).
+# $DAGCTX_PYTHON: the python that runs `-P -m dagctx.cli serve` (default python3).
 # $NVIM: the nvim binary (default nvim). Exit code 0 = all passed, 1 = a failure.
 set -u
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

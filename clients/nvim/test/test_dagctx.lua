@@ -4,7 +4,7 @@
 --
 -- (clients/nvim/test/run.sh does this.) Exits 0 with "N passed, 0 failed" as the
 -- last line, or 1 after printing every failure. $DAGCTX_PYTHON picks the python
--- that runs `-m dagctx serve` (default python3).
+-- that runs `-P -m dagctx.cli serve` (default python3).
 
 local started = vim.loop.hrtime()
 
@@ -119,7 +119,7 @@ local function main()
 
   local dagctx = require("dagctx")
   dagctx.setup({
-    cmd = { python, "-m", "dagctx", "serve" },
+    cmd = { python, "-P", "-m", "dagctx.cli", "serve" },
     database = db,
     initialization_options = { observeNodes = true },
     window = "split",
@@ -150,7 +150,7 @@ local function main()
   end)
 
   if not daemon_up then
-    out("the daemon did not start: is `" .. python .. " -m dagctx serve` runnable? ($DAGCTX_PYTHON picks the python)")
+    out("the daemon did not start: is `" .. python .. " -P -m dagctx.cli serve` runnable? ($DAGCTX_PYTHON picks the python)")
     out(string.format("%d passed, %d failed", passed, failed))
     finish(1)
     return

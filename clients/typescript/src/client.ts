@@ -1,12 +1,12 @@
 /**
  * A TypeScript client for the dagctx daemon, over vscode-jsonrpc.
  *
- * `DagctxClient.spawn()` starts `python3 -m dagctx serve` as a child process,
+ * `DagctxClient.spawn()` starts `python3 -P -m dagctx.cli serve` as a child process,
  * connects a vscode-jsonrpc `MessageConnection` to its stdio (LSP base-protocol
  * framing), answers the daemon's `sampling/createMessage` requests through the
  * `onSampling` callback, fans notifications out to `onNotification` listeners and
  * performs the `initialize` / `initialized` handshake. Every request is typed by
- * the generated `Methods` map (src/protocol.ts, from protocol/schema.json).
+ * the generated `Methods` map (src/protocol.ts, from protocol/dagctx/protocol/schema.json).
  *
  * Errors are vscode-jsonrpc `ResponseError`s; the daemon's stable error kind is
  * `err.data.kind` (see `errorKind()`). Cancellation uses vscode-jsonrpc's
@@ -86,7 +86,7 @@ export const CLIENT_NAME = "dagctx-typescript";
 export const CLIENT_VERSION = "0.1.0";
 
 /** The command used when neither `opts.command` nor `DAGCTX_COMMAND` is given. */
-export const DEFAULT_COMMAND: readonly string[] = ["python3", "-m", "dagctx", "serve"];
+export const DEFAULT_COMMAND: readonly string[] = ["python3", "-P", "-m", "dagctx.cli", "serve"];
 
 // ---------------------------------------------------------------- types
 
@@ -139,7 +139,7 @@ export interface SpawnOptions extends ConnectOptions {
   database?: string;
   /**
    * argv of the daemon. Default: `DAGCTX_COMMAND` (a JSON array, read from
-   * `opts.env` first, then the process environment), else `python3 -m dagctx serve`.
+   * `opts.env` first, then the process environment), else `python3 -P -m dagctx.cli serve`.
    */
   command?: string[];
   /** Extra arguments appended after `--db` (e.g. `["--log-level", "INFO"]`). */

@@ -1,7 +1,7 @@
 -- dagctx.nvim: a Neovim client of the dagctx context-engine daemon.
 --
 --   require("dagctx").setup({
---     cmd = { "python3", "-m", "dagctx", "serve" },  -- default ($DAGCTX_PYTHON replaces python3)
+--     cmd = { "python3", "-P", "-m", "dagctx.cli", "serve" },  -- default ($DAGCTX_PYTHON replaces python3)
 --     database = "~/notes/agent.db",                 -- initializationOptions.database
 --     initialization_options = { observeNodes = true },
 --     on_sampling = function(params, respond) ... end,
@@ -23,7 +23,7 @@ local function default_cmd()
   if python == nil or python == "" then
     python = "python3"
   end
-  return { python, "-m", "dagctx", "serve" }
+  return { python, "-P", "-m", "dagctx.cli", "serve" }
 end
 
 M.defaults = {

@@ -93,7 +93,7 @@ Client.__index = Client
 
 ---Create a client (the daemon is not spawned until :start()).
 ---opts:
----  cmd                    list of strings, e.g. {"python3", "-m", "dagctx", "serve"}
+---  cmd                    list of strings, e.g. {"python3", "-P", "-m", "dagctx.cli", "serve"}
 ---  cmd_env                table of extra environment variables, or nil
 ---  cwd                    working directory of the daemon, or nil
 ---  initialization_options table (camelCase keys, as on the wire)

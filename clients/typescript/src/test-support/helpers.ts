@@ -1,6 +1,6 @@
 // Shared test helpers: a temp database per test file and a spawned, real daemon.
 //
-// The daemon command is the client's default (`python3 -m dagctx serve`) unless
+// The daemon command is the client's default (`python3 -P -m dagctx.cli serve`) unless
 // DAGCTX_COMMAND (a JSON array) says otherwise, so CI can point at any install.
 
 import { mkdtempSync, rmSync } from "node:fs";

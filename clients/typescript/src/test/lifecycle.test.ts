@@ -170,7 +170,7 @@ describe("spawning", { timeout: 60_000 }, () => {
     delete process.env.DAGCTX_COMMAND;
     try {
       assert.deepEqual(resolveCommand({}), [...DEFAULT_COMMAND]);
-      assert.deepEqual(DEFAULT_COMMAND, ["python3", "-m", "dagctx", "serve"]);
+      assert.deepEqual(DEFAULT_COMMAND, ["python3", "-P", "-m", "dagctx.cli", "serve"]);
     } finally {
       if (saved !== undefined) process.env.DAGCTX_COMMAND = saved;
     }

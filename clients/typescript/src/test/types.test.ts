@@ -1,4 +1,4 @@
-// The generated types: src/protocol.ts is current with protocol/schema.json, and
+// The generated types: src/protocol.ts is current with protocol/dagctx/protocol/schema.json, and
 // the generator maps each JSON Schema construct the way the README promises.
 
 import assert from "node:assert/strict";
@@ -12,7 +12,7 @@ import { ERROR_KINDS, METHOD_NAMES, NOTIFICATION_NAMES, SERVER_REQUEST_NAMES } f
 
 // dist/test/types.test.js → the package directory
 const PKG = resolve(__dirname, "..", "..");
-const SCHEMA = resolve(PKG, "..", "..", "protocol", "schema.json");
+const SCHEMA = resolve(PKG, "..", "..", "protocol", "dagctx", "protocol", "schema.json");
 const GEN = join(PKG, "scripts", "gen-types.mjs");
 
 type Generate = (schema: unknown, label?: string) => string;

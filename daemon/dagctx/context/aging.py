@@ -1,0 +1,633 @@
+"""Tool-result aging: old, large, unused tool results shrink to a placeholder. No LLM.
+
+SPEC §8. ``plan_aging`` looks at a rendered ``View`` and decides, for
+every tool result in it, whether the model still needs it verbatim. The decision is
+returned as ``AgingPlan.aged`` (node id → replacement text), which is exactly the
+``aged`` argument of ``render_view``: the ledger is never touched, aging is part of
+the view.
+
+Gates
+=====
+
+A result ages only when **all** of these pass (each one alone blocks it; the first
+one that blocks is recorded in ``AgingPlan.decisions`` under the name in brackets):
+
+1. the tool is not exempt (``exempt``): ``AgingPolicy.exempt_tools``, compared
+   case-insensitively, holds tools whose results are the agent's working memory
+   (todo lists, plans, memory reads). Their results are small and the agent relies
+   on seeing the latest state;
+2. it is not among the first ``protect_first`` messages of the view
+   (``protectedFirst``; usually the initial task, SPEC §8). A message is a
+   provider message: an assistant item and its tool calls are one message, and the
+   consecutive results of one call group are one message;
+3. turn distance ``>= keep_recent_turns`` (``recentTurn``). By default turns are
+   real user turns as numbered by the view (``view.turn_count - item.turn``): a
+   summary node is not a turn (SPEC §8), the turns it covers still count.
+   ``turn_unit="step"`` counts top-level model calls instead ("assistant
+   turns"): one long autonomous user turn with a hundred tool calls has a hundred
+   steps but only one user turn, so under the default nothing in it ever ages
+   (``bench/bench_aging.py`` shows both). Steps are numbered along the chain, covered
+   ones included, so a summary does not shift them either;
+4. ``node.seq <= boundary_seq`` (``boundary``): only results at or before the
+   committed aging boundary may age. The boundary advances only when a turn is
+   committed (``boundary_after_commit``), so between two commits the set of aged
+   results cannot grow and the rendered prefix stays byte-stable for prompt caches.
+   ``boundary_seq=None`` means no boundary was committed yet: nothing ages;
+5. wall-clock age ``now - node.created_at >= min_age_seconds`` (``tooRecent``);
+6. size: ``token_of(node id) >= min_tokens`` (``tooSmall``);
+7. not cited later (``cited``): none of the result's ``max_refs_per_result`` most
+   frequent references (``references.top_references``) is cited by a later
+   *mention*. A mention of a reference cites the newest result before it that holds
+   the reference: when a later result repeats it (the file was read again, a
+   project-wide name such as ``session_id`` shows up in every read), mentions after
+   that later result are attributed to it, and the old copy may age. Without this
+   rule every old read in a coding session stays pinned forever by the names the
+   agent keeps using (``bench/bench_aging.py``). Mentions are what the user or the
+   model wrote after the result:
+   user messages (and ask-user answers, summaries) of any turn, and the model's
+   text, tool-call arguments and function calls of turns *before* the current one.
+   The current turn's own model output counts from the next turn on: this keeps a
+   turn in progress from flipping a decision (byte-stable prefix within a turn).
+   Other tool results are not mentions (an ``ls`` repeating a path cites nothing).
+
+Passing results are replaced:
+
+- **soft trim** while ``distance < hard_clear_after_turns``: the first
+  ``soft_trim_head_chars`` and last ``soft_trim_tail_chars`` characters around the
+  marker ``\\n[… aged: N of M characters omitted from this old tool result …]\\n``.
+  A result not longer than head + tail would not shrink: it stays (``noGain``)
+  until it is old enough for a hard clear;
+- **hard clear** once ``distance >= hard_clear_after_turns``:
+  ``[tool result aged out: <tool>, <M> characters / <T> tokens removed; call the
+  tool again if you need it]``.
+
+Single-result cap
+=================
+
+Independently of every gate — for the newest turn, exempt tools, protected and cited
+results alike — no single result may exceed ``max_single_result_share`` of the
+context window (default 50 %): a larger one is cut to head + tail around
+``\\n[… truncated: N of M characters omitted; one tool result may use at most P % of
+the context window …]\\n``, sized with ``count`` to fit. A result that also passes
+the aging gates gets its (smaller) aging replacement instead.
+
+Determinism
+===========
+
+Replacement texts depend only on the stored output, the policy, the window and the
+counter — no clock, no ids, no randomness — so the same decision renders the same
+bytes any day. ``AgingPlan.kinds`` (id → ``softTrim`` | ``hardClear`` | ``capped``)
+plus the policy, window and boundary are enough to rebuild ``aged`` for replay
+(``rebuild_aged``); record them in the render manifest.
+
+Architecture Invariant: pure functions, no I/O, no clock (``now`` is a parameter).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dagctx.ledger.graph import SessionGraph
+from dagctx.protocol.nodes import Call
+
+from .references import MentionIndex, top_references
+from .render import Item, View, blocks_text, covers_of, is_chain_member, json_text, value_blocks
+
+__all__ = [
+    "AGING_POLICY_VERSION",
+    "DEFAULT_EXEMPT_TOOLS",
+    "AgingPlan",
+    "AgingPolicy",
+    "AgingStats",
+    "CAPPED",
+    "HARD_CLEAR",
+    "SOFT_TRIM",
+    "TURN_UNITS",
+    "boundary_after_commit",
+    "cap_text",
+    "hard_clear_text",
+    "owner_chain_id",
+    "plan_aging",
+    "rebuild_aged",
+    "result_text",
+    "soft_trim_text",
+    "turn_numbers",
+]
+
+#: Bumped whenever a rule above changes which results age or what replaces them.
+AGING_POLICY_VERSION = 1
+
+#: Tools whose results are the agent's working memory and never age (case-insensitive):
+#: todo lists and plans (Claude Code ``TodoWrite``/``TodoRead``, Codex ``update_plan``,
+#: OpenClaw/OpenProgram ``todo_*``), memory tools (``memory``, ``memory_search``,
+#: ``memory_get``, ``save_memory``, ``read_memory``), and asking the user.
+DEFAULT_EXEMPT_TOOLS: frozenset[str] = frozenset(
+    {
+        "TodoWrite",
+        "TodoRead",
+        "todo_write",
+        "todo_read",
+        "todowrite",
+        "todoread",
+        "update_plan",
+        "memory",
+        "memory_search",
+        "memory_get",
+        "memory_read",
+        "save_memory",
+        "read_memory",
+        "ask_user",
+        "AskUserQuestion",
+    }
+)
+
+# Decisions (values of ``AgingPlan.decisions``).
+SOFT_TRIM = "softTrim"
+HARD_CLEAR = "hardClear"
+CAPPED = "capped"
+GATE_EXEMPT = "exempt"
+GATE_FIRST = "protectedFirst"
+GATE_BOUNDARY = "boundary"
+GATE_TURN = "recentTurn"
+GATE_AGE = "tooRecent"
+GATE_SIZE = "tooSmall"
+GATE_CITED = "cited"
+NO_GAIN = "noGain"
+NO_RESULT = "noResult"
+
+TURN_UNITS: tuple[str, ...] = ("user", "step")
+
+GATES: tuple[str, ...] = (GATE_EXEMPT, GATE_FIRST, GATE_TURN, GATE_BOUNDARY, GATE_AGE, GATE_SIZE, GATE_CITED)
+
+
+@dataclass(frozen=True, slots=True)
+class AgingPolicy:
+    """Aging parameters (SPEC §8; OpenClaw's soft-trim / hard-clear / single-result guard)."""
+
+    keep_recent_turns: int = 4
+    min_age_seconds: float = 60.0
+    min_tokens: int = 800
+    protect_first: int = 2
+    exempt_tools: frozenset[str] = DEFAULT_EXEMPT_TOOLS
+    soft_trim_head_chars: int = 1500
+    soft_trim_tail_chars: int = 1500
+    hard_clear_after_turns: int = 8
+    max_single_result_share: float = 0.5
+    #: references per result checked by the citation gate (SPEC §8: 32)
+    max_refs_per_result: int = 32
+    #: what a "turn" is for distances: ``"user"`` (a real user turn, SPEC §8) or
+    #: ``"step"`` (one top-level model call, SPEC §8)
+    turn_unit: str = "user"
+
+    def __post_init__(self) -> None:
+        if self.turn_unit not in TURN_UNITS:
+            raise ValueError(f"turn_unit must be one of {TURN_UNITS}, not {self.turn_unit!r}")
+
+    def is_exempt(self, tool: str) -> bool:
+        low = tool.lower()
+        return any(low == t.lower() for t in self.exempt_tools)
+
+    def as_dict(self) -> dict[str, Any]:
+        """camelCase form for manifests and decision paths."""
+        return {
+            "version": AGING_POLICY_VERSION,
+            "keepRecentTurns": self.keep_recent_turns,
+            "minAgeSeconds": self.min_age_seconds,
+            "minTokens": self.min_tokens,
+            "protectFirst": self.protect_first,
+            "exemptTools": sorted(self.exempt_tools),
+            "softTrimHeadChars": self.soft_trim_head_chars,
+            "softTrimTailChars": self.soft_trim_tail_chars,
+            "hardClearAfterTurns": self.hard_clear_after_turns,
+            "maxSingleResultShare": self.max_single_result_share,
+            "maxRefsPerResult": self.max_refs_per_result,
+            "turnUnit": self.turn_unit,
+        }
+
+
+DEFAULT_POLICY = AgingPolicy()
+
+
+@dataclass(slots=True)
+class AgingStats:
+    #: results replaced (soft trims + hard clears + caps)
+    tool_results_aged: int = 0
+    #: sum over replaced results of (original tokens − replacement tokens)
+    tokens_freed_by_aging: int = 0
+    #: results that passed every other gate but were cited later
+    references_protected: int = 0
+    soft_trimmed: int = 0
+    hard_cleared: int = 0
+    capped: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "toolResultsAged": self.tool_results_aged,
+            "tokensFreedByAging": self.tokens_freed_by_aging,
+            "referencesProtected": self.references_protected,
+            "softTrimmed": self.soft_trimmed,
+            "hardCleared": self.hard_cleared,
+            "capped": self.capped,
+        }
+
+
+@dataclass(slots=True)
+class AgingPlan:
+    #: node id → replacement text: pass as ``render_view(..., aged=plan.aged)``
+    aged: dict[str, str] = field(default_factory=dict)
+    #: node id → ``softTrim`` | ``hardClear`` | ``capped`` (for the manifest / replay)
+    kinds: dict[str, str] = field(default_factory=dict)
+    stats: AgingStats = field(default_factory=AgingStats)
+    #: every result in the view → its outcome or the first gate that blocked it
+    decisions: dict[str, str] = field(default_factory=dict)
+    #: node id → the references that protected it (gate ``cited``)
+    cited: dict[str, list[str]] = field(default_factory=dict)
+    boundary_seq: int | None = None
+    policy_version: int = AGING_POLICY_VERSION
+
+    def manifest(self) -> dict[str, Any]:
+        """What a render manifest needs to rebuild ``aged`` exactly (``rebuild_aged``)."""
+        return {
+            "agingPolicyVersion": self.policy_version,
+            "agingBoundary": self.boundary_seq,
+            "agingKinds": dict(self.kinds),
+        }
+
+    def decision_path(self) -> list[str]:
+        """Human-readable lines for ``context/prepare``'s decision path."""
+        s = self.stats
+        out = [
+            f"aging: {s.tool_results_aged} results aged ({s.soft_trimmed} soft-trimmed, "
+            f"{s.hard_cleared} hard-cleared, {s.capped} capped), {s.tokens_freed_by_aging} tokens freed, "
+            f"{s.references_protected} protected by later references, boundary seq {self.boundary_seq}"
+        ]
+        return out
+
+
+# ---------------------------------------------------------------- replacement texts
+
+
+def result_text(node: Call) -> str:
+    """The plain text of a code node's stored result (images as ``[image: ref]``)."""
+    return blocks_text(value_blocks(node.output))
+
+
+def soft_trim_text(text: str, policy: AgingPolicy = DEFAULT_POLICY) -> str | None:
+    """Head + marker + tail, or None when the text is not longer than head + tail."""
+    head, tail = policy.soft_trim_head_chars, policy.soft_trim_tail_chars
+    m = len(text)
+    if m <= head + tail:
+        return None
+    omitted = m - head - tail
+    tail_part = text[m - tail :] if tail > 0 else ""
+    return (
+        f"{text[:head]}\n[… aged: {omitted} of {m} characters omitted from this old tool result …]\n{tail_part}"
+    )
+
+
+def hard_clear_text(tool: str, chars: int, tokens: int) -> str:
+    return (
+        f"[tool result aged out: {tool or 'function'}, {chars} characters / {tokens} tokens removed; "
+        "call the tool again if you need it]"
+    )
+
+
+def cap_text(text: str, tokens: int, limit: int, share: float, count: Callable[[str], int]) -> str:
+    """``text`` cut to head + marker + tail so that ``count`` of the result is ``<= limit``."""
+    m = len(text)
+    pct = _pct(share)
+    keep = math.floor(m * limit / tokens * 0.9) if tokens > 0 else 0
+    keep = max(0, min(keep, m - 1))
+    for _ in range(12):
+        head = (keep + 1) // 2
+        tail = keep - head
+        omitted = m - keep
+        out = (
+            f"{text[:head]}\n[… truncated: {omitted} of {m} characters omitted; one tool result may use "
+            f"at most {pct} % of the context window …]\n{text[m - tail :] if tail else ''}"
+        )
+        if count(out) <= limit or keep == 0:
+            return out
+        keep = math.floor(keep * 0.8)
+    return out
+
+
+def _pct(share: float) -> str:
+    v = share * 100
+    return str(int(v)) if v == int(v) else f"{v:g}"
+
+
+def _cap_limit(policy: AgingPolicy, window: int) -> int:
+    return max(1, math.floor(window * policy.max_single_result_share))
+
+
+# ---------------------------------------------------------------- view helpers
+
+
+def _is_result(item: Item, graph: SessionGraph) -> bool:
+    if item.kind == "tool_result" or (item.kind == "text_pair" and item.part == "result"):
+        node = graph.nodes.get(item.node_id)
+        return node is not None and node.role == "code"
+    return False
+
+
+def _mention_text(item: Item) -> str | None:
+    """The text a later item contributes as a mention, or None when it is not one."""
+    if item.kind in ("user", "summary"):
+        return item.text
+    if item.kind == "assistant":
+        return item.text
+    if item.kind == "tool_call":
+        args = "" if item.input is None else (item.input if isinstance(item.input, str) else json_text(item.input))
+        return f"{item.name} {args}"
+    if item.kind == "text_pair":
+        return item.text  # call halves; result halves of ask-user (user-authored) too
+    return None
+
+
+def _is_user_authored(item: Item, graph: SessionGraph) -> bool:
+    if item.kind in ("user", "summary"):
+        return True
+    if item.kind == "text_pair" and item.part == "result":
+        node = graph.nodes.get(item.node_id)
+        return node is not None and node.role == "user"  # an ask-user answer
+    return False
+
+
+def _message_ordinals(items: list[Item]) -> list[int]:
+    """Provider-message index of each item (tool calls join their assistant message,
+    consecutive results of one call group share one message)."""
+    out: list[int] = []
+    n = -1
+    prev: Item | None = None
+    for it in items:
+        if it.kind == "tool_call" and n >= 0:
+            pass
+        elif (
+            it.kind == "tool_result"
+            and prev is not None
+            and prev.kind == "tool_result"
+            and prev.owner == it.owner
+            and n >= 0
+        ):
+            pass
+        else:
+            n += 1
+        out.append(n)
+        prev = it
+    return out
+
+
+def owner_chain_id(graph: SessionGraph, node_id: str, cache: dict[str, str] | None = None) -> str:
+    """The chain node whose turn part renders ``node_id``: follow ``caller`` up to a chain
+    member (a summary or an unknown id is its own owner)."""
+    if cache is not None and node_id in cache:
+        return cache[node_id]
+    path: list[str] = []
+    nid: str | None = node_id
+    out = node_id
+    while nid is not None and nid in graph.nodes:
+        if cache is not None and nid in cache:
+            out = cache[nid]
+            break
+        node = graph.nodes[nid]
+        path.append(nid)
+        if is_chain_member(graph, node) or node.caller is None or node.caller == graph.root_id:
+            out = nid
+            break
+        nid = node.caller
+    if cache is not None:
+        for p in path:
+            cache[p] = out
+    return out
+
+
+def turn_numbers(view: View, graph: SessionGraph, unit: str = "user") -> tuple[list[int], int]:
+    """``(number of each item's turn, number of the current turn)`` in ``unit``s.
+
+    ``"user"``: the view's own numbering (``Item.turn``, ``View.turn_count``: real user
+    turns, covered turns counted, summaries not). ``"step"``: top-level model calls
+    along ``graph.chain(view.head)`` — an item belongs to the newest chain llm node at
+    or before its owning chain node, a summary to the newest one it covers — so covered
+    steps still count and a summary is never a step.
+    """
+    if unit == "user":
+        return [it.turn for it in view.items], view.turn_count
+    if unit != "step":
+        raise ValueError(f"turn unit must be one of {TURN_UNITS}, not {unit!r}")
+    steps: dict[str, int] = {}
+    n = 0
+    head = view.head if view.frame is None else owner_chain_id(graph, view.frame)
+    before = math.inf if view.before_seq is None else view.before_seq
+    for node in graph.chain(head):
+        if node.seq >= before:
+            break
+        if node.role == "llm":
+            n += 1
+        steps[node.id] = n
+    cache: dict[str, str] = {}
+    out: list[int] = []
+    for it in view.items:
+        if it.kind == "summary":
+            covers = covers_of(graph.nodes[it.node_id])
+            out.append(steps.get(covers[-1], 0) if covers else 0)
+        else:
+            out.append(steps.get(owner_chain_id(graph, it.node_id, cache), 0))
+    return out, n
+
+
+# ---------------------------------------------------------------- the plan
+
+
+def plan_aging(
+    view: View,
+    graph: SessionGraph,
+    *,
+    now: float,
+    boundary_seq: int | None,
+    policy: AgingPolicy = DEFAULT_POLICY,
+    token_of: Callable[[str], int],
+    window: int,
+    count: Callable[[str], int],
+) -> AgingPlan:
+    """Decide which tool results of ``view`` age, and their replacement texts.
+
+    ``token_of(node_id)`` gives the tokens of a code node's stored (unaged) result;
+    ``count(text)`` counts replacement texts with the same tokenizer; ``window`` is the
+    model's context window (for the single-result cap). The view may be rendered with
+    or without a previous ``aged`` map: decisions read stored outputs, not item texts.
+    """
+    items = view.items
+    ordinals = _message_ordinals(items)
+    units, current = turn_numbers(view, graph, policy.turn_unit)
+    mentions: list[str] = []
+    results: list[tuple[int, Item, int]] = []  # (item index, item, mentions before it)
+    seen: set[str] = set()
+    for idx, it in enumerate(items):
+        if _is_result(it, graph):
+            if it.node_id not in seen:
+                seen.add(it.node_id)
+                results.append((idx, it, len(mentions)))
+            continue
+        text = _mention_text(it)
+        if text is None:
+            continue
+        if _is_user_authored(it, graph) or units[idx] < current:
+            mentions.append(text)
+
+    plan = AgingPlan(boundary_seq=boundary_seq)
+    stats = plan.stats
+    # built on first need: mentions (what was written after each result) and sources
+    # (the results themselves, to find the next result repeating a reference)
+    indexes: tuple[MentionIndex, MentionIndex] | None = None
+    limit = _cap_limit(policy, window)
+
+    for k, (idx, it, before) in enumerate(results):
+        node = graph.nodes[it.node_id]
+        if node.output is None or it.synthetic or it.status == "running":
+            plan.decisions[node.id] = NO_RESULT
+            continue
+        tokens = token_of(node.id)
+        distance = current - units[idx]
+        gate: str | None = None
+        if policy.is_exempt(node.name):
+            gate = GATE_EXEMPT
+        elif ordinals[idx] < policy.protect_first:
+            gate = GATE_FIRST
+        elif distance < policy.keep_recent_turns:
+            gate = GATE_TURN
+        elif boundary_seq is None or node.seq > boundary_seq:
+            gate = GATE_BOUNDARY
+        elif now - node.created_at < policy.min_age_seconds:
+            gate = GATE_AGE
+        elif tokens < policy.min_tokens:
+            gate = GATE_SIZE
+
+        text: str | None = None
+        if gate is None:
+            text = result_text(node)
+            if indexes is None:
+                indexes = (
+                    MentionIndex(mentions),
+                    MentionIndex([result_text(graph.nodes[r[1].node_id]) for r in results]),
+                )
+            index, sources = indexes
+            hits = []
+            for ref in top_references(text, policy.max_refs_per_result):
+                # a mention cites the newest result before it holding the reference
+                nxt = sources.first_mention(ref, k)
+                hi = results[nxt][2] if nxt is not None else len(mentions)
+                if index.mentioned_between(ref, before, hi):
+                    hits.append(ref)
+            if hits:
+                gate = GATE_CITED
+                plan.cited[node.id] = hits
+                stats.references_protected += 1
+
+        kind: str | None = None
+        replacement: str | None = None
+        rep_tokens = 0
+        if gate is None and text is not None:
+            if distance >= policy.hard_clear_after_turns:
+                kind, replacement = HARD_CLEAR, hard_clear_text(node.name, len(text), tokens)
+            else:
+                trimmed = soft_trim_text(text, policy)
+                if trimmed is not None:
+                    kind, replacement = SOFT_TRIM, trimmed
+            if replacement is not None:
+                rep_tokens = count(replacement)
+                if rep_tokens >= tokens:
+                    kind, replacement = None, None
+            if replacement is None:
+                gate = NO_GAIN
+        if tokens > limit and (replacement is None or rep_tokens > limit):
+            if text is None:
+                text = result_text(node)
+            kind, replacement = CAPPED, cap_text(text, tokens, limit, policy.max_single_result_share, count)
+            rep_tokens = count(replacement)
+
+        if replacement is None or kind is None:
+            plan.decisions[node.id] = gate or NO_GAIN
+            continue
+        plan.aged[node.id] = replacement
+        plan.kinds[node.id] = kind
+        plan.decisions[node.id] = kind
+        stats.tool_results_aged += 1
+        stats.tokens_freed_by_aging += max(0, tokens - rep_tokens)
+        if kind == SOFT_TRIM:
+            stats.soft_trimmed += 1
+        elif kind == HARD_CLEAR:
+            stats.hard_cleared += 1
+        else:
+            stats.capped += 1
+    return plan
+
+
+def rebuild_aged(
+    graph: SessionGraph,
+    kinds: Mapping[str, str],
+    *,
+    policy: AgingPolicy = DEFAULT_POLICY,
+    token_of: Callable[[str], int],
+    window: int,
+    count: Callable[[str], int],
+) -> dict[str, str]:
+    """The ``aged`` map for recorded decisions (replay): id → replacement text."""
+    out: dict[str, str] = {}
+    limit = _cap_limit(policy, window)
+    for node_id, kind in kinds.items():
+        node = graph.nodes.get(node_id)
+        if node is None or node.role != "code":
+            continue
+        text = result_text(node)
+        tokens = token_of(node_id)
+        if kind == HARD_CLEAR:
+            out[node_id] = hard_clear_text(node.name, len(text), tokens)
+        elif kind == SOFT_TRIM:
+            trimmed = soft_trim_text(text, policy)
+            if trimmed is not None:
+                out[node_id] = trimmed
+        elif kind == CAPPED:
+            out[node_id] = cap_text(text, tokens, limit, policy.max_single_result_share, count)
+    return out
+
+
+def boundary_after_commit(
+    view: View,
+    graph: SessionGraph,
+    policy: AgingPolicy = DEFAULT_POLICY,
+    *,
+    previous: int | None = None,
+) -> int:
+    """The aging boundary after the turn shown in ``view`` is committed.
+
+    The seq of the newest node rendered in a turn at least ``keep_recent_turns`` turns
+    back (``turn_numbers`` in the policy's unit: summaries are not turns), never at or
+    past the oldest node of a more recent turn. A ratchet: ``max(previous, new)``. Returns
+    ``previous`` (or 0: nothing ages) when no turn is old enough yet.
+
+    Call it when a turn is committed (its final reply written; with
+    ``turn_unit="step"``, after every top-level model call), with the view of the
+    branch tip, and store the result per branch; pass it as ``boundary_seq`` to
+    ``plan_aging`` until the next commit.
+    """
+    units, current = turn_numbers(view, graph, policy.turn_unit)
+    threshold = current - policy.keep_recent_turns
+    old_max: int | None = None
+    recent_min: int | None = None
+    for it, unit in zip(view.items, units):
+        if it.kind == "summary":
+            continue  # appended after what it covers: its seq says nothing about turns
+        if unit <= threshold:
+            old_max = it.seq if old_max is None else max(old_max, it.seq)
+        else:
+            recent_min = it.seq if recent_min is None else min(recent_min, it.seq)
+    new = old_max
+    if new is not None and recent_min is not None:
+        new = min(new, recent_min - 1)
+    if new is None:
+        return previous if previous is not None else 0
+    return new if previous is None else max(previous, new)

@@ -1,0 +1,302 @@
+"""``context/compact``: one pipeline for manual, auto and overflow compaction (SPEC §8).
+
+1. Fix the input view: the branch rendered with its aging decisions.
+2. Choose the cut (``context.compaction_plan.cut_decision``); below the target → no LLM
+   call, no write, ``ok`` with reason ``belowThreshold``.
+3. Summarize the whole covered prefix — old summary + every covered turn — in one
+   call or in stages, through the client's ``sampling/createMessage`` or the
+   configured endpoint. Everything the summary covers was in its input (defect 1).
+4. Validate before writing: non-empty, within length, the candidate render (the
+   summary applied, same aging) strictly smaller, identifier retention ≥ the minimum
+   (one retry listing the missing identifiers), and the branch unchanged while the
+   summarizer ran.
+5. Write exactly one node (``role=llm``, ``name=context/summary``); HEAD stays.
+   ``tokensAfter`` is measured on a fresh render of the result (defect 3).
+
+Any failure, timeout or cancellation writes nothing and says why.
+
+Architecture Invariant: the only write is the final ``store.append`` of the summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dagctx.context import compaction_plan
+from dagctx.context.render import Item, covers_of, render_view
+from dagctx.context.tokens import estimate_tokens
+from dagctx.ledger.graph import is_summary
+from dagctx.protocol import context_messages as c
+from dagctx.protocol.errors import DagctxError
+from dagctx.protocol.nodes import NodeInput
+
+from .sampling import create_message
+
+if TYPE_CHECKING:
+    from .core import EngineCore
+
+#: After this many consecutive failed auto compactions of a session, auto pauses.
+AUTO_FAILURE_LIMIT = 3
+AUTO_COOLDOWN_SECONDS = 300.0
+RETRY_BACKOFF_SECONDS = (0.5, 2.0)
+#: The summarizer's input budget is this share of the model's window.
+STAGE_INPUT_SHARE = 0.5
+
+
+@dataclass
+class AutoState:
+    failures: int = 0
+    paused_until: float = 0.0
+    last_error: str | None = None
+
+
+@dataclass
+class CompactionState:
+    auto: dict[str, AutoState] = field(default_factory=dict)
+
+    def auto_paused(self, session_id: str) -> float:
+        st = self.auto.get(session_id)
+        return max(0.0, st.paused_until - time.time()) if st else 0.0
+
+
+def _item_tokens(engine: EngineCore, graph: Any, tokenizer: str, aged: dict[str, str]) -> Any:
+    cache = engine.views.node_tokens(graph, tokenizer)
+    counter = engine.counter
+
+    def counts(node_id: str) -> tuple[int, int]:
+        return engine.views.counts_of(graph, node_id, tokenizer, cache)
+
+    def token_of_item(item: Item) -> int:
+        if item.node_id not in graph.nodes:
+            return counter.count(item.text or "", tokenizer)
+        tin, tout = counts(item.node_id)
+        if item.kind == "tool_call" or (item.kind == "text_pair" and item.part == "call"):
+            return tin
+        if item.node_id in aged and item.kind in ("tool_result", "text_pair"):
+            return counter.count(aged[item.node_id], tokenizer)
+        if item.kind == "user" and graph.nodes[item.node_id].role == "llm":
+            return tin
+        return tout if graph.nodes[item.node_id].output is not None else tin
+
+    return token_of_item
+
+
+async def compact(engine: EngineCore, p: c.CompactParams) -> c.CompactResult:
+    started = time.monotonic()
+    state: CompactionState = engine.compaction_state
+    result = await _compact(engine, p, started)
+    if p.trigger == "auto":
+        st = state.auto.setdefault(p.session_id, AutoState())
+        if result.ok:
+            st.failures = 0
+            st.last_error = None
+        elif result.reason not in ("belowThreshold", "nothingToCompact"):
+            st.failures += 1
+            st.last_error = result.error or result.reason
+            if st.failures >= AUTO_FAILURE_LIMIT:
+                st.paused_until = time.time() + AUTO_COOLDOWN_SECONDS
+    return result
+
+
+async def _compact(engine: EngineCore, p: c.CompactParams, started: float) -> c.CompactResult:
+    store = engine.store
+    views = engine.views
+    sid = p.session_id
+    token = p.work_done_token
+    head = p.head or store.head(sid)
+    graph = store.graph(sid)
+    graph.get(head)
+    info = engine.models.get(p.model or engine.options.default_model)
+    tokenizer = info.tokenizer or engine.counter.tokenizer_for(info.name)
+    head_before = store.head(sid)
+
+    def done(ok: bool, reason: str, tokens_before: int, tokens_after: int, **kw: Any) -> c.CompactResult:
+        engine.peer.progress(token, {"kind": "end", "message": reason})
+        return c.CompactResult(
+            ok=ok, reason=reason, tokens_before=tokens_before, tokens_after=tokens_after,
+            duration_ms=round((time.monotonic() - started) * 1000, 1), **kw,
+        )
+
+    engine.peer.progress(token, {"kind": "begin", "title": "Compacting", "cancellable": True, "percentage": 0})
+    # 1. the fixed input view (the branch as the model sees it, aged)
+    aged, aging_stats = views.aging_for(sid, head, info)
+    before = views.render(sid, head=head, fmt="neutral", model=info.name, aged=aged, remember=False)
+    tokens_before = before.total  # the local estimate validation compares against
+    # reported as context/render reports the same render (calibrated after a usage report)
+    shown_before = views.calibrated(sid, info.name, tokens_before, before.record)[1]
+    view = before.view
+    # 2. the cut
+    plan, why = compaction_plan.cut_decision(
+        view, graph, _item_tokens(engine, graph, tokenizer, aged), window=info.context_window,
+        keep_recent_tokens=p.keep_recent_tokens,
+    )
+    if plan is None:
+        return done(True, why, shown_before, shown_before)
+    # what must not change while the summarizer runs
+    watched = set(plan.covered_ids) | {plan.kept_from}
+    snapshot = {nid: (graph.nodes[nid].status, graph.nodes[nid].output) for nid in watched}
+    known = set(graph.nodes)
+    identifiers = compaction_plan.fidelity_terms(plan)
+    max_chars = max(2000, int(plan.tokens_covered * 4 * 0.6))
+    # 3. summarize (in stages when the prefix is too large for one call)
+    # Stage sizes only need to be about right (each stage is half a window): the fast
+    # estimate sizes them instead of tokenizing the whole prefix exactly.
+    count = estimate_tokens
+    stage_budget = max(2000, int(info.context_window * STAGE_INPUT_SHARE))
+    stages = compaction_plan.split_stages(plan, stage_budget, count)
+    sent: list[Any] = []
+    text: str | None = None
+    retention: float | None = None
+    used_previous = plan.previous_summary_id is not None
+    try:
+        summary_so_far: str | None = None
+        owners = compaction_plan.stage_owners(plan) if len(stages) > 1 else None
+        for i, items in enumerate(stages, start=1):
+            sub = plan if len(stages) == 1 else compaction_plan.stage_plan(
+                plan, items, index=i, total=len(stages), previous_text=summary_so_far, owner=owners
+            )
+            system, messages = compaction_plan.summarizer_messages(sub, instructions=p.instructions, max_chars=max_chars)
+            sent.append(messages)
+            summary_so_far = await _sample(engine, p, system, messages, info)
+            engine.peer.progress(token, {"kind": "report", "message": f"stage {i}/{len(stages)}",
+                                         "percentage": int(i * 80 / len(stages))})
+        text = summary_so_far
+        # 4. validate against a candidate render with the summary applied
+        validation, node_input = _validate(engine, graph, plan, text, head, aged, info, tokens_before,
+                                           identifiers, max_chars, p.min_identifier_retention)
+        if not validation.ok and validation.reason == compaction_plan.LOW_FIDELITY:
+            system, messages = compaction_plan.summarizer_messages(plan, instructions=p.instructions, max_chars=max_chars)
+            retry = compaction_plan.retry_messages(messages, validation.missing)
+            sent.append(retry)
+            text = await _sample(engine, p, system, retry, info)
+            validation, node_input = _validate(engine, graph, plan, text, head, aged, info, tokens_before,
+                                               identifiers, max_chars, p.min_identifier_retention)
+        retention = validation.retention
+        if not validation.ok:
+            return done(False, validation.reason or "failed", shown_before, shown_before,
+                        identifier_retention=retention, error=_why(validation))
+    except DagctxError as err:
+        if p.fallback != "structural":
+            return done(False, "failed", shown_before, shown_before, error=err.message)
+        text = compaction_plan.structural_summary(plan)
+        validation, node_input = _validate(engine, graph, plan, text, head, aged, info, tokens_before,
+                                           [], None, 0.0)
+        if not validation.ok:
+            return done(False, validation.reason or "failed", shown_before, shown_before, error=_why(validation))
+    except asyncio.CancelledError:
+        raise  # the server answers -32800; nothing was written
+    # covered ⊆ summarized: refuse to write a summary of turns it never saw (defect 1)
+    if not compaction_plan.covered_in_input(plan, sent) and p.fallback != "structural":
+        return done(False, "failed", shown_before, shown_before,
+                    error="internal check failed: a covered turn was not in the summarizer input")
+    # the branch must not have changed while the summarizer ran
+    graph_now = store.graph(sid)
+    if store.head(sid) != head_before or _touched(graph_now, snapshot, known, head):
+        return done(False, "conflict", shown_before, shown_before, identifier_retention=retention,
+                    error="the session changed while the summary was written; nothing was saved — retry")
+    # 5. write exactly one node
+    node = NodeInput(
+        id=f"summary-{uuid.uuid4().hex[:20]}",
+        role="llm",
+        name=node_input["name"],
+        output=node_input["output"],
+        status="completed",
+        predecessor=node_input["predecessor"],
+        reads=list(node_input["reads"]),
+        metadata={**node_input["metadata"], "trigger": p.trigger, "identifierRetention": retention,
+                  "agingManifest": aging_stats.get("manifest")},
+    )
+    out = store.append(sid, node, move_head=False, token_counts=engine.count_node(None, node.output))
+    engine._observe("node/didAppend", sid, out.node, out.head)
+    aged_after, _ = views.aging_for(sid, head, info)
+    after = views.render(sid, head=head, fmt="neutral", model=info.name, aged=aged_after, remember=False)
+    return done(
+        True, p.trigger, shown_before, views.calibrated(sid, info.name, after.total, after.record)[1],
+        summary_id=out.node.id,
+        covers_ids=list(plan.covered_ids),
+        summarised_count=len(plan.covered_ids),
+        used_previous_summary=used_previous,
+        superseded_summary=plan.previous_summary_id,
+        identifier_retention=retention,
+    )
+
+
+async def _sample(engine: EngineCore, p: c.CompactParams, system: str, messages: list[dict[str, Any]], info: Any) -> str:
+    """One completion with retries and backoff on transport failures."""
+    params = c.CreateMessageParams(
+        messages=[c.SamplingMessage(role=m["role"], content=c.SamplingContent(text=m["content"]["text"]))
+                  for m in messages],
+        system_prompt=system,
+        max_tokens=min(8192, max(512, info.max_output)),
+        metadata={"purpose": "dagctx/compaction", "sessionId": p.session_id},
+    )
+    attempts = (0.0, *RETRY_BACKOFF_SECONDS)
+    last: DagctxError | None = None
+    for delay in attempts:
+        if delay:
+            await asyncio.sleep(delay)
+        try:
+            text, _model = await create_message(engine, params, timeout=p.timeout_seconds)
+            return text
+        except DagctxError as err:
+            last = err
+            # Only transport failures (a dropped connection, HTTP 429/5xx) are retried:
+            # a timeout or a refusal would only repeat, multiplying the wait.
+            if not (err.details or {}).get("retryable"):
+                break
+    assert last is not None
+    raise last
+
+
+def _validate(engine: EngineCore, graph: Any, plan: Any, text: str | None, head: str, aged: dict[str, str],
+              info: Any, tokens_before: int, identifiers: list[str], max_chars: int | None,
+              min_retention: float) -> tuple[Any, dict[str, Any]]:
+    node_input = compaction_plan.summary_node_input(plan, text or "", model=info.name)
+    candidate = compaction_plan.with_candidate(graph, node_input)
+    view = render_view(candidate, head, aged=aged)
+    from dagctx.context.formats import to_messages
+
+    _, messages, node_ids = to_messages(view, "neutral")
+    tokenizer = info.tokenizer or engine.counter.tokenizer_for(info.name)
+    per = engine.views.count_messages(candidate, messages, node_ids, tokenizer, aged)
+    cand_id = "summary_candidate"
+    # the candidate node has no stored count: count its text
+    engine.views.node_tokens(candidate, tokenizer).pop(cand_id, None)
+    after = sum(per)
+    validation = compaction_plan.validate_summary(
+        text, plan, tokens_before=tokens_before, candidate_tokens_after=after, max_chars=max_chars,
+        identifiers=identifiers, min_retention=min_retention,
+    )
+    return validation, node_input
+
+
+def _touched(now: Any, snapshot: dict[str, tuple[Any, Any]], known: set[str], head: str) -> bool:
+    """True when a covered or kept node changed, or a node was attached to them, or a
+    summary that applies to this branch was written (a concurrent compaction), meanwhile."""
+    for nid, (status, output) in snapshot.items():
+        node = now.nodes.get(nid)
+        if node is None or node.status != status or node.output != output:
+            return True
+    new = [n for n in now.by_seq if n.id not in known]
+    if any(n.predecessor in snapshot or n.caller in snapshot for n in new):
+        return True
+    summaries = [n for n in new if is_summary(n) and covers_of(n)]
+    if summaries:
+        chain = {n.id for n in now.chain(head)}
+        return any(set(covers_of(n)) <= chain for n in summaries)
+    return False
+
+
+def _why(v: Any) -> str:
+    if v.reason == compaction_plan.LOW_FIDELITY:
+        return (f"the summary kept {v.retention:.0%} of the session's identifiers; missing: "
+                + ", ".join(v.missing[:10]))
+    return {
+        compaction_plan.EMPTY: "the summarizer returned an empty summary",
+        compaction_plan.TOO_LONG: "the summary is longer than allowed",
+        compaction_plan.NOT_SMALLER: "the summary would not make the context smaller",
+    }.get(v.reason, str(v.reason))

@@ -1,0 +1,301 @@
+"""The engine: one object per connection that owns the store and the turn lifecycle.
+
+Handlers call ``EngineCore`` methods named after protocol methods; the engine composes
+the ledger (records) and ``context`` (pure functions over records). It knows the
+client only as a ``Peer``.
+
+Architecture Invariant: no JSON-RPC and no SQL here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from dagctx.protocol.version import __version__
+from dagctx.context.aging import AgingPolicy
+from dagctx.context.models import ModelTable
+from dagctx.context.tokens import CL100K, ESTIMATE, O200K, TokenCounter, default_counter
+from dagctx.ledger import Store, spill_output
+from dagctx.protocol import context_messages as c
+from dagctx.protocol import messages as m
+from dagctx.protocol.errors import DagctxError
+from dagctx.protocol.methods import CLIENT_REQUESTS, PROTOCOL_VERSION, SERVER_NOTIFICATIONS
+
+from . import compaction_pipeline, exports, imports, ledger_ops
+from .config import DaemonConfig, default_database, env_database
+from .lifecycle import EngineRegistry
+from .peer import NullPeer, Peer
+from .views import ContextService
+
+log = logging.getLogger("dagctx.engine")
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + ch.lower() if ch.isupper() else ch for ch in name)
+
+
+#: Payloads larger than this are tokenized in a worker thread, off the event loop.
+BIG_PAYLOAD_CHARS = 200_000
+
+
+class EngineCore:
+    def __init__(self, config: DaemonConfig | None = None, peer: Peer | None = None) -> None:
+        self.config = config or DaemonConfig()
+        self.peer: Peer = peer or NullPeer()
+        self._store: Store | None = None
+        self.options = m.InitializationOptions()
+        self.client_capabilities: dict[str, Any] = {}
+        self.counter: TokenCounter = default_counter()
+        self.models = ModelTable(counter=self.counter)
+        self.views = ContextService(self)
+        self.context_engines = EngineRegistry()
+        self.aging_policy = AgingPolicy()
+        self.compaction_state = compaction_pipeline.CompactionState()
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise DagctxError("ServerNotInitialized", "send initialize first")
+        return self._store
+
+    def initialize(self, p: m.InitializeParams) -> m.InitializeResult:
+        self.options = p.initialization_options or m.InitializationOptions()
+        self.client_capabilities = p.capabilities
+        if self.options.config_file:
+            self.models = self.models.load_config_file(self.options.config_file)
+        if self.options.models:
+            self.models = self.models.with_overrides(
+                {name: msgspec.to_builtins(spec) for name, spec in self.options.models.items()}
+            )
+        if self.options.aging:
+            try:
+                fields = {_snake(k): v for k, v in self.options.aging.items()}
+                if "exempt_tools" in fields:
+                    fields["exempt_tools"] = frozenset(fields["exempt_tools"])
+                self.aging_policy = AgingPolicy(**fields)
+            except (TypeError, ValueError) as exc:
+                raise DagctxError("InvalidParams", f"initializationOptions.aging is invalid: {exc}",
+                                  path="initializationOptions.aging") from exc
+        explicit = self.options.database or self.config.database or env_database()
+        path = explicit or default_database()
+        try:
+            # Only the default location is created; a path the user named must be in a
+            # folder that exists (a typo must not create directories anywhere).
+            self._store = Store(path, create_parent=not explicit)
+        except Exception as exc:  # a bad path must be a clear error, not a dead daemon
+            raise DagctxError(
+                "InvalidParams",
+                f"cannot open the database {path!r}: {exc}; pass a writable path in "
+                "initializationOptions.database or DAGCTX_DB",
+                path="initializationOptions.database",
+            ) from exc
+        return m.InitializeResult(
+            server_info=m.ServerInfo(name="dagctx", version=__version__),
+            protocol_version=PROTOCOL_VERSION,
+            methods=list(CLIENT_REQUESTS),
+            notifications=list(SERVER_NOTIFICATIONS),
+            database=self._store.path,
+            capabilities={"observeNodes": True, "sampling": "client-or-endpoint", "search": "fts5-cjk"},
+        )
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    # ------------------------------------------------------------ ledger writes
+
+    def _observe(self, method: str, session_id: str, node: Any, head: str) -> None:
+        if self.options.observe_nodes:
+            self.peer.notify(method, m.NodeNotification(session_id=session_id, node=node, head=head))
+        if method == "node/didAppend":
+            self.lifecycle("ingest", session_id, node)
+
+    def lifecycle(self, step: str, *args: Any) -> None:
+        """Tell the daemon's context engine about a lifecycle step (session_start, ingest,
+        after_turn, session_end). A failing plugin hook is logged, never fatal."""
+        engine, _ = self.context_engines.get(self.options.context_engine or "default", self)
+        try:
+            getattr(engine, step)(*args)
+        except Exception as exc:
+            log.error("context engine %r failed in %s", engine.name, step, exc_info=exc)
+
+    # Token counts are computed once per node, on what the store keeps (after spill),
+    # for every tokenizer a render may use; rendering never re-tokenizes.
+    def tokenizers(self) -> list[str]:
+        toks = [CL100K, ESTIMATE]
+        if self.counter.o200k_available:
+            toks.append(O200K)
+        return toks
+
+    def count_node(self, input: Any, output: Any) -> dict[str, tuple[int, int]]:
+        stored, _ = spill_output(output, self.store.spill)
+        cv = self.counter.count_value
+        return {tok: (cv(input, tok), cv(stored, tok)) for tok in self.tokenizers()}
+
+    def _payload_size(self, *values: Any) -> int:
+        size = 0
+        for v in values:
+            if isinstance(v, str):
+                size += len(v)
+            elif v is not None:
+                size += len(msgspec.json.encode(v))
+        return size
+
+    def node_append(self, p: m.NodeAppendParams) -> Any:
+        if self._payload_size(p.node.input, p.node.output) > BIG_PAYLOAD_CHARS:
+            return self._node_append_off_loop(p)
+        return self._node_append(p, self.count_node(p.node.input, p.node.output))
+
+    async def _node_append_off_loop(self, p: m.NodeAppendParams) -> m.NodeResult:
+        counts = await asyncio.to_thread(self.count_node, p.node.input, p.node.output)
+        return self._node_append(p, counts)
+
+    def _node_append(self, p: m.NodeAppendParams, counts: dict[str, tuple[int, int]]) -> m.NodeResult:
+        node = p.node
+        if p.render_id is not None:
+            # An llm call records what it was sent: the render's reads and manifest.
+            rec = self.views.lookup_render(p.render_id)
+            if rec.session_id != p.session_id:
+                raise DagctxError("InvalidParams", "renderId belongs to another session", path="renderId")
+            meta = dict(node.metadata)
+            meta.setdefault("renderManifest", rec.manifest)
+            node = msgspec.structs.replace(node, reads=node.reads or list(rec.reads), metadata=meta)
+        out = self.store.append(p.session_id, node, move_head=p.move_head, token_counts=counts)
+        self._observe("node/didAppend", p.session_id, out.node, out.head)
+        return m.NodeResult(node=out.node, head=out.head)
+
+    def node_update(self, p: m.NodeUpdateParams) -> m.NodeResult:
+        counts = None
+        if p.output is not None:
+            old = self.store.graph(p.session_id).get(p.node_id)
+            counts = self.count_node(old.input, p.output)
+        out = self.store.update(
+            p.session_id, p.node_id, status=p.status, output=p.output, metadata=p.metadata, token_counts=counts
+        )
+        self._observe("node/didUpdate", p.session_id, out.node, out.head)
+        return m.NodeResult(node=out.node, head=out.head)
+
+    def session_spawn(self, p: m.SessionSpawnParams) -> m.SessionSpawnResult:
+        res = ledger_ops.session_spawn(self.store, p)
+        self._observe("node/didAppend", p.session_id, res.node, res.head)
+        return res
+
+    # ------------------------------------------------------------ context methods
+
+    def context_render(self, p: c.RenderParams) -> c.RenderResult:
+        head = p.head or self.store.head(p.session_id)
+        info = self.models.get(p.model or self.options.default_model)
+        aged, stats = self.views.aging_for(p.session_id, head, info, enabled=p.aging, frame=p.frame)
+        r = self.views.render(
+            p.session_id, head=head, fmt=p.format, model=p.model, frame=p.frame, expose=p.expose,
+            include_system=p.include_system, aged=aged, extra_manifest=stats.get("manifest"),
+        )
+        return self.views.render_result(r)
+
+    def context_replay(self, p: c.ReplayParams) -> c.ReplayResult:
+        return self.views.replay(p)
+
+    def usage_report(self, p: c.UsageReportParams) -> c.UsageReportResult:
+        result, note = self.views.usage_report(p)
+        if note is not None:
+            self.peer.notify("context/compactionRecommended", note)
+        self.lifecycle("after_turn", p.session_id, p.node_id, p)
+        return result
+
+    def session_create(self, p: m.SessionCreateParams) -> m.SessionCreateResult:
+        res = ledger_ops.session_create(self.store, p)
+        self.lifecycle("session_start", res.session_id)
+        return res
+
+    def session_delete(self, p: m.SessionRef) -> m.SessionDeleteResult:
+        res = ledger_ops.session_delete(self.store, p)
+        self.lifecycle("session_end", p.session_id)
+        return res
+
+    def context_prepare(self, p: c.PrepareParams) -> Any:
+        """One turn's preparation; at ≥ 80 % with ``allowCompaction`` it compacts first."""
+        result = self._prepare_once(p)
+        if not (result.needs_compaction and p.allow_compaction):
+            return result
+        paused = self.compaction_state.auto_paused(p.session_id)
+        if paused:
+            st = self.compaction_state.auto[p.session_id]
+            result.decision_path.append(
+                f"auto-compaction paused for {paused:.0f} s after {st.failures} consecutive failures "
+                f"(last: {st.last_error})"
+            )
+            return result
+        return self._prepare_after_compaction(p, result)
+
+    async def _prepare_after_compaction(self, p: c.PrepareParams, first: c.PrepareResult) -> c.PrepareResult:
+        res = await compaction_pipeline.compact(
+            self,
+            c.CompactParams(session_id=p.session_id, head=p.head, model=p.model, trigger="auto"),
+        )
+        again = self._prepare_once(p)
+        again.compaction = msgspec.to_builtins(res)
+        verdict = (f"auto-compaction wrote {res.summary_id} ({res.tokens_before:,} → {res.tokens_after:,} tokens)"
+                   if res.ok and res.summary_id else f"auto-compaction wrote nothing ({res.reason}: {res.error or ''})")
+        again.decision_path = first.decision_path + [verdict] + again.decision_path
+        return again
+
+    def _prepare_once(self, p: c.PrepareParams) -> c.PrepareResult:
+        """Run the turn's preparation on the chosen engine; a failing plugin falls back."""
+        name = p.context_engine or self.options.context_engine or "default"
+        engine, note = self.context_engines.get(name, self)
+        notes = [note] if note else []
+        if engine.name != "default":
+            try:
+                result = engine.prepare(p)
+                result.engine = engine.name
+                return result
+            except DagctxError as err:
+                if err.kind in ("BudgetExceeded", "SessionNotFound", "NodeNotFound"):
+                    raise
+                notes.append(f"engine {engine.name!r} failed ({err.kind}: {err.message}); used the default engine")
+            except Exception as exc:  # a plugin never takes the daemon down
+                log.error("context engine %r failed", engine.name, exc_info=exc)
+                notes.append(f"engine {engine.name!r} failed ({type(exc).__name__}: {exc}); used the default engine")
+        default, _ = self.context_engines.get("default", self)
+        result = default.prepare(p)
+        result.engine = "default"
+        result.decision_path = notes + result.decision_path
+        return result
+
+    # ------------------------------------------------------------ the method table
+
+    def handlers(self) -> dict[str, Callable[[Any], Any]]:
+        """Protocol method → callable(params) returning a result (or an awaitable)."""
+        s = lambda fn: (lambda p: fn(self.store, p))  # noqa: E731 - bind the store late
+        return {
+            "session/create": self.session_create,
+            "session/list": s(ledger_ops.session_list),
+            "session/get": s(ledger_ops.session_get),
+            "session/rename": s(ledger_ops.session_rename),
+            "session/delete": self.session_delete,
+            "session/history": s(ledger_ops.session_history),
+            "session/branches": s(ledger_ops.session_branches),
+            "session/checkout": s(ledger_ops.session_checkout),
+            "session/rewind": s(ledger_ops.session_rewind),
+            "session/spawn": self.session_spawn,
+            "session/nameBranch": s(ledger_ops.session_name_branch),
+            "node/append": self.node_append,
+            "node/update": self.node_update,
+            "node/get": s(ledger_ops.node_get),
+            "search/query": s(ledger_ops.search_query),
+            "context/render": self.context_render,
+            "context/prepare": self.context_prepare,
+            "context/replay": self.context_replay,
+            "usage/report": self.usage_report,
+            "session/import": lambda p: imports.session_import(self, p),
+            "context/compact": lambda p: compaction_pipeline.compact(self, p),
+            "session/export": lambda p: exports.session_export(self, p),
+        }

@@ -1,0 +1,219 @@
+"""Context engines: one explicit turn lifecycle, assembled from replaceable parts.
+
+The lifecycle (SPEC §7, context engines): ``session_start`` → ``ingest`` (each
+append) → ``prepare`` (before a model call) → ``compact`` → ``after_turn`` (usage
+report) → ``session_end``. ``ContextEngine`` is the default engine; each component
+is an attribute a subclass may replace on its own: ``token_counter``,
+``budget_allocator``, ``ager``, ``summarizer``, ``system_prompt_assembler``,
+``reference_tracker``.
+
+Engines are registered by name: the built-ins below, plus Python entry points in
+group ``dagctx.engines`` (``name = "package.module:EngineClass"``). The engine of a
+turn is the agent profile's ``contextEngine`` (``context/prepare`` params), else the
+daemon config's, else ``default``. An engine that fails to load or raises is
+reported in the decision path and the turn falls back to the default engine.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from typing import TYPE_CHECKING, Any
+
+from dagctx.context import budget as budget_mod
+from dagctx.context.system_prompt import PromptOptions, assemble_system_prompt
+from dagctx.protocol import context_messages as c
+
+from .views import apply_turn_hooks
+
+if TYPE_CHECKING:
+    from .core import EngineCore
+
+log = logging.getLogger("dagctx.engine")
+
+ENTRY_POINT_GROUP = "dagctx.engines"
+
+
+class ContextEngine:
+    """The default engine. Subclass it and replace a component, or override a step."""
+
+    name = "default"
+    #: whether old tool results are aged (the reduction layer)
+    aging = True
+
+    def __init__(self, host: EngineCore) -> None:
+        self.host = host
+        self.token_counter = host.counter
+        self.budget_allocator = budget_mod
+        self.system_prompt_assembler = assemble_system_prompt
+        self.reference_tracker: Any = None
+        self.ager: Any = None
+        self.summarizer: Any = None
+
+    # ------------------------------------------------------------ lifecycle steps
+
+    def session_start(self, session_id: str) -> None:
+        """A session was created or imported."""
+
+    def ingest(self, session_id: str, node: Any) -> None:
+        """A node was appended."""
+
+    def after_turn(self, session_id: str, node_id: str, usage: c.UsageReportParams) -> None:
+        """The provider reported usage for a call."""
+
+    def session_end(self, session_id: str) -> None:
+        """The session was deleted."""
+
+    def prepare(self, p: c.PrepareParams) -> c.PrepareResult:
+        host = self.host
+        store = host.store
+        views = host.views
+        counter = self.token_counter
+        budget = self.budget_allocator
+        path: list[str] = []
+        graph = store.graph(p.session_id)
+        head = p.head or store.head(p.session_id)
+        graph.get(head)
+        info = host.models.get(p.model or host.options.default_model)
+        path.append(
+            f"model {info.name}: window {info.context_window:,}, max output {info.max_output:,}"
+            + ("" if info.known else " (unknown model: default limits)")
+        )
+        workspace = p.workspace or host.options.workspace
+        options = PromptOptions(
+            mode=p.prompt_mode,
+            identity=p.identity,
+            agent_prompt=p.agent_prompt,
+            prepend=p.prepend_system_context,
+            append=p.append_system_context,
+        )
+        system_text, system_node, notes = views.ensure_system_prompt(
+            p.session_id, graph, options, workspace, assembler=self.system_prompt_assembler
+        )
+        path.append(f"system prompt ({p.prompt_mode}): {len(system_text):,} chars, node {system_node}")
+        hooks = {k: v for k, v in (("prependContext", p.prepend_context), ("memoryPrefetch", p.memory_prefetch)) if v}
+        aged, aging_stats = views.aging_for(p.session_id, head, info, enabled=self.aging, ager=self.ager)
+        if aging_stats.get("toolResultsAged"):
+            path.append(
+                f"aging: {aging_stats['toolResultsAged']} old tool results shrunk, "
+                f"{aging_stats.get('tokensFreedByAging', 0):,} tokens freed"
+            )
+        r = views.render(
+            p.session_id,
+            head=head,
+            fmt=p.format,
+            model=p.model,
+            system_node_id=system_node,
+            aged=aged,
+            extra_manifest={**aging_stats.get("manifest", {}), **({"turnHooks": hooks} if hooks else {})},
+        )
+        messages = apply_turn_hooks(r.messages, hooks, p.format)
+        hook_tokens = sum(counter.count(v, r.tokenizer) for v in hooks.values())
+        if r.view.summary_id:
+            path.append(f"summary {r.view.summary_id} replaces {len(r.view.covered)} nodes")
+        raw_tools = budget.tools_schema_tokens(p.tools, counter, r.tokenizer)
+        # The whole prompt as the provider will measure it: system + messages + hooks +
+        # tools. The call records this one figure (manifest ``tokens``), calibration
+        # scales this one figure, and each part is scaled once — the provider's count
+        # already includes the system prompt and tools, so nothing is added twice
+        # (SPEC §7: system prompt and tools counted once).
+        estimate = r.total + hook_tokens + raw_tools
+        r.manifest["tokens"] = estimate
+        r.manifest["toolsTokens"] = raw_tools
+        r.record.total = estimate
+        source, total = views.calibrated(p.session_id, info.name, estimate, r.record)
+        system_tokens, history_tokens, tools_tokens = budget.distribute(
+            total, r.system_tokens, estimate - r.system_tokens - raw_tools, raw_tools
+        )
+        b = budget.compute_budget(
+            info, system_tokens, history_tokens, tools_tokens, requested_output=p.max_output_tokens, source=source
+        )
+        path.append(
+            f"budget: {b.input_used:,} of {b.input_budget:,} input tokens ({b.percent_used}%), "
+            f"reserve {b.output_reserve:,}, source {source}"
+        )
+        newest_user = 0
+        for msg, n in zip(reversed(r.messages), reversed(r.per_message)):
+            if isinstance(msg, dict) and msg.get("role") == "user":
+                newest_user = n
+                break
+        budget.check_fits(b, system_tokens + tools_tokens + newest_user + hook_tokens, model=info)
+        recommend, needs = budget.thresholds(b)
+        if needs:
+            path.append("≥ 80 %: compaction needed" + ("" if p.allow_compaction else " (not allowed by the client)"))
+        elif recommend:
+            path.append("≥ 70 %: compaction recommended")
+        return c.PrepareResult(
+            system=system_text,
+            messages=messages,
+            reads=list(r.view.reads),
+            budget=b,
+            manifest=r.manifest,
+            render_id=r.record.render_id,
+            decision_path=path,
+            recommend_compaction=recommend,
+            needs_compaction=needs,
+            stable_prefix=r.stable,
+            summary_id=r.view.summary_id,
+            notes=notes,
+            engine=self.name,
+            tool_results_aged=int(aging_stats.get("toolResultsAged", 0)),
+            tokens_freed_by_aging=int(aging_stats.get("tokensFreedByAging", 0)),
+            references_protected=int(aging_stats.get("referencesProtected", 0)),
+        )
+
+
+class NoReductionEngine(ContextEngine):
+    """Built-in ablation engine: the same lifecycle with aging switched off."""
+
+    name = "no-reduction"
+    aging = False
+
+
+BUILTIN_ENGINES: dict[str, type[ContextEngine]] = {
+    ContextEngine.name: ContextEngine,
+    NoReductionEngine.name: NoReductionEngine,
+}
+
+
+class EngineRegistry:
+    """Engines by name: built-ins and ``dagctx.engines`` entry points, created lazily."""
+
+    def __init__(self) -> None:
+        self._classes: dict[str, Any] = dict(BUILTIN_ENGINES)
+        self._entry_points: dict[str, importlib.metadata.EntryPoint] = {}
+        try:
+            for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+                if ep.name not in self._classes:
+                    self._entry_points[ep.name] = ep
+        except Exception as exc:  # broken metadata must not stop the daemon
+            log.error("cannot read %s entry points: %s", ENTRY_POINT_GROUP, exc)
+        self._instances: dict[str, ContextEngine] = {}
+
+    def names(self) -> list[str]:
+        return sorted({*self._classes, *self._entry_points})
+
+    def get(self, name: str, host: EngineCore) -> tuple[ContextEngine, str | None]:
+        """The engine called ``name``, or the default one and a note saying why not."""
+        inst = self._instances.get(name)
+        if inst is not None:
+            return inst, None
+        try:
+            cls = self._classes.get(name)
+            if cls is None:
+                ep = self._entry_points.get(name)
+                if ep is None:
+                    raise LookupError(f"no engine named {name!r} (known: {', '.join(self.names())})")
+                cls = ep.load()
+                self._classes[name] = cls
+            inst = cls(host)
+            if not isinstance(inst, ContextEngine):
+                raise TypeError(f"{name!r} is not a dagctx ContextEngine subclass")
+            if not getattr(inst, "name", None) or inst.name == "default" and name != "default":
+                inst.name = name
+        except Exception as exc:
+            log.error("context engine %r unavailable: %s", name, exc)
+            default, _ = self.get("default", host) if name != "default" else (ContextEngine(host), None)
+            return default, f"engine {name!r} unavailable ({type(exc).__name__}: {exc}); used the default engine"
+        self._instances[name] = inst
+        return inst, None

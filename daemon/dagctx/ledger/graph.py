@@ -1,0 +1,233 @@
+"""An in-memory index of one session's DAG: nodes by id and both edge maps.
+
+The store keeps one ``SessionGraph`` per session and feeds it the rows that changed
+(by revision), so walks never touch SQL and a render costs what changed, not the
+whole session. Walks follow edges only (SPEC §4): no seq splicing, no caller
+fallback, no guessing. A chain that ends illegally raises ``BrokenPredecessorChain``.
+
+Architecture Invariant: this module does no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from dagctx.protocol.errors import DagctxError
+from dagctx.protocol.nodes import SUMMARY_NAME, SYSTEM_PROMPT_NAME, Call
+
+#: Names of pipeline nodes that sit beside the chain and are never branch tips.
+_BESIDE_CHAIN = frozenset({SUMMARY_NAME, SYSTEM_PROMPT_NAME})
+
+
+def is_spawn_root(node: Call) -> bool:
+    return bool(node.metadata.get("spawn_branch_root"))
+
+
+def is_summary(node: Call) -> bool:
+    return node.role == "llm" and node.name == SUMMARY_NAME
+
+
+class SessionGraph:
+    """Nodes of one session plus ``predecessor`` and ``caller`` child lists in seq order."""
+
+    __slots__ = (
+        "session_id", "root_id", "nodes", "conv_children", "callees", "rev", "by_seq", "updates",
+        "summaries", "system_prompts", "_chain_head", "_chain_ids",
+    )
+
+    def __init__(self, session_id: str, root_id: str) -> None:
+        self.session_id = session_id
+        self.root_id = root_id
+        self.nodes: dict[str, Call] = {}
+        #: predecessor id → ids of conversation nodes that follow it (seq order)
+        self.conv_children: dict[str, list[str]] = {}
+        #: caller id → ids of nodes it called (seq order)
+        self.callees: dict[str, list[str]] = {}
+        self.rev = 0
+        self.by_seq: list[Call] = []
+        #: ids of nodes replaced by the one mutation, in order (render caches check it)
+        self.updates: list[str] = []
+        #: ids of summary and system-prompt nodes in seq order (renders look them up often)
+        self.summaries: list[str] = []
+        self.system_prompts: list[str] = []
+        # the last chain walked: predecessor edges never change, so a later walk that
+        # reaches this head reuses it instead of walking to the root again
+        self._chain_head: str | None = None
+        self._chain_ids: list[str] = []
+
+    # ------------------------------------------------------------ loading
+
+    def add(self, node: Call) -> None:
+        """Insert a new node or replace a finished running node (same id, same seq)."""
+        old = self.nodes.get(node.id)
+        self.nodes[node.id] = node
+        if old is not None:
+            # The only mutation: output/status/metadata of a running node. Edges are fixed.
+            idx = self._seq_index(old.seq)
+            if idx is not None:
+                self.by_seq[idx] = node
+            self.updates.append(node.id)
+            if old.predecessor != node.predecessor or old.caller != node.caller:
+                # Edges never change through the ledger; if the stored row says otherwise
+                # the data was altered underneath: walk afresh so the break surfaces.
+                self._chain_head = None
+            return
+        if self.by_seq and node.seq < self.by_seq[-1].seq:
+            # Rows arrive in seq order; keep the invariant even if they do not.
+            self.by_seq.append(node)
+            self.by_seq.sort(key=lambda n: n.seq)
+        else:
+            self.by_seq.append(node)
+        if node.predecessor is not None and not self._beside_chain(node):
+            _insert_sorted(self.conv_children.setdefault(node.predecessor, []), node, self.nodes)
+        if node.caller is not None:
+            _insert_sorted(self.callees.setdefault(node.caller, []), node, self.nodes)
+        if is_summary(node):
+            _insert_sorted(self.summaries, node, self.nodes)
+        elif node.name == SYSTEM_PROMPT_NAME:
+            _insert_sorted(self.system_prompts, node, self.nodes)
+
+    def add_all(self, nodes: Iterable[Call]) -> None:
+        for node in nodes:
+            self.add(node)
+
+    def _seq_index(self, seq: int) -> int | None:
+        lo, hi = 0, len(self.by_seq)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.by_seq[mid].seq < seq:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < len(self.by_seq) and self.by_seq[lo].seq == seq:
+            return lo
+        return None
+
+    @staticmethod
+    def _beside_chain(node: Call) -> bool:
+        return node.name in _BESIDE_CHAIN and node.role in ("llm", "code")
+
+    # ------------------------------------------------------------ queries
+
+    def get(self, node_id: str) -> Call:
+        node = self.nodes.get(node_id)
+        if node is None:
+            raise DagctxError(
+                "NodeNotFound",
+                f"node {node_id!r} does not exist in session {self.session_id!r}; "
+                "list the session's nodes with session/history or node/get",
+                node_id=node_id,
+                session_id=self.session_id,
+            )
+        return node
+
+    def is_nested(self, node: Call) -> bool:
+        """True when a function or an LLM call invoked this node (it lives in a caller subtree)."""
+        if node.caller is None or node.caller == self.root_id:
+            return False
+        parent = self.nodes.get(node.caller)
+        return parent is not None and parent.role in ("code", "llm")
+
+    def is_conversation(self, node: Call) -> bool:
+        """A node that can be on a predecessor chain (and so be a HEAD)."""
+        if node.id == self.root_id:
+            return True
+        if self._beside_chain(node):
+            return False
+        return node.predecessor is not None or is_spawn_root(node)
+
+    def chain(self, head: str) -> list[Call]:
+        """The linear branch ending at ``head``, oldest first, ROOT excluded.
+
+        Legal ends: the session root, or a spawn-branch root. Anything else is bad data
+        and raises ``BrokenPredecessorChain`` naming the node where the walk stopped.
+        """
+        if head == self.root_id:
+            return []
+        out: list[Call] = []
+        node = self.get(head)
+        seen: set[str] = set()
+        prefix: list[str] = []
+        while True:
+            if node.id == self._chain_head:
+                prefix = self._chain_ids
+                break
+            if node.id in seen:
+                raise self._broken(node.id, "the predecessor chain loops")
+            seen.add(node.id)
+            out.append(node)
+            pred = node.predecessor
+            if pred == self.root_id:
+                break
+            if pred is None:
+                if is_spawn_root(node):
+                    break
+                raise self._broken(node.id, "it has no predecessor and is not a branch root")
+            nxt = self.nodes.get(pred)
+            if nxt is None:
+                raise self._broken(node.id, f"its predecessor {pred!r} does not exist")
+            if not self.is_conversation(nxt):
+                raise self._broken(node.id, f"its predecessor {pred!r} is not a conversation node")
+            node = nxt
+        out.reverse()
+        nodes = self.nodes
+        full = [nodes[i] for i in prefix] + out if prefix else out
+        self._chain_head = head
+        self._chain_ids = [n.id for n in full]
+        return full
+
+    def _broken(self, node_id: str, why: str) -> DagctxError:
+        return DagctxError(
+            "BrokenPredecessorChain",
+            f"the branch walk stopped at node {node_id!r}: {why}. The stored data is "
+            "inconsistent; inspect the node with node/get",
+            node_id=node_id,
+            session_id=self.session_id,
+        )
+
+    def tips(self) -> list[str]:
+        """Conversation nodes with no conversation child (branch tips), seq order."""
+        out = [
+            n.id
+            for n in self.by_seq
+            if n.id != self.root_id and self.is_conversation(n) and not self.conv_children.get(n.id)
+        ]
+        return out or [self.root_id]
+
+    def main_tip(self) -> str:
+        """The tip of the main lane: from ROOT follow the first (lowest-seq) child."""
+        node = self.root_id
+        while kids := self.conv_children.get(node):
+            node = kids[0]
+        return node
+
+    def owner(self, node_id: str) -> str:
+        """The conversation node whose turn ``node_id`` belongs to (itself if top level)."""
+        node = self.nodes[node_id]
+        seen = 0
+        while not self.is_conversation(node) and node.caller is not None and node.caller in self.nodes:
+            node = self.nodes[node.caller]
+            seen += 1
+            if seen > 10_000:
+                break
+        return node.id
+
+    def subtree(self, node_id: str) -> list[Call]:
+        """Every node below ``node_id`` by the caller edge, seq order (node excluded)."""
+        out: list[Call] = []
+        stack = list(reversed(self.callees.get(node_id, ())))
+        while stack:
+            nid = stack.pop()
+            node = self.nodes[nid]
+            out.append(node)
+            stack.extend(reversed(self.callees.get(nid, ())))
+        out.sort(key=lambda n: n.seq)
+        return out
+
+
+def _insert_sorted(ids: list[str], node: Call, nodes: dict[str, Call]) -> None:
+    if not ids or nodes[ids[-1]].seq < node.seq:
+        ids.append(node.id)
+        return
+    ids.append(node.id)
+    ids.sort(key=lambda i: nodes[i].seq)

@@ -1,0 +1,379 @@
+"""The JSON-RPC server: pygls's ``JsonRPCServer`` with our protocol class plugged in.
+
+pygls is extended at its two documented seams — ``protocol_cls`` and the writer —
+and its request bookkeeping (``_request_futures`` for cancellation) is reused.
+What stock pygls 2.1.1 gets wrong for a long-lived daemon is replaced here, each
+with a subprocess test:
+
+* a request without ``params`` (or ``params: null``) is answered, as ``{}``;
+* header names are case-insensitive; a bad header is a parse error and the
+  stream recovers at the next frame (``framing.FrameParser``);
+* requests before ``initialize`` get -32002, after ``shutdown`` -32600;
+* ``exit`` without ``shutdown`` exits 1; EOF on stdin exits cleanly;
+* errors carry ``data.kind`` and a message, never a traceback;
+* params are decoded by msgspec straight into the method's Struct, and a
+  validation failure is -32602 naming the field path;
+* stdin is read by an asyncio pipe protocol, not a thread hop per read.
+
+Architecture Invariant: only this package knows JSON-RPC. Handlers translate and
+delegate to the engine in one line each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import re
+import sys
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+import cattrs
+import msgspec
+from pygls.io_ import StdoutWriter
+from pygls.protocol import JsonRPCProtocol
+from pygls.server import JsonRPCServer
+
+from dagctx.engine.config import DaemonConfig
+from dagctx.engine.core import EngineCore
+from dagctx.protocol import codec
+from dagctx.protocol.errors import DagctxError, ErrorData, ResponseError
+from dagctx.protocol.methods import METHODS
+from dagctx.protocol.messages import InitializeParams, LogMessageParams
+
+from .framing import Body, FrameParser
+
+log = logging.getLogger("dagctx.server")
+
+_PATH_RE = re.compile(r"at `\$\.?([^`]*)`")
+_MISSING_RE = re.compile(r"missing required field `([^`]+)`")
+
+
+#: Long-running methods that do their own consistency checks and must not hold back
+#: the requests behind them (everything else is answered in arrival order).
+BACKGROUND_METHODS = frozenset({"context/compact", "session/import", "context/prepare"})
+
+
+class DagctxProtocol(JsonRPCProtocol):
+    """pygls protocol class whose wire handling is msgspec end to end."""
+
+    def __init__(self, server: JsonRPCServer, converter: cattrs.Converter) -> None:
+        super().__init__(server, converter)
+        self.config: DaemonConfig = getattr(server, "dagctx_config", None) or DaemonConfig()
+        self.parser = FrameParser(self.config.max_frame_bytes)
+        self.engine = EngineCore(self.config, peer=self)
+        self.handlers: dict[str, Callable[[Any], Any]] = self.engine.handlers()
+        self.handlers["initialize"] = self._on_initialize
+        self.handlers["shutdown"] = self._on_shutdown
+        self.initialized = False
+        self.shutting_down = False
+        self.exit_code: int | None = None
+        self.closed: asyncio.Future[int] | None = None
+        self._ids = itertools.count(1)
+        self._outgoing: dict[Any, asyncio.Future[Any]] = {}
+        self._log_handler: logging.Handler | None = None
+        self._ordered_tail: asyncio.Future[Any] | None = None
+
+    # ------------------------------------------------------------ Peer
+
+    @property
+    def can_sample(self) -> bool:
+        caps = self.engine.client_capabilities
+        return bool(caps.get("sampling") is not None and "sampling" in caps)
+
+    def notify(self, method: str, params: Any = None) -> None:  # type: ignore[override]
+        self._write(codec.Notification(method=method, params=params))
+
+    async def request(self, method: str, params: Any, result_type: type, timeout: float | None = None) -> Any:
+        msg_id = f"dagctx-{next(self._ids)}"
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._outgoing[msg_id] = fut
+        self._write(codec.Request(method=method, id=msg_id, params=params))
+        try:
+            raw = await asyncio.wait_for(fut, timeout)
+        except (asyncio.CancelledError, asyncio.TimeoutError):
+            # Tell the client to stop working on it (LSP cancellation, both directions).
+            self.notify("$/cancelRequest", {"id": msg_id})
+            raise
+        finally:
+            self._outgoing.pop(msg_id, None)
+        try:
+            return codec.decode_params(result_type, raw)
+        except msgspec.ValidationError as exc:
+            raise DagctxError("SamplingFailed", f"the client's {method} result is malformed: {exc}") from exc
+
+    def progress(self, token: int | str | None, value: dict[str, Any]) -> None:
+        if token is not None:
+            self.notify("$/progress", {"token": token, "value": value})
+
+    # ------------------------------------------------------------ output
+
+    def _write(self, message: Any) -> None:
+        if self.writer is None:
+            return
+        try:
+            self.writer.write(codec.encode_message(message))
+        except (BrokenPipeError, ValueError, OSError):
+            log.warning("the client's end of stdout is gone; stopping")
+            self._finish(0 if self.shutting_down else 1)
+
+    def _error(self, msg_id: Any, err: DagctxError) -> None:
+        self._write(codec.ErrorResponse(id=msg_id, error=err.to_response_error()))
+
+    def _respond(self, msg_id: Any, result: Any) -> None:
+        self._write(codec.Response(id=msg_id, result=result))
+
+    # ------------------------------------------------------------ input
+
+    def feed(self, data: bytes) -> None:
+        for event in self.parser.feed(data):
+            if isinstance(event, Body):
+                self.handle_body(event.data)
+            else:
+                self._error(None, DagctxError(event.kind, event.message))
+
+    def handle_body(self, body: bytes) -> None:
+        try:
+            env = codec.envelope_decoder.decode(body)
+        except msgspec.ValidationError:
+            self._error(None, DagctxError("InvalidRequest", "a message must be a JSON object (batches are not supported)"))
+            return
+        except msgspec.DecodeError as exc:
+            self._error(None, DagctxError("ParseError", f"the message body is not valid JSON: {exc}"))
+            return
+        has_id = env.id is not msgspec.UNSET
+        msg_id = env.id if has_id else None
+        if has_id and not isinstance(msg_id, (int, str)) and msg_id is not None:
+            self._error(None, DagctxError("InvalidRequest", "id must be a number or a string"))
+            return
+        if env.jsonrpc != "2.0":
+            self._error(msg_id, DagctxError("InvalidRequest", 'every message needs "jsonrpc": "2.0"'))
+            return
+        if env.method is msgspec.UNSET:
+            if has_id and (env.result is not msgspec.UNSET or env.error is not msgspec.UNSET):
+                self._handle_client_response(msg_id, env)
+            else:
+                self._error(msg_id, DagctxError("InvalidRequest", "a message needs a method (or a result/error)"))
+            return
+        if not isinstance(env.method, str):
+            self._error(msg_id, DagctxError("InvalidRequest", "method must be a string"))
+            return
+        if has_id:
+            self._handle_request(msg_id, env.method, env.params)
+        else:
+            self._handle_note(env.method, env.params)
+
+    def _handle_client_response(self, msg_id: Any, env: codec.Envelope) -> None:
+        fut = self._outgoing.get(msg_id)
+        if fut is None or fut.done():
+            log.warning("response to unknown request %r ignored", msg_id)
+            return
+        if env.error is not msgspec.UNSET:
+            err = env.error if isinstance(env.error, dict) else {}
+            fut.set_exception(
+                DagctxError(
+                    "SamplingFailed",
+                    f"the client answered with error {err.get('code')}: {err.get('message')}",
+                    details={"code": err.get("code")},
+                )
+            )
+        else:
+            fut.set_result(env.result)
+
+    def _handle_note(self, method: str, raw: Any) -> None:
+        if method == "exit":
+            self._finish(0 if self.shutting_down else 1)
+        elif method == "$/cancelRequest":
+            try:
+                p = codec.decode_params(METHODS["$/cancelRequest"].params, raw)
+            except msgspec.ValidationError:
+                return
+            fut = self._request_futures.get(p.id)
+            if fut is not None:
+                fut.cancel()
+        elif method == "initialized" or method.startswith("$/"):
+            return
+        else:
+            log.warning("ignoring notification %r", method)
+
+    def _handle_request(self, msg_id: Any, method: str, raw: Any) -> None:
+        if not self.initialized and method != "initialize":
+            self._error(
+                msg_id,
+                DagctxError("ServerNotInitialized", f"{method} before initialize: send initialize first"),
+            )
+            return
+        if self.shutting_down:
+            self._error(
+                msg_id,
+                DagctxError(
+                    "ShutdownInProgress",
+                    f"{method} after shutdown: the daemon only accepts exit now; start a new daemon",
+                ),
+            )
+            return
+        spec = METHODS.get(method)
+        handler = self.handlers.get(method)
+        if spec is None or handler is None or spec.direction != "client-to-server" or spec.notification:
+            self._error(
+                msg_id,
+                DagctxError("MethodNotFound", f"unknown method {method!r}; initialize lists the methods"),
+            )
+            return
+        try:
+            params = codec.decode_params(spec.params, raw)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            text = str(exc)
+            m = _PATH_RE.search(text)
+            path = ("params." + m.group(1)).rstrip(".") if m else "params"
+            missing = _MISSING_RE.search(text)
+            if missing:  # name the missing field itself, not the object lacking it
+                path += "." + missing.group(1)
+            self._error(
+                msg_id,
+                DagctxError("InvalidParams", f"invalid params for {method}: {text}", path=path),
+            )
+            return
+        tail = self._ordered_tail
+        if tail is not None and not tail.done():
+            # An earlier request is still working off the loop: keep request order.
+            task = asyncio.ensure_future(self._after(tail, handler, params))
+            self._track(msg_id, method, task)
+            return
+        try:
+            result = handler(params)
+        except DagctxError as err:
+            self._error(msg_id, err)
+            return
+        except Exception as exc:  # the daemon never dies on a request
+            self._internal_error(msg_id, method, exc)
+            return
+        if asyncio.iscoroutine(result):
+            self._track(msg_id, method, asyncio.ensure_future(result))
+        else:
+            self._respond(msg_id, result)
+
+    def _track(self, msg_id: Any, method: str, task: asyncio.Future[Any]) -> None:
+        """Answer when ``task`` ends; ordered methods hold back later requests until then."""
+        self._request_futures[msg_id] = task  # type: ignore[assignment]
+        if method not in BACKGROUND_METHODS:
+            self._ordered_tail = task
+        task.add_done_callback(lambda t, i=msg_id, mth=method: self._async_done(i, mth, t))
+
+    @staticmethod
+    async def _after(tail: asyncio.Future[Any], handler: Callable[[Any], Any], params: Any) -> Any:
+        await asyncio.wait([tail])
+        result = handler(params)
+        if asyncio.iscoroutine(result):
+            result = await result
+        return result
+
+    def _async_done(self, msg_id: Any, method: str, task: asyncio.Future[Any]) -> None:
+        self._request_futures.pop(msg_id, None)
+        if task.cancelled():
+            self._error(msg_id, DagctxError("RequestCancelled", f"{method} was cancelled; nothing was written"))
+            return
+        exc = task.exception()
+        if exc is None:
+            self._respond(msg_id, task.result())
+        elif isinstance(exc, DagctxError):
+            self._error(msg_id, exc)
+        else:
+            self._internal_error(msg_id, method, exc)
+
+    def _internal_error(self, msg_id: Any, method: str, exc: BaseException) -> None:
+        log.error("internal error in %s", method, exc_info=exc)
+        self._write(
+            codec.ErrorResponse(
+                id=msg_id,
+                error=ResponseError(
+                    code=-32603,
+                    message=f"internal error while handling {method} ({type(exc).__name__}: {exc}); "
+                    "the daemon is still running and the request wrote nothing — see its log",
+                    data=ErrorData(kind="InternalError"),
+                ),
+            )
+        )
+
+    # ------------------------------------------------------------ lifecycle handlers
+
+    def _on_initialize(self, p: InitializeParams) -> Any:
+        if self.initialized:
+            raise DagctxError("InvalidRequest", "initialize was already sent on this connection")
+        result = self.engine.initialize(p)
+        result.methods = [name for name in result.methods if name in self.handlers]
+        self.initialized = True
+        if self.engine.options.log_messages:
+            self._install_log_forwarding()
+        return result
+
+    def _on_shutdown(self, p: Any) -> None:
+        self.shutting_down = True
+        for fut in list(self._request_futures.values()):
+            fut.cancel()
+        return None
+
+    def _install_log_forwarding(self) -> None:
+        proto = self
+
+        class _Forward(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                level = {logging.ERROR: 1, logging.WARNING: 2, logging.INFO: 3}.get(record.levelno, 4)
+                proto.notify("window/logMessage", LogMessageParams(type=level, message=record.getMessage()))
+
+        self._log_handler = _Forward(level=logging.INFO)
+        logging.getLogger("dagctx").addHandler(self._log_handler)
+
+    def _finish(self, code: int) -> None:
+        if self.exit_code is None:
+            self.exit_code = code
+        if self.closed is not None and not self.closed.done():
+            self.closed.set_result(self.exit_code)
+
+    # ------------------------------------------------------------ running
+
+    async def run(self, stdin: BinaryIO) -> int:
+        loop = asyncio.get_running_loop()
+        self.closed = loop.create_future()
+        proto = self
+
+        class _Pipe(asyncio.Protocol):
+            def data_received(self, data: bytes) -> None:
+                proto.feed(data)
+
+            def connection_lost(self, exc: Exception | None) -> None:
+                # EOF: the client went away. Clean exit, like a closed editor.
+                proto._finish(0)
+
+        transport, _ = await loop.connect_read_pipe(_Pipe, stdin)
+        try:
+            return await self.closed
+        finally:
+            transport.close()
+            for fut in list(self._request_futures.values()):
+                fut.cancel()
+            self.engine.close()
+
+
+class DagctxServer(JsonRPCServer):
+    """pygls server carrying our config to the protocol it constructs."""
+
+    def __init__(self, config: DaemonConfig) -> None:
+        self.dagctx_config = config
+        super().__init__(DagctxProtocol, cattrs.Converter)
+
+
+def serve(config: DaemonConfig, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> int:
+    """Serve one client over stdio until ``exit`` or EOF; returns the exit code."""
+    out = stdout or sys.stdout.buffer
+    inp = stdin or sys.stdin.buffer
+    # Anything printed by mistake goes to stderr: stdout carries frames only.
+    sys.stdout = sys.stderr
+    server = DagctxServer(config)
+    proto: DagctxProtocol = server.protocol  # type: ignore[assignment]
+    proto.set_writer(StdoutWriter(out))
+    try:
+        return asyncio.run(proto.run(inp))
+    except KeyboardInterrupt:
+        return 130

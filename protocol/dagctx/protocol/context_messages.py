@@ -1,0 +1,272 @@
+"""Params and results of the context methods: render, prepare, compact, replay,
+usage, import/export, and the server→client sampling request.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from .messages import _Params, _Result
+
+Format = Literal["openai", "anthropic", "neutral"]
+Expose = Literal["io", "full"]
+TokenSource = Literal["provider", "calibrated", "estimate"]
+
+
+# ---------------------------------------------------------------- render
+
+
+class RenderParams(_Params):
+    """``context/render``: the messages a head's branch shows a model.
+
+    ``frame`` is a running code node's id: render as seen from inside that function
+    (SPEC §4). ``expose`` is the default for functions that do not set
+    ``metadata.expose`` themselves.
+    """
+
+    session_id: str
+    head: str | None = None
+    format: Format = "neutral"
+    model: str | None = None
+    frame: str | None = None
+    expose: Expose = "io"
+    include_system: bool = True
+    aging: bool = True
+
+
+class TokenCounts(_Result):
+    total: int
+    per_message: list[int]
+    system: int = 0
+    tokenizer: str = ""
+    exact: bool = False
+    source: TokenSource = "estimate"
+
+
+class StablePrefix(_Result):
+    """How much of this render is byte-identical to the previous render of the branch."""
+
+    messages: int
+    tokens: int
+    previous_render_id: str | None = None
+
+
+class RenderResult(_Result):
+    messages: list[Any]
+    reads: list[str]
+    tokens: TokenCounts
+    manifest: dict[str, Any]
+    render_id: str
+    stable_prefix: StablePrefix
+    system: str | None = None
+
+
+# ---------------------------------------------------------------- prepare
+
+
+class PrepareParams(_Params):
+    session_id: str
+    head: str | None = None
+    model: str | None = None
+    format: Format = "neutral"
+    tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    max_output_tokens: int | None = None
+    allow_compaction: bool = False
+    prompt_mode: Literal["full", "minimal", "none"] = "full"
+    workspace: str | None = None
+    identity: str | None = None
+    agent_prompt: str | None = None
+    context_engine: str | None = None
+    prepend_system_context: str | None = None
+    append_system_context: str | None = None
+    prepend_context: str | None = None
+    memory_prefetch: str | None = None
+
+
+class Budget(_Result):
+    context_window: int
+    system_prompt: int
+    history: int
+    tools_schema: int
+    output_reserve: int
+    input_used: int
+    input_budget: int
+    percent_used: float
+    headroom: int
+    source: TokenSource = "estimate"
+
+
+class PrepareResult(_Result):
+    system: str
+    messages: list[Any]
+    reads: list[str]
+    budget: Budget
+    manifest: dict[str, Any]
+    render_id: str
+    decision_path: list[str]
+    recommend_compaction: bool
+    needs_compaction: bool
+    stable_prefix: StablePrefix | None = None
+    engine: str = "default"
+    tool_results_aged: int = 0
+    tokens_freed_by_aging: int = 0
+    references_protected: int = 0
+    summary_id: str | None = None
+    compaction: dict[str, Any] | None = None
+    notes: list[str] = msgspec.field(default_factory=list)
+
+
+# ---------------------------------------------------------------- compact
+
+
+class CompactParams(_Params):
+    session_id: str
+    head: str | None = None
+    model: str | None = None
+    keep_recent_tokens: int | None = None
+    instructions: str | None = None
+    trigger: Literal["manual", "auto", "overflow"] = "manual"
+    fallback: Literal["none", "structural"] = "none"
+    min_identifier_retention: float = 0.5
+    timeout_seconds: float = 120.0
+    work_done_token: int | str | None = None
+
+
+class CompactResult(_Result):
+    ok: bool
+    tokens_before: int
+    tokens_after: int
+    summary_id: str | None = None
+    covers_ids: list[str] = msgspec.field(default_factory=list)
+    summarised_count: int = 0
+    duration_ms: float = 0.0
+    used_previous_summary: bool = False
+    superseded_summary: str | None = None
+    identifier_retention: float | None = None
+    reason: str | None = None
+    error: str | None = None
+
+
+# ---------------------------------------------------------------- replay
+
+
+class ReplayParams(_Params):
+    session_id: str
+    node_id: str
+    format: Format | None = None
+
+
+class ReplayResult(_Result):
+    node_id: str
+    system: str | None
+    messages: list[Any]
+    reads: list[str]
+    manifest: dict[str, Any]
+    exact: bool
+
+
+# ---------------------------------------------------------------- usage
+
+
+class Usage(_Params):
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+
+
+class UsageReportParams(_Params):
+    session_id: str
+    node_id: str
+    usage: Usage
+    model: str | None = None
+
+
+class UsageReportResult(_Result):
+    node_id: str
+    measured_prompt: int
+    estimated_prompt: int | None
+    calibration: float | None
+    percent_used: float | None
+    recommend_compaction: bool
+
+
+class CompactionRecommended(_Result):
+    """Notification ``context/compactionRecommended``."""
+
+    session_id: str
+    head: str
+    percent_used: float
+    input_used: int
+    context_window: int
+    model: str | None = None
+
+
+# ---------------------------------------------------------------- import / export
+
+
+class ImportParams(_Params):
+    path: str
+    format: Literal["auto", "claude-code", "codex", "openclaw", "swe-agent", "openhands", "sharegpt"] = "auto"
+    title: str | None = None
+    work_done_token: int | str | None = None
+
+
+class ImportedSession(_Result):
+    session_id: str
+    title: str
+    nodes: int
+    tool_pairs: int
+    compactions: int
+    spawn_branches: int
+    created: bool
+
+
+class ImportResult(_Result):
+    sessions: list[ImportedSession]
+    skipped: list[dict[str, Any]] = msgspec.field(default_factory=list)
+
+
+class ExportParams(_Params):
+    session_id: str
+    head: str | None = None
+    format: Literal["claude-code", "openai"] = "claude-code"
+    path: str | None = None
+
+
+class ExportResult(_Result):
+    format: str
+    lines: int
+    path: str | None = None
+    content: str | None = None
+
+
+# ---------------------------------------------------------------- sampling (server → client)
+
+
+class SamplingContent(_Params):
+    type: Literal["text"] = "text"
+    text: str = ""
+
+
+class SamplingMessage(_Params):
+    role: Literal["user", "assistant"]
+    content: SamplingContent
+
+
+class CreateMessageParams(_Params):
+    """Shaped like MCP's ``sampling/createMessage`` request."""
+
+    messages: list[SamplingMessage]
+    max_tokens: int
+    system_prompt: str | None = None
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class CreateMessageResult(_Params):
+    role: Literal["assistant", "user"] = "assistant"
+    content: SamplingContent = msgspec.field(default_factory=SamplingContent)
+    model: str = ""
+    stop_reason: str | None = None
