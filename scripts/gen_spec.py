@@ -52,13 +52,21 @@ NOTES: dict[str, tuple[str, str]] = {
     "session/spawn": ("SessionNotFound, NodeNotFound",
                       "The only way to create a spawn root (predecessor null, caller = callerId). HEAD does not move."),
     "session/nameBranch": ("NodeNotFound, InvalidEdge", "A name follows its branch when the branch is extended."),
-    "session/import": ("InvalidParams (no such path), ImportFailed",
-                       "One transaction per session; idempotent by source session (created=false the second time)."),
-    "session/export": ("SessionNotFound, InvalidParams",
-                       "Read-only. `claude-code`: HEAD's branch with its tool calls, spawned subagent branches and "
+    "session/import": ("InvalidParams (no such path), ImportFailed (a single file of no known format; "
+                       "a folder with no transcripts)",
+                       "One transaction per session; idempotent by source session (created=false the second time), "
+                       "and a dagctx export whose source session is in this database is already present. A file "
+                       "without a conversation node creates nothing: it is a `skipped` entry without `line`. "
+                       "Skipped lines are capped (10 per file, 100 in all; `skippedMore` counts the rest), reasons "
+                       "quote at most a short escaped prefix; records over the size cap are skipped with their size."),
+    "session/export": ("SessionNotFound, InvalidParams (an existing file without `overwrite`, a folder, "
+                       "a missing folder, a non-regular file)",
+                       "Writes nothing to the ledger. `claude-code`: HEAD's branch (or every branch with "
+                       "`branches: \"all\"`) with its tool calls, spawned subagent branches and "
                        "summaries; import → export → import gives the same ids, edges and contents (a node id "
-                       "that differs from its tool_use id rides in the line's `dagctxToolNodeIds`). "
-                       "`openai`: the rendered messages of the head."),
+                       "that differs from its tool_use id rides in the line's `dagctxToolNodeIds`); the first "
+                       "line's `dagctxSource` names the source session. `openai`: the rendered messages of the "
+                       "head. `path`: temp file + rename, never a partial file."),
     "node/append": ("SessionNotFound, NodeNotFound, DuplicateNode, PredecessorMissing, InvalidEdge, InvalidParams",
                     "Append-only; HEAD moves only when the node extends HEAD (or moveHead=true); a refused append writes nothing."),
     "node/update": ("NodeNotFound, NotRunning, InvalidParams",

@@ -68,7 +68,7 @@ async def test_every_corpus_file_imports_with_exact_counts_and_once_only(daemon:
             assert info.node_count == nodes + 1, rel
             assert info.metadata["importedFrom"] == rel.split("/")[0].replace("sharegpt-zh", "sharegpt")
     general = results[CC_GENERAL].skipped
-    assert [k["reason"].startswith("not JSON: //") for k in general] == [True, True]
+    assert [k["reason"].startswith("not JSON: '//") for k in general] == [True, True]
     total = (await daemon.session_list()).total
     assert total == sum(v[0] for v in EXPECTED.values()) == 308
 
@@ -254,8 +254,20 @@ async def test_openai_export_and_errors(daemon: DagctxClient, tmp_path: Path) ->
     assert check_pairs(doc["messages"], "openai") == []
     target = tmp_path / "out.json"
     target.write_text("old")
-    written = await daemon.export(sid, format="openai", path=str(target))
+    target.chmod(0o600)
+    with pytest.raises(RpcError) as e:  # an existing file is never replaced unasked
+        await daemon.export(sid, format="openai", path=str(target))
+    assert e.value.kind == "InvalidParams" and "overwrite: true" in e.value.message
+    assert target.read_text() == "old"
+    written = await daemon.export(sid, format="openai", path=str(target), overwrite=True)
     assert written.content is None and json.loads(target.read_text())["messages"] == r.messages  # overwritten
+    assert target.stat().st_mode & 0o777 == 0o600  # keeps its permissions
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".dagctx-export-")] == []  # no temp left
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(RpcError) as e:  # nor written through a symlink, even with overwrite
+        await daemon.export(sid, format="openai", path=str(link), overwrite=True)
+    assert e.value.kind == "InvalidParams" and not (tmp_path / "elsewhere.json").exists()
 
     with pytest.raises(RpcError) as e:
         await daemon.export("no-such-session", format="claude-code")

@@ -190,7 +190,7 @@ def test_claude_code_session_keys_titles_and_heads() -> None:
 def test_claude_code_comment_lines_are_reported_not_raised() -> None:
     t = one(GENERAL)
     assert [s.line for s in t.skipped] == [1, 2]
-    assert all(isinstance(s, Skipped) and s.reason.startswith("not JSON: //") for s in t.skipped)
+    assert all(isinstance(s, Skipped) and s.reason.startswith("not JSON: '//") for s in t.skipped)
 
 
 @needs_corpus
@@ -348,7 +348,7 @@ def test_codex_fixture(tmp_path: Path) -> None:
     [t] = parse_file(f)
     assert check_transcript(t) == []
     assert t.source_key == "sess-1" and t.title == "list files"
-    assert t.skipped == [Skipped(1, "not JSON: // not json")]
+    assert t.skipped == [Skipped(1, "not JSON: '// not json'")]
     nodes = by_id(t)
     env, user = (n for n in t.nodes if n.role == "user")
     assert env.metadata["injected"] is True and "injected" not in user.metadata  # event duplicate not used
@@ -506,7 +506,7 @@ def test_openclaw_tree(tmp_path: Path) -> None:
     t = _openclaw(tmp_path)
     nodes = by_id(t)
     assert (t.format, t.source_key, t.title) == ("openclaw", "oc-session-1", "Fix the flaky test")
-    assert t.skipped == [Skipped(2, "not JSON: // a comment"), Skipped(20, "toolResult for unknown toolCallId nope")]
+    assert t.skipped == [Skipped(2, "not JSON: '// a comment'"), Skipped(20, "toolResult for unknown toolCallId 'nope'")]
     c = t.counts
     assert (c["messages"], c["nodes"], c["userTurns"], c["llmCalls"], c["toolCalls"], c["toolPairs"], c["compactions"], c["orphanResults"]) == (
         13, 16, 6, 5, 3, 2, 1, 1,
@@ -601,7 +601,7 @@ def test_claude_code_legacy_sidechain_images_and_orphans(tmp_path: Path) -> None
     s1 = nodes["s1"]
     assert (s1.predecessor, s1.caller, s1.metadata["spawnMatch"], s1.metadata["spawn_branch_root"]) == (None, "t1", "prompt", True)
     assert nodes["s2"].predecessor == "s1"
-    assert t.skipped == [Skipped(6, "tool_result for unknown tool_use nope")] and t.counts["orphanResults"] == 1
+    assert t.skipped == [Skipped(6, "tool_result for unknown tool_use 'nope'")] and t.counts["orphanResults"] == 1
     # a boundary without its summary line still yields a summary; the chain continues
     [s] = [n for n in t.nodes if n.name == SUMMARY_NAME]
     assert s.metadata["summaryMissing"] is True and s.metadata["covers_ids"] == ["u1", "a1"]
@@ -680,5 +680,5 @@ def test_parse_path_reports_unknown_files(tmp_path: Path) -> None:
     errors: list = []
     [t] = parse_path(tmp_path, errors=errors)
     assert [Path(p).name for p, _ in errors] == ["notes.json"]
-    assert t.skipped == [Skipped(3, "not JSON: not json"), Skipped(4, "not a JSON object (list)")]
+    assert t.skipped == [Skipped(3, "not JSON: 'not json'"), Skipped(4, "not a JSON object (list)")]
     assert [n.output for n in t.nodes] == ["hi"] and t.head == "sg1-0"

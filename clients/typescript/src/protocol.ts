@@ -181,6 +181,10 @@ export interface ExportParams {
   format?: "claude-code" | "openai";
   /** @default null */
   path?: string | null;
+  /** @default false */
+  overwrite?: boolean;
+  /** @default "head" */
+  branches?: "all" | "head";
 }
 
 export interface ExportResult {
@@ -211,6 +215,8 @@ export interface ImportResult {
   sessions: ImportedSession[];
   /** @default [] */
   skipped?: Record<string, unknown>[];
+  /** @default 0 */
+  skippedMore?: number;
 }
 
 export interface ImportedSession {
@@ -221,6 +227,10 @@ export interface ImportedSession {
   compactions: number;
   spawnBranches: number;
   created: boolean;
+  /** @default null */
+  sourceFile?: string | null;
+  /** @default [] */
+  notes?: string[];
 }
 
 /**

@@ -8,7 +8,9 @@ ids, roles, names, inputs, outputs, statuses, callers, predecessors and metadata
   tool call (``code`` node whose caller is a chain llm node), the subagent branches those
   calls spawned (spawn roots and everything below them, written as ``isSidechain`` lines
   that carry ``agentId``), and every completed summary whose ``covers_ids`` are all
-  exported. Other branches of the session are not (export them by their own head).
+  exported. ``branches: "all"`` writes every branch of the session instead (every
+  conversation node in seq order, the file's tree is the session's tree) and HEAD rides
+  in ``dagctxSource.head``, so the re-import has the same HEAD.
 * Lines: a user node is one ``user`` line whose ``uuid`` is the node id. An llm node is
   one ``assistant`` line (``uuid`` = node id; thinking, text, usage) plus one line per
   tool call sharing ``message.id`` (each with that call's timestamp), then one ``user``
@@ -19,9 +21,12 @@ ids, roles, names, inputs, outputs, statuses, callers, predecessors and metadata
   ``metadata.boundaryUuid``, ``logicalParentUuid`` = the last covered node) followed by
   an ``isCompactSummary`` user line (``uuid`` = the summary id); the next turn hangs off
   the summary line, as Claude Code writes it.
-* The first line is ``{"type": "summary", "summary": <title>, "leafUuid": <head>}`` so the
-  title survives. ``sessionId`` is a UUID derived from (session id, head): the same
-  branch always exports under the same id, so importing the file twice is a no-op.
+* The first line is ``{"type": "summary", "summary": <title>, "leafUuid": <head>,
+  "dagctxSource": {"sessionId", "head", "branches"}}`` so the title survives and the file
+  names the session it came from: importing it into the database that holds that session
+  answers "already present" (``created: false``) instead of making a copy (SPEC §9).
+  ``sessionId`` is a UUID derived from (session id, head): the same branch always exports
+  under the same id, so importing the file twice elsewhere is a no-op too.
 * Helper lines (tool results, continuation lines, progress) get UUIDv5 ids derived from
   the node they belong to: deterministic, and never equal to a node id.
 
@@ -45,8 +50,10 @@ Known limits of the round trip (the importer's id scheme, not lost data):
 ``openai`` writes ``{"model", "messages"}``: ``context/render`` of the head in the OpenAI
 format (model = the newest llm node's model on the branch, else the daemon default).
 
-``path``: written atomically (temp file + rename); an existing file is **overwritten**.
-A relative path is relative to the daemon's working directory. Without ``path`` the
+``path``: written atomically (a temp file in the same folder, then a rename — or a hard
+link when the name must not exist yet, so no race can clobber a file). An existing file
+is refused unless ``overwrite: true`` (SPEC §9). A relative path is relative to the
+daemon's working directory. Without ``path`` the
 text is returned in ``content``. ``lines`` counts JSONL lines (claude-code) or messages
 (openai).
 """
@@ -101,7 +108,7 @@ async def session_export(engine: EngineCore, p: c.ExportParams) -> c.ExportResul
             path="head",
         )
     if p.format == "claude-code":
-        lines = ClaudeCodeExport(engine, info, graph, head).build()
+        lines = ClaudeCodeExport(engine, info, graph, head, all_branches=p.branches == "all").build()
         text = "".join(_enc.encode(line).decode("utf-8") + "\n" for line in lines)
         count = len(lines)
     else:
@@ -117,31 +124,53 @@ async def session_export(engine: EngineCore, p: c.ExportParams) -> c.ExportResul
     if p.path is None:
         return c.ExportResult(format=p.format, lines=count, content=text)
     path = os.path.abspath(os.path.expanduser(p.path))
-    await asyncio.to_thread(_write_atomic, path, text)
+    await asyncio.to_thread(_write_atomic, path, text, p.overwrite)
     return c.ExportResult(format=p.format, lines=count, path=path)
 
 
-def _write_atomic(path: str, text: str) -> None:
+def _exists_error(path: str) -> DagctxError:
+    return DagctxError("InvalidParams", f"{path!r} already exists; pass overwrite: true (dagctx export --force) to "
+                       "replace it, or choose another path", path="path")
+
+
+def _write_atomic(path: str, text: str, overwrite: bool = False) -> None:
+    """Write ``text`` to ``path`` whole or not at all (SPEC §9 ``session/export``)."""
     if os.path.isdir(path):
         raise DagctxError("InvalidParams", f"{path!r} is a folder; give a file path to export to", path="path")
     folder = os.path.dirname(path)
     if not os.path.isdir(folder):
         raise DagctxError("InvalidParams", f"the folder {folder!r} does not exist; create it first", path="path")
+    exists = os.path.lexists(path)
+    if exists and not overwrite:
+        raise _exists_error(path)
+    if exists and not stat.S_ISREG(os.lstat(path).st_mode):
+        raise DagctxError("InvalidParams", f"{path!r} is not a regular file; export only replaces regular files",
+                          path="path")
     try:
         # An overwritten file keeps its permissions; a new one gets rw-r--r--.
-        mode = stat.S_IMODE(os.stat(path).st_mode) if os.path.exists(path) else 0o644
+        mode = stat.S_IMODE(os.stat(path).st_mode) if exists else 0o644
         fd, tmp = tempfile.mkstemp(prefix=".dagctx-export-", dir=folder)
         try:
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
                 fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
             os.chmod(tmp, mode)
-            os.replace(tmp, path)
+            if overwrite:
+                os.replace(tmp, path)
+            else:
+                # link() fails when the name appeared meanwhile: never clobber a file.
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    raise _exists_error(path) from None
+                os.unlink(tmp)
         except BaseException:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
     except OSError as exc:
-        raise DagctxError("InvalidParams", f"cannot write {path!r}: {exc}", path="path") from exc
+        raise DagctxError("InvalidParams", f"cannot write {path!r}: {exc.strerror or exc}", path="path") from exc
 
 
 def iso_timestamp(ts: float) -> str:
@@ -155,7 +184,9 @@ def iso_timestamp(ts: float) -> str:
 class ClaudeCodeExport:
     """Builds the JSONL objects of one branch (see the module docstring)."""
 
-    def __init__(self, engine: EngineCore, info: SessionInfo, graph: SessionGraph, head: str) -> None:
+    def __init__(self, engine: EngineCore, info: SessionInfo, graph: SessionGraph, head: str,
+                 all_branches: bool = False) -> None:
+        self.all_branches = all_branches
         self.store = engine.store
         self.info = info
         self.g = graph
@@ -174,18 +205,52 @@ class ClaudeCodeExport:
 
     def build(self) -> list[dict[str, Any]]:
         g = self.g
-        chain = g.chain(self.head)
+        chain = self._main_nodes() if self.all_branches else g.chain(self.head)
         plan = self._plan(chain)
         self.exported = {n.id for n, _ in plan}
         for s in (n for n in g.by_seq if is_summary(n) and n.status == "completed"):
             covers = s.metadata.get("covers_ids")
             if isinstance(covers, list) and covers and all(cid in self.exported for cid in covers):
                 self.summaries_at.setdefault(covers[-1], []).append(s)
-        if self.info.title:
-            self.out.append({"type": "summary", "summary": self.info.title, "leafUuid": self.head})
+        # The title, and the session this file came from (an import into the same
+        # database then answers "already present", SPEC §9).
+        self.out.append({
+            "type": "summary", "summary": self.info.title or "", "leafUuid": self.head,
+            "dagctxSource": {"sessionId": self.info.session_id, "head": self.head,
+                             "branches": "all" if self.all_branches else "head"},
+        })
         for node, agent in plan:
             self._conversation_node(node, agent)
         return self.out
+
+    def _main_nodes(self) -> list[Call]:
+        """Every conversation node that is not on a spawn branch, in seq order (a
+        predecessor always has a lower seq, so each line's parent is written first)."""
+        g = self.g
+        on_spawn: dict[str, bool] = {}
+
+        def spawned(n: Call) -> bool:
+            path: list[str] = []
+            cur: Call | None = n
+            result = False
+            while cur is not None:
+                if cur.id in on_spawn:
+                    result = on_spawn[cur.id]
+                    break
+                if is_spawn_root(cur):
+                    result = True
+                    break
+                path.append(cur.id)
+                pred = cur.predecessor
+                if pred is None or pred == g.root_id:
+                    break
+                cur = g.nodes.get(pred)
+            for nid in path:
+                on_spawn[nid] = result
+            return result
+
+        return [n for n in g.by_seq if n.id != g.root_id and g.is_conversation(n) and not is_summary(n)
+                and n.predecessor is not None and not spawned(n)]
 
     def _plan(self, chain: list[Call]) -> list[tuple[Call, str | None]]:
         """Every conversation node to write, in writing order, with the subagent id of

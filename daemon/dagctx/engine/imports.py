@@ -1,8 +1,17 @@
 """``session/import``: parse transcripts off the event loop, write each through the ledger.
 
-Parsing and token counting run in a worker thread; each transcript is then written
-in one ledger transaction, idempotently (keyed by the source session). Progress goes
-to the client as ``$/progress`` when it gave a ``workDoneToken``.
+Files are parsed one session at a time in a worker thread (formats with one session a
+line are streamed, every record is size-capped), so memory is bounded by the largest
+session, not the file. Each transcript is then written in one ledger transaction,
+idempotently (keyed by the source session), so an interrupted import keeps what it
+committed and a rerun resumes. Progress goes to the client as ``$/progress`` when it
+gave a ``workDoneToken``.
+
+What is never written (SPEC §9 ``session/import``): a transcript with no conversation
+node — a wrong ``format``, a file that is no transcript at all — creates no session; it
+is reported once per file in ``skipped`` (an entry without ``line``). A file exported by
+``session/export`` names its source session; when that session is in this database the
+import answers it as already present (``created: false``) instead of copying it.
 """
 
 from __future__ import annotations
@@ -10,15 +19,26 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from dagctx.transcripts import Transcript, parse_path
 from dagctx.ledger import UsageRow
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
+from dagctx.transcripts import Transcript, iter_file, transcript_files
+from dagctx.transcripts.base import BESIDE_CHAIN_NAMES
 
 if TYPE_CHECKING:
     from .core import EngineCore
+
+#: Skipped-line entries listed per file, and in all; the rest are counted in
+#: ``ImportResult.skippedMore`` (SPEC §9): a wrong format must not answer with
+#: thousands of rows.
+MAX_SKIPPED_PER_FILE = 10
+MAX_SKIPPED = 100
+
+_DONE = object()
 
 
 def _counts(engine: EngineCore, t: Transcript) -> dict[str, dict[str, tuple[int, int]]]:
@@ -29,22 +49,117 @@ def _counts(engine: EngineCore, t: Transcript) -> dict[str, dict[str, tuple[int,
     return out
 
 
+def has_conversation(t: Transcript) -> bool:
+    """True when ``t`` holds a user or llm turn (system prompts and summaries alone are not one)."""
+    return any(n.role in ("user", "llm") and n.name not in BESIDE_CHAIN_NAMES for n in t.nodes)
+
+
+class _Report:
+    """Skipped entries, capped per file and in all, with a count of the rest."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+        self.more = 0
+        self._per_file: dict[str, int] = {}
+
+    def add(self, entry: dict[str, Any]) -> None:
+        f = str(entry.get("file"))
+        n = self._per_file.get(f, 0)
+        # File-level entries (no line) are always listed: they say a file was not imported.
+        if "line" in entry and (n >= MAX_SKIPPED_PER_FILE or len(self.entries) >= MAX_SKIPPED):
+            self.more += 1
+            return
+        self._per_file[f] = n + 1
+        self.entries.append(entry)
+
+
+def _next(it: Iterator[Transcript]) -> Any:
+    try:
+        return next(it)
+    except StopIteration:
+        return _DONE
+
+
+def _files(path: str, shown: str) -> list[Path]:
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if not p.is_dir():
+        raise DagctxError("InvalidParams", f"{shown!r} is neither a file nor a folder; give a transcript file or a "
+                          "folder of them", path="path")
+    files = transcript_files(p)
+    if not files:
+        raise DagctxError("ImportFailed", f"no transcripts found in {shown} (looked for .jsonl, .json and .traj "
+                          "files in it and its subfolders)", path="path")
+    return files
+
+
+def _not_imported(t: Transcript, fmt: str) -> str:
+    lines = t.counts.get("skipped", len(t.skipped))
+    why = f"{lines} of its lines could not be read as {t.format}" if lines else f"nothing in it reads as {t.format}"
+    hint = " (check --format / format)" if fmt != "auto" else ""
+    return f"no conversation found: {why}{hint}; nothing was imported from it"
+
+
 async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResult:
     path = os.path.expanduser(p.path)
     if not os.path.exists(path):
         raise DagctxError("InvalidParams", f"no file or folder at {p.path!r}", path="path")
-    errors: list[tuple[str, str]] = []
+    files = await asyncio.to_thread(_files, path, p.path)
     token = p.work_done_token
     engine.peer.progress(token, {"kind": "begin", "title": f"Importing {os.path.basename(path)}", "percentage": 0})
-    try:
-        fmt = p.format
-        transcripts = await asyncio.to_thread(parse_path, path, fmt, errors)
-    except ValueError as exc:
-        raise DagctxError("ImportFailed", f"cannot import {p.path!r}: {exc}", path="path") from exc
     sessions: list[c.ImportedSession] = []
-    skipped: list[dict] = [{"file": f, "reason": why} for f, why in errors]
-    total = max(1, len(transcripts))
-    for i, t in enumerate(transcripts):
+    report = _Report()
+    single = os.path.isfile(path)
+    for fi, f in enumerate(files):
+        it = iter_file(f, p.format)
+        written = 0
+        empty = 0
+        empty_example: Transcript | None = None
+        while True:
+            try:
+                t = await asyncio.to_thread(_next, it)
+            except (ValueError, OSError, RecursionError) as exc:
+                if single:
+                    raise DagctxError("ImportFailed", f"cannot import {p.path!r}: {exc}", path="path") from exc
+                report.add({"file": str(f), "reason": str(exc)})
+                break
+            if t is _DONE:
+                break
+            assert isinstance(t, Transcript)
+            for s in t.skipped:
+                report.add({"file": t.source_path or str(f), "line": s.line, "reason": s.reason})
+            if not has_conversation(t):
+                empty += 1
+                empty_example = empty_example or t
+                continue
+            sessions.append(await _write(engine, p, t, path))
+            written += 1
+            engine.peer.progress(token, {
+                "kind": "report", "message": f"{len(sessions)} sessions written",
+                "percentage": int(fi * 100 / len(files)),
+            })
+        if empty and not written:
+            reason = _not_imported(empty_example, p.format)  # type: ignore[arg-type]
+            if empty > 1:
+                reason = f"{empty} records, none with a conversation; " + reason
+            report.add({"file": str(f), "reason": reason})
+        elif empty:
+            report.add({"file": str(f), "reason": f"{empty} of its records hold no conversation; they were not "
+                                                  "imported"})
+        engine.peer.progress(token, {
+            "kind": "report", "message": f"{fi + 1}/{len(files)} files, {len(sessions)} sessions written",
+            "percentage": int((fi + 1) * 100 / len(files)),
+        })
+    engine.peer.progress(token, {"kind": "end", "message": f"imported {len(sessions)} sessions"})
+    return c.ImportResult(sessions=sessions, skipped=report.entries, skipped_more=report.more)
+
+
+async def _write(engine: EngineCore, p: c.ImportParams, t: Transcript, path: str) -> c.ImportedSession:
+    origin = _origin_session(engine, t)
+    if origin is not None:
+        info, created = origin, False
+    else:
         counts = await asyncio.to_thread(_counts, engine, t)
         now = time.time()
         usage = [
@@ -71,20 +186,28 @@ async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResul
         )
         if created:
             engine.lifecycle("session_start", info.session_id)
-        sessions.append(
-            c.ImportedSession(
-                session_id=info.session_id,
-                title=info.title,
-                nodes=t.counts.get("nodes", len(t.nodes)),
-                tool_pairs=t.counts.get("toolPairs", 0),
-                compactions=t.counts.get("compactions", 0),
-                spawn_branches=t.counts.get("spawnBranches", 0),
-                created=created,
-            )
-        )
-        skipped.extend({"file": t.source_path or path, "line": s.line, "reason": s.reason} for s in t.skipped)
-        engine.peer.progress(
-            token, {"kind": "report", "message": f"{i + 1}/{total} sessions", "percentage": int((i + 1) * 100 / total)}
-        )
-    engine.peer.progress(token, {"kind": "end", "message": f"imported {len(sessions)} sessions"})
-    return c.ImportResult(sessions=sessions, skipped=skipped)
+    notes = list(t.notes)
+    if origin is not None:
+        notes.append(f"exported from session {origin.session_id}, which is in this database; not copied again")
+    return c.ImportedSession(
+        session_id=info.session_id,
+        title=info.title,
+        nodes=t.counts.get("nodes", len(t.nodes)),
+        tool_pairs=t.counts.get("toolPairs", 0),
+        compactions=t.counts.get("compactions", 0),
+        spawn_branches=t.counts.get("spawnBranches", 0),
+        created=created,
+        source_file=t.source_path,
+        notes=notes,
+    )
+
+
+def _origin_session(engine: EngineCore, t: Transcript) -> Any:
+    """The session a dagctx export came from, when it is in this database (SPEC §9)."""
+    sid = t.origin.get("sessionId") if isinstance(t.origin, dict) else None
+    if not isinstance(sid, str) or not sid:
+        return None
+    try:
+        return engine.store.get_session(sid)
+    except DagctxError:
+        return None

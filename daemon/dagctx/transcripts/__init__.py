@@ -18,6 +18,9 @@ from .base import (
     Transcript,
     check_transcript,
     detect_format,
+    iter_file,
+    iter_path,
+    transcript_files,
     parse_file,
     parse_path,
 )
@@ -29,6 +32,9 @@ __all__ = [
     "Transcript",
     "check_transcript",
     "detect_format",
+    "iter_file",
+    "iter_path",
+    "transcript_files",
     "parse_file",
     "parse_path",
 ]

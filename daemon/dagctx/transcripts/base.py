@@ -34,8 +34,9 @@ import binascii
 import hashlib
 import heapq
 import json
+import os
 import re
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -71,12 +72,30 @@ _COUNT_KEYS = (
 )
 
 
+#: The longest reason a ``Skipped`` carries: a reason names what was wrong, it never
+#: echoes a source line (the file may be anything the daemon can read; SPEC §9 import).
+MAX_REASON_CHARS = 200
+
+
+def quote(value: Any, limit: int = 40) -> str:
+    """A short, escaped prefix of ``value`` for a reason: ``repr``-style (no raw control
+    characters, no newlines), at most ``limit`` characters of the source, ``…`` when cut."""
+    text = value if isinstance(value, str) else value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    cut = len(text) > limit
+    out = repr(text[:limit])
+    return out + "…" if cut else out
+
+
 @dataclass
 class Skipped:
     """A source line (1-based) that was not imported, and why."""
 
     line: int
     reason: str
+
+    def __post_init__(self) -> None:
+        if len(self.reason) > MAX_REASON_CHARS:
+            self.reason = self.reason[: MAX_REASON_CHARS - 1] + "…"
 
 
 @dataclass
@@ -93,6 +112,10 @@ class Transcript:
     usage: dict[str, dict] = field(default_factory=dict)
     skipped: list[Skipped] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    #: what the source lacked or what was folded away, in sentences (for the import report)
+    notes: list[str] = field(default_factory=list)
+    #: a dagctx export's source: ``{"sessionId", "head", "branches"}`` (see ``session/export``)
+    origin: dict | None = None
 
     def node(self, node_id: str) -> NodeInput:
         """The node with this id (linear scan; for tests and tools, not hot paths)."""
@@ -106,41 +129,136 @@ class Transcript:
 
 _BOM = b"\xef\xbb\xbf"
 
+#: Default cap on one JSONL line, and on a whole ``.json``/``.traj`` file (one record):
+#: 32 MiB. Longer records are skipped with their size, so import memory stays bounded
+#: whatever the input (SPEC §9 import). ``DAGCTX_IMPORT_MAX_LINE_BYTES`` overrides it.
+DEFAULT_MAX_LINE_BYTES = 32 * 1024 * 1024
+_CHUNK = 1 << 20
 
-def read_jsonl(path: Path, *, label: str = "") -> tuple[list[tuple[int, dict]], list[Skipped]]:
-    """Decode a JSONL file into ``(line_no, object)`` pairs; bad lines become ``Skipped``.
 
-    Lines are split on ``\\n`` only (JSON text may contain a raw U+2028), blank lines are
-    ignored silently, and a line that is not a JSON object is reported, never raised.
-    ``label`` prefixes the reasons (used for files folded into another transcript).
-    """
-    data = path.read_bytes().removeprefix(_BOM)
-    rows: list[tuple[int, dict]] = []
-    skipped: list[Skipped] = []
+def max_line_bytes() -> int:
+    """The record cap in bytes (read on every call, so a test may lower it per daemon)."""
+    raw = os.environ.get("DAGCTX_IMPORT_MAX_LINE_BYTES", "")
+    try:
+        value = int(raw)
+    except ValueError:
+        return DEFAULT_MAX_LINE_BYTES
+    return value if value > 0 else DEFAULT_MAX_LINE_BYTES
+
+
+class RecordTooLarge(ValueError):
+    """A whole-file JSON record over the cap (``max_line_bytes``)."""
+
+
+def iter_lines(path: Path, limit: int | None = None) -> Iterator[tuple[int, bytes | int]]:
+    """``(line_no, bytes)`` for each line of ``path``, read in 1 MiB chunks; a line longer
+    than ``limit`` bytes is given as ``(line_no, size)`` instead, without ever holding
+    more than ``limit`` + one chunk in memory. A leading BOM is dropped; lines split on
+    ``\\n`` only."""
+    cap = max_line_bytes() if limit is None else limit
+    no = 0
+    buf = bytearray()
+    over = 0  # bytes of the current line when it is over the cap (0: not over)
+    first = True
+    with path.open("rb") as fh:
+        while True:
+            chunk = fh.read(_CHUNK)
+            if first:
+                chunk = chunk.removeprefix(_BOM)
+                first = False
+            if not chunk:
+                break
+            start = 0
+            while True:
+                nl = chunk.find(b"\n", start)
+                piece = chunk[start:] if nl < 0 else chunk[start:nl]
+                if over:
+                    over += len(piece)
+                elif len(buf) + len(piece) > cap:
+                    over = len(buf) + len(piece)
+                    buf = bytearray()
+                else:
+                    buf += piece
+                if nl < 0:
+                    break
+                no += 1
+                if over:
+                    yield no, over
+                else:
+                    yield no, bytes(buf)
+                buf = bytearray()
+                over = 0
+                start = nl + 1
+    if over:
+        yield no + 1, over
+    elif buf:
+        yield no + 1, bytes(buf)
+
+
+def too_large(size: int) -> str:
+    return f"line of {size:,} bytes is over the {max_line_bytes():,}-byte limit (DAGCTX_IMPORT_MAX_LINE_BYTES); not read"
+
+
+def iter_jsonl(path: Path, *, label: str = "") -> Iterator[tuple[int, dict] | Skipped]:
+    """Each JSON-object line of ``path`` as ``(line_no, object)``, each bad line as a
+    ``Skipped`` (not JSON, not an object, over the size cap), streaming."""
     prefix = f"{label}: " if label else ""
-    for no, raw in enumerate(data.split(b"\n"), 1):
+    for no, raw in iter_lines(path):
+        if isinstance(raw, int):
+            yield Skipped(no, prefix + too_large(raw))
+            continue
         text = raw.strip()
         if not text:
             continue
         try:
             obj = msgspec.json.decode(text)
         except msgspec.DecodeError:
-            snippet = text[:60].decode("utf-8", errors="replace")
-            skipped.append(Skipped(no, f"{prefix}not JSON: {snippet}"))
+            yield Skipped(no, f"{prefix}not JSON: {quote(text, 30)}")
+            continue
+        except RecursionError:
+            yield Skipped(no, f"{prefix}JSON nested too deeply")
             continue
         if not isinstance(obj, dict):
-            skipped.append(Skipped(no, f"{prefix}not a JSON object ({type(obj).__name__})"))
+            yield Skipped(no, f"{prefix}not a JSON object ({type(obj).__name__})")
             continue
-        rows.append((no, obj))
+        yield no, obj
+
+
+def read_jsonl(path: Path, *, label: str = "") -> tuple[list[tuple[int, dict]], list[Skipped]]:
+    """Decode a JSONL file into ``(line_no, object)`` pairs; bad lines become ``Skipped``.
+
+    Lines are split on ``\\n`` only (JSON text may contain a raw U+2028), blank lines are
+    ignored silently, and a line that is not a JSON object (or is over the size cap) is
+    reported, never raised. ``label`` prefixes the reasons (used for files folded into
+    another transcript).
+    """
+    rows: list[tuple[int, dict]] = []
+    skipped: list[Skipped] = []
+    for item in iter_jsonl(path, label=label):
+        if isinstance(item, Skipped):
+            skipped.append(item)
+        else:
+            rows.append(item)
     return rows, skipped
 
 
 def load_json(path: Path) -> Any:
-    return msgspec.json.decode(path.read_bytes().removeprefix(_BOM))
+    """A whole-file JSON document; ``RecordTooLarge`` over the record cap."""
+    size = path.stat().st_size
+    if size > max_line_bytes():
+        raise RecordTooLarge(f"{path.name} is {size:,} bytes, over the {max_line_bytes():,}-byte limit "
+                             "(DAGCTX_IMPORT_MAX_LINE_BYTES); not read")
+    with path.open("rb") as fh:
+        data = fh.read(max_line_bytes() + 1)
+    return msgspec.json.decode(data.removeprefix(_BOM))
 
 
 def file_digest(path: Path) -> str:
-    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            h.update(chunk)
+    return "sha256:" + h.hexdigest()
 
 
 def text_digest(text: str | bytes) -> str:
@@ -669,8 +787,25 @@ _CLAUDE_TYPES = frozenset(
 )
 
 
+def _is_event(item: Any) -> bool:
+    if isinstance(item, list):  # an [action, observation] pair of older OpenHands output
+        return any(_is_event(x) for x in item)
+    return isinstance(item, dict) and "source" in item and ("action" in item or "observation" in item)
+
+
+def _openhands_history(value: dict) -> bool:
+    """``{"history": [...events]}`` is OpenHands; SWE-agent's history holds chat messages."""
+    history = value.get("history")
+    if not isinstance(history, list):
+        return False
+    items = [h for h in history[:20] if h]
+    return bool(items) and any(_is_event(h) for h in items)
+
+
 def _detect_line(obj: dict) -> str | None:
     t = obj.get("type")
+    if "instance_id" in obj and isinstance(obj.get("history"), list):
+        return "openhands"  # evaluation output: one run a line
     if t in _CODEX_TYPES and "payload" in obj:
         return "codex"
     if t == "session" and ("version" in obj or "cwd" in obj) and "id" in obj:
@@ -688,6 +823,8 @@ def _detect_line(obj: dict) -> str | None:
 
 def _detect_json(value: Any) -> str | None:
     if isinstance(value, dict):
+        if _openhands_history(value):
+            return "openhands"
         if "history" in value or "trajectory" in value:
             return "swe-agent"
         if isinstance(value.get("events"), list):
@@ -719,28 +856,32 @@ def detect_format(path: str | Path) -> str:
     if first_chunk[:1] == b"[" or (p.suffix == ".json" and first_chunk[:1] == b"{"):
         try:
             fmt = _detect_json(load_json(p))
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecordTooLarge, RecursionError):
             fmt = None
         if fmt:
             return fmt
     seen = 0
-    with p.open("rb") as fh:
-        for raw in fh:
-            text = raw.removeprefix(_BOM).strip()
-            if not text:
-                continue
-            try:
-                obj = msgspec.json.decode(text)
-            except msgspec.DecodeError:
-                continue
-            if isinstance(obj, dict):
-                fmt = _detect_line(obj)
-                if fmt:
-                    return fmt
-            seen += 1
-            if seen >= 200:
-                break
-    raise ValueError(f"cannot tell which transcript format {p} is in")
+    for _, raw in iter_lines(p):
+        if isinstance(raw, int):
+            continue  # over the cap: the parser reports it
+        text = raw.strip()
+        if not text:
+            continue
+        try:
+            obj = msgspec.json.decode(text)
+        except (msgspec.DecodeError, RecursionError):
+            obj = None
+        if isinstance(obj, dict):
+            fmt = _detect_line(obj)
+            if fmt:
+                return fmt
+        seen += 1
+        if seen >= 200:
+            break
+    raise ValueError(
+        f"cannot tell which transcript format {p} is in (not Claude Code, Codex, OpenClaw, SWE-agent, OpenHands "
+        "or ShareGPT); pass --format / format if it is one of them"
+    )
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -751,41 +892,48 @@ def parse_file(path: str | Path, format: str = "auto") -> list[Transcript]:  # n
 
     A Claude Code session file brings its ``<session>/subagents/agent-*.jsonl`` files (and
     legacy ``agent-*.jsonl`` siblings with the same ``sessionId``) in as spawn branches; a
-    ShareGPT file gives one transcript per conversation.
+    ShareGPT file gives one transcript per conversation, an OpenHands ``output.jsonl`` one
+    per run.
     """
+    return list(iter_file(path, format))
+
+
+def iter_file(path: str | Path, format: str = "auto") -> Iterator[Transcript]:  # noqa: A002
+    """``parse_file`` one transcript at a time: formats with one session a line (ShareGPT,
+    OpenHands output) are streamed, so memory is bounded by the largest session."""
     p = Path(path)
-    out = _parse_as(p, detect_format(p) if format == "auto" else format)
-    for t in out:
+    for t in _iter_as(p, detect_format(p) if format == "auto" else format):
         t.source_path = str(p)
-    return out
+        yield t
 
 
-def _parse_as(p: Path, fmt: str) -> list[Transcript]:
+def _iter_as(p: Path, fmt: str) -> Iterator[Transcript]:
     if fmt == "claude-code":
         from . import claude_code
 
-        return [claude_code.parse(p)]
-    if fmt == "codex":
+        yield claude_code.parse(p)
+    elif fmt == "codex":
         from . import codex
 
-        return [codex.parse(p)]
-    if fmt == "openclaw":
+        yield codex.parse(p)
+    elif fmt == "openclaw":
         from . import openclaw
 
-        return [openclaw.parse(p)]
-    if fmt == "swe-agent":
+        yield openclaw.parse(p)
+    elif fmt == "swe-agent":
         from . import swe_agent
 
-        return [swe_agent.parse(p)]
-    if fmt == "openhands":
+        yield swe_agent.parse(p)
+    elif fmt == "openhands":
         from . import openhands
 
-        return [openhands.parse(p)]
-    if fmt == "sharegpt":
+        yield from openhands.iter_parse(p)
+    elif fmt == "sharegpt":
         from . import sharegpt
 
-        return sharegpt.parse(p)
-    raise ValueError(f"unknown transcript format {fmt!r}; expected one of {', '.join(FORMATS)}")
+        yield from sharegpt.iter_parse(p)
+    else:
+        raise ValueError(f"unknown transcript format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
 _SUFFIXES = (".jsonl", ".json", ".traj")
@@ -798,9 +946,17 @@ def parse_path(path: str | Path, format: str = "auto", errors: list[tuple[str, s
     Files whose format cannot be told are left out; pass ``errors`` to collect
     ``(path, message)`` for them.
     """
+    return list(iter_path(path, format, errors))
+
+
+def transcript_files(path: str | Path) -> list[Path]:
+    """The files ``iter_path`` reads below a folder, subagent files folded away.
+
+    A Claude Code compaction summarizer's own transcript (``agent-acompact-*``) is folded
+    too: it is not a turn of anyone's conversation (the parent's parser records it as the
+    compaction's provenance).
+    """
     p = Path(path)
-    if p.is_file():
-        return parse_file(p, format)
     files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in _SUFFIXES)
     from . import claude_code
 
@@ -808,13 +964,19 @@ def parse_path(path: str | Path, format: str = "auto", errors: list[tuple[str, s
     for f in files:
         if f.suffix == ".jsonl" and not claude_code.is_agent_file(f):
             folded.update(claude_code.subagent_files(f))
-    out: list[Transcript] = []
-    for f in files:
-        if f in folded:
-            continue
+            folded.update(claude_code.compaction_files(f))
+    return [f for f in files if f not in folded]
+
+
+def iter_path(path: str | Path, format: str = "auto", errors: list[tuple[str, str]] | None = None) -> Iterator[Transcript]:  # noqa: A002
+    """``parse_path`` one transcript at a time (see ``iter_file``)."""
+    p = Path(path)
+    if p.is_file():
+        yield from iter_file(p, format)
+        return
+    for f in transcript_files(p):
         try:
-            out.extend(parse_file(f, format))
-        except (ValueError, OSError) as exc:
+            yield from iter_file(f, format)
+        except (ValueError, OSError, RecursionError) as exc:
             if errors is not None:
                 errors.append((str(f), str(exc)))
-    return out

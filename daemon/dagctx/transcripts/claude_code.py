@@ -15,11 +15,24 @@ to its node, anything else to whatever its parent maps to. A node's predecessor 
 * ``compact_boundary`` + the following ``isCompactSummary`` user line → one
   ``context/summary`` node covering the chain up to ``logicalParentUuid``; the boundary
   maps to that last covered node, so the conversation after it continues the chain.
+  Claude Code prunes old lines, so ``logicalParentUuid`` may name a line that is no longer
+  in the file: the boundary is then anchored at the last conversation node the file
+  still has before it (in file order), the summary covers that node's chain, and
+  ``Transcript.notes`` says what was missing. With nothing before the boundary, the
+  summary is kept as the user message Claude Code sent (``metadata["compactSummary"]``).
+* The compaction summarizer's own transcript (``subagents/agent-acompact-*.jsonl``) is no
+  subagent and never becomes turns: it is recorded as ``metadata["summarizer"]`` (file,
+  model, lines, how it was matched) of the compaction it produced — the one whose summary
+  contains its reply, else the first boundary at or after its last line — or skipped, with
+  a note, when it matches none.
 * Subagent files (``<session>/subagents/agent-*.jsonl``, legacy ``agent-*.jsonl`` next to
   the session with the same ``sessionId``) and ``isSidechain`` roots become spawn
   branches. Their root's caller is the Task/Agent code node, matched by
   ``toolUseResult.agentId`` (or ``agentId: …`` in the result text), else by the prompt
   text, else by time; ``metadata["spawnMatch"]`` says which.
+
+A dagctx export's first line carries ``dagctxSource`` (``sessionId``, ``head``): it becomes
+``Transcript.origin``, and ``head`` is the transcript's HEAD.
 
 ``counts["messages"]`` = user + assistant lines over all files read.
 """
@@ -34,6 +47,8 @@ from typing import Any
 
 import msgspec
 
+from dagctx.protocol.nodes import SUMMARY_NAME
+
 from .base import (
     Builder,
     ROOT,
@@ -43,6 +58,7 @@ from .base import (
     content_output,
     is_spawn_root,
     parse_arguments,
+    quote,
     read_jsonl,
     stable_topo,
     text_of_blocks,
@@ -55,6 +71,21 @@ _SPAWN_TOOLS = frozenset({"Task", "Agent"})
 
 def is_agent_file(path: Path) -> bool:
     return path.name.startswith("agent-") and path.suffix == ".jsonl"
+
+
+def is_compaction_file(path: Path) -> bool:
+    """The compaction summarizer's transcript (``agent-acompact-<id>.jsonl``)."""
+    return path.name.startswith("agent-acompact") and path.suffix == ".jsonl"
+
+
+def compaction_files(main: Path) -> list[Path]:
+    """The compaction summarizer transcripts of the session in ``main`` (not turns)."""
+    if is_agent_file(main):
+        return []
+    sub = main.with_suffix("") / "subagents"
+    if not sub.is_dir():
+        return []
+    return sorted(p for p in sub.glob("agent-acompact*.jsonl") if p.is_file())
 
 
 @functools.lru_cache(maxsize=4096)
@@ -91,13 +122,13 @@ def subagent_files(main: Path) -> list[Path]:
     out: list[Path] = []
     sub = main.with_suffix("") / "subagents"
     if sub.is_dir():
-        out.extend(sorted(p for p in sub.glob("agent-*.jsonl") if p.is_file()))
+        out.extend(sorted(p for p in sub.glob("agent-*.jsonl") if p.is_file() and not is_compaction_file(p)))
     ids = {main.stem}
     sid = _sid(main)
     if sid:
         ids.add(sid)
     for f in sorted(main.parent.glob("agent-*.jsonl")):
-        if f.is_file() and f not in out and _sid(f) in ids:
+        if f.is_file() and f not in out and not is_compaction_file(f) and _sid(f) in ids:
             out.append(f)
     return out
 
@@ -142,7 +173,44 @@ def parse(path: Path) -> Transcript:
     if is_agent_file(path):
         # A subagent file read on its own: keep it apart from its parent session's key.
         key = f"{key}:{path.stem}"
-    return _Parser(b, rows, key).run()
+    parser = _Parser(b, rows, key)
+    t = parser.run()
+    parser.attach_summarizers(t, compaction_files(path), path)
+    return t
+
+
+@dataclass
+class _Summarizer:
+    """What a compaction summarizer transcript tells about the compaction it produced."""
+
+    file: str
+    reply: str
+    last_ts: float | None
+    model: str | None
+    lines: int
+
+
+def _read_summarizer(f: Path, main: Path) -> _Summarizer:
+    rows, _ = read_jsonl(f)
+    reply = ""
+    last: float | None = None
+    model: str | None = None
+    for _, obj in rows:
+        ts = to_epoch(obj.get("timestamp"))
+        if ts is not None:
+            last = ts if last is None else max(last, ts)
+        msg = obj.get("message") if isinstance(obj.get("message"), dict) else {}
+        if obj.get("type") == "assistant":
+            text = text_of_blocks(content_blocks(msg.get("content")))
+            if text.strip():
+                reply = text
+            if isinstance(msg.get("model"), str):
+                model = msg["model"]
+    try:
+        rel = str(f.relative_to(main.parent))
+    except ValueError:
+        rel = f.name
+    return _Summarizer(rel, reply, last, model, len(rows))
 
 
 class _Parser:
@@ -164,6 +232,14 @@ class _Parser:
         self.titles: list[tuple[str | None, str]] = []
         self.messages = 0
         self.dangling = 0
+        #: tree rows of each file in file order, and each row's place there
+        self.file_rows: dict[int, list[_Row]] = {}
+        self.file_pos: dict[str, int] = {}
+        #: boundary uuid → its logicalParentUuid, when that line is not in the file
+        self.missing_logical: dict[str, str] = {}
+        self.notes: list[str] = []
+        #: ``dagctxSource`` of a dagctx export: the session (and HEAD) it was written from
+        self.origin: dict[str, str] | None = None
 
     # ---------------------------------------------------------------- driver
 
@@ -175,17 +251,24 @@ class _Parser:
                 self.messages += 1
             if t == "summary" and isinstance(row.obj.get("summary"), str):
                 leaf = row.obj.get("leafUuid") if isinstance(row.obj.get("leafUuid"), str) else None
-                self.titles.append((leaf, row.obj["summary"]))
+                if row.obj["summary"]:
+                    self.titles.append((leaf, row.obj["summary"]))
+                src = row.obj.get("dagctxSource")
+                if isinstance(src, dict) and self.origin is None and row.key[0] == 0:
+                    self.origin = {k: v for k, v in src.items() if isinstance(v, str)}
                 continue
             if row.uuid is None:
                 if t in ("user", "assistant"):
                     self.b.skipped.append(Skipped(row.no, f"{t} line without uuid"))
                 continue
             if row.uuid in self.by_uuid:
-                self.b.skipped.append(Skipped(row.no, f"duplicate uuid {row.uuid}"))
+                self.b.skipped.append(Skipped(row.no, f"duplicate uuid {quote(row.uuid)}"))
                 continue
             self.by_uuid[row.uuid] = row
             tree_rows.append(row)
+            rows_of_file = self.file_rows.setdefault(row.key[0], [])
+            self.file_pos[row.uuid] = len(rows_of_file)
+            rows_of_file.append(row)
 
         ordered = stable_topo(tree_rows, lambda r: [x for x in (r.parent, r.logical) if x], lambda r: r.uuid)
         for row in ordered:
@@ -196,8 +279,11 @@ class _Parser:
         self.b.counts["messages"] = self.messages
         if self.dangling:
             self.b.counts["danglingParents"] = self.dangling
-        t = self.b.finish(self.session_id, None)
+        head = self.origin.get("head") if self.origin else None
+        t = self.b.finish(self.session_id, None, head if head in self.b.by_id else None)
         t.title = self._title(t.head) or t.title
+        t.notes.extend(self.notes)
+        t.origin = self.origin
         return t
 
     def resolve(self, uuid: str | None) -> str:
@@ -216,13 +302,27 @@ class _Parser:
         elif t == "user":
             self._user(row)
         elif t == "system" and row.obj.get("subtype") == "compact_boundary":
-            self.node_of[row.uuid] = self.resolve(row.logical) if row.logical else self.resolve(row.parent)  # type: ignore[index]
+            if row.logical and row.logical not in self.by_uuid:
+                # The pre-compaction lines were pruned: anchor at what the file still has.
+                self.missing_logical[row.uuid] = row.logical  # type: ignore[index]
+                self.node_of[row.uuid] = self._anchor_before(row)  # type: ignore[index]
+            else:
+                self.node_of[row.uuid] = self.resolve(row.logical) if row.logical else self.resolve(row.parent)  # type: ignore[index]
             self.boundaries.append(row)
         elif t == "progress":
             self.node_of[row.uuid] = self.resolve(row.parent)  # type: ignore[index]
             self._progress(row)
         else:
             self.node_of[row.uuid] = self.resolve(row.parent)  # type: ignore[index]
+
+    def _anchor_before(self, row: _Row) -> str:
+        """The conversation node of the nearest earlier line of the same file (ROOT if none)."""
+        rows = self.file_rows.get(row.key[0], [])
+        for prev in reversed(rows[: self.file_pos.get(row.uuid, 0)]):  # type: ignore[arg-type]
+            nid = self.node_of.get(prev.uuid)  # type: ignore[arg-type]
+            if nid is not None and nid != ROOT:
+                return nid
+        return ROOT
 
     # ---------------------------------------------------------------- lines
 
@@ -305,8 +405,8 @@ class _Parser:
         pn = self.resolve(row.parent)
         ts = to_epoch(obj.get("timestamp"))
         if obj.get("isCompactSummary"):
-            self._summary(row, content, pn, ts)
             self.node_of[row.uuid] = pn  # type: ignore[index]
+            self._summary(row, content, pn, ts)
             return
         rest: list[Any] = []
         if isinstance(content, list):
@@ -344,10 +444,10 @@ class _Parser:
             target = next((c for c in reversed(cands) if not b.has_result(c)), None)
         if target is None:
             if cands:
-                b.skipped.append(Skipped(row.no, f"second tool_result for tool_use {tid}"))
+                b.skipped.append(Skipped(row.no, f"second tool_result for tool_use {quote(tid)}"))
                 b.counts["duplicateResults"] = b.counts.get("duplicateResults", 0) + 1
             else:
-                b.skipped.append(Skipped(row.no, f"tool_result for unknown tool_use {tid}"))
+                b.skipped.append(Skipped(row.no, f"tool_result for unknown tool_use {quote(tid)}"))
                 b.counts["orphanResults"] = b.counts.get("orphanResults", 0) + 1
             return
         output = content_output(blk.get("content"))
@@ -373,12 +473,34 @@ class _Parser:
     def _summary(self, row: _Row, content: Any, tip: str, ts: float | None) -> None:
         boundary = self.by_uuid.get(row.parent) if row.parent else None
         extra: dict[str, Any] = {}
+        missing = None
         if boundary is not None and boundary.obj.get("subtype") == "compact_boundary":
             self.summarized.add(boundary.uuid)  # type: ignore[arg-type]
             cm = boundary.obj.get("compactMetadata") if isinstance(boundary.obj.get("compactMetadata"), dict) else {}
             extra = {"trigger": cm.get("trigger"), "preTokens": cm.get("preTokens"), "boundaryUuid": boundary.uuid}
+            missing = self.missing_logical.get(boundary.uuid)  # type: ignore[arg-type]
+            if missing:
+                extra["missingLogicalParent"] = missing
         text = content if isinstance(content, str) else text_of_blocks(content or [])
-        self.b.summary(self.b.unique(row.uuid), text, self.b.chain_ids(tip), row.no, key=row.key, timestamp=ts, **extra)  # type: ignore[arg-type]
+        covers = self.b.chain_ids(tip)
+        nid = self.b.unique(row.uuid)  # type: ignore[arg-type]
+        if not covers and missing:
+            # Nothing of the covered conversation is left: the summary is the first thing
+            # the model saw, as Claude Code sent it — a user message.
+            node = self.b.user(nid, text, ROOT, key=row.key, timestamp=ts, compactSummary=True, **extra)
+            self.node_of[row.uuid] = node.id  # type: ignore[index]
+            self.notes.append(
+                f"line {row.no}: the compaction's logicalParentUuid {missing} is not in the file and no "
+                f"conversation is left before it; its summary ({len(text):,} characters) is kept as the first user message"
+            )
+            return
+        self.b.summary(nid, text, covers, row.no, key=row.key, timestamp=ts, **extra)
+        if missing:
+            self.notes.append(
+                f"line {row.no}: the compaction's logicalParentUuid {missing} is not in the file (its lines were "
+                f"pruned); the summary ({len(text):,} characters) covers the {len(covers)} conversation nodes the "
+                "file still has before the boundary"
+            )
 
     def _orphan_boundaries(self) -> None:
         """A boundary whose summary line is missing still marks a compaction."""
@@ -398,6 +520,42 @@ class _Parser:
                 preTokens=cm.get("preTokens"),
                 summaryMissing=True,
             )
+
+    # ---------------------------------------------------------------- summarizers
+
+    def attach_summarizers(self, t: Transcript, files: list[Path], main: Path) -> None:
+        """Record each summarizer transcript as the provenance of its compaction."""
+        summaries = [n for n in t.nodes if n.role == "llm" and n.name == SUMMARY_NAME]
+        used: set[str] = set()
+        for f in files:
+            try:
+                info = _read_summarizer(f, main)
+            except OSError as exc:
+                self.notes.append(f"{f.name}: compaction summarizer transcript not read ({exc.strerror})")
+                continue
+            target, how = None, ""
+            reply = info.reply.strip()
+            if reply:
+                probe = reply[:200]
+                target = next((n for n in summaries if n.id not in used and isinstance(n.output, str)
+                               and probe in n.output), None)
+                how = "text"
+            if target is None and info.last_ts is not None:
+                later = [n for n in summaries if n.id not in used
+                         and isinstance(n.metadata.get("timestamp"), (int, float))
+                         and n.metadata["timestamp"] >= info.last_ts]
+                if later:
+                    target, how = min(later, key=lambda n: n.metadata["timestamp"]), "timestamp"
+            if target is None:
+                self.notes.append(f"{info.file}: a compaction summarizer's transcript that matches no compaction in "
+                                  "this session; not imported (it is not a turn)")
+                continue
+            used.add(target.id)  # type: ignore[arg-type]
+            target.metadata["summarizer"] = {
+                k: v for k, v in (("file", info.file), ("model", info.model), ("lines", info.lines), ("match", how))
+                if v is not None
+            }
+        t.notes[:] = list(dict.fromkeys([*t.notes, *self.notes]))
 
     # ---------------------------------------------------------------- spawn
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import (
+    quote,
     ROOT,
     UNKNOWN_MODEL,
     Builder,
@@ -234,7 +235,7 @@ class _Parser:
             cands = self.calls.get(call_id, []) if isinstance(call_id, str) else []
             target = next((c for c in cands if not b.has_result(c)), None)
             if target is None:
-                b.skipped.append(Skipped(no, f"{it} for unknown call_id {call_id}"))
+                b.skipped.append(Skipped(no, f"{it} for unknown call_id {quote(call_id)}"))
                 b.counts["orphanResults"] = b.counts.get("orphanResults", 0) + 1
                 return
             output, error = _output(p.get("output"))

@@ -34,6 +34,7 @@ from typing import Any
 from dagctx.protocol.nodes import NodeInput
 
 from .base import (
+    quote,
     Builder,
     ROOT,
     Skipped,
@@ -64,7 +65,7 @@ def parse(path: Path) -> Transcript:
             continue
         eid = obj.get("id") if isinstance(obj.get("id"), str) and obj.get("id") else f"line{no}"
         if eid in seen:
-            b.skipped.append(Skipped(no, f"duplicate entry id {eid}"))
+            b.skipped.append(Skipped(no, f"duplicate entry id {quote(eid)}"))
             continue
         seen.add(eid)
         parent = obj.get("parentId") if "parentId" in obj else prev
@@ -173,7 +174,7 @@ class _Parser:
             node = b.add(_bash_node(b.unique(eid), msg, pn, ts, cancelled), key)
             self.node_of[eid] = node.id
         else:
-            b.skipped.append(Skipped(no, f"message with unknown role {role!r}"))
+            b.skipped.append(Skipped(no, f"message with unknown role {quote(role)}"))
 
     def _assistant(self, no: int, msg: dict, eid: str, pn: str, ts: float | None) -> None:
         b = self.b
@@ -230,7 +231,7 @@ class _Parser:
         if target is None:
             target = next((c for c in reversed(cands) if not b.has_result(c)), None)
         if target is None:
-            b.skipped.append(Skipped(no, f"toolResult for unknown toolCallId {tid}"))
+            b.skipped.append(Skipped(no, f"toolResult for unknown toolCallId {quote(tid)}"))
             b.counts["orphanResults"] = b.counts.get("orphanResults", 0) + 1
             return
         b.attach_result(target, content_output(msg.get("content")), error=bool(msg.get("isError")), ts=ts)

@@ -1,4 +1,11 @@
-"""OpenHands event list (a JSON array of events, or ``{"events": [...]}``) → Transcript.
+"""OpenHands event lists and evaluation output → Transcripts.
+
+Three shapes are read: a JSON array of events, one object ``{"events": [...]}`` or
+``{"history": [...]}``, and evaluation output (``output.jsonl``): one
+``{"instance_id", "history": [...], ...}`` object a line, one run each, each its own
+session titled by its ``instance_id`` (``source_key`` = ``<instance_id>:<SHA-256 of the
+line>``). Older evaluation output stores ``history`` as ``[action, observation]`` pairs;
+they are flattened in order.
 
 Events carry ``id``, ``timestamp``, ``source`` (``user``/``agent``/``environment``) and
 either ``action`` + ``args`` or ``observation`` + ``content``/``extras``; agent actions
@@ -12,18 +19,22 @@ that came from a tool call carry ``tool_call_metadata`` (``function_name``,
   ``tool_calls`` (by id), else from the action's ``args``.
 * An observation whose ``cause`` is such an action (or, failing that, whose
   ``tool_call_id`` matches) is that call's result; ``success: false`` or an ``error``
-  observation marks it ``status="error"``.
+  observation marks it ``status="error"``. An ``error`` observation without a ``cause``
+  (OpenHands shows it to the model as a message: a bad action, a stuck loop) is a user
+  node with ``metadata["observation"]="error"`` — the model saw it, so it is kept.
 * An agent ``message`` action without tool-call metadata is an llm reply on its own.
 * ``system`` actions → ``context/system_prompt``; a ``condensation`` action with a
   ``summary`` → ``context/summary`` covering the chain nodes built from the forgotten
   events. Environment and state-change events are not turns.
 
 Ids: ``oh-<event id>`` (llm nodes from a model response: ``oh-<first event id>-llm``).
-``source_key`` is the file's SHA-256. ``counts["messages"]`` = events read.
+``source_key`` is the file's SHA-256 (whole-file shapes). ``counts["messages"]`` = events
+read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,31 +47,131 @@ from .base import (
     Transcript,
     content_output,
     file_digest,
+    iter_lines,
     load_json,
     parse_arguments,
+    quote,
     scrub_block,
+    text_digest,
     text_of_blocks,
     to_epoch,
+    too_large,
 )
 
+_BOM = b"\xef\xbb\xbf"
 
-def parse(path: Path) -> Transcript:
-    b = Builder("openhands")
-    try:
-        data = load_json(path)
-    except msgspec.DecodeError as exc:
-        b.skipped.append(Skipped(1, f"not JSON: {exc}"))
-        return b.finish(file_digest(path), None)
-    events = data.get("events") if isinstance(data, dict) else data
+
+def parse(path: Path) -> list[Transcript]:
+    return list(iter_parse(path))
+
+
+def _is_whole_json(path: Path) -> bool:
+    with path.open("rb") as fh:
+        first = fh.read(4096).removeprefix(_BOM).lstrip()
+    if first[:1] == b"[":
+        return True
+    if first[:1] != b"{":
+        return False
+    # One object per line (output.jsonl) or one object in the whole file?
+    return path.suffix != ".jsonl"
+
+
+def _events_of(data: Any) -> list[Any] | None:
+    """The event list of a whole-file document or of one output line, pairs flattened."""
+    if isinstance(data, list):
+        events = data
+    elif isinstance(data, dict):
+        events = data.get("events") if isinstance(data.get("events"), list) else data.get("history")
+    else:
+        return None
     if not isinstance(events, list):
-        b.skipped.append(Skipped(1, "no event list"))
-        return b.finish(file_digest(path), None)
-    return _Parser(b).run(events, file_digest(path))
+        return None
+    flat: list[Any] = []
+    for ev in events:
+        if isinstance(ev, list) and all(isinstance(x, dict) or x is None for x in ev):
+            flat.extend(x for x in ev if x)  # an [action, observation] pair
+        else:
+            flat.append(ev)
+    return flat
+
+
+def iter_parse(path: Path) -> Iterator[Transcript]:
+    """Each session in ``path``, one at a time (an output.jsonl is streamed line by line)."""
+    if _is_whole_json(path):
+        try:
+            data = load_json(path)
+        except msgspec.DecodeError as exc:
+            if "trailing characters" not in str(exc):
+                b = Builder("openhands")
+                b.skipped.append(Skipped(1, f"not JSON: {exc}"))
+                yield b.finish(file_digest(path), None)
+                return
+            data = None  # several objects: evaluation output without the .jsonl suffix
+        if data is not None:
+            events = _events_of(data)
+            b = Builder("openhands")
+            if events is None:
+                b.skipped.append(Skipped(1, "no event list (expected a JSON array of events, or an object with "
+                                            "\"events\" or \"history\")"))
+                yield b.finish(file_digest(path), None)
+                return
+            title = data.get("instance_id") if isinstance(data, dict) else None
+            yield _Parser(b).run(events, file_digest(path), title if isinstance(title, str) else None)
+            return
+    yield from _iter_output_lines(path)
+
+
+def _with_skipped(t: Transcript, skipped: list[Skipped]) -> Transcript:
+    if skipped:
+        t.skipped = sorted(skipped + t.skipped, key=lambda s: s.line)
+        t.counts["skipped"] = len(t.skipped)
+    return t
+
+
+def _iter_output_lines(path: Path) -> Iterator[Transcript]:
+    """One transcript per line; one is held back so bad lines ride on a neighbour."""
+    pending: list[Skipped] = []
+    last: Transcript | None = None
+    for no, raw in iter_lines(path):
+        if isinstance(raw, int):
+            pending.append(Skipped(no, too_large(raw)))
+            continue
+        text = raw.strip()
+        if not text:
+            continue
+        try:
+            obj = msgspec.json.decode(text)
+        except msgspec.DecodeError:
+            pending.append(Skipped(no, f"not JSON: {quote(text, 30)}"))
+            continue
+        except RecursionError:
+            pending.append(Skipped(no, "JSON nested too deeply"))
+            continue
+        events = _events_of(obj) if isinstance(obj, dict) else None
+        if events is None:
+            pending.append(Skipped(no, "not an OpenHands run (no \"history\" or \"events\" list)"))
+            continue
+        iid = obj.get("instance_id")
+        title = str(iid) if isinstance(iid, (str, int)) and not isinstance(iid, bool) else None
+        key = f"{title}:{text_digest(text)}" if title else text_digest(text)
+        t = _Parser(Builder("openhands"), line=no).run(events, key, title)
+        if last is not None:
+            yield _with_skipped(last, pending)
+            pending = []
+        last = t
+    if last is not None:
+        yield _with_skipped(last, pending)
+    elif pending:
+        b = Builder("openhands")
+        b.skipped.extend(pending)
+        yield b.finish(file_digest(path), None)
 
 
 class _Parser:
-    def __init__(self, b: Builder) -> None:
+    def __init__(self, b: Builder, line: int | None = None) -> None:
         self.b = b
+        #: the output.jsonl line the events came from (their skipped reports name it)
+        self.line = line
         self.tip: str = ROOT
         self.model: str | None = None
         self.llm_by_response: dict[str, str] = {}
@@ -68,14 +179,14 @@ class _Parser:
         self.calls: dict[str, list[str]] = {}
         self.node_by_event: dict[Any, str] = {}
 
-    def run(self, events: list[Any], source_key: str) -> Transcript:
+    def run(self, events: list[Any], source_key: str, title: str | None = None) -> Transcript:
         for i, ev in enumerate(events):
             if not isinstance(ev, dict):
-                self.b.skipped.append(Skipped(i + 1, f"event #{i} is not an object"))
+                self.b.skipped.append(Skipped(self.line or i + 1, f"event #{i} is not an object"))
                 continue
             self._event(i, ev)
         self.b.counts["messages"] = len(events)
-        return self.b.finish(source_key, None)
+        return self.b.finish(source_key, title)
 
     def _event(self, i: int, ev: dict) -> None:
         b = self.b
@@ -117,6 +228,9 @@ class _Parser:
                 tid = tcm.get("tool_call_id")
                 cands = self.calls.get(tid, []) if isinstance(tid, str) else []
                 target = next((c for c in cands if not b.has_result(c)), None)
+            if target is None and ev.get("observation") == "error" and ev.get("cause") is None:
+                self._error_message(eid, ev, key, ts)
+                return
             if target is None or b.has_result(target):
                 b.counts["ignoredEvents"] = b.counts.get("ignoredEvents", 0) + 1
                 return
@@ -132,6 +246,16 @@ class _Parser:
             self.node_by_event[eid] = b.by_id[target].caller  # type: ignore[assignment]
             return
         b.counts["ignoredEvents"] = b.counts.get("ignoredEvents", 0) + 1
+
+    def _error_message(self, eid: Any, ev: dict, key: tuple, ts: float | None) -> None:
+        """An error the environment reported with no action behind it: the model read it
+        as a message, so it is a user turn (marked, so it never becomes the title)."""
+        content = ev.get("content")
+        text = content if isinstance(content, str) and content else ev.get("message") or ""
+        node = self.b.user(self.b.unique(f"oh-{eid}"), str(text), self.tip, key=key, timestamp=ts,
+                           observation="error", injected=True)
+        self.tip = node.id
+        self.node_by_event[eid] = node.id
 
     def _tool_action(self, eid: Any, ev: dict, args: dict, tcm: dict, key: tuple, ts: float | None) -> None:
         b = self.b

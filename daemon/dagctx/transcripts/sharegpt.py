@@ -15,11 +15,12 @@ Each conversation is ``{"conversations": [{"from", "value"}, …]}`` (``{"role",
 One transcript per conversation; ``source_key`` is the SHA-256 of the conversation's
 source text (``#2``… appended for repeats within a file). Ids: ``sg<line>-<turn>``
 (``sg<line>-<turn>-call`` for the code node). File-level problems (non-JSON lines) are
-reported on the first transcript. ``counts["messages"]`` = turns of the conversation.
+reported on the transcript read before them (the file is streamed). ``counts["messages"]`` = turns of the conversation.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,13 @@ from .base import (
     Builder,
     Skipped,
     Transcript,
+    file_digest,
+    iter_lines,
     load_json,
     parse_arguments,
-    read_jsonl,
+    quote,
     text_digest,
+    too_large,
 )
 
 _USER = frozenset({"human", "user"})
@@ -43,43 +47,81 @@ _RESULT = frozenset({"observation", "tool", "function", "tool_response"})
 
 
 def parse(path: Path) -> list[Transcript]:
+    return list(iter_parse(path))
+
+
+def _items(path: Path) -> Iterator[tuple[int, Any, bytes] | Skipped]:
+    """``(line, conversation, source bytes)`` per conversation, or a ``Skipped``, streaming
+    JSONL line by line (a JSON array is one record, under the same size cap)."""
     with path.open("rb") as fh:
         first = fh.read(64).removeprefix(b"\xef\xbb\xbf").lstrip()
-    items: list[tuple[int, Any, bytes]] = []
-    file_skipped: list[Skipped] = []
     if first[:1] == b"[":
         try:
             data = load_json(path)
         except msgspec.DecodeError as exc:
-            data = []
-            file_skipped.append(Skipped(1, f"not JSON: {exc}"))
+            yield Skipped(1, f"not JSON: {exc}")
+            return
         for i, conv in enumerate(data if isinstance(data, list) else []):
-            items.append((i + 1, conv, msgspec.json.encode(conv)))
-    else:
-        raw_lines = path.read_bytes().removeprefix(b"\xef\xbb\xbf").split(b"\n")
-        rows, file_skipped = read_jsonl(path)
-        for no, obj in rows:
-            items.append((no, obj, raw_lines[no - 1].strip()))
-    out: list[Transcript] = []
+            yield i + 1, conv, msgspec.json.encode(conv)
+        return
+    for no, raw in iter_lines(path):
+        if isinstance(raw, int):
+            yield Skipped(no, too_large(raw))
+            continue
+        text = raw.strip()
+        if not text:
+            continue
+        try:
+            obj = msgspec.json.decode(text)
+        except msgspec.DecodeError:
+            yield Skipped(no, f"not JSON: {quote(text, 30)}")
+            continue
+        except RecursionError:
+            yield Skipped(no, "JSON nested too deeply")
+            continue
+        if not isinstance(obj, dict):
+            yield Skipped(no, f"not a JSON object ({type(obj).__name__})")
+            continue
+        yield no, obj, text
+
+
+def iter_parse(path: Path) -> Iterator[Transcript]:
+    """One transcript per conversation, as they are read. A file-level problem (a bad
+    line) rides on a neighbouring transcript; with no conversation at all, on an empty one."""
     keys: dict[str, int] = {}
-    for no, conv, raw in items:
+    pending: list[Skipped] = []
+    # One transcript is held back, so bad lines after the last conversation ride on it.
+    last: Transcript | None = None
+    for item in _items(path):
+        if isinstance(item, Skipped):
+            pending.append(item)
+            continue
+        no, conv, raw = item
         if not isinstance(conv, dict):
-            file_skipped.append(Skipped(no, "conversation is not an object"))
+            pending.append(Skipped(no, "conversation is not an object"))
             continue
         key = text_digest(raw)
         keys[key] = keys.get(key, 0) + 1
         if keys[key] > 1:
             key = f"{key}#{keys[key]}"
-        out.append(_conversation(no, conv, key))
-    if file_skipped:
-        if out:
-            out[0].skipped = sorted(file_skipped + out[0].skipped, key=lambda s: s.line)
-            out[0].counts["skipped"] = len(out[0].skipped)
-        else:
-            empty = Builder("sharegpt")
-            empty.skipped.extend(file_skipped)
-            out.append(empty.finish(text_digest(path.read_bytes()), path.stem))
-    return out
+        t = _conversation(no, conv, key)
+        if last is not None:
+            yield _with_skipped(last, pending)
+            pending = []
+        last = t
+    if last is not None:
+        yield _with_skipped(last, pending)
+    elif pending:
+        empty = Builder("sharegpt")
+        empty.skipped.extend(pending)
+        yield empty.finish(file_digest(path), path.stem)
+
+
+def _with_skipped(t: Transcript, skipped: list[Skipped]) -> Transcript:
+    if skipped:
+        t.skipped = sorted(skipped + t.skipped, key=lambda s: s.line)
+        t.counts["skipped"] = len(t.skipped)
+    return t
 
 
 def _turns(conv: dict) -> list[Any]:
@@ -152,6 +194,6 @@ def _conversation(no: int, conv: dict, source_key: str) -> Transcript:
                 continue
             b.attach_result(pending.pop(0), text)
         else:
-            b.skipped.append(Skipped(no, f"turn {j}: unknown speaker {who!r}"))
+            b.skipped.append(Skipped(no, f"turn {j}: unknown speaker {quote(who)}"))
     b.counts["messages"] = len(turns)
     return b.finish(source_key, None)

@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from .base import (
+    quote,
     ROOT,
     Builder,
     Skipped,
@@ -121,11 +122,11 @@ def parse(path: Path) -> Transcript:
                 cands = calls.get(tid, []) if isinstance(tid, str) else []
                 target = next((c for c in reversed(cands) if not b.has_result(c)), None)
                 if target is None:
-                    b.skipped.append(Skipped(i + 1, f"history[{i}]: tool result for unknown call {tid}"))
+                    b.skipped.append(Skipped(i + 1, f"history[{i}]: tool result for unknown call {quote(tid)}"))
                     b.counts["orphanResults"] = b.counts.get("orphanResults", 0) + 1
                     continue
                 b.attach_result(target, output)
         else:
-            b.skipped.append(Skipped(i + 1, f"history[{i}]: unknown role {role!r}"))
+            b.skipped.append(Skipped(i + 1, f"history[{i}]: unknown role {quote(role)}"))
     b.counts["messages"] = len(history)
     return b.finish(file_digest(path), path.stem)

@@ -222,11 +222,18 @@ class ImportedSession(_Result):
     compactions: int
     spawn_branches: int
     created: bool
+    #: the file the session was read from
+    source_file: str | None = None
+    #: what the source lacked or what was folded away, in sentences (SPEC §9 import)
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 class ImportResult(_Result):
     sessions: list[ImportedSession]
+    #: ``{file, line?, reason}``; an entry without ``line`` is a file that was not imported
     skipped: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    #: skipped lines not listed (the list is capped per file and in all)
+    skipped_more: int = 0
 
 
 class ExportParams(_Params):
@@ -234,6 +241,10 @@ class ExportParams(_Params):
     head: str | None = None
     format: Literal["claude-code", "openai"] = "claude-code"
     path: str | None = None
+    #: replace an existing file at ``path`` (refused otherwise)
+    overwrite: bool = False
+    #: ``claude-code`` only: ``"head"`` = HEAD's (or ``head``'s) branch, ``"all"`` = every branch
+    branches: Literal["head", "all"] = "head"
 
 
 class ExportResult(_Result):
