@@ -57,6 +57,7 @@ from .base import (
     content_blocks,
     content_output,
     is_spawn_root,
+    iter_lines,
     parse_arguments,
     quote,
     read_jsonl,
@@ -93,16 +94,17 @@ def _session_id_of(path_str: str, mtime: float) -> str | None:
     """The first ``sessionId`` in a file (reads at most 50 lines)."""
     del mtime  # part of the cache key only
     try:
-        with open(path_str, "rb") as fh:
-            for i, raw in enumerate(fh):
-                if i >= 50:
-                    break
-                try:
-                    obj = msgspec.json.decode(raw.strip() or b"null")
-                except msgspec.DecodeError:
-                    continue
-                if isinstance(obj, dict) and isinstance(obj.get("sessionId"), str):
-                    return obj["sessionId"]
+        for i, (_, raw) in enumerate(iter_lines(Path(path_str))):
+            if i >= 50:
+                break
+            if isinstance(raw, int):
+                continue  # over the size cap: never read whole
+            try:
+                obj = msgspec.json.decode(raw.strip() or b"null")
+            except (msgspec.DecodeError, RecursionError):
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("sessionId"), str):
+                return obj["sessionId"]
     except OSError:
         return None
     return None
