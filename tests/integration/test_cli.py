@@ -116,3 +116,96 @@ def test_import_reports_sessions_and_skipped_lines(tmp_path: Path) -> None:
     assert "already present" in again and "created 0" in again
     assert "2 sessions" in ok("sessions", "--db", db)
     assert "phx.server" in ok("search", "phx.server", "--db", db)
+
+
+def _claude_code_file(path: Path) -> Path:
+    rows = [
+        {"parentUuid": None, "sessionId": "cli-1", "type": "user", "uuid": "u1", "timestamp": "2026-03-01T10:00:00Z",
+         "message": {"role": "user", "content": "Rename parse_config"}},
+        {"parentUuid": "u1", "sessionId": "cli-1", "type": "assistant", "uuid": "a1",
+         "timestamp": "2026-03-01T10:00:05Z",
+         "message": {"id": "m1", "role": "assistant", "model": "claude-sonnet-4-5",
+                     "content": [{"type": "text", "text": "Renamed it. " + "details " * 40000}]}},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_global_options_export_delete_show_and_sentences(tmp_path: Path) -> None:
+    db = str(tmp_path / "g.db")
+    out = ok("--version")
+    assert re.fullmatch(r"dagctx \d+\.\d+\.\d+ \(protocol \d+\.\d+\)\n", out)
+    src = _claude_code_file(tmp_path / "cli-1.jsonl")
+    ok("--db", db, "--log-level", "INFO", "import", str(src))  # global options before the subcommand
+    listed = ok("sessions", "--db", db)  # and after it
+    sid = UUID.search(listed).group(0)  # type: ignore[union-attr]
+    assert "claude-code" in ok("--db", db, "sessions", "--source", "claude-code")
+    assert "0 sessions from codex" in ok("--db", db, "sessions", "--source", "codex")
+    # export defaults its format; refuses to replace a file unless --force
+    target = tmp_path / "out.jsonl"
+    ok("--db", db, "export", sid[:8], "-o", str(target))
+    first = json.loads(target.read_text(encoding="utf-8").splitlines()[0])
+    assert first["dagctxSource"]["sessionId"] == sid
+    again = dagctx("--db", db, "export", sid[:8], "-o", str(target))
+    assert again.returncode == 1 and "already exists" in again.stdout and "--force" in again.stdout
+    ok("--db", db, "export", sid[:8], "-o", str(target), "--force", "--all-branches")
+    assert "already present" in ok("--db", db, "import", str(target))
+    # show prints one node in full (the whole output of a spilled node)
+    shown = ok("--db", db, "show", "a1")
+    assert "Renamed it." in shown and shown.count("details") == 40000
+    assert "role" in ok("--db", db, "show", "u", "--session", sid[:6])
+    missing = dagctx("--db", db, "show", "zz-none")
+    assert missing.returncode == 1 and missing.stdout.startswith("error: Node 'zz-none': no node id starts with it")
+    assert missing.stdout.rstrip().endswith("(NodeNotFound)")
+    # a wrong format writes nothing and exits non-zero
+    bad = dagctx("--db", db, "import", "--format", "sharegpt", str(src))
+    assert bad.returncode == 1 and "not imported" in bad.stdout and "No conversation found" in bad.stdout
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    nothing = dagctx("--db", db, "import", str(empty))
+    assert nothing.returncode == 1 and "No transcripts found in" in nothing.stdout
+    assert "1 sessions in" in ok("--db", db, "sessions")
+    deleted = ok("--db", db, "delete", sid[:8])
+    assert deleted.startswith(f"Deleted session {sid}") and "(3 nodes)" in deleted
+    assert "0 sessions in" in ok("--db", db, "sessions")
+
+
+def test_ctrl_c_during_import_says_what_was_written_and_a_rerun_resumes(tmp_path: Path) -> None:
+    import signal
+    import sqlite3
+    import time
+
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for f in range(16):
+        with (folder / f"f{f:02d}.jsonl").open("w", encoding="utf-8") as fh:
+            for i in range(150):
+                fh.write(json.dumps({"conversations": [{"from": "human", "value": f"file {f} question {i}"},
+                                                       {"from": "gpt", "value": "answer " * 50}]}) + "\n")
+    db = tmp_path / "c.db"
+    env = {**os.environ, "COLUMNS": "200", "PYTHONIOENCODING": "utf-8"}
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "dagctx.cli", "--db", str(db), "import", str(folder)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 60
+    count = 0
+    while time.time() < deadline and count < 50:
+        time.sleep(0.05)
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+                count = con.execute("SELECT count(*) FROM sessions").fetchone()[0]
+        except sqlite3.Error:
+            continue
+    assert proc.poll() is None, "the import finished before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out[-2000:]
+    m = re.search(r"Interrupted: ([\d,]+) sessions were written before the interrupt", out)
+    assert m and "Run the same command again to resume" in out, out[-2000:]
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+        kept = con.execute("SELECT count(*) FROM sessions").fetchone()[0]
+    assert kept >= 50 and kept < 16 * 150
+    rerun = ok("--db", str(db), "import", str(folder))
+    totals = re.search(r"created (\d+), already present (\d+)", rerun)
+    assert totals and int(totals.group(1)) + int(totals.group(2)) == 16 * 150
+    assert int(totals.group(2)) >= kept - 1  # at most the session being written when interrupted differs

@@ -85,7 +85,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     def add(name: str, fn: Callable[[argparse.Namespace], Awaitable[int]], help: str,
             db_help: str = "SQLite database file (default: $DAGCTX_DB or the user data dir)") -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
-        p.add_argument("--db", help=db_help)
+        # SUPPRESS: ``dagctx --db F cmd`` and ``dagctx cmd --db F`` both work (see build_parser).
+        p.add_argument("--db", help=db_help, default=argparse.SUPPRESS)
+        p.add_argument("--log-level", default=argparse.SUPPRESS, help="daemon log level")
         p.set_defaults(func=lambda args: run(fn, args))
         return p
 
@@ -97,6 +99,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = add("sessions", cmd_sessions, "list the sessions of the database")
     p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--source", metavar="FORMAT",
+                   help="only sessions imported from this format (claude-code, codex, …), or 'native'")
+
+    p = add("delete", cmd_delete, "delete a session and everything in it")
+    p.add_argument("session")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+
+    p = add("show", cmd_show, "print one node in full (its whole output, even when spilled)")
+    p.add_argument("node", help="a node id or a unique prefix of one")
+    p.add_argument("--session", help="the session holding it (default: look in every session)")
+    p.add_argument("--json", action="store_true", help="print the node as JSON")
 
     p = add("history", cmd_history, "the branch ending at HEAD (or --head), oldest first")
     p.add_argument("session")
@@ -133,8 +146,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = add("export", cmd_export, "export a branch as a Claude Code transcript or OpenAI messages")
     p.add_argument("session")
-    p.add_argument("--format", required=True, choices=["claude-code", "openai"])
-    p.add_argument("-o", "--output", help="file to write (overwritten if it exists); stdout when absent")
+    p.add_argument("--format", default="claude-code", choices=["claude-code", "openai"],
+                   help="default: claude-code")
+    p.add_argument("-o", "--output", help="file to write; stdout when absent")
+    p.add_argument("--force", action="store_true", help="replace the --output file if it exists")
+    p.add_argument("--all-branches", action="store_true", help="claude-code: every branch, not only HEAD's")
     p.add_argument("--head")
 
     p = add("demo", cmd_demo, "generate a realistic agent session through the daemon and show what dagctx does",
@@ -148,10 +164,10 @@ def run(fn: Callable[[argparse.Namespace], Awaitable[int]], args: argparse.Names
     try:
         return asyncio.run(fn(args))
     except RpcError as exc:
-        console.print(f"[red]error[/red] ({exc.kind or exc.code}): {escape(exc.message)}")
+        console.print(f"[red]error[/red]: {escape(sentence(exc.message))} ({exc.kind or exc.code})")
         return 1
     except (ConnectionError, OSError) as exc:
-        console.print(f"[red]error[/red]: {escape(str(exc))}")
+        console.print(f"[red]error[/red]: {escape(sentence(str(exc)))}")
         return 1
     except KeyboardInterrupt:
         return 130
@@ -163,6 +179,9 @@ def database_of(args: argparse.Namespace) -> str | None:
 
 @asynccontextmanager
 async def connect(args: argparse.Namespace, **kw: Any) -> AsyncIterator[DagctxClient]:
+    level = getattr(args, "log_level", None)
+    if level and level.upper() != "WARNING":
+        kw.setdefault("extra_args", ["--log-level", level])
     client = await DagctxClient.spawn(database_of(args), **kw)
     try:
         yield client
@@ -192,6 +211,15 @@ async def resolve_session(client: DagctxClient, ref: str) -> m.SessionInfo:
 
 
 # ---------------------------------------------------------------- text helpers
+
+
+def sentence(text: str) -> str:
+    """``text`` as a sentence: capital first letter, final full stop."""
+    text = " ".join(text.split())
+    if not text:
+        return text
+    text = text[0].upper() + text[1:]
+    return text if text[-1] in ".!?…)" else text + "."
 
 
 def preview(value: Any, limit: int = 90) -> str:
@@ -255,57 +283,109 @@ def message_text(msg: dict[str, Any], limit: int = 240) -> str:
 # ---------------------------------------------------------------- import
 
 
+#: Skipped lines the import table lists; the rest are counted.
+SKIPPED_ROWS = 20
+
+
 async def cmd_import(args: argparse.Namespace) -> int:
     paths = [os.path.abspath(os.path.expanduser(p)) for p in args.paths]
     missing = [p for p in paths if not os.path.exists(p)]
     if missing:
-        console.print(f"[red]error[/red]: no file or folder at {', '.join(missing)}")
+        console.print(f"[red]error[/red]: there is no file or folder at {', '.join(missing)}.")
         return 2
     sessions: list[tuple[str, c.ImportedSession]] = []
     skipped: list[dict[str, Any]] = []
+    more = 0
     failed: list[tuple[str, str]] = []
-    async with connect(args) as client:
-        with Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
-            TimeElapsedColumn(), console=real_console(), transient=False,
-        ) as progress:
-            overall = progress.add_task("importing", total=len(paths), note="")
-            current: dict[str, Any] = {}
+    finished = 0
+    written: dict[str, int] = {}  # progress token → sessions the daemon reported as written
+    try:
+        async with connect(args) as client:
+            with Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=real_console(), transient=False,
+            ) as progress:
+                overall = progress.add_task("importing", total=len(paths), note="")
+                current: dict[str, Any] = {}
 
-            def on_progress(params: Any) -> None:
-                token = getattr(params, "token", None)
-                value = getattr(params, "value", None) or {}
-                task = current.get(str(token))
-                if task is None:
-                    return
-                if value.get("percentage") is not None:
-                    progress.update(task, completed=int(value["percentage"]))
-                if value.get("message"):
-                    progress.update(task, note=str(value["message"]))
+                def on_progress(params: Any) -> None:
+                    token = str(getattr(params, "token", None))
+                    value = getattr(params, "value", None) or {}
+                    task = current.get(token)
+                    if task is None:
+                        return
+                    if value.get("percentage") is not None:
+                        progress.update(task, completed=int(value["percentage"]))
+                    message = value.get("message")
+                    if message:
+                        progress.update(task, note=str(message))
+                        n = _sessions_written(str(message))
+                        if n is not None:
+                            written[token] = n
 
-            client.on_notification("$/progress", on_progress)
-            for i, path in enumerate(paths):
-                token = f"import-{i}"
-                current[token] = progress.add_task(os.path.basename(path.rstrip("/")) or path, total=100, note="")
-                try:
-                    res = await client.import_path(path, format=args.format, title=args.title, work_done_token=token)
-                except RpcError as exc:
-                    failed.append((path, exc.message))
-                    progress.update(current[token], note="[red]failed")
+                client.on_notification("$/progress", on_progress)
+                for i, path in enumerate(paths):
+                    token = f"import-{i}"
+                    current[token] = progress.add_task(os.path.basename(path.rstrip("/")) or path, total=100, note="")
+                    params = c.ImportParams(path=path, format=args.format, title=args.title, work_done_token=token)
+                    msg_id, fut = client.send_request("session/import", params)
+                    try:
+                        res = await asyncio.wait_for(asyncio.shield(fut), 3600)
+                    except (asyncio.CancelledError, KeyboardInterrupt):
+                        # Ctrl-C: ask the daemon to stop after the session it is writing, and
+                        # wait for that, so the report below is true.
+                        client.cancel(msg_id)
+                        try:
+                            await asyncio.wait_for(fut, 30)
+                        except (RpcError, ConnectionError, asyncio.TimeoutError, asyncio.CancelledError):
+                            pass
+                        raise _Interrupted() from None
+                    except RpcError as exc:
+                        failed.append((path, exc.message))
+                        progress.update(current[token], note="[red]failed")
+                        progress.advance(overall)
+                        finished += 1
+                        continue
+                    progress.update(current[token], completed=100, note=f"{len(res.sessions)} sessions")
+                    sessions.extend((path, s) for s in res.sessions)
+                    skipped.extend({"import": path, **s} for s in res.skipped)
+                    more += res.skipped_more
                     progress.advance(overall)
-                    continue
-                progress.update(current[token], completed=100, note=f"{len(res.sessions)} sessions")
-                sessions.extend((path, s) for s in res.sessions)
-                for s in res.skipped:
-                    skipped.append({"import": path, **s})
-                progress.advance(overall)
-    print_import_summary(sessions, skipped)
+                    finished += 1
+    except (_Interrupted, KeyboardInterrupt, asyncio.CancelledError):
+        done = written.get(f"import-{finished}", 0)
+        total = len(sessions) + done
+        console.print(
+            f"[yellow]Interrupted[/yellow]: {total:,} sessions were written before the interrupt ({finished} of "
+            f"{len(paths)} paths finished). Each session is written in one transaction, so every one of them is "
+            "complete. Run the same command again to resume: sessions already imported are reported as already "
+            "present and not copied."
+        )
+        return 130
+    print_import_summary(sessions, skipped, more)
     for path, why in failed:
-        console.print(f"[red]failed[/red] {escape(path)}: {escape(why)}")
-    return 1 if failed else 0
+        console.print(f"[red]failed[/red] {escape(path)}: {escape(sentence(why))}")
+    not_imported = [s for s in skipped if "line" not in s]
+    for s in not_imported:
+        console.print(f"[red]not imported[/red] {escape(str(s.get('file')))}: {escape(sentence(str(s.get('reason'))))}")
+    return 1 if failed or not_imported else 0
 
 
-def print_import_summary(sessions: list[tuple[str, c.ImportedSession]], skipped: list[dict[str, Any]]) -> None:
+class _Interrupted(Exception):
+    """Ctrl-C during an import (the daemon was asked to stop)."""
+
+
+def _sessions_written(message: str) -> int | None:
+    """The count in a progress message ``… N sessions written`` (see engine/imports)."""
+    words = message.replace(",", " ").split()
+    for i in range(len(words) - 2):
+        if words[i + 1] == "sessions" and words[i + 2] == "written" and words[i].isdigit():
+            return int(words[i])
+    return None
+
+
+def print_import_summary(sessions: list[tuple[str, c.ImportedSession]], skipped: list[dict[str, Any]],
+                         more: int = 0) -> None:
     table = Table(title=f"{len(sessions)} sessions", show_lines=False)
     for col, kw in (("session", {"min_width": 36}),
                     ("title", {"overflow": "ellipsis", "max_width": max(16, console.width - 101), "no_wrap": True}),
@@ -329,14 +409,21 @@ def print_import_summary(sessions: list[tuple[str, c.ImportedSession]], skipped:
         f"{sum(s.compactions for _, s in sessions)} compactions, {sum(s.spawn_branches for _, s in sessions)} spawn branches"
     )
     console.print(totals)
-    if skipped:
-        st = Table(title=f"{len(skipped)} skipped lines")
+    for _, s in sessions:
+        for note in s.notes:
+            console.print(f"[dim]note[/dim] {s.session_id[:8]}: {escape(sentence(note))}")
+    lines = [s for s in skipped if "line" in s]
+    if lines:
+        rest = more + max(0, len(lines) - SKIPPED_ROWS)
+        st = Table(title=f"{len(lines) + more} skipped lines" + (f" (first {SKIPPED_ROWS})" if rest else ""))
         st.add_column("file", overflow="fold")
         st.add_column("line", justify="right")
         st.add_column("reason", overflow="fold")
-        for s in skipped:
+        for s in lines[:SKIPPED_ROWS]:
             st.add_row(escape(str(s.get("file") or s.get("import"))), str(s.get("line", "")), escape(str(s.get("reason", ""))))
         console.print(st)
+        if rest:
+            console.print(f"… and {rest:,} more skipped lines not listed.")
 
 
 def _head_table(full: Table, sessions: list[tuple[str, c.ImportedSession]]) -> Table:
@@ -357,9 +444,14 @@ def _head_table(full: Table, sessions: list[tuple[str, c.ImportedSession]]) -> T
 
 async def cmd_sessions(args: argparse.Namespace) -> int:
     async with connect(args) as client:
-        res = await client.session_list(limit=args.limit)
         db = client.initialize_result.database if client.initialize_result else "?"
-    table = Table(title=f"{res.total} sessions in {db}")
+        if args.source:
+            rows = [s for s in await all_sessions(client) if source_of(s) == args.source]
+            res = m.SessionListResult(sessions=rows[: args.limit], total=len(rows))
+        else:
+            res = await client.session_list(limit=args.limit)
+    what = f" from {args.source}" if args.source else ""
+    table = Table(title=f"{res.total} sessions{what} in {db}")
     table.add_column("session", min_width=36)
     table.add_column("title", overflow="ellipsis", max_width=max(16, console.width - 103), no_wrap=True)
     table.add_column("nodes", justify="right")
@@ -368,11 +460,106 @@ async def cmd_sessions(args: argparse.Namespace) -> int:
     table.add_column("from")
     for s in res.sessions:
         table.add_row(s.session_id, escape(s.title), str(s.node_count), when(s.updated_at), short(s.head),
-                      str(s.metadata.get("importedFrom", "")))
+                      source_of(s))
     console.print(table)
     if res.total > len(res.sessions):
         console.print(f"… {res.total - len(res.sessions)} more (--limit)")
     return 0
+
+
+def source_of(s: m.SessionInfo) -> str:
+    """Where a session came from: the format it was imported from, else ``native``."""
+    fmt = s.metadata.get("importedFrom")
+    return fmt if isinstance(fmt, str) and fmt else "native"
+
+
+async def all_sessions(client: DagctxClient) -> list[m.SessionInfo]:
+    out: list[m.SessionInfo] = []
+    while True:
+        page = await client.session_list(limit=500, offset=len(out))
+        out.extend(page.sessions)
+        if not page.sessions or len(out) >= page.total:
+            return out
+
+
+async def cmd_delete(args: argparse.Namespace) -> int:
+    async with connect(args) as client:
+        info = await resolve_session(client, args.session)
+        if not args.yes and sys.stdin.isatty():
+            answer = input(f"Delete session {info.session_id} {info.title!r} ({info.node_count} nodes)? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                console.print("Nothing was deleted.")
+                return 1
+        res = await client.session_delete(info.session_id)
+    console.print(f"Deleted session {info.session_id} {escape(info.title)!r} ({res.nodes_removed} nodes).")
+    return 0
+
+
+async def cmd_show(args: argparse.Namespace) -> int:
+    async with connect(args) as client:
+        sessions = [await resolve_session(client, args.session)] if args.session else await all_sessions(client)
+        found: list[tuple[m.SessionInfo, str]] = []
+        for info in sessions:
+            got = (await client.get_nodes(info.session_id, [args.node])).nodes if await _has_node(
+                client, info.session_id, args.node) else []
+            if got:
+                found = [(info, got[0].id)]
+                break
+        if not found:
+            for info in sessions:
+                found.extend((info, nid) for nid in await _node_ids(client, info.session_id) if nid.startswith(args.node))
+            found = list({(i.session_id, nid): (i, nid) for i, nid in found}.values())
+        if len(found) != 1:
+            why = "no node id starts with it" if not found else f"{len(found)} nodes match; give more characters"
+            raise RpcError(-32001, f"node {args.node!r}: {why} (ids are listed by `dagctx history SESSION`)",
+                           {"kind": "NodeNotFound"})
+        info, nid = found[0]
+        node = (await client.get_nodes(info.session_id, [nid])).nodes[0]
+        spill = node.metadata.get("spill")
+        if isinstance(spill, dict):
+            node = (await client.get_nodes(info.session_id, [nid], range=m.OutputRange(offset=0))).nodes[0]
+    if args.json:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(node), indent=2).decode("utf-8") + "\n")
+        return 0
+    table = Table(title=f"node {node.id} in {escape(info.title)} ({info.session_id})", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    for field, value in (("role", node.role), ("name", node.name), ("status", node.status), ("seq", node.seq),
+                         ("created", when(node.created_at)), ("caller", node.caller), ("predecessor", node.predecessor)):
+        table.add_row(field, escape(str(value if value is not None else "—")))
+    if node.reads:
+        table.add_row("reads", escape(", ".join(node.reads)))
+    if node.metadata:
+        table.add_row("metadata", escape(msgspec.json.encode(node.metadata).decode("utf-8")))
+    console.print(table)
+    for label, value in (("input", node.input), ("output", node.output)):
+        if value is None or value == "":
+            continue
+        text = value if isinstance(value, str) else msgspec.json.format(msgspec.json.encode(value), indent=2).decode()
+        console.print(f"[bold]{label}[/bold]")
+        console.print(escape(text), markup=True, highlight=False, soft_wrap=True)
+    return 0
+
+
+async def _has_node(client: DagctxClient, session_id: str, node_id: str) -> bool:
+    try:
+        return bool((await client.get_nodes(session_id, [node_id])).nodes)
+    except RpcError as exc:
+        if exc.kind == "NodeNotFound":
+            return False
+        raise
+
+
+async def _node_ids(client: DagctxClient, session_id: str) -> list[str]:
+    """Ids of the session's conversation nodes on every branch and the nodes they read
+    (their tool calls): what a prefix may name."""
+    ids: list[str] = []
+    for b in (await client.branches(session_id)).branches:
+        for n in (await client.history(session_id, head=b.head)).nodes:
+            ids.append(n.id)
+        r = await client.render(session_id, head=b.head, format="neutral")
+        ids.extend(r.reads)
+    return list(dict.fromkeys(ids))
 
 
 async def cmd_history(args: argparse.Namespace) -> int:
@@ -626,10 +813,24 @@ def print_compaction(res: c.CompactResult) -> None:
             + (f" ({escape(res.reason)})" if res.reason else "")
         )
     else:
+        why = REASONS.get(res.reason or "", res.reason or "it failed")
+        detail = f": {escape(sentence(res.error))}" if res.error else "."
         console.print(
-            f"[yellow]not compacted[/yellow]: {escape(res.reason or '')} {escape(res.error or '')} "
-            f"({res.tokens_before:,} tokens; nothing was written)"
+            f"[yellow]Not compacted[/yellow] ({why}){detail} The branch has {res.tokens_before:,} tokens; "
+            "nothing was written."
         )
+
+
+#: ``CompactResult.reason`` in words (SPEC §8).
+REASONS = {
+    "belowThreshold": "below the threshold",
+    "failed": "the summarizer failed",
+    "empty": "the summary was empty",
+    "tooLong": "the summary was too long",
+    "notSmaller": "the summary did not make the context smaller",
+    "lowFidelity": "the summary lost too many identifiers",
+    "conflict": "the branch changed meanwhile",
+}
 
 
 # ---------------------------------------------------------------- export
@@ -639,7 +840,8 @@ async def cmd_export(args: argparse.Namespace) -> int:
     path = os.path.abspath(os.path.expanduser(args.output)) if args.output else None
     async with connect(args) as client:
         info = await resolve_session(client, args.session)
-        res = await client.export(info.session_id, head=args.head, format=args.format, path=path)
+        res = await client.export(info.session_id, head=args.head, format=args.format, path=path,
+                                  overwrite=args.force, branches="all" if args.all_branches else "head")
     if path is None:
         sys.stdout.write(res.content or "")
         sys.stdout.flush()

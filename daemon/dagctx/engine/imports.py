@@ -94,11 +94,12 @@ def _files(path: str, shown: str) -> list[Path]:
     return files
 
 
-def _not_imported(t: Transcript, fmt: str) -> str:
+def _not_imported(t: Transcript, fmt: str, records: int) -> str:
     lines = t.counts.get("skipped", len(t.skipped))
     why = f"{lines} of its lines could not be read as {t.format}" if lines else f"nothing in it reads as {t.format}"
     hint = " (check --format / format)" if fmt != "auto" else ""
-    return f"no conversation found: {why}{hint}; nothing was imported from it"
+    where = f" in its {records} records" if records > 1 else ""
+    return f"no conversation found{where}: {why}{hint}; nothing was imported from it"
 
 
 async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResult:
@@ -140,10 +141,7 @@ async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResul
                 "percentage": int(fi * 100 / len(files)),
             })
         if empty and not written:
-            reason = _not_imported(empty_example, p.format)  # type: ignore[arg-type]
-            if empty > 1:
-                reason = f"{empty} records, none with a conversation; " + reason
-            report.add({"file": str(f), "reason": reason})
+            report.add({"file": str(f), "reason": _not_imported(empty_example, p.format, empty)})  # type: ignore[arg-type]
         elif empty:
             report.add({"file": str(f), "reason": f"{empty} of its records hold no conversation; they were not "
                                                   "imported"})

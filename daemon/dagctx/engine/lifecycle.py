@@ -90,7 +90,8 @@ class ContextEngine:
         system_text, system_node, notes = views.ensure_system_prompt(
             p.session_id, graph, options, workspace, assembler=self.system_prompt_assembler
         )
-        path.append(f"system prompt ({p.prompt_mode}): {len(system_text):,} chars, node {system_node}")
+        where = f"node {system_node}" if system_node else "not stored (nothing to store)"
+        path.append(f"system prompt ({p.prompt_mode}): {len(system_text):,} chars, {where}")
         hooks = {k: v for k, v in (("prependContext", p.prepend_context), ("memoryPrefetch", p.memory_prefetch)) if v}
         aged, aging_stats = views.aging_for(p.session_id, head, info, enabled=self.aging, ager=self.ager)
         if aging_stats.get("toolResultsAged"):
