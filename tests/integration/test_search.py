@@ -219,3 +219,65 @@ async def _updates_spills_and_deletes(c: DagctxClient) -> None:
     await c.session_delete(idx.s2)
     assert {h.session_id for h in (await c.search("configuration")).hits} == {idx.s1}
     assert hit_ids(await c.search("permissions")) == []
+
+
+async def test_latin_words_glued_to_cjk_text_are_found(tmp_path: Path) -> None:
+    daemon = await DagctxClient.spawn(tmp_path / "glued.db")
+    try:
+        await _glued(daemon)
+    finally:
+        await daemon.close()
+
+
+async def _glued(daemon: DagctxClient) -> None:
+    s = await daemon.session_create("glued")
+    texts = ["我用Python编程", "在React中定义组件", "用Docker部署服务器", "JavaScript和TypeScript的区别",
+             "plain python here", "数据库迁移脚本"]
+    ids = []
+    head = s.head
+    for t in texts:
+        r = await daemon.append(s.session_id, "user", output=t, predecessor=head)
+        ids.append(r.node.id)
+        head = r.node.id
+
+    async def found(q: str) -> set[str]:
+        return {h.node_id for h in (await daemon.search(q, session_id=s.session_id)).hits}
+
+    assert await found("python") == {ids[0], ids[4]}
+    assert await found("React") == await found("react") == {ids[1]}
+    assert await found("docker") == {ids[2]}
+    assert await found("javascript") == {ids[3]} and await found("TypeScript") == {ids[3]}
+    assert await found("Python编程") == {ids[0]}  # a query splits its Latin run from its CJK run
+    assert await found("React组件") == {ids[1]}
+    assert await found("java") == set()  # a glued run is a whole word, not a prefix
+    assert await found("迁移") == {ids[5]} and await found("服务器") == {ids[2]}
+    hit = (await daemon.search("react", session_id=s.session_id)).hits[0]
+    assert "[React]" in hit.snippet
+
+
+async def test_recall_on_real_chinese_conversations(tmp_path: Path) -> None:
+    """On the shared corpus's Chinese conversations: every node that contains the word is
+    found (recall 1.0) and nothing else (precision 1.0), for Latin words glued to CJK
+    text and for 2- and 3-character Chinese words."""
+    import re
+
+    from conftest import corpus_dir
+
+    root = corpus_dir()
+    if root is None:
+        pytest.skip("the shared corpus is not available (DAGCTX_CORPUS)")
+    c = await DagctxClient.spawn(tmp_path / "zh.db")
+    try:
+        await c.import_path(str(root / "sharegpt-zh"))
+        texts: dict[tuple[str, str], str] = {}
+        for info in (await c.session_list(limit=1000)).sessions:
+            for n in (await c.history(info.session_id)).nodes:
+                texts[(info.session_id, n.id)] = n.output if isinstance(n.output, str) else ""
+        for word in ("python", "javascript", "java", "sql", "函数", "数据库", "机票", "天气"):
+            pat = re.compile(rf"(?<![A-Za-z0-9]){word}(?![A-Za-z0-9])", re.I) if word.isascii() else re.compile(word)
+            truth = {k for k, t in texts.items() if pat.search(t)}
+            hits = {(h.session_id, h.node_id) for h in (await c.search(word, limit=1000, roles=["user", "llm"])).hits}
+            assert truth, word
+            assert hits == truth, (word, len(hits & truth) / len(truth))
+    finally:
+        await c.close()

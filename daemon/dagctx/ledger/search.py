@@ -5,7 +5,9 @@ SQLite's ``unicode61`` tokenizer makes a whole unspaced CJK run one token, and
 inside 数据库迁移脚本. We index every CJK run a second time, in a ``grams``
 column, as its character unigrams followed by its bigrams; a CJK query run becomes
 a phrase of bigrams (or one unigram) on that column. English words and code
-identifiers stay intact in the ``text`` column.
+identifiers stay intact in the ``text`` column; a Latin run glued to CJK text
+(我用Python编程) is added to ``grams`` on its own, and a query splits its Latin runs from
+its CJK runs the same way, so ``python`` finds it.
 
 Architecture Invariant: pure functions; no SQL runs here.
 """
@@ -26,12 +28,25 @@ _QUERY_TOKEN = re.compile(r'"(?:[^"]|"")*"|[()]|[^\s()"]+')
 _BAREWORD = re.compile(r"^[\w]+\*?$", re.UNICODE)
 
 
+# What ``unicode61`` takes for one token: a run of letters and digits (CJK included).
+_TOKEN = re.compile(r"[^\W_]+")
+
+
 def cjk_grams(text: str) -> str:
-    """The ``grams`` column: per CJK run, its unigrams then its bigrams, space-separated."""
+    """The ``grams`` column: per CJK run, its unigrams then its bigrams; then every Latin
+    (non-CJK) run that is glued to CJK text, space-separated.
+
+    ``unicode61`` reads 我用Python编程 as one token, so ``python`` would not find it in the
+    ``text`` column: the ``Python`` glued inside is indexed again here, on its own, and an
+    unqualified query word matches either column (SPEC §5).
+    """
     parts: list[str] = []
     for run in CJK_RUN.findall(text):
         parts.extend(run)
         parts.extend(run[i : i + 2] for i in range(len(run) - 1))
+    for token in _TOKEN.findall(text):
+        if CJK_RUN.search(token) and not CJK_RUN.fullmatch(token):
+            parts.extend(p for p in CJK_RUN.split(token) if p)
     return " ".join(parts)
 
 
