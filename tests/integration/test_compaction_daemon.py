@@ -880,3 +880,29 @@ async def test_real_sessions_compact_at_32k(sc: DagctxClient, sampler: Sampler, 
         assert set(old_covers) <= set(res.covers_ids) and len(res.covers_ids) > len(old_covers)
         assert old_summary not in res.covers_ids and old_summary not in after.reads
     await check_coverage(sc, sid, before, after, res, sampler.text(), old_covers)
+
+
+async def test_tokens_after_is_measured_in_the_requested_format(db_path: Path) -> None:
+    """SPEC §8: tokensBefore/tokensAfter are the render of the format the caller names
+    (an openai render has a message per tool result, so it differs from neutral)."""
+    c = await spawn(db_path, None)
+    try:
+        s = await c.session_create("formats")
+        sid = s.session_id
+        head = s.head
+        for t in range(8):  # each reply makes three tool calls: openai has a message per result
+            u = await c.append(sid, "user", output=f"turn {t}: read the three modules of src/pkg", predecessor=head)
+            a = await c.append(sid, "llm", name=BIG, output=f"Reading them ({t}).", predecessor=u.node.id)
+            for k in range(3):
+                await c.append(sid, "code", name="read_file", input={"path": f"src/pkg/mod_{t}_{k}.py"},
+                               output="\n".join(f"line {i} of mod_{t}_{k}" for i in range(60)),
+                               caller=a.node.id, metadata={"toolCallId": f"call_{t}_{k}"})
+            head = a.node.id
+        before = {f: (await c.render(sid, model=BIG, format=f)).tokens.total for f in ("neutral", "openai")}
+        res = await c.compact(sid, model=BIG, keep_recent_tokens=1500, fallback="structural", format="openai")
+        assert res.ok and res.summary_id and res.format == "openai", res
+        after = {f: (await c.render(sid, model=BIG, format=f)).tokens.total for f in ("neutral", "openai")}
+        assert before["openai"] != before["neutral"]
+        assert (res.tokens_before, res.tokens_after) == (before["openai"], after["openai"])
+    finally:
+        await c.close()

@@ -100,12 +100,16 @@ export interface CompactParams {
   timeoutSeconds?: number;
   /** @default null */
   workDoneToken?: number | string | null;
+  /** @default "neutral" */
+  format?: "anthropic" | "neutral" | "openai";
 }
 
 export interface CompactResult {
   ok: boolean;
   tokensBefore: number;
   tokensAfter: number;
+  /** @default "neutral" */
+  format?: string;
   /** @default null */
   summaryId?: string | null;
   /** @default [] */

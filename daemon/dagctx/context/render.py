@@ -758,6 +758,39 @@ class _Renderer:
                 self.ask_user(c, depth=depth)
 
 
+def added_text(node: Call, side: str, aged: bool = False) -> str:
+    """The text a render adds around a node's own content, so token counts include it
+    (SPEC §6): status markers and placeholders of a tool result (``side="result"``),
+    of a failed or cancelled reply (``"reply"``), the summary marker (``"summary"``).
+
+    Mirrors ``result_blocks``, ``llm`` and ``summary`` above; a prefix is counted on its
+    own, beside the content (within a token of the joined text).
+    """
+    if side == "summary":
+        text = node.output if isinstance(node.output, str) else ""
+        return "" if text.startswith(SUMMARY_MARKER) else SUMMARY_MARKER + "\n"
+    if side == "reply":
+        if node.status == "error":
+            msg = _error_message(node)
+            return "\n[error] the model call failed" + (f": {msg}" if msg else "")
+        if node.status == "cancelled":
+            return "\n[cancelled] the model call was cancelled"
+        return ""
+    if node.status == "completed" and node.output not in (None, "", []):
+        return ""
+    has = aged or bool(value_blocks(node.output))
+    if node.status == "error":
+        if has:
+            return "[error] "
+        msg = _error_message(node)
+        return f"[error] {msg}" if msg else "[error] the call failed"
+    if node.status == "cancelled":
+        return "[cancelled] " if has else f"[cancelled] {NO_RESULT}"
+    if not has:
+        return NO_RESULT if node.status == "running" else NO_OUTPUT
+    return ""
+
+
 def _prefixed(prefix: str, blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if blocks and blocks[0].get("type") == "text":
         text = blocks[0]["text"]

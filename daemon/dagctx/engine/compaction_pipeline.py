@@ -117,7 +117,7 @@ async def _compact(engine: EngineCore, p: c.CompactParams, started: float) -> c.
     def done(ok: bool, reason: str, tokens_before: int, tokens_after: int, **kw: Any) -> c.CompactResult:
         engine.peer.progress(token, {"kind": "end", "message": reason})
         return c.CompactResult(
-            ok=ok, reason=reason, tokens_before=tokens_before, tokens_after=tokens_after,
+            ok=ok, reason=reason, tokens_before=tokens_before, tokens_after=tokens_after, format=p.format,
             duration_ms=round((time.monotonic() - started) * 1000, 1), **kw,
         )
 
@@ -126,8 +126,11 @@ async def _compact(engine: EngineCore, p: c.CompactParams, started: float) -> c.
     aged, aging_stats = views.aging_for(sid, head, info)
     before = views.render(sid, head=head, fmt="neutral", model=info.name, aged=aged, remember=False)
     tokens_before = before.total  # the local estimate validation compares against
-    # reported as context/render reports the same render (calibrated after a usage report)
-    shown_before = views.calibrated(sid, info.name, tokens_before, before.record)[1]
+    # reported as context/render reports the same render in the caller's format
+    # (calibrated after a usage report); validation stays on the neutral render
+    shown = before if p.format == "neutral" else views.render(
+        sid, head=head, fmt=p.format, model=info.name, aged=aged, remember=False)
+    shown_before = views.calibrated(sid, info.name, shown.total, shown.record)[1]
     view = before.view
     # 2. the cut
     plan, why = compaction_plan.cut_decision(
@@ -213,7 +216,7 @@ async def _compact(engine: EngineCore, p: c.CompactParams, started: float) -> c.
     out = store.append(sid, node, move_head=False, token_counts=engine.count_node(None, node.output))
     engine._observe("node/didAppend", sid, out.node, out.head)
     aged_after, _ = views.aging_for(sid, head, info)
-    after = views.render(sid, head=head, fmt="neutral", model=info.name, aged=aged_after, remember=False)
+    after = views.render(sid, head=head, fmt=p.format, model=info.name, aged=aged_after, remember=False)
     return done(
         True, p.trigger, shown_before, views.calibrated(sid, info.name, after.total, after.record)[1],
         summary_id=out.node.id,

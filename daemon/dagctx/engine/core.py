@@ -238,7 +238,7 @@ class EngineCore:
     async def _prepare_after_compaction(self, p: c.PrepareParams, first: c.PrepareResult) -> c.PrepareResult:
         res = await compaction_pipeline.compact(
             self,
-            c.CompactParams(session_id=p.session_id, head=p.head, model=p.model, trigger="auto"),
+            c.CompactParams(session_id=p.session_id, head=p.head, model=p.model, trigger="auto", format=p.format),
         )
         again = self._prepare_once(p)
         again.compaction = msgspec.to_builtins(res)

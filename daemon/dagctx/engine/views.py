@@ -24,7 +24,7 @@ from dagctx.context import aging
 from dagctx.context import budget as budget_mod
 from dagctx.context.formats import to_messages
 from dagctx.context.models import ModelInfo
-from dagctx.context.render import RENDER_POLICY_VERSION, View, render_view
+from dagctx.context.render import RENDER_POLICY_VERSION, View, added_text, render_view
 from dagctx.context.system_prompt import PromptOptions, assemble_system_prompt
 from dagctx.ledger import SessionGraph, UsageRow
 from dagctx.ledger.graph import is_summary
@@ -128,15 +128,23 @@ class ContextService:
         if node is None:
             return 0
         tin, tout = self.counts_of(graph, node_id, tokenizer, cache)
+        count = self.e.counter.count
         if node.role == "code":
             if assistant:
                 return tin
+            # Status markers and placeholders are text the model reads (SPEC §6).
+            extra = count(added_text(node, "result", node_id in aged), tokenizer)
             if node_id in aged:
-                return self.e.counter.count(aged[node_id], tokenizer)
-            return tout
+                return count(aged[node_id], tokenizer) + extra
+            return tout + extra
         if node.role == "llm" and not assistant and graph.is_nested(node):
             return tin  # an inner llm call's prompt, shown as a user message
-        return tout if node.output is not None else tin
+        own = tout if node.output is not None else tin
+        if node.role == "llm" and is_summary(node):
+            return own + count(added_text(node, "summary"), tokenizer)
+        if node.role == "llm" and node.status in ("error", "cancelled"):
+            return own + count(added_text(node, "reply"), tokenizer)
+        return own
 
     def count_messages(self, graph: SessionGraph, messages: list[Any], node_ids: list[list[str]],
                        tokenizer: str, aged: dict[str, str]) -> list[int]:

@@ -132,12 +132,16 @@ class CompactParams(_Params):
     min_identifier_retention: float = 0.5
     timeout_seconds: float = 120.0
     work_done_token: int | str | None = None
+    #: the provider format ``tokensBefore``/``tokensAfter`` are measured in (SPEC §8)
+    format: Format = "neutral"
 
 
 class CompactResult(_Result):
     ok: bool
     tokens_before: int
     tokens_after: int
+    #: the format the two token figures were measured in
+    format: str = "neutral"
     summary_id: str | None = None
     covers_ids: list[str] = msgspec.field(default_factory=list)
     summarised_count: int = 0
