@@ -167,7 +167,10 @@ def run(fn: Callable[[argparse.Namespace], Awaitable[int]], args: argparse.Names
         console.print(f"[red]error[/red]: {escape(sentence(exc.message))} ({exc.kind or exc.code})")
         return 1
     except (ConnectionError, OSError) as exc:
-        console.print(f"[red]error[/red]: {escape(sentence(str(exc)))}")
+        first, _, rest = str(exc).partition("\n")
+        console.print(f"[red]error[/red]: {escape(sentence(first))}")
+        if rest:
+            console.print(escape(rest), highlight=False)  # the daemon's last stderr lines, as written
         return 1
     except KeyboardInterrupt:
         return 130
@@ -219,7 +222,7 @@ def sentence(text: str) -> str:
     if not text:
         return text
     text = text[0].upper() + text[1:]
-    return text if text[-1] in ".!?…)" else text + "."
+    return text if text[-1] in ".!?…):" else text + "."
 
 
 def preview(value: Any, limit: int = 90) -> str:

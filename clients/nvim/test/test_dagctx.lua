@@ -296,6 +296,25 @@ local function main()
     eq(vim.bo[buf].filetype, "dagctx", "filetype")
   end)
 
+  test(":DagctxRender <id prefix> resolves the prefix as the CLI does", function()
+    vim.cmd("DagctxRender " .. S.id:sub(1, 8))
+    local lines = buf_lines("dagctx://render/" .. S.id)
+    must_contain(lines, "我们需要写一个数据库迁移脚本", "render of a prefix")
+    notes = {}
+    local buf, err = dagctx.render("zz-no-such-prefix")
+    eq(buf, nil, "render of an unknown prefix")
+    eq(err and err.kind, "SessionNotFound", "err.kind")
+    check(err.message:find("no session id starts with it", 1, true), "message: %s", err.message)
+  end)
+
+  test("completion of :DagctxRender works before any command started the daemon", function()
+    eq(dagctx.stop(true, 3000), 0, "daemon exit code")
+    dagctx.client = nil
+    local items = vim.fn.getcompletion("DagctxRender " .. S.id:sub(1, 4), "cmdline")
+    check(vim.tbl_contains(items, S.id), "completion %s lacks %s", vim.inspect(items), S.id)
+    check(dagctx.client and dagctx.client:is_running(), "completion did not start the daemon")
+  end)
+
   test(":DagctxRender without an id renders the newest session", function()
     local a = dagctx.request_sync("node/append", {
       sessionId = S.other_id,
@@ -583,6 +602,22 @@ local function main()
     eq(dagctx.client.rpc, nil, "the failed daemon was stopped")
     eq(dagctx.client.state, "failed", "client state")
     os.remove(blocker)
+    dagctx.setup(saved)
+    dagctx.client = nil
+  end)
+
+  test("a daemon that dies shows its last stderr lines", function()
+    local saved = dagctx.config
+    local die = "import sys; sys.stderr.write('Traceback (most recent call last):\\n  boom from the daemon\\n'); "
+      .. "sys.stderr.flush(); sys.stdin.read(1); sys.exit(3)"
+    dagctx.setup(vim.tbl_extend("force", saved, { cmd = { python, "-c", die } }))
+    dagctx.client = nil
+    notes = {}
+    local res, err = dagctx.request_sync("session/list", nil, 5000)
+    eq(res, nil, "result")
+    check(err and err.kind == "DaemonExited", "error: %s", vim.inspect(err))
+    check(err.message:find("code 3", 1, true), "message lacks the exit code: %s", err.message)
+    check(err.message:find("boom from the daemon", 1, true), "message lacks the stderr lines: %s", err.message)
     dagctx.setup(saved)
     dagctx.client = nil
   end)

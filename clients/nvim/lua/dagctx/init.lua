@@ -250,7 +250,10 @@ local function build_client()
     on_exit = function(code, signal, was)
       push_log("client/exit", { code = code, signal = signal }, string.format("daemon exited: code %s, signal %s", tostring(code), tostring(signal)))
       if was == "running" then
-        notify(string.format("the daemon exited unexpectedly (code %s); it restarts on the next command", tostring(code)), levels.WARN)
+        local tail = M.client and M.client:stderr_tail(8) or {}
+        local last = #tail > 0 and ("; its last stderr lines:\n    " .. table.concat(tail, "\n    ")) or ""
+        notify(string.format("the daemon exited unexpectedly (code %s); it restarts on the next command%s",
+          tostring(code), last), levels.WARN)
       end
     end,
   })
@@ -382,12 +385,65 @@ local function newest_session()
   return s.sessionId
 end
 
----:DagctxRender [sessionId]: the neutral messages of the session's HEAD.
+---Every session id of the database (session/list, page by page).
+local function all_session_ids(timeout_ms)
+  local ids, offset = {}, 0
+  while true do
+    local res, err = M.request_sync("session/list", { limit = 500, offset = offset }, timeout_ms)
+    if err then
+      return nil, err
+    end
+    local page = res.sessions or {}
+    for _, s in ipairs(page) do
+      ids[#ids + 1] = s.sessionId
+    end
+    offset = offset + #page
+    if #page == 0 or offset >= (res.total or 0) then
+      return ids
+    end
+  end
+end
+
+---The session id `ref` names: itself, or the only id that starts with it (as the CLI).
+function M.resolve_session(ref)
+  local _, err = M.request_sync("session/get", { sessionId = ref })
+  if not err or err.code == rpc.codes.MethodNotFound then
+    return ref -- found, or an older daemon without session/get: the id as given
+  end
+  if err.kind ~= "SessionNotFound" then
+    return nil, err
+  end
+  local ids, lerr = all_session_ids()
+  if not ids then
+    return nil, lerr
+  end
+  local matches = {}
+  for _, id in ipairs(ids) do
+    if vim.startswith(id, ref) then
+      matches[#matches + 1] = id
+    end
+  end
+  if #matches == 1 then
+    return matches[1]
+  end
+  local why = #matches == 0 and "no session id starts with it"
+    or string.format("%d sessions match; give more characters", #matches)
+  return nil, rpc.make_error(rpc.codes.Application, string.format("session %q: %s", ref, why), { kind = "SessionNotFound" })
+end
+
+---:DagctxRender [session id or prefix]: the neutral messages of the session's HEAD.
 ---Falls back to session/history when the daemon lacks context/render.
 function M.render(session_id, opts)
   opts = opts or {}
   if session_id == nil or session_id == "" then
     local id, err = newest_session()
+    if not id then
+      M.notify_error("render", err)
+      return nil, err
+    end
+    session_id = id
+  else
+    local id, err = M.resolve_session(session_id)
     if not id then
       M.notify_error("render", err)
       return nil, err
@@ -453,16 +509,18 @@ function M.show_log()
   return ui.open_scratch("dagctx://log", ui.format_log(M.log), { window = M.config.window })
 end
 
----Completion of session ids (for :DagctxRender); only asks a running daemon.
+---Completion of session ids (for :DagctxRender). Starts the daemon when no command
+---has yet (completion is the first thing a user may do), waiting at most 3 s.
 function M.complete_sessions(arglead)
-  if not (M.client and M.client:is_running()) then
+  local client = M.start()
+  if not client or not client:wait_ready(3000) then
     return {}
   end
-  local res = M.client:request_sync("session/list", { limit = M.config.list_limit, offset = 0 }, 2000)
+  local ids = all_session_ids(2000) or {}
   local out = {}
-  for _, s in ipairs((res and res.sessions) or {}) do
-    if vim.startswith(s.sessionId, arglead or "") then
-      out[#out + 1] = s.sessionId
+  for _, id in ipairs(ids) do
+    if vim.startswith(id, arglead or "") then
+      out[#out + 1] = id
     end
   end
   return out

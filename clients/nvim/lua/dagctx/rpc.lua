@@ -48,6 +48,62 @@ M.codes = {
 
 local has_new_start = vim.fn.has("nvim-0.10") == 1
 
+-- ------------------------------------------------------------------ stderr tail
+--
+-- vim.lsp.rpc reads the daemon's stderr and hands each chunk to
+-- vim.lsp.log.error("rpc", cmd, "stderr", chunk); it offers no callback of its own.
+-- To say why a daemon died, the tap below sees those calls (and passes every call
+-- on unchanged) and keeps each client's last STDERR_LINES lines.
+
+local STDERR_LINES = 40
+local taps = {} -- cmd key -> client
+
+local function cmd_key(cmd)
+  if type(cmd) == "table" then
+    return cmd[1] and tostring(cmd[1]) or ""
+  end
+  return tostring(cmd)
+end
+
+local function install_tap()
+  local ok, log = pcall(require, "vim.lsp.log")
+  if not ok or type(log) ~= "table" or log.__dagctx_tap then
+    return
+  end
+  local original = log.error
+  log.__dagctx_tap = true
+  log.error = function(...)
+    local n = select("#", ...)
+    if n >= 4 then
+      local tag, cmd, what, chunk = ...
+      if tag == "rpc" and what == "stderr" and type(chunk) == "string" then
+        local client = taps[cmd_key(cmd)]
+        if client then
+          client:_stderr(chunk)
+        end
+      end
+    end
+    return original(...)
+  end
+end
+
+---Append a chunk of the daemon's stderr to the ring buffer (a fast event: no API calls).
+function M._stderr_lines(buffer, partial, chunk)
+  local text = (partial or "") .. chunk
+  local rest = text
+  for line, nl in text:gmatch("([^\n]*)(\n)") do
+    local _ = nl
+    if line:match("%S") then
+      buffer[#buffer + 1] = #line > 500 and (line:sub(1, 499) .. "…") or line
+      if #buffer > STDERR_LINES then
+        table.remove(buffer, 1)
+      end
+    end
+  end
+  rest = text:match("[^\n]*$") or ""
+  return rest
+end
+
 ---Normalize an error reply into {code, message, data, kind}.
 local function make_error(code, message, data)
   local kind = type(data) == "table" and data.kind or nil
@@ -113,7 +169,26 @@ function M.new(opts)
   self.initialize_result = nil
   self.init_error = nil
   self.exit_code = nil
+  self.stderr = {} -- the daemon's last stderr lines
+  self.stderr_partial = ""
   return self
+end
+
+function Client:_stderr(chunk)
+  self.stderr_partial = M._stderr_lines(self.stderr, self.stderr_partial, chunk)
+end
+
+---The daemon's last `n` stderr lines (a list; a partial last line included).
+function Client:stderr_tail(n)
+  n = n or 12
+  local lines = {}
+  for i = math.max(1, #self.stderr - n + 1), #self.stderr do
+    lines[#lines + 1] = self.stderr[i]
+  end
+  if self.stderr_partial:match("%S") then
+    lines[#lines + 1] = self.stderr_partial
+  end
+  return lines
 end
 
 function Client:is_running()
@@ -228,6 +303,9 @@ function Client:start()
   if self.opts.cmd_env then
     extra.env = self.opts.cmd_env
   end
+  install_tap()
+  self.stderr, self.stderr_partial = {}, ""
+  taps[cmd_key(cmd)] = self
   local ok, rpc = pcall(spawn, cmd, self:_dispatchers(), extra)
   if not ok or rpc == nil then
     return false, make_error(M.codes.InternalError, "dagctx: could not start " .. table.concat(cmd, " ") .. ": " .. tostring(rpc))
@@ -289,11 +367,12 @@ function Client:_on_exit(code, signal)
   self.exit_code = code
   local was = self.state
   self.state = was == "failed" and "failed" or "stopped"
-  local err = make_error(
-    M.codes.InternalError,
-    string.format("the dagctx daemon exited (code %s, signal %s)", tostring(code), tostring(signal)),
-    { kind = "DaemonExited" }
-  )
+  local message = string.format("the dagctx daemon exited (code %s, signal %s)", tostring(code), tostring(signal))
+  local tail = self:stderr_tail(12)
+  if #tail > 0 then
+    message = message .. "; its last stderr lines:\n    " .. table.concat(tail, "\n    ")
+  end
+  local err = make_error(M.codes.InternalError, message, { kind = "DaemonExited", stderr = tail })
   self:_fail_queue(err)
   local pending = self.pending
   self.pending = {}

@@ -24,6 +24,8 @@ from dagctx.protocol import messages as m
 from dagctx.protocol.methods import METHODS
 from dagctx.protocol.nodes import NodeInput
 
+from .stderr_tail import StderrTail, describe_exit
+
 _UNSET = msgspec.UNSET
 
 
@@ -63,6 +65,10 @@ class DagctxClient:
         self._read_task = asyncio.ensure_future(self._read_loop())
         self.closed = asyncio.get_running_loop().create_future()
         self.initialize_result: m.InitializeResult | None = None
+        #: the spawned daemon's last stderr lines (when ``spawn`` captured them)
+        self.stderr_tail: StderrTail | None = None
+        #: why the connection ended (set when it has)
+        self.closed_reason: str | None = None
 
     # ------------------------------------------------------------ spawning
 
@@ -79,7 +85,12 @@ class DagctxClient:
         capabilities: dict[str, Any] | None = None,
         extra_args: Sequence[str] = (),
     ) -> DagctxClient:
-        """Start ``dagctx serve`` as a child process and (by default) initialize it."""
+        """Start ``dagctx serve`` as a child process and (by default) initialize it.
+
+        ``stderr``: where the daemon's stderr goes; by default it is read into a ring
+        buffer (``stderr_tail``) so that when the daemon dies or cannot start, the
+        ``ConnectionError`` quotes its last lines.
+        """
         argv = list(command or [sys.executable, "-P", "-m", "dagctx.cli", "serve"])
         if database is not None:
             argv += ["--db", os.fspath(database)]
@@ -88,12 +99,14 @@ class DagctxClient:
             *argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
-            stderr=stderr if stderr is not None else asyncio.subprocess.DEVNULL,
+            stderr=stderr if stderr is not None else asyncio.subprocess.PIPE,
             env=env,
             limit=1 << 26,
         )
         assert proc.stdout is not None and proc.stdin is not None
         client = cls(proc.stdout, proc.stdin, proc)
+        if stderr is None and proc.stderr is not None:
+            client.stderr_tail = StderrTail(proc.stderr)
         if initialize:
             await client.initialize(initialization_options=initialization_options, capabilities=capabilities)
         return client
@@ -125,11 +138,24 @@ class DagctxClient:
         except asyncio.CancelledError:
             raise
         finally:
+            self.closed_reason = await self._why_closed()
             for fut, _ in self._pending.values():
                 if not fut.done():
-                    fut.set_exception(ConnectionError("the daemon closed the connection"))
+                    fut.set_exception(ConnectionError(self.closed_reason))
             if not self.closed.done():
                 self.closed.set_result(None)
+
+    async def _why_closed(self) -> str:
+        """Why the connection ended: the exit code and last stderr lines, when known."""
+        code = None
+        if self.process is not None:
+            try:
+                code = await asyncio.wait_for(self.process.wait(), 2.0)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                code = self.process.returncode
+        if self.stderr_tail is not None:
+            await self.stderr_tail.settle()
+        return describe_exit(code, self.stderr_tail)
 
     def _dispatch(self, body: bytes) -> None:
         env = codec.envelope_decoder.decode(body)
@@ -210,6 +236,9 @@ class DagctxClient:
         msg_id = next(self._ids)
         spec = METHODS.get(method)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self.closed.done():
+            fut.set_exception(ConnectionError(self.closed_reason or "the daemon closed the connection"))
+            return msg_id, fut
         self._pending[msg_id] = (fut, spec.result if spec else None)
         self._send(codec.Request(method=method, id=msg_id, params=_UNSET if params is None else params))
         return msg_id, fut
@@ -267,6 +296,8 @@ class DagctxClient:
             return await self.process.wait()
         finally:
             self._read_task.cancel()
+            if self.stderr_tail is not None:
+                self.stderr_tail.cancel()
 
     # ------------------------------------------------------------ typed methods
 
