@@ -326,3 +326,27 @@ async def test_native_session_round_trips_ids_edges_and_contents(daemon: DagctxC
                 assert x.predecessor == y.predecessor
     finally:
         await fresh.close()
+
+
+@pytest.mark.parametrize("rel", [CC_SPAWN, CC_GENERAL])
+async def test_export_of_every_branch_keeps_every_node_and_is_already_present(
+    daemon: DagctxClient, tmp_path: Path, rel: str
+) -> None:
+    """HEAD's branch alone drops side branches (55 → 53 for the subagent session); every
+    branch keeps them, and the file names its source, so the same database says
+    "already present" instead of making a copy."""
+    [s] = (await daemon.import_path(corpus(rel))).sessions
+    out = tmp_path / "all.jsonl"
+    await daemon.export(s.session_id, path=str(out), branches="all")
+    [same] = (await daemon.import_path(str(out))).sessions
+    assert not same.created and same.session_id == s.session_id
+    assert (await daemon.session_list()).total == 1
+    fresh = await DagctxClient.spawn(tmp_path / "fresh.db")
+    try:
+        [copy] = (await fresh.import_path(str(out))).sessions
+        assert copy.created and copy.nodes == s.nodes
+        assert (await fresh.session_get(copy.session_id)).head == (await daemon.session_get(s.session_id)).head
+        assert len((await fresh.branches(copy.session_id)).branches) == len(
+            (await daemon.branches(s.session_id)).branches)
+    finally:
+        await fresh.close()

@@ -213,7 +213,7 @@ def iter_jsonl(path: Path, *, label: str = "") -> Iterator[tuple[int, dict] | Sk
         try:
             obj = msgspec.json.decode(text)
         except msgspec.DecodeError:
-            yield Skipped(no, f"{prefix}not JSON: {quote(text, 30)}")
+            yield Skipped(no, f"{prefix}not JSON: {quote(text, 20)}")
             continue
         except RecursionError:
             yield Skipped(no, f"{prefix}JSON nested too deeply")

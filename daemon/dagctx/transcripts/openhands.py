@@ -142,7 +142,7 @@ def _iter_output_lines(path: Path) -> Iterator[Transcript]:
         try:
             obj = msgspec.json.decode(text)
         except msgspec.DecodeError:
-            pending.append(Skipped(no, f"not JSON: {quote(text, 30)}"))
+            pending.append(Skipped(no, f"not JSON: {quote(text, 20)}"))
             continue
         except RecursionError:
             pending.append(Skipped(no, "JSON nested too deeply"))

@@ -74,7 +74,7 @@ def _items(path: Path) -> Iterator[tuple[int, Any, bytes] | Skipped]:
         try:
             obj = msgspec.json.decode(text)
         except msgspec.DecodeError:
-            yield Skipped(no, f"not JSON: {quote(text, 30)}")
+            yield Skipped(no, f"not JSON: {quote(text, 20)}")
             continue
         except RecursionError:
             yield Skipped(no, "JSON nested too deeply")
