@@ -60,7 +60,7 @@ async def measure(db: Path, path: Path, fmt: str) -> tuple[int, int, float, str]
         t0 = time.perf_counter()
         try:
             res = await client.import_path(str(path), format=fmt)
-            note = f"{len(res.sessions)} sessions; " + "; ".join(str(s.get("reason")) for s in res.skipped[:1])
+            note = f"{len(res.sessions)} sessions; " + "; ".join(s.reason for s in res.skipped[:1])
         except RpcError as exc:
             note = f"{exc.kind}: {exc.message}"
         dt = time.perf_counter() - t0

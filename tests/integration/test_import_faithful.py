@@ -193,14 +193,14 @@ async def test_a_wrong_format_or_a_non_transcript_writes_nothing(daemon: DagctxC
             assert secret[20:] not in exc.message
             continue
         assert res.sessions == [] and (await daemon.session_list()).total == before, (path, fmt)
-        files = [e for e in res.skipped if "line" not in e]
-        assert len(files) == 1 and "no conversation found" in files[0]["reason"], (path, fmt, res.skipped)
-        lines = [e for e in res.skipped if "line" in e]
+        files = [e for e in res.skipped if e.line is None]
+        assert len(files) == 1 and "no conversation found" in files[0].reason, (path, fmt, res.skipped)
+        lines = [e for e in res.skipped if e.line is not None]
         assert len(lines) <= 10 and len(res.skipped) <= 11
         if path == shadow:
             assert res.skipped_more == 490
             # reasons quote a short escaped prefix at most, never the line
-            assert all(secret[25:] not in e["reason"] and len(e["reason"]) <= 200 for e in res.skipped)
+            assert all(secret[25:] not in e.reason and len(e.reason) <= 200 for e in res.skipped)
     with pytest.raises(RpcError) as e:
         await daemon.import_path(str(tmp_path / "empty"))
     assert e.value.kind == "InvalidParams"
@@ -267,7 +267,7 @@ async def test_oversized_records_are_skipped_with_their_size_and_memory_stays_bo
         [s] = res.sessions
         assert s.nodes == 2
         [skip] = res.skipped
-        assert skip["line"] == 2 and "bytes is over the 65,536-byte limit" in skip["reason"]
+        assert skip.line == 2 and "bytes is over the 65,536-byte limit" in skip.reason
         # 48 MiB without a single newline: skipped by size, read in chunks. The baseline is
         # taken after a first import (the parsers and the tokenizer are loaded by then).
         baseline = _rss_peak_kib(client.process.pid)
@@ -276,7 +276,7 @@ async def test_oversized_records_are_skipped_with_their_size_and_memory_stays_bo
             for _ in range(48):
                 fh.write(b"{" * (1 << 20))
         res = await client.import_path(str(blob), format="claude-code")
-        assert res.sessions == [] and res.skipped[0]["line"] == 1 and "50,331,648 bytes" in res.skipped[0]["reason"]
+        assert res.sessions == [] and res.skipped[0].line == 1 and "50,331,648 bytes" in res.skipped[0].reason
         grown_mib = (_rss_peak_kib(client.process.pid) - baseline) / 1024
         assert grown_mib < 16, f"import grew the daemon's peak RSS by {grown_mib:.0f} MiB"
     finally:

@@ -9,7 +9,7 @@ gave a ``workDoneToken``.
 
 What is never written (SPEC §9 ``session/import``): a transcript with no conversation
 node — a wrong ``format``, a file that is no transcript at all — creates no session; it
-is reported once per file in ``skipped`` (an entry without ``line``). A file exported by
+is reported once per file in ``skipped`` (an entry whose ``line`` is null). A file exported by
 ``session/export`` names its source session; when that session is in this database the
 import answers it as already present (``created: false``) instead of copying it.
 """
@@ -27,7 +27,7 @@ from dagctx.ledger import UsageRow
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
 from dagctx.transcripts import Transcript, iter_file, transcript_files
-from dagctx.transcripts.base import BESIDE_CHAIN_NAMES
+from dagctx.transcripts.base import BESIDE_CHAIN_NAMES, MAX_REASON_CHARS
 
 if TYPE_CHECKING:
     from .core import EngineCore
@@ -55,22 +55,24 @@ def has_conversation(t: Transcript) -> bool:
 
 
 class _Report:
-    """Skipped entries, capped per file and in all, with a count of the rest."""
+    """Skipped entries, capped per file and in all, with a count of the rest; each reason
+    at most ``MAX_REASON_CHARS`` (a reason names what was wrong, it never echoes a line)."""
 
     def __init__(self) -> None:
-        self.entries: list[dict[str, Any]] = []
+        self.entries: list[c.Skipped] = []
         self.more = 0
         self._per_file: dict[str, int] = {}
 
-    def add(self, entry: dict[str, Any]) -> None:
-        f = str(entry.get("file"))
-        n = self._per_file.get(f, 0)
+    def add(self, line: int | None, reason: str, file: str) -> None:
+        n = self._per_file.get(file, 0)
         # File-level entries (no line) are always listed: they say a file was not imported.
-        if "line" in entry and (n >= MAX_SKIPPED_PER_FILE or len(self.entries) >= MAX_SKIPPED):
+        if line is not None and (n >= MAX_SKIPPED_PER_FILE or len(self.entries) >= MAX_SKIPPED):
             self.more += 1
             return
-        self._per_file[f] = n + 1
-        self.entries.append(entry)
+        self._per_file[file] = n + 1
+        if len(reason) > MAX_REASON_CHARS:
+            reason = reason[: MAX_REASON_CHARS - 1] + "…"
+        self.entries.append(c.Skipped(line, reason, file=file))
 
 
 def _next(it: Iterator[Transcript]) -> Any:
@@ -123,13 +125,13 @@ async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResul
             except (ValueError, OSError, RecursionError) as exc:
                 if single:
                     raise DagctxError("ImportFailed", f"cannot import {p.path!r}: {exc}", path="path") from exc
-                report.add({"file": str(f), "reason": str(exc)})
+                report.add(None, str(exc), str(f))
                 break
             if t is _DONE:
                 break
             assert isinstance(t, Transcript)
             for s in t.skipped:
-                report.add({"file": t.source_path or str(f), "line": s.line, "reason": s.reason})
+                report.add(s.line, s.reason, s.file or t.source_path or str(f))
             if not has_conversation(t):
                 empty += 1
                 empty_example = empty_example or t
@@ -141,10 +143,9 @@ async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResul
                 "percentage": int(fi * 100 / len(files)),
             })
         if empty and not written:
-            report.add({"file": str(f), "reason": _not_imported(empty_example, p.format, empty)})  # type: ignore[arg-type]
+            report.add(None, _not_imported(empty_example, p.format, empty), str(f))  # type: ignore[arg-type]
         elif empty:
-            report.add({"file": str(f), "reason": f"{empty} of its records hold no conversation; they were not "
-                                                  "imported"})
+            report.add(None, f"{empty} of its records hold no conversation; they were not imported", str(f))
         engine.peer.progress(token, {
             "kind": "report", "message": f"{fi + 1}/{len(files)} files, {len(sessions)} sessions written",
             "percentage": int((fi + 1) * 100 / len(files)),
@@ -164,10 +165,7 @@ async def _write(engine: EngineCore, p: c.ImportParams, t: Transcript, path: str
             UsageRow(
                 node_id=nid,
                 model=None,
-                input=int(u.get("input", 0)),
-                output=int(u.get("output", 0)),
-                cache_read=int(u.get("cacheRead", 0)),
-                cache_write=int(u.get("cacheWrite", 0)),
+                usage=u,
                 estimated=None,
                 reported_at=now,
             )

@@ -10,7 +10,12 @@ import msgspec
 
 from .messages import _Params, _Result
 
+#: The provider shapes a render can take (SPEC §6).
 Format = Literal["openai", "anthropic", "neutral"]
+#: Transcript formats ``session/import`` reads; ``auto`` detects the format per file.
+ImportFormat = Literal["auto", "claude-code", "codex", "openclaw", "swe-agent", "openhands", "sharegpt"]
+#: Transcript formats ``session/export`` writes.
+ExportFormat = Literal["claude-code", "openai"]
 Expose = Literal["io", "full"]
 TokenSource = Literal["provider", "calibrated", "estimate"]
 
@@ -175,10 +180,20 @@ class ReplayResult(_Result):
 
 
 class Usage(_Params):
+    """Provider-reported token usage of one llm call (SPEC §7).
+
+    The prompt the provider measured is ``input + cache_read + cache_write``.
+    """
+
     input: int = 0
     output: int = 0
     cache_read: int = 0
     cache_write: int = 0
+
+    @property
+    def prompt(self) -> int:
+        """The prompt size the provider measured: input + cache read + cache write."""
+        return self.input + self.cache_read + self.cache_write
 
 
 class UsageReportParams(_Params):
@@ -213,7 +228,7 @@ class CompactionRecommended(_Result):
 
 class ImportParams(_Params):
     path: str
-    format: Literal["auto", "claude-code", "codex", "openclaw", "swe-agent", "openhands", "sharegpt"] = "auto"
+    format: ImportFormat = "auto"
     title: str | None = None
     work_done_token: int | str | None = None
 
@@ -232,10 +247,20 @@ class ImportedSession(_Result):
     notes: list[str] = msgspec.field(default_factory=list)
 
 
+class Skipped(msgspec.Struct, rename="camel", omit_defaults=True):
+    """Something an import did not take, and why: a source line (1-based), or a whole
+    file when ``line`` is null. Positional ``(line, reason)`` so parsers stay terse."""
+
+    line: int | None
+    reason: str
+    file: str | None = None
+
+
 class ImportResult(_Result):
     sessions: list[ImportedSession]
-    #: ``{file, line?, reason}``; an entry without ``line`` is a file that was not imported
-    skipped: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    #: line-level entries, capped per file and in all; an entry whose ``line`` is null is a
+    #: file that was not imported (SPEC §1 importing)
+    skipped: list[Skipped] = msgspec.field(default_factory=list)
     #: skipped lines not listed (the list is capped per file and in all)
     skipped_more: int = 0
 
@@ -243,7 +268,7 @@ class ImportResult(_Result):
 class ExportParams(_Params):
     session_id: str
     head: str | None = None
-    format: Literal["claude-code", "openai"] = "claude-code"
+    format: ExportFormat = "claude-code"
     path: str | None = None
     #: replace an existing file at ``path`` (refused otherwise)
     overwrite: bool = False
