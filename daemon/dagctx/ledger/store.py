@@ -956,6 +956,42 @@ class Store:
                 ),
             )
 
+    # Summaries made for one request by reduction within a turn (SPEC §8): derived data,
+    # keyed by a hash of the summarized content and the model configuration, never part
+    # of a session. The table is created on first use so older files need no migration.
+    _REDUCTION_DDL = (
+        "CREATE TABLE IF NOT EXISTS reduction_summaries(key TEXT PRIMARY KEY, kind TEXT NOT NULL, "
+        "text TEXT NOT NULL, input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL, "
+        "created_at REAL NOT NULL) WITHOUT ROWID"
+    )
+
+    def reduction_summaries(self, keys: Sequence[str]) -> dict[str, tuple[str, int, int]]:
+        """Cached request summaries by key: ``key → (text, input tokens, output tokens)``."""
+        if not keys:
+            return {}
+        self.db.execute(self._REDUCTION_DDL)
+        out: dict[str, tuple[str, int, int]] = {}
+        unique = list(dict.fromkeys(keys))
+        for i in range(0, len(unique), 500):
+            part = unique[i : i + 500]
+            marks = ",".join("?" * len(part))
+            for key, text, tin, tout in self.db.execute(
+                f"SELECT key, text, input_tokens, output_tokens FROM reduction_summaries WHERE key IN ({marks})",
+                part,
+            ):
+                out[key] = (text, tin, tout)
+        return out
+
+    def put_reduction_summary(self, key: str, kind: str, text: str, input_tokens: int, output_tokens: int) -> None:
+        """Keep one request summary (idempotent: the same key always holds the same meaning)."""
+        self.db.execute(self._REDUCTION_DDL)
+        with self._write():
+            self.db.execute(
+                "INSERT OR REPLACE INTO reduction_summaries(key, kind, text, input_tokens, output_tokens, created_at) "
+                "VALUES(?,?,?,?,?,?)",
+                (key, kind, text, input_tokens, output_tokens, time.time()),
+            )
+
     def usage(self, session_id: str) -> list[UsageRow]:
         rows = self.db.execute(
             "SELECT node_id, model, input, output, cache_read, cache_write, estimated, reported_at "
