@@ -400,6 +400,8 @@ export interface PrepareParams {
   prependContext?: string | null;
   /** @default null */
   memoryPrefetch?: string | null;
+  /** @default 60 */
+  reductionTimeoutSeconds?: number;
   /** @default null */
   workDoneToken?: number | string | null;
 }
@@ -481,6 +483,8 @@ export interface RenderParams {
   tools?: Record<string, unknown>[];
   /** @default null */
   maxOutputTokens?: number | null;
+  /** @default 60 */
+  reductionTimeoutSeconds?: number;
   /** @default null */
   workDoneToken?: number | string | null;
 }

@@ -208,6 +208,7 @@ class EngineCore:
 
     def _render_with_budget(self, p: c.RenderParams) -> Any:
         """``context/render`` checked against the budget; reduced within the turn when over (SPEC §8)."""
+        turn_reduction.time_limit(p.reduction_timeout_seconds, "params.reductionTimeoutSeconds")
         head = p.head or self.store.head(p.session_id)
         info = self.models.get(p.model or self.options.default_model)
         carried = self.turn_reducer.carried(p.session_id, head, info) or Reductions()
@@ -225,6 +226,7 @@ class EngineCore:
         built, rep = await turn_reduction.reduce(
             self, lambda red: turn_reduction.build_render(self, p, red), session_id=p.session_id, head=head,
             info=info, token=p.work_done_token,
+            seconds=turn_reduction.time_limit(p.reduction_timeout_seconds, "params.reductionTimeoutSeconds"),
         )
         result = built.result
         result.reduction = rep
@@ -253,6 +255,7 @@ class EngineCore:
     def context_prepare(self, p: c.PrepareParams) -> Any:
         """One turn's preparation; at ≥ 80 % with ``allowCompaction`` it compacts first;
         a request over its limit is reduced within the turn or refused (SPEC §8)."""
+        turn_reduction.time_limit(p.reduction_timeout_seconds, "params.reductionTimeoutSeconds")
         result = self._prepare_once(p)
         compact = result.needs_compaction and p.allow_compaction
         if compact:
@@ -313,6 +316,7 @@ class EngineCore:
         built, rep = await turn_reduction.reduce(
             self, lambda red: build(p, red), session_id=p.session_id, head=head, info=info,
             token=p.work_done_token,
+            seconds=turn_reduction.time_limit(p.reduction_timeout_seconds, "params.reductionTimeoutSeconds"),
         )
         result: c.PrepareResult = built.result
         result.engine = first.engine

@@ -150,6 +150,8 @@ class _Run:
     report: c.TurnReduction
     config: dict[str, Any]
     stopped: str | None = None
+    #: results whose summary failed in this build (not asked again)
+    failed: set[str] = field(default_factory=set)
     done: int = 0
     planned: int = 0
     failures: list[str] = field(default_factory=list)
@@ -246,7 +248,7 @@ def _candidates(run: _Run, built: Built, red: Reductions) -> tuple[list[tr.Resul
 
     covered = set(red.checkpoint.covers) if red.checkpoint else set()
     cands = [x for x in tr.result_candidates(view, graph, shape, token_of, aged=built.aged)
-             if x.node_id not in red.results and graph.owner(x.node_id) not in covered]
+             if x.node_id not in red.results and x.node_id not in run.failed and graph.owner(x.node_id) not in covered]
     keys = {x.node_id: tr.summary_key("result", "\0".join((x.tool, x.arguments, x.status, x.text)), run.config)
             for x in cands}
     return cands, keys, e.store.reduction_summaries(list(keys.values()))
@@ -284,16 +286,20 @@ async def _reduce_results(run: _Run, built: Built, red: Reductions) -> int:
     chosen: list[tr.ResultCandidate] = []
     saving = 0
     calls = max(0, tr.MAX_SUMMARY_CALLS - run.report.summary_calls)
+    capped = False
     for x in cands:
         if saving >= need:
             break
         hit = cached.get(keys[x.node_id])
         if hit is None:
             if calls <= 0:
+                capped = True
                 continue
             calls -= 1
         chosen.append(x)
         saving += (x.tokens - run.count(tr.reduced_result_text(x, hit[0]))) if hit else tr.expected_saving(x)
+    if capped and saving < need:
+        run.failures.append("callLimit")
     run.planned += sum(1 for x in chosen if keys[x.node_id] not in cached)
     sem = asyncio.Semaphore(tr.CONCURRENT_CALLS)
 
@@ -330,6 +336,7 @@ async def _reduce_results(run: _Run, built: Built, red: Reductions) -> int:
     added = 0
     for x, out in zip(chosen, outcomes):
         if out is None:
+            run.failed.add(x.node_id)
             continue
         summary, was_cached = out
         text = tr.reduced_result_text(x, summary)
@@ -424,8 +431,17 @@ def report_of(red: Reductions, built: Built, *, before: int, rep: c.TurnReductio
     return rep
 
 
+def time_limit(seconds: float, path: str) -> float:
+    """The reduction's time limit: the request's, never above ``MAX_SECONDS``."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+        raise DagctxError("InvalidParams", f"reductionTimeoutSeconds must be a positive number of seconds, "
+                          f"got {seconds!r}", path=path)
+    return min(float(seconds), tr.MAX_SECONDS)
+
+
 async def reduce(engine: EngineCore, build: Callable[[Reductions], Built], *, session_id: str, head: str,
-                 info: ModelInfo, token: int | str | None) -> tuple[Built, c.TurnReduction]:
+                 info: ModelInfo, token: int | str | None,
+                 seconds: float = tr.MAX_SECONDS) -> tuple[Built, c.TurnReduction]:
     """Build the request, reducing it within the turn until it fits, or raise ``BudgetExceeded``."""
     started = time.monotonic()
     carried = engine.turn_reducer.carried(session_id, head, info) or Reductions()
@@ -438,7 +454,7 @@ async def reduce(engine: EngineCore, build: Callable[[Reductions], Built], *, se
         return built, rep
     tokenizer = built.rendering.tokenizer
     rep = c.TurnReduction(tokens_before=before, tokens_after=before, limit=tr.input_limit(built.budget), reused=reused)
-    run = _Run(engine, info, tokenizer, session_id, token, started + tr.MAX_SECONDS, rep, _config(engine, info))
+    run = _Run(engine, info, tokenizer, session_id, token, started + seconds, rep, _config(engine, info))
     engine.peer.progress(token, {"kind": "begin", "title": "Reducing the request", "cancellable": True,
                                  "percentage": 0})
     red = Reductions(results=dict(carried.results), checkpoint=carried.checkpoint)
@@ -516,4 +532,4 @@ def build_render(engine: EngineCore, p: c.RenderParams, reductions: Reductions) 
     return Built(rendering=r, result=result, budget=b, estimate=estimate, parts=parts, aged=aged)
 
 
-__all__ = ["Built", "TurnReducer", "build_render", "reduce", "report_of"]
+__all__ = ["Built", "TurnReducer", "build_render", "reduce", "report_of", "time_limit"]

@@ -43,6 +43,8 @@ class RenderParams(_Params):
     tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
     #: with ``budget``: the output cap; default ``min(model max output, 16384, window / 4)``
     max_output_tokens: int | None = None
+    #: with ``budget``: seconds the reduction may take in all (at most 60, SPEC §8)
+    reduction_timeout_seconds: float = 60.0
     work_done_token: int | str | None = None
 
 
@@ -143,6 +145,8 @@ class PrepareParams(_Params):
     append_system_context: str | None = None
     prepend_context: str | None = None
     memory_prefetch: str | None = None
+    #: seconds reduction within the turn may take in all (at most 60, SPEC §8)
+    reduction_timeout_seconds: float = 60.0
     work_done_token: int | str | None = None
 
 
