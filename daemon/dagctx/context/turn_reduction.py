@@ -352,19 +352,17 @@ class Checkpoint:
         return CHECKPOINT_MARKER.format(steps=len(self.covers)) + "\n" + self.summary.strip()
 
 
-def _step_blocked(graph: SessionGraph, view: View, shape: TurnShape, step: str) -> str | None:
-    """Why a step may not go into a checkpoint, or None."""
+def _step_blocked(graph: SessionGraph, step: str, items: Sequence[Item]) -> str | None:
+    """Why a step (with its rendered ``items``) may not go into a checkpoint, or None."""
     node = graph.nodes.get(step)
     if node is None:
         return "unknown"
     if _signed_reasoning(node.output):
         return "signedReasoning"
-    for it, owner in zip(view.items, shape.owners):
-        if owner != step:
-            continue
+    for it in items:
         if it.synthetic or it.status == "running":
             return "unfinished"
-        if any(b.get("type") not in ("text",) for b in it.content):
+        if any(b.get("type") != "text" for b in it.content):
             return "multimodal"
         inner = graph.nodes.get(it.node_id)
         if inner is not None and inner.role == "user":
@@ -385,9 +383,12 @@ def _signed_reasoning(value: Any) -> bool:
 def checkpoint_steps(graph: SessionGraph, view: View, shape: TurnShape) -> tuple[list[str], str | None]:
     """The steps a checkpoint may cover (a prefix of the turn), and what stopped it."""
     limit = max(0, len(shape.steps) - KEEP_RECENT_STEPS)
+    by_owner: dict[str, list[Item]] = {}
+    for it, owner in zip(view.items, shape.owners):
+        by_owner.setdefault(owner, []).append(it)
     out: list[str] = []
     for step in shape.steps[:limit]:
-        why = _step_blocked(graph, view, shape, step)
+        why = _step_blocked(graph, step, by_owner.get(step, ()))
         if why is not None:
             return out, why
         out.append(step)
@@ -490,28 +491,35 @@ def apply_checkpoint(view: View, graph: SessionGraph, cp: Checkpoint) -> View:
 
 
 def split_segments(text: str, max_tokens: int, count: Callable[[str], int]) -> list[str]:
-    """``text`` cut at line boundaries into pieces of at most ``max_tokens`` (by ``count``)."""
+    """``text`` cut at line boundaries into pieces of at most ``max_tokens`` (by ``count``).
+
+    Sized by the text's own characters-per-token ratio (one count of the whole text),
+    then each piece is checked and halved while it is still too large: a few counts,
+    not one per line.
+    """
     max_tokens = max(64, max_tokens)
-    if count(text) <= max_tokens:
+    total = count(text)
+    if total <= max_tokens:
         return [text]
+    per_token = len(text) / max(1, total)
+    width = max(1, int(max_tokens * per_token * 0.95))
     out: list[str] = []
-    cur: list[str] = []
-    cur_tokens = 0
-    for line in text.split("\n"):
-        pieces = [line]
-        n = count(line)
-        if n > max_tokens:  # one huge line: cut it by characters
-            step = max(1, int(len(line) * max_tokens / n * 0.9))
-            pieces = [line[i : i + step] for i in range(0, len(line), step)]
-        for piece in pieces:
-            t = count(piece) + 1
-            if cur and cur_tokens + t > max_tokens:
-                out.append("\n".join(cur))
-                cur, cur_tokens = [], 0
-            cur.append(piece)
-            cur_tokens += t
-    if cur:
-        out.append("\n".join(cur))
+    pos = 0
+    n = len(text)
+    while pos < n:
+        end = min(n, pos + width)
+        if end < n:
+            cut = text.rfind("\n", pos + 1, end)
+            end = cut if cut > pos else end
+        piece = text[pos:end]
+        while count(piece) > max_tokens and len(piece) > 1:
+            half = len(piece) // 2
+            cut = piece.rfind("\n", 1, half)
+            piece = piece[: cut if cut > 0 else half]
+        out.append(piece)
+        pos += len(piece)
+        if pos < n and text[pos] == "\n":
+            pos += 1  # the line break between two pieces
     return out
 
 

@@ -219,13 +219,13 @@ class EngineCore:
                 result.reduction = turn_reduction.report_of(carried, built, before=built.budget.input_used)
                 result.reduction.reused = len(carried.results) + (carried.checkpoint is not None)
             return result
-        self.views.forget(built.rendering.record.render_id)
-        return self._reduce_render(p, head, info)
+        return self._reduce_render(p, head, info, built)
 
-    async def _reduce_render(self, p: c.RenderParams, head: str, info: Any) -> c.RenderResult:
+    async def _reduce_render(self, p: c.RenderParams, head: str, info: Any,
+                             first: turn_reduction.Built) -> c.RenderResult:
         built, rep = await turn_reduction.reduce(
             self, lambda red: turn_reduction.build_render(self, p, red), session_id=p.session_id, head=head,
-            info=info, token=p.work_done_token,
+            info=info, token=p.work_done_token, first=first,
             seconds=turn_reduction.time_limit(p.reduction_timeout_seconds, "params.reductionTimeoutSeconds"),
         )
         result = built.result
@@ -312,11 +312,14 @@ class EngineCore:
             shape_parts = tr.ProtectedParts(first.budget.system_prompt, first.budget.tools_schema, 0, 0)
             raise tr.budget_exceeded(first.budget, shape_parts, input_used=first.budget.input_used, model=info.name,
                                      failures=[f"engine {first.engine!r} does not reduce within a turn"])
-        self.views.forget(first.render_id)
+        start = self.turn_reducer.take(first.render_id)
+        if start is None:
+            self.views.forget(first.render_id)
         built, rep = await turn_reduction.reduce(
             self, lambda red: build(p, red), session_id=p.session_id, head=head, info=info,
             token=p.work_done_token,
             seconds=turn_reduction.time_limit(p.reduction_timeout_seconds, "params.reductionTimeoutSeconds"),
+            first=start,
         )
         result: c.PrepareResult = built.result
         result.engine = first.engine

@@ -80,7 +80,9 @@ class ContextEngine:
         head = p.head or self.host.store.head(p.session_id)
         info = self.host.models.get(p.model or self.host.options.default_model)
         carried = self.host.turn_reducer.carried(p.session_id, head, info) if self.turn_reduction else None
-        return self.build(p, carried or Reductions()).result
+        built = self.build(p, carried or Reductions())
+        self.host.turn_reducer.stash(built)
+        return built.result
 
     def build(self, p: c.PrepareParams, reductions: Reductions, *, remember: bool = True) -> Built:
         """Build the request of ``p`` with ``reductions`` applied; check the protected part."""

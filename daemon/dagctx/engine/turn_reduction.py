@@ -107,6 +107,14 @@ class TurnReducer:
             return None
         return Reductions(results=dict(st.reductions.results), checkpoint=st.reductions.checkpoint)
 
+    def stash(self, built: Built) -> None:
+        """Keep the request just built, so a reduction that follows starts from it."""
+        self._last = built
+
+    def take(self, render_id: str) -> Built | None:
+        built, self._last = getattr(self, "_last", None), None
+        return built if built is not None and built.rendering.record.render_id == render_id else None
+
     def remember(self, session_id: str, head: str, info: ModelInfo, reductions: Reductions) -> None:
         key = self._key(session_id, info)
         if not reductions:
@@ -155,6 +163,15 @@ class _Run:
     done: int = 0
     planned: int = 0
     failures: list[str] = field(default_factory=list)
+
+    #: per built request (render id): its turn shape and its result candidates with keys
+    _memo: dict[str, Any] = field(default_factory=dict)
+
+    def shape(self, built: Built, graph: Any) -> tr.TurnShape:
+        key = ("shape", built.rendering.record.render_id)
+        if key not in self._memo:
+            self._memo[key] = tr.turn_shape(built.rendering.view, graph)
+        return self._memo[key]
 
     def count(self, text: str) -> int:
         return self.engine.counter.count(text, self.tokenizer)
@@ -239,19 +256,25 @@ def _candidates(run: _Run, built: Built, red: Reductions) -> tuple[list[tr.Resul
     """The results that may still be summarized, their cache keys and the cached summaries."""
     e = run.engine
     graph = e.store.graph(run.session_id)
-    view = built.rendering.view
-    shape = tr.turn_shape(view, graph)
-    cache = e.views.node_tokens(graph, run.tokenizer)
+    memo_key = ("candidates", built.rendering.record.render_id)
+    if memo_key not in run._memo:
+        view = built.rendering.view
+        shape = run.shape(built, graph)
+        cache = e.views.node_tokens(graph, run.tokenizer)
 
-    def token_of(nid: str) -> int:
-        return e.views.counts_of(graph, nid, run.tokenizer, cache)[1]
+        def token_of(nid: str) -> int:
+            return e.views.counts_of(graph, nid, run.tokenizer, cache)[1]
 
+        every = tr.result_candidates(view, graph, shape, token_of, aged=built.aged)
+        keys = {x.node_id: tr.summary_key("result", "\0".join((x.tool, x.arguments, x.status, x.text)), run.config)
+                for x in every}
+        owners = {x.node_id: graph.owner(x.node_id) for x in every}
+        run._memo[memo_key] = (every, keys, owners, e.store.reduction_summaries(list(keys.values())))
+    every, keys, owners, cached = run._memo[memo_key]
     covered = set(red.checkpoint.covers) if red.checkpoint else set()
-    cands = [x for x in tr.result_candidates(view, graph, shape, token_of, aged=built.aged)
-             if x.node_id not in red.results and x.node_id not in run.failed and graph.owner(x.node_id) not in covered]
-    keys = {x.node_id: tr.summary_key("result", "\0".join((x.tool, x.arguments, x.status, x.text)), run.config)
-            for x in cands}
-    return cands, keys, e.store.reduction_summaries(list(keys.values()))
+    cands = [x for x in every
+             if x.node_id not in red.results and x.node_id not in run.failed and owners[x.node_id] not in covered]
+    return cands, keys, cached
 
 
 def _results_can_cover(run: _Run, built: Built, red: Reductions, reserve_calls: int) -> bool:
@@ -352,7 +375,7 @@ async def _checkpoint(run: _Run, built: Built, red: Reductions) -> bool:
     graph = e.store.graph(run.session_id)
     r = built.rendering
     view = r.view
-    shape = tr.turn_shape(view, graph)
+    shape = run.shape(built, graph)
     eligible, blocked = tr.checkpoint_steps(graph, view, shape)
     prev = red.checkpoint
     already = 0
@@ -440,13 +463,16 @@ def time_limit(seconds: float, path: str) -> float:
 
 
 async def reduce(engine: EngineCore, build: Callable[[Reductions], Built], *, session_id: str, head: str,
-                 info: ModelInfo, token: int | str | None,
-                 seconds: float = tr.MAX_SECONDS) -> tuple[Built, c.TurnReduction]:
-    """Build the request, reducing it within the turn until it fits, or raise ``BudgetExceeded``."""
+                 info: ModelInfo, token: int | str | None, seconds: float = tr.MAX_SECONDS,
+                 first: Built | None = None) -> tuple[Built, c.TurnReduction]:
+    """Build the request, reducing it within the turn until it fits, or raise ``BudgetExceeded``.
+
+    ``first`` is the request already built with the carried reductions, if any.
+    """
     started = time.monotonic()
     carried = engine.turn_reducer.carried(session_id, head, info) or Reductions()
     reused = len(carried.results) + (carried.checkpoint is not None)
-    built = build(carried)
+    built = first if first is not None else build(carried)
     before = built.budget.input_used
     if built.fits:
         rep = report_of(carried, built, before=before)
