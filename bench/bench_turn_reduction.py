@@ -38,6 +38,8 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+import msgspec
+
 from dagctx.engine import imports
 from dagctx.engine import turn_reduction as engine_reduction
 from dagctx.engine.config import DaemonConfig
@@ -104,7 +106,7 @@ def engine(path: str, peer: Any = None, aging: dict[str, Any] | None = None) -> 
     eng.initialize(m.InitializeParams(initialization_options=m.InitializationOptions(
         models={k: m.ModelSpec(context_window=v["contextWindow"], max_output=v["maxOutput"])
                 for k, v in MODELS.items()},
-        aging=aging)))
+        aging=None if aging is None else msgspec.convert(aging, m.AgingOptions))))
     return eng
 
 

@@ -90,7 +90,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from dagctx.ledger.graph import SessionGraph
+from dagctx.protocol.messages import AgingOptions
 from dagctx.protocol.nodes import Call
 
 from .references import MentionIndex, top_references
@@ -193,6 +196,14 @@ class AgingPolicy:
             raise ValueError(f"turn_unit must be one of {TURN_UNITS}, not {self.turn_unit!r}")
         if self.long_turn_steps < 0 or self.step_quantum < 1:
             raise ValueError("long_turn_steps must be >= 0 and step_quantum >= 1")
+
+    @classmethod
+    def from_options(cls, options: AgingOptions) -> AgingPolicy:
+        """The default policy with the fields ``options`` sets (the wire type, SPEC §8)."""
+        fields = {k: v for k, v in msgspec.structs.asdict(options).items() if v is not None}
+        if "exempt_tools" in fields:
+            fields["exempt_tools"] = frozenset(fields["exempt_tools"])
+        return cls(**fields)
 
     def is_exempt(self, tool: str) -> bool:
         low = tool.lower()
