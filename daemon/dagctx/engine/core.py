@@ -299,11 +299,13 @@ class EngineCore:
         head = p.head or self.store.head(p.session_id)
         info = self.models.get(p.model or self.options.default_model)
         build = getattr(engine, "build", None)
-        if not getattr(engine, "turn_reduction", False) or build is None:
-            shape_parts = tr.ProtectedParts(first.budget.system_prompt, first.budget.tools_schema, 0, 0)
-            raise tr.budget_exceeded(first.budget, shape_parts, input_used=first.budget.input_used, model=info.name,
-                                     failures=[f"engine {first.engine!r} does not reduce within a turn"])
         start = self.turn_reducer.take(first.render_id)
+        if not getattr(engine, "turn_reduction", False) or build is None:
+            self.views.forget(first.render_id)
+            parts = start.parts if start is not None else tr.ProtectedParts(
+                first.budget.system_prompt, first.budget.tools_schema, 0, 0)
+            raise tr.budget_exceeded(first.budget, parts, input_used=first.budget.input_used, model=info.name,
+                                     failures=[f"engine {first.engine!r} does not reduce within a turn"])
         if start is None:
             self.views.forget(first.render_id)
         built, rep = await turn_reduction.reduce(
