@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import os
 import re
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -150,16 +151,37 @@ def cold_render(path: str, sid: str, model: str) -> float:
     return sorted(times)[1]
 
 
-def measure(path: str, sid: str, model: str, steps: int, start: int) -> str:
+def copy_db(path: str, tag: str) -> str:
+    """A copy of a closed database (with its WAL), so every run starts with a cold cache."""
+    out = f"{path}.{tag}"
+    for ext in ("", "-wal", "-shm"):
+        if os.path.exists(path + ext):
+            shutil.copyfile(path + ext, out + ext)
+    return out
+
+
+def first_prepare(path: str, sid: str, model: str) -> tuple[float, float, int, c.PrepareResult, EngineCore, StandIn]:
     peer = StandIn()
     eng = engine(path, peer)
-    unreduced = eng.views.render(sid, fmt="openai", model=model, remember=False, use_cache=False).total
     TIMER.seconds = 0.0
     t = time.perf_counter()
     p = prepare(eng, sid, model)
-    first = time.perf_counter() - t - peer.seconds
-    reduction = TIMER.seconds - peer.seconds
-    calls = peer.calls
+    whole = time.perf_counter() - t - peer.seconds
+    return TIMER.seconds - peer.seconds, whole, peer.calls, p, eng, peer
+
+
+def measure(path: str, sid: str, model: str, steps: int, start: int) -> str:
+    probe = engine(path)
+    unreduced = probe.views.render(sid, fmt="openai", model=model, remember=False, use_cache=False).total
+    probe.close()
+    runs = []
+    for k in range(3):  # medians of three runs, each on a fresh copy (no cached summaries)
+        red_s, whole, calls, p, eng, peer = first_prepare(copy_db(path, f"run{k}"), sid, model)
+        runs.append((red_s, whole))
+        if k < 2:
+            eng.close()
+    reduction = sorted(r[0] for r in runs)[1]
+    first = sorted(r[1] for r in runs)[1]
     t = time.perf_counter()
     prepare(eng, sid, model)
     warm = time.perf_counter() - t

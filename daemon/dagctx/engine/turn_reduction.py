@@ -352,10 +352,14 @@ async def _reduce_results(run: _Run, built: Built, red: Reductions) -> int:
         if run.count(tr.reduced_result_text(x, summary)) >= x.tokens:
             run.failures.append("notSmaller")
             return None
-        e.store.put_reduction_summary(key, "result", summary, estimate_tokens(x.text), estimate_tokens(summary))
+        fresh.append((key, "result", summary, estimate_tokens(x.text), estimate_tokens(summary)))
         return summary, False
 
-    outcomes = await asyncio.gather(*(one(x) for x in chosen))
+    fresh: list[tuple[str, str, str, int, int]] = []
+    try:
+        outcomes = await asyncio.gather(*(one(x) for x in chosen))
+    finally:
+        e.store.put_reduction_summaries(fresh)  # what succeeded is kept, even when cancelled
     added = 0
     for x, out in zip(chosen, outcomes):
         if out is None:
@@ -425,7 +429,7 @@ async def _checkpoint(run: _Run, built: Built, red: Reductions) -> bool:
         if run.count(summary) >= max(1, before):
             run.failures.append("checkpoint: notSmaller")
             return False
-        e.store.put_reduction_summary(key, "checkpoint", summary, estimate_tokens(body), estimate_tokens(summary))
+        e.store.put_reduction_summaries([(key, "checkpoint", summary, estimate_tokens(body), estimate_tokens(summary))])
     cp = Checkpoint(id=f"checkpoint-{key[:16]}", covers=covers, summary=summary, key=key, tokens_before=before,
                     segments=segments, cached=hit is not None)
     red.checkpoint = replace(cp, tokens_after=run.count(cp.text))

@@ -965,11 +965,16 @@ class Store:
         "created_at REAL NOT NULL) WITHOUT ROWID"
     )
 
+    def _reduction_table(self) -> None:
+        if not getattr(self, "_reduction_ready", False):
+            self.db.execute(self._REDUCTION_DDL)
+            self._reduction_ready = True
+
     def reduction_summaries(self, keys: Sequence[str]) -> dict[str, tuple[str, int, int]]:
         """Cached request summaries by key: ``key → (text, input tokens, output tokens)``."""
         if not keys:
             return {}
-        self.db.execute(self._REDUCTION_DDL)
+        self._reduction_table()
         out: dict[str, tuple[str, int, int]] = {}
         unique = list(dict.fromkeys(keys))
         for i in range(0, len(unique), 500):
@@ -982,14 +987,18 @@ class Store:
                 out[key] = (text, tin, tout)
         return out
 
-    def put_reduction_summary(self, key: str, kind: str, text: str, input_tokens: int, output_tokens: int) -> None:
-        """Keep one request summary (idempotent: the same key always holds the same meaning)."""
-        self.db.execute(self._REDUCTION_DDL)
+    def put_reduction_summaries(self, rows: Sequence[tuple[str, str, str, int, int]]) -> None:
+        """Keep request summaries ``(key, kind, text, input tokens, output tokens)``, one
+        transaction (idempotent: the same key always holds the same meaning)."""
+        if not rows:
+            return
+        self._reduction_table()
+        now = time.time()
         with self._write():
-            self.db.execute(
+            self.db.executemany(
                 "INSERT OR REPLACE INTO reduction_summaries(key, kind, text, input_tokens, output_tokens, created_at) "
                 "VALUES(?,?,?,?,?,?)",
-                (key, kind, text, input_tokens, output_tokens, time.time()),
+                [(*r, now) for r in rows],
             )
 
     def usage(self, session_id: str) -> list[UsageRow]:
