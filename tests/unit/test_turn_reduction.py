@@ -325,3 +325,29 @@ def test_capped_step_plan_is_the_same_within_a_quantum() -> None:
 
 def _fields(node: Call) -> dict[str, Any]:
     return {f: getattr(node, f) for f in node.__struct_fields__}
+
+
+# ---------------------------------------------------------------- the derived summary table
+
+
+def test_reduction_summaries_are_kept_by_key(tmp_path: Any) -> None:
+    from dagctx.ledger import Store
+
+    store = Store(tmp_path / "s.db")
+    try:
+        assert store.reduction_summaries(["a", "b"]) == {} and store.reduction_summaries([]) == {}
+        store.put_reduction_summaries([("a", "result", "short", 900, 12), ("b", "checkpoint", "cp", 9000, 40)])
+        store.put_reduction_summaries([])
+        assert store.reduction_summaries(["a", "b", "c", "a"]) == {"a": ("short", 900, 12), "b": ("cp", 9000, 40)}
+        many = [(f"k{i}", "result", f"t{i}", i, 1) for i in range(1200)]
+        store.put_reduction_summaries(many)
+        got = store.reduction_summaries([k for k, *_ in many])
+        assert len(got) == 1200 and got["k1199"] == ("t1199", 1199, 1)
+        assert store.list_sessions()[1] == 0  # derived data: no session, no node
+    finally:
+        store.close()
+    again = Store(tmp_path / "s.db")  # survives a restart
+    try:
+        assert again.reduction_summaries(["a"]) == {"a": ("short", 900, 12)}
+    finally:
+        again.close()

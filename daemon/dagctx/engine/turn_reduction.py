@@ -490,7 +490,11 @@ async def reduce(engine: EngineCore, build: Callable[[Reductions], Built], *, se
     red = Reductions(results=dict(carried.results), checkpoint=carried.checkpoint)
     outcome = "over budget"
     try:
-        checkpoint_first = not _results_can_cover(run, built, red, _checkpoint_calls(run, built))
+        # A branch that already carries a checkpoint grows it (one rolling call for the
+        # new steps) rather than summarizing the results after it one by one; otherwise
+        # results go first unless they cannot be enough within the calls left.
+        checkpoint_first = red.checkpoint is not None or not _results_can_cover(
+            run, built, red, _checkpoint_calls(run, built))
         if checkpoint_first and await _checkpoint(run, built, red):
             engine.views.forget(built.rendering.record.render_id)
             built = build(red)
