@@ -139,6 +139,10 @@ class TurnReducer:
 # ---------------------------------------------------------------- one run
 
 
+#: Seconds before the one retry of a summary call after a transport failure.
+RETRY_DELAY = 0.5
+
+
 class _Stop(Exception):
     """A per-build limit was reached (``callLimit`` / ``timeLimit``)."""
 
@@ -165,7 +169,7 @@ class _Run:
     failures: list[str] = field(default_factory=list)
 
     #: per built request (render id): its turn shape and its result candidates with keys
-    _memo: dict[str, Any] = field(default_factory=dict)
+    _memo: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     def shape(self, built: Built, graph: Any) -> tr.TurnShape:
         key = ("shape", built.rendering.record.render_id)
@@ -199,15 +203,24 @@ class _Run:
             max_tokens=max(64, min(max_tokens, self.info.max_output)),
             metadata={"purpose": purpose, "sessionId": self.session_id},
         )
-        try:
-            text, _model = await create_message(self.engine, params, timeout=remaining)
-        except DagctxError as err:
-            if tr.is_context_overflow(err.message):
-                raise _Overflow(err.message) from err
-            if time.monotonic() >= self.deadline:
-                self.stopped = "timeLimit"
-                raise _Stop(self.stopped) from err
-            raise
+        for retry in (False, True):
+            try:
+                text, _model = await create_message(self.engine, params, timeout=remaining)
+                break
+            except DagctxError as err:
+                if tr.is_context_overflow(err.message):
+                    raise _Overflow(err.message) from err
+                if time.monotonic() >= self.deadline:
+                    self.stopped = "timeLimit"
+                    raise _Stop(self.stopped) from err
+                # a transport failure (dropped connection, HTTP 429/5xx) gets one more try
+                if retry or not (err.details or {}).get("retryable"):
+                    raise
+                await asyncio.sleep(min(RETRY_DELAY, max(0.0, self.deadline - time.monotonic())))
+                remaining = self.deadline - time.monotonic()
+                if remaining <= 0:
+                    self.stopped = "timeLimit"
+                    raise _Stop(self.stopped) from err
         self.report.summary_output_tokens += estimate_tokens(text or "")
         return text or ""
 
