@@ -289,6 +289,19 @@ async def test_real_sessions_fit(tc: DagctxClient, sampler: Sampler, corpus: Pat
     assert len(sampler.requests) == asked and again.messages == p.messages
 
 
+@pytest.mark.parametrize("rel", [CODEX, CC])
+async def test_real_sessions_with_auto_compaction_fit_at_32k(tc: DagctxClient, sampler: Sampler, corpus: Path,
+                                                            rel: str) -> None:
+    """Compaction first (the older turns), then reduction within the newest turn."""
+    sid = (await tc.import_path(str(corpus / rel))).sessions[0].session_id
+    p = await tc.prepare(sid, model=SMALL, format="neutral", prompt_mode="none", allow_compaction=True)
+    await check_request(tc, sid, p, SMALL, user_text=None)
+    assert p.compaction is not None, p.decision_path
+    if p.compaction["ok"] and p.compaction.get("summaryId"):
+        assert p.summary_id == p.compaction["summaryId"]
+    assert any(x.startswith("dagctx/turn-") for x in sampler.purposes()) or p.reduction is None
+
+
 async def test_a_fresh_daemon_reuses_the_cached_summaries(tmp_path: Path, sampler: Sampler) -> None:
     db = tmp_path / "fresh.db"
     c = await spawn(db, sampler)
