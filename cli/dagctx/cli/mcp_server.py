@@ -1,0 +1,369 @@
+"""``dagctx mcp``: the daemon's history as MCP tools, for any MCP-capable agent.
+
+An agent whose own context was compacted (Claude Code, Codex, Gemini CLI, Cursor …)
+can search every past session, read a node whole (a spilled tool output by character
+range), expand a summary back into the turns it covers, verbatim, and see its budget.
+
+Transport: MCP over stdio — newline-delimited JSON-RPC, as the MCP spec's stdio
+transport requires, served by the official ``mcp`` SDK's low-level ``Server``. Behind
+it this process is a client of the dagctx daemon like any editor (``DagctxClient.spawn``,
+LSP framing, SPEC §1), so it follows whatever daemon the client's spawn default starts.
+
+Why the low-level server and not a decorator framework: the tool list order, the
+input schemas and the error texts are part of our contract, written out here once.
+Every tool is read-only and none takes a filesystem path: an MCP client may be driven
+by a model, and a model must not choose which database or file this process opens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+SERVER_NAME = "dagctx"
+
+#: How many characters of a node's text ``session_history`` shows per node.
+HISTORY_PREVIEW_CHARS = 2000
+#: What ``read_node`` returns of an output when no ``length`` is given.
+READ_DEFAULT_LENGTH = 20000
+
+_SESSION = {"type": "string", "minLength": 1, "description": "a session id (from list_sessions or search_history)"}
+_NODE = {"type": "string", "minLength": 1, "description": "a node id (from search_history or session_history)"}
+_CURSOR = {"type": "string", "description": "nextCursor of the previous page; omit for the first page"}
+
+
+def _limit(default: int, maximum: int) -> dict[str, Any]:
+    return {"type": "integer", "minimum": 1, "maximum": maximum, "default": default,
+            "description": f"at most this many items (1–{maximum}, default {default})"}
+
+
+def _object(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+
+
+#: name → (description, input schema), in the ``tools/list`` order (deterministic).
+TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
+    "search_history": (
+        "Full-text search over every recorded turn (user, assistant, tool calls and their whole "
+        "outputs), in one session or all. Words, code identifiers, \"phrases\", prefix*, AND/OR/NOT; "
+        "Chinese/Japanese words are found inside unspaced sentences. Hits carry sessionId and "
+        "nodeId for read_node; matches are marked [like this]. No hits is an empty list.",
+        _object({
+            "query": {"type": "string", "minLength": 1, "description": "the search expression"},
+            "sessionId": {**_SESSION, "description": "search only this session (default: all)"},
+            "limit": _limit(10, 100),
+            "roles": {"type": "array", "items": {"enum": ["user", "llm", "code"]}, "uniqueItems": True,
+                      "description": "only these roles (user, llm = assistant, code = tool calls)"},
+        }, ["query"]),
+    ),
+    "read_node": (
+        "The full content of one node: its input and output. A large tool output is returned by "
+        "character range (offset, length) over the whole stored output, also when it was spilled; "
+        "totalChars says how long it is and nextOffset where the next slice starts.",
+        _object({
+            "sessionId": _SESSION,
+            "nodeId": _NODE,
+            "offset": {"type": "integer", "minimum": 0, "default": 0,
+                       "description": "first character of the output to return"},
+            "length": {"type": "integer", "minimum": 1, "maximum": 200000, "default": READ_DEFAULT_LENGTH,
+                       "description": f"characters of the output to return (default {READ_DEFAULT_LENGTH})"},
+        }, ["sessionId", "nodeId"]),
+    ),
+    "expand_summary": (
+        "The turns a compaction summary (a node named context/summary) replaced, verbatim, in "
+        "chain order, paged. Use it to recover details the summary left out.",
+        _object({"sessionId": _SESSION, "nodeId": {**_NODE, "description": "the summary node's id"},
+                 "limit": _limit(20, 200), "cursor": _CURSOR}, ["sessionId", "nodeId"]),
+    ),
+    "list_sessions": (
+        "Recorded sessions, most recently updated first, paged.",
+        _object({"limit": _limit(20, 200), "cursor": _CURSOR}, []),
+    ),
+    "session_history": (
+        "The branch of a session ending at HEAD (or at headId), oldest first, paged; each node's "
+        f"text is cut at {HISTORY_PREVIEW_CHARS} characters (read_node gives it whole).",
+        _object({"sessionId": _SESSION,
+                 "headId": {**_NODE, "description": "end the branch at this node instead of HEAD"},
+                 "limit": _limit(50, 500), "cursor": _CURSOR}, ["sessionId"]),
+    ),
+    "context_stats": (
+        "How a session's next turn uses the model's context window: window, output reserve, input "
+        "budget, tokens used by system prompt, tools and history, percent used, whether compaction "
+        "is recommended.",
+        _object({"sessionId": _SESSION,
+                 "model": {"type": "string", "minLength": 1,
+                           "description": "the model to measure against (default: the daemon's default)"}},
+                ["sessionId"]),
+    ),
+}
+
+
+class ToolError(Exception):
+    """A tool call that failed for a reason the caller can fix; ``kind`` as the daemon's."""
+
+    def __init__(self, message: str, kind: str = "InvalidParams") -> None:
+        super().__init__(message)
+        self.message = message
+        self.kind = kind
+
+
+# ---------------------------------------------------------------- arguments
+
+
+def check_arguments(name: str, args: Any) -> dict[str, Any]:
+    """Validate ``args`` against the tool's input schema; a clear message when they do not fit."""
+    from jsonschema import Draft202012Validator
+
+    if name not in TOOLS:
+        raise ToolError(f"unknown tool {name!r}; the tools are: {', '.join(TOOLS)}", "MethodNotFound")
+    args = {} if args is None else args
+    schema = TOOLS[name][1]
+    errors = sorted(Draft202012Validator(schema).iter_errors(args), key=lambda e: list(e.path))
+    if errors:
+        e = errors[0]
+        where = ".".join(str(p) for p in e.path) or "arguments"
+        if e.validator == "additionalProperties":
+            allowed = ", ".join(schema["properties"])
+            raise ToolError(f"{name}: {e.message}; the arguments are: {allowed}")
+        raise ToolError(f"{name}: {where}: {e.message}")
+    return args
+
+
+def encode_cursor(offset: int) -> str:
+    """An opaque page token (MCP cursors are opaque to clients)."""
+    return base64.urlsafe_b64encode(json.dumps({"o": offset}).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> int:
+    if cursor is None:
+        return 0
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        offset = json.loads(raw)["o"]
+        if isinstance(offset, int) and offset >= 0:
+            return offset
+    except (ValueError, KeyError, TypeError):
+        pass
+    raise ToolError(f"cursor {cursor!r} is not a nextCursor this server returned; omit it for the first page")
+
+
+def node_text(value: Any) -> str:
+    """A node's input or output as text, exactly as recorded (JSON for structured values)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _node_brief(node: Any, text_chars: int | None) -> dict[str, Any]:
+    text = node_text(node.output)
+    out: dict[str, Any] = {"nodeId": node.id, "seq": node.seq, "role": node.role, "name": node.name,
+                           "status": node.status}
+    if node.role == "code" and node.input is not None:
+        out["input"] = node_text(node.input) if text_chars is None else node_text(node.input)[:text_chars]
+    if text_chars is not None and len(text) > text_chars:
+        out["text"] = text[:text_chars]
+        out["truncated"] = True
+    else:
+        out["text"] = text
+    if isinstance(node.metadata.get("spill"), dict):
+        out["spilled"] = True
+    if node.caller is not None:
+        out["caller"] = node.caller
+    return out
+
+
+# ---------------------------------------------------------------- the tools
+
+
+class HistoryTools:
+    """The tools, over one daemon connection (re-opened if the daemon went away)."""
+
+    def __init__(self, connect: Callable[[], Awaitable[Any]]) -> None:
+        self._connect = connect
+        self._client: Any = None
+
+    async def client(self) -> Any:
+        if self._client is None or self._client.closed.done():
+            self._client = await self._connect()
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None and not self._client.closed.done():
+            await self._client.close()
+        self._client = None
+
+    async def call(self, name: str, args: Any) -> dict[str, Any]:
+        """Run a tool; its structured result, or ``ToolError`` with the daemon's message."""
+        from dagctx.client import RpcError
+
+        args = check_arguments(name, args)
+        client = await self.client()
+        try:
+            return await getattr(self, "_" + name)(client, args)
+        except RpcError as exc:
+            raise ToolError(exc.message, exc.kind or "InternalError") from None
+
+    async def _search_history(self, client: Any, a: dict[str, Any]) -> dict[str, Any]:
+        res = await client.search(a["query"], session_id=a.get("sessionId"), limit=a.get("limit", 10),
+                                  roles=a.get("roles"))
+        hits = [{"sessionId": h.session_id, "nodeId": h.node_id, "role": h.role, "name": h.name, "seq": h.seq,
+                 "snippet": h.snippet, "score": h.score} for h in res.hits]
+        return {"query": a["query"], "hits": hits}
+
+    async def _read_node(self, client: Any, a: dict[str, Any]) -> dict[str, Any]:
+        from dagctx.protocol import messages as m
+
+        sid, nid = a["sessionId"], a["nodeId"]
+        offset, length = a.get("offset", 0), a.get("length", READ_DEFAULT_LENGTH)
+        node = (await client.get_nodes(sid, [nid])).nodes[0]
+        spill = node.metadata.get("spill")
+        total = int(spill["chars"]) if isinstance(spill, dict) else len(node_text(node.output))
+        if isinstance(node.output, str):
+            if isinstance(spill, dict):  # the whole output lives in the blob: ask for the slice
+                part = (await client.get_nodes(sid, [nid], range=m.OutputRange(offset=offset, length=length)))
+                text = node_text(part.nodes[0].output)
+            else:
+                text = node.output[offset:offset + length]
+        else:
+            text = node_text(node.output)[offset:offset + length]
+        end = offset + len(text)
+        out = _node_brief(node, None)
+        out.update(text=text, offset=offset, totalChars=total, nextOffset=end if end < total else None,
+                   predecessor=node.predecessor, createdAt=node.created_at)
+        out.pop("truncated", None)
+        if node.name == "context/summary":
+            out["coversIds"] = list(node.metadata.get("covers_ids") or [])
+        return out
+
+    async def _expand_summary(self, client: Any, a: dict[str, Any]) -> dict[str, Any]:
+        sid, nid = a["sessionId"], a["nodeId"]
+        node = (await client.get_nodes(sid, [nid])).nodes[0]
+        covers = node.metadata.get("covers_ids")
+        if node.name != "context/summary" or not isinstance(covers, list):
+            raise ToolError(f"node {nid!r} is not a compaction summary (its name is {node.name!r}, a summary's "
+                            "is 'context/summary'); give the id of a summary node", "InvalidParams")
+        start, limit = decode_cursor(a.get("cursor")), a.get("limit", 20)
+        page_ids = covers[start:start + limit]
+        nodes = (await client.get_nodes(sid, page_ids)).nodes if page_ids else []
+        turns = [_node_brief(n, None) for n in nodes]
+        nxt = start + len(page_ids)
+        return {"summaryId": nid, "summary": node_text(node.output), "totalTurns": len(covers), "turns": turns,
+                "nextCursor": encode_cursor(nxt) if nxt < len(covers) else None}
+
+    async def _list_sessions(self, client: Any, a: dict[str, Any]) -> dict[str, Any]:
+        start, limit = decode_cursor(a.get("cursor")), a.get("limit", 20)
+        res = await client.session_list(limit=limit, offset=start)
+        sessions = [{"sessionId": s.session_id, "title": s.title, "head": s.head, "nodeCount": s.node_count,
+                     "createdAt": s.created_at, "updatedAt": s.updated_at} for s in res.sessions]
+        nxt = start + len(sessions)
+        return {"sessions": sessions, "total": res.total,
+                "nextCursor": encode_cursor(nxt) if sessions and nxt < res.total else None}
+
+    async def _session_history(self, client: Any, a: dict[str, Any]) -> dict[str, Any]:
+        start, limit = decode_cursor(a.get("cursor")), a.get("limit", 50)
+        res = await client.history(a["sessionId"], head=a.get("headId"))
+        page = res.nodes[start:start + limit]
+        nxt = start + len(page)
+        return {"sessionId": a["sessionId"], "head": res.head, "total": len(res.nodes),
+                "nodes": [_node_brief(n, HISTORY_PREVIEW_CHARS) for n in page],
+                "nextCursor": encode_cursor(nxt) if nxt < len(res.nodes) else None}
+
+    async def _context_stats(self, client: Any, a: dict[str, Any]) -> dict[str, Any]:
+        # promptMode none: measuring must not assemble (or record) a system prompt (SPEC §7).
+        prep = await client.prepare(a["sessionId"], model=a.get("model"), prompt_mode="none", format="openai")
+        b = prep.budget
+        return {"sessionId": a["sessionId"], "model": prep.manifest.get("model"),
+                "budget": {"contextWindow": b.context_window, "outputReserve": b.output_reserve,
+                           "inputBudget": b.input_budget, "inputUsed": b.input_used,
+                           "systemPrompt": b.system_prompt, "toolsSchema": b.tools_schema, "history": b.history,
+                           "percentUsed": b.percent_used, "headroom": b.headroom, "source": b.source},
+                "recommendCompaction": prep.recommend_compaction, "needsCompaction": prep.needs_compaction,
+                "summaryId": prep.summary_id, "messages": len(prep.messages)}
+
+
+# ---------------------------------------------------------------- the MCP server
+
+
+def build_server(tools: HistoryTools) -> Any:
+    """The MCP server (official SDK, low-level API) exposing ``tools``."""
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+
+    from dagctx.protocol.version import __version__
+
+    listed = [types.Tool(name=name, description=desc, input_schema=schema,
+                         annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False))
+              for name, (desc, schema) in TOOLS.items()]
+
+    async def list_tools(_ctx: Any, _params: Any) -> Any:
+        return types.ListToolsResult(tools=listed)
+
+    async def call_tool(_ctx: Any, params: Any) -> Any:
+        try:
+            result = await tools.call(params.name, params.arguments)
+        except ToolError as exc:
+            body = {"error": {"kind": exc.kind, "message": exc.message}}
+            return types.CallToolResult(content=[types.TextContent(text=exc.message)], structured_content=body,
+                                        is_error=True)
+        except (ConnectionError, OSError) as exc:
+            msg = f"the dagctx daemon is not reachable ({exc}); the next call starts it again"
+            return types.CallToolResult(content=[types.TextContent(text=msg)], is_error=True,
+                                        structured_content={"error": {"kind": "InternalError", "message": msg}})
+        text = json.dumps(result, ensure_ascii=False)
+        return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=result)
+
+    @asynccontextmanager
+    async def lifespan(_server: Any):
+        try:
+            yield None
+        finally:
+            await tools.close()
+
+    return Server(SERVER_NAME, version=__version__, lifespan=lifespan,
+                  instructions="Search and read this machine's recorded agent sessions (dagctx): "
+                               "search_history, then read_node / expand_summary for the full text.",
+                  on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def serve_mcp(database: str | None) -> int:
+    from mcp.server.stdio import stdio_server
+
+    from dagctx.client import DagctxClient
+
+    async def connect() -> Any:
+        return await DagctxClient.spawn(database)
+
+    tools = HistoryTools(connect)
+    server = build_server(tools)
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    import anyio
+
+    database = getattr(args, "db", None) or os.environ.get("DAGCTX_DB") or None
+    try:
+        return anyio.run(serve_mcp, database)
+    except KeyboardInterrupt:
+        return 130
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("mcp", help="serve the recorded history as MCP tools on stdio (for Claude Code, Codex, …)",
+                       description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--db", help="SQLite database file (default: $DAGCTX_DB or the user data dir)")
+    p.set_defaults(func=cmd_mcp)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(cmd_mcp(argparse.Namespace(db=None)))
