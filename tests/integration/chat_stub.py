@@ -1,9 +1,9 @@
 """A loopback stub of the OpenAI chat completions API, for agent-loop tests.
 
-Requests that carry ``tools`` are an agent's turns: each gets the next scripted reply
-(text and/or tool calls), then "Done." once the script is used up. Requests without
-``tools`` are summaries (the daemon's ``samplingEndpoint``): they are answered with an
-extractive summary that keeps every identifier of the transcript, so dagctx's fidelity
+Requests whose system message is dagctx's summarizer prompt are summaries (the daemon's
+``samplingEndpoint``); every other request is an agent's turn and gets the next scripted
+reply (text and/or tool calls), then "Done." once the script is used up. Summaries are
+answered with an extractive summary that keeps every identifier of the transcript, so dagctx's fidelity
 check (SPEC §8) passes deterministically. Every request is recorded.
 """
 
@@ -29,12 +29,23 @@ def summary_of(body: dict[str, Any]) -> str:
             "## 3. Work completed\n" + " ".join(words) + "\n## 4. Outstanding\nnone\n## 5. Active context\nnone")
 
 
+def is_summary(body: dict[str, Any]) -> bool:
+    return any(m.get("role") == "system" and str(m.get("content") or "").startswith(SUMMARIZER)
+               for m in body.get("messages", []))
+
+
+#: How dagctx's summarizer system prompt begins (SPEC §8; context/compaction_plan.py).
+SUMMARIZER = "You compact the context of an AI agent."
+
+
 class ChatStub:
     """``script``: a list of ``{"content": str, "tool_calls": [(name, args), …]}`` replies."""
 
-    def __init__(self, script: list[dict[str, Any]], prompt_tokens: int | None = None) -> None:
+    def __init__(self, script: list[dict[str, Any]], prompt_tokens: int | list[int] | None = None) -> None:
         self.script = list(script)
-        self.prompt_tokens = prompt_tokens  # what usage reports (default: a size estimate)
+        # what usage reports for agent turns: a number, one per request (the last repeats),
+        # or None for a size estimate
+        self.prompt_tokens = prompt_tokens
         self.agent_requests: list[dict[str, Any]] = []
         self.summary_requests: list[dict[str, Any]] = []
         self.auth: list[str | None] = []
@@ -48,12 +59,38 @@ class ChatStub:
                     return
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 stub.auth.append(self.headers.get("Authorization"))
-                out = json.dumps(stub.answer(body)).encode()
+                reply = stub.answer(body)
+                if body.get("stream"):
+                    self.stream(reply, bool((body.get("stream_options") or {}).get("include_usage")))
+                    return
+                out = json.dumps(reply).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(out)))
                 self.end_headers()
                 self.wfile.write(out)
+
+            def stream(self, reply: dict[str, Any], include_usage: bool) -> None:
+                """The same reply as server-sent events, the way the API streams it."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.end_headers()
+                choice = reply["choices"][0]
+                msg = choice["message"]
+                delta: dict[str, Any] = {"role": "assistant", "content": msg.get("content") or ""}
+                if msg.get("tool_calls"):
+                    delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(msg["tool_calls"])]
+                base = {"id": reply["id"], "object": "chat.completion.chunk", "model": reply["model"]}
+                chunks = [{**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+                          {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]}]
+                if include_usage:
+                    chunks.append({**base, "choices": [], "usage": reply["usage"]})
+                for chunk in chunks:
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -65,7 +102,7 @@ class ChatStub:
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
         size = len(json.dumps(body.get("messages", []))) // 4
-        if not body.get("tools"):
+        if is_summary(body):
             self.summary_requests.append(body)
             message: dict[str, Any] = {"role": "assistant", "content": summary_of(body)}
             finish = "stop"
@@ -81,7 +118,12 @@ class ChatStub:
             if calls:
                 message["tool_calls"] = calls
             finish = "tool_calls" if calls else "stop"
-        prompt = self.prompt_tokens if self.prompt_tokens is not None and body.get("tools") else size
+        prompt = size
+        if self.prompt_tokens is not None and not is_summary(body):
+            if isinstance(self.prompt_tokens, list):
+                prompt = self.prompt_tokens.pop(0) if len(self.prompt_tokens) > 1 else self.prompt_tokens[0]
+            else:
+                prompt = self.prompt_tokens
         return {"id": f"chatcmpl-{len(self.agent_requests) + len(self.summary_requests)}", "object": "chat.completion",
                 "model": body.get("model", "stub"),
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],

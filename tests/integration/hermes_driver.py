@@ -73,6 +73,9 @@ def main() -> int:
     messages = out + [{"role": "user", "content": "Now rename handler_0 everywhere."},
                       {"role": "assistant", "content": "Renamed handler_0 to handle_zero."}]
     facts["new_nodes"] = engine.ingest(messages)
+    # /retry: the last reply replaced — a fork from its user message, which becomes HEAD
+    messages = messages[:-1] + [{"role": "assistant", "content": "Renamed it (retry)."}]
+    facts["retry_nodes"] = engine.ingest(messages)
     facts["search"] = json.loads(engine.handle_tool_call("dagctx_search", {"query": "module_0"}, messages=messages))
     facts["tool_names"] = [t["name"] for t in engine.get_tool_schemas()]
     facts["status"] = engine.get_status()

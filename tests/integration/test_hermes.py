@@ -103,7 +103,7 @@ def test_dagctx_engine_inside_hermes(tmp_path: Path) -> None:
     assert 0 < facts["last_prompt_tokens"] < 9600
 
     # after compression only the new messages are recorded; search reaches the folded turns
-    assert facts["new_nodes"] == 2
+    assert facts["new_nodes"] == 2 and facts["retry_nodes"] == 1
     assert any("module_0" in h["snippet"] for h in facts["search"]["hits"])
     assert facts["tool_names"] == ["dagctx_search"]
     assert facts["status"]["compression_count"] == 1 and facts["status"]["dagctx_session"] == facts["session_id"]
@@ -115,8 +115,12 @@ def test_dagctx_engine_inside_hermes(tmp_path: Path) -> None:
             s = await c.session_get(facts["session_id"])
             assert s.metadata.get("hermesSessionId") == "hermes-session-1"
             hist = (await c.history(s.session_id)).nodes
-            assert hist[-1].output == "Renamed handler_0 to handle_zero."
+            assert hist[-1].output == "Renamed it (retry)."
             assert hist[-2].output == "Now rename handler_0 everywhere."
+            tips = [b.head for b in (await c.branches(s.session_id)).branches]
+            first = (await c.get_nodes(s.session_id, tips)).nodes
+            assert sorted(n.output for n in first if n.role == "llm") == ["Renamed handler_0 to handle_zero.",
+                                                                          "Renamed it (retry)."]
             users = [n for n in hist if n.role == "user"]
             assert users[0].output.startswith("Turn 0: refactor src/pkg/module_0.py")
             codes = (await c.search("read_file", session_id=s.session_id, roles=["code"], limit=50)).hits
@@ -124,6 +128,67 @@ def test_dagctx_engine_inside_hermes(tmp_path: Path) -> None:
             nodes = (await c.get_nodes(s.session_id, [h.node_id for h in codes])).nodes
             assert all(n.status == "completed" and n.metadata.get("toolCallId") for n in nodes)
             assert all("def handler_" in n.output for n in nodes)
+        finally:
+            await c.close()
+
+    asyncio.run(check())
+
+
+def test_a_real_hermes_agent_compacts_through_dagctx(tmp_path: Path) -> None:
+    """hermes-agent's own AIAgent, its own tools and loop, with ``context.engine: dagctx``."""
+    py = hermes_python()
+    home = tmp_path / "hermes-home"
+    home.mkdir()
+    (home / "config.yaml").write_text("plugins:\n  enabled: [dagctx]\ncontext:\n  engine: dagctx\n")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("".join(f"line {i}: the parser handles token_{i}\n" for i in range(400)))
+    db = tmp_path / "hermes.db"
+    stub = ChatStub([
+        {"content": "Reading.", "tool_calls": [("read_file", {"path": str(notes)})]},
+        {"content": "The notes list 400 parser lines."},
+        {"content": "Reading again.", "tool_calls": [("read_file", {"path": str(notes)})]},
+        {"content": "Still 400 lines."},
+        {"content": "Third answer."},
+    ], prompt_tokens=[1000, 1200, 200_000, 1500, 2000])  # the third call reports a nearly full window
+    try:
+        env = {**os.environ, "HERMES_HOME": str(home), "DAGCTX_DB": str(db), "STUB_URL": stub.base_url,
+               "DAGCTX_COMMAND": json.dumps([sys.executable, "-P", "-m", "dagctx.cli", "serve"]),
+               "DAGCTX_HERMES_KEEP_RECENT_TOKENS": "300", "PYTHONPATH": ""}
+        proc = subprocess.run([str(py), str(Path(__file__).with_name("hermes_agent_driver.py")),
+                               "Read notes.txt", "Read it again", "And now?"],
+                              env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    finally:
+        stub.close()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    facts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert facts["engine"] == "DagctxContextEngine", "agent_init selected the plugin engine"
+    assert facts["replies"] == ["The notes list 400 parser lines.", "Still 400 lines.", "Third answer."]
+    # threshold from dagctx's budget for the window Hermes resolved: 80 % of (window − reserve)
+    window = facts["status"]["context_length"]
+    assert facts["status"]["threshold_tokens"] == int((window - min(16384, window // 4)) * 0.8)
+
+    # Hermes decided to compress after the 200k report; dagctx wrote the summary with the stub
+    assert facts["compression_count"] == 1 and facts["summary_id"]
+    assert stub.summary_requests and "Bearer hermes-key" in stub.auth
+    after = stub.agent_requests[3]["messages"]
+    assert after[0]["role"] == "system"
+    assert after[1]["role"] == "user" and after[1]["content"].startswith("[Previous conversation summary]")
+    assert after[1]["content"].endswith("Read it again"), "the newest user turn stays verbatim"
+    assert not any(m.get("content") == "Read notes.txt" for m in after), "turn one was folded"
+    assert after[2]["role"] == "assistant" and after[3]["role"] == "tool"
+
+    async def check() -> None:
+        c = await DagctxClient.spawn(db)
+        try:
+            s = await c.session_get(facts["session_id"])
+            assert s.metadata.get("hermesSessionId") == "hermes-real-1"
+            hist = (await c.history(s.session_id)).nodes
+            users = [n.output for n in hist if n.role == "user"]
+            assert users == ["Read notes.txt", "Read it again", "And now?"], "every turn recorded (post_llm_call)"
+            assert hist[-1].output == "Third answer."
+            codes = (await c.search("read_file", session_id=s.session_id, roles=["code"])).hits
+            nodes = (await c.get_nodes(s.session_id, [h.node_id for h in codes])).nodes
+            assert len(nodes) == 2 and all(n.status == "completed" and "token_399" in n.output for n in nodes)
         finally:
             await c.close()
 

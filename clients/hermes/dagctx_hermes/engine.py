@@ -21,6 +21,7 @@ import copy
 import json
 import logging
 import os
+import weakref
 from typing import Any
 
 from agent.context_engine import ContextEngine
@@ -33,6 +34,13 @@ log = logging.getLogger("dagctx_hermes")
 #: dagctx recommends compaction at 70 % and needs it at 80 % of the input budget (SPEC §7).
 NEEDS_COMPACTION = 0.80
 API_KEY_ENV = "DAGCTX_HERMES_API_KEY"
+
+#: Hermes session id → the engine copy serving it (for the ``post_llm_call`` hook).
+LIVE: weakref.WeakValueDictionary[str, DagctxContextEngine] = weakref.WeakValueDictionary()
+
+
+def engine_for(session_id: str | None) -> DagctxContextEngine | None:
+    return LIVE.get(session_id) if session_id else None
 
 
 def _command_from_env() -> list[str] | None:
@@ -147,10 +155,12 @@ class DagctxContextEngine(ContextEngine):
         A compaction boundary (``boundary_reason="compression"``) may give the Hermes
         session a new id; the dagctx session — the whole record — continues.
         """
+        LIVE[session_id] = self
         if kwargs.get("boundary_reason") == "compression" and self._ledger is not None:
             self._hermes_session = session_id
             return
         self._hermes_session = session_id
+        model = self.model or None
 
         async def open_session(client: Any) -> Ledger:
             offset = 0
@@ -158,7 +168,12 @@ class DagctxContextEngine(ContextEngine):
                 page = await client.session_list(limit=200, offset=offset)
                 for s in page.sessions:
                     if s.metadata.get("hermesSessionId") == session_id:
-                        return Ledger(s.session_id, s.root_id)
+                        # Resume: Hermes's list should continue the branch as dagctx renders it;
+                        # if it does not match, what differs is appended as a fork (ingest.sync).
+                        led = Ledger(s.session_id, s.root_id)
+                        r = await client.render(s.session_id, model=model, format="openai", include_system=False)
+                        led.adopt(list(r.messages), s.head)
+                        return led
                 offset += len(page.sessions)
                 if not page.sessions or offset >= page.total:
                     break

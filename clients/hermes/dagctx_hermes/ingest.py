@@ -4,13 +4,17 @@ Hermes hands its engine the whole message list (``compress``, preflight, tool ca
 never one message at a time. ``Ledger`` remembers a fingerprint of every message it
 has recorded, in Hermes's order, and the chain tip after each one; a new list is
 matched against that record and only what follows the common prefix is appended.
-When the list diverges (``/retry``, ``/undo``, an edited turn) the new messages follow
-the tip of the common prefix with ``moveHead`` — a fork, as SPEC §4 "Retry = fork" says.
+Hermes rewrites the head of its list on the way (it merges the consecutive user messages
+of a compressed list, for one), so a list whose start differs is first re-aligned: when
+the record's whole tail reappears in it, what precedes is taken as Hermes's rewrite of
+what was recorded, and only what follows the tail is new. When the list really diverges
+(``/retry``, ``/undo``, an edited turn) the new messages follow the tip of the common
+prefix with ``moveHead`` — a fork, as SPEC §4 "Retry = fork" says.
 
 Mapping (SPEC §4): ``user`` → a user node; ``assistant`` → an llm node, each of its
 ``tool_calls`` → a ``code`` node (caller = the llm node, ``metadata.toolCallId``) appended
 ``running``; ``tool`` → ``node/update`` of that code node to ``completed``. ``system`` is
-not recorded: Hermes owns its system prompt.
+not recorded (nor matched): Hermes owns its system prompt.
 """
 
 from __future__ import annotations
@@ -22,7 +26,12 @@ from typing import Any
 
 
 def fingerprint(msg: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(msg, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
+    """What identifies a message: role, text, tool calls, tool call id — not the extra keys
+    Hermes adds or drops along the way (``reasoning``, ``finish_reason``, timestamps)."""
+    calls = [(c.get("id"), (c.get("function") or {}).get("name"), tool_arguments((c.get("function") or {}).get("arguments")))
+             for c in msg.get("tool_calls") or []]
+    key = [msg.get("role"), content_text(msg.get("content")).strip(), calls, msg.get("tool_call_id")]
+    return hashlib.sha256(json.dumps(key, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
 
 
 def content_text(content: Any) -> str:
@@ -74,16 +83,39 @@ class Ledger:
             n += 1
         return n
 
+    def realign(self, prints: list[str]) -> bool:
+        """Map a list whose start Hermes rewrote onto the record: True when the record's tail
+        ``prints[b:]`` (longest first) occurs in ``prints`` at some ``a``; the record then
+        becomes ``prints[:a + len(tail)]``, the rewritten part at the tip before the tail."""
+        rec = self.prints
+        for b in range(len(rec)):
+            tail = rec[b:]
+            for a in range(len(prints) - len(tail) + 1):
+                if prints[a:a + len(tail)] == tail:
+                    before = self.tip(b)
+                    self.prints = prints[:a] + tail
+                    self.tips = [before] * a + self.tips[b:]
+                    return True
+        return False
+
     def adopt(self, messages: list[dict[str, Any]], head: str) -> None:
-        """After ``compress``: Hermes continues from ``messages``, all recorded, ending at ``head``."""
-        self.prints = [fingerprint(m) for m in messages]
-        self.tips = [head] * len(messages)
+        """Hermes continues from ``messages``, all recorded, ending at ``head`` (after ``compress``,
+        or on resume: the branch as dagctx renders it)."""
+        self.prints = [fingerprint(m) for m in chat_messages(messages)]
+        self.tips = [head] * len(self.prints)
+
+
+def chat_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [m for m in messages if m.get("role") != "system"]
 
 
 async def sync(client: Any, led: Ledger, messages: list[dict[str, Any]], model: str) -> int:
     """Append what ``messages`` has beyond ``led``'s record; returns how many were new."""
+    messages = chat_messages(messages)
     prints = [fingerprint(m) for m in messages]
     keep = led.matched(prints)
+    if keep < len(led.prints) and led.realign(prints):
+        keep = len(led.prints)
     if keep == len(prints) and keep == len(led.prints):
         return 0
     fork = keep < len(led.prints)  # the list diverged from (or is shorter than) the record
