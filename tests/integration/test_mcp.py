@@ -155,6 +155,17 @@ async def test_mcp_tools_over_the_sdk_stdio_client(world: dict[str, Any]) -> Non
             assert err, (name, args, text)
             assert needle in text, (name, args, text)
             assert out["error"]["message"] == text and out["error"]["kind"]
+        # sessions as resources
+        res = await s.list_resources()
+        assert [str(r.uri) for r in res.resources] == [f"dagctx://session/{sid}"]
+        assert res.resources[0].name == "mcp test"
+        templates = await s.list_resource_templates()
+        assert templates.resource_templates[0].uri_template == "dagctx://session/{sessionId}"
+        body = (await s.read_resource(f"dagctx://session/{sid}")).contents[0].text  # type: ignore[union-attr]
+        assert body.startswith("# mcp test") and SENTENCE in body
+        with pytest.raises(Exception, match="does not exist"):
+            await s.read_resource("dagctx://session/nope")
+
         unknown = await s.call_tool("no_such_tool", {})
         assert unknown.is_error and "the tools are" in unknown.content[0].text  # type: ignore[union-attr]
         err, out, _ = await call(s, "search_history", {"query": "迁移"})

@@ -32,6 +32,9 @@ SERVER_NAME = "dagctx"
 HISTORY_PREVIEW_CHARS = 2000
 #: What ``read_node`` returns of an output when no ``length`` is given.
 READ_DEFAULT_LENGTH = 20000
+#: Sessions per ``resources/list`` page; each session is the resource ``dagctx://session/<id>``.
+RESOURCE_PAGE = 100
+SESSION_URI = "dagctx://session/"
 
 _SESSION = {"type": "string", "minLength": 1, "description": "a session id (from list_sessions or search_history)"}
 _NODE = {"type": "string", "minLength": 1, "description": "a node id (from search_history or session_history)"}
@@ -276,6 +279,43 @@ class HistoryTools:
                 "nodes": [_node_brief(n, HISTORY_PREVIEW_CHARS) for n in page],
                 "nextCursor": encode_cursor(nxt) if nxt < len(res.nodes) else None}
 
+    # ------------------------------------------------------------ resources
+
+    async def session_resources(self, cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of sessions as ``dagctx://session/<id>`` resources."""
+        from dagctx.client import RpcError
+
+        start = decode_cursor(cursor)
+        client = await self.client()
+        try:
+            res = await client.session_list(limit=RESOURCE_PAGE, offset=start)
+        except RpcError as exc:
+            raise ToolError(exc.message, exc.kind or "InternalError") from None
+        items = [{"uri": SESSION_URI + s.session_id, "name": s.title or s.session_id,
+                  "description": f"{s.node_count} nodes; the branch at HEAD as a transcript"} for s in res.sessions]
+        nxt = start + len(items)
+        return items, (encode_cursor(nxt) if items and nxt < res.total else None)
+
+    async def read_session(self, uri: str) -> str:
+        """The branch at HEAD of the session ``uri`` names, as a plain-text transcript."""
+        from dagctx.client import RpcError
+
+        if not uri.startswith(SESSION_URI) or len(uri) == len(SESSION_URI):
+            raise ToolError(f"unknown resource {uri!r}; session resources are {SESSION_URI}<sessionId>")
+        sid = uri[len(SESSION_URI):]
+        client = await self.client()
+        try:
+            info = await client.session_get(sid)
+            hist = await client.history(sid)
+        except RpcError as exc:
+            raise ToolError(exc.message, exc.kind or "InternalError") from None
+        lines = [f"# {info.title or sid}", f"session {sid}, HEAD {hist.head}", ""]
+        for n in hist.nodes:
+            lines.append(f"## {n.role}{' ' + n.name if n.name else ''} (seq {n.seq}, node {n.id})")
+            lines.append(node_text(n.output))
+            lines.append("")
+        return "\n".join(lines)
+
     async def _context_stats(self, client: Any, a: dict[str, Any]) -> dict[str, Any]:
         # promptMode none: measuring must not assemble (or record) a system prompt (SPEC §7).
         prep = await client.prepare(a["sessionId"], model=a.get("model"), prompt_mode="none", format="openai")
@@ -296,6 +336,7 @@ def build_server(tools: HistoryTools) -> Any:
     """The MCP server (official SDK, low-level API) exposing ``tools``."""
     import mcp_types as types
     from mcp.server.lowlevel import Server
+    from mcp.shared.exceptions import MCPError
 
     from dagctx.protocol.version import __version__
 
@@ -320,6 +361,30 @@ def build_server(tools: HistoryTools) -> Any:
         text = json.dumps(result, ensure_ascii=False)
         return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=result)
 
+    async def list_resources(_ctx: Any, params: Any) -> Any:
+        cursor = getattr(params, "cursor", None) if params is not None else None
+        try:
+            items, nxt = await tools.session_resources(cursor)
+        except ToolError as exc:
+            raise MCPError(types.INVALID_PARAMS, exc.message) from None
+        return types.ListResourcesResult(
+            resources=[types.Resource(uri=i["uri"], name=i["name"], description=i["description"],
+                                      mime_type="text/markdown") for i in items], next_cursor=nxt)
+
+    async def list_templates(_ctx: Any, _params: Any) -> Any:
+        return types.ListResourceTemplatesResult(resource_templates=[types.ResourceTemplate(
+            uri_template=SESSION_URI + "{sessionId}", name="session",
+            description="a recorded session: the branch at HEAD as a transcript", mime_type="text/markdown")])
+
+    async def read_resource(_ctx: Any, params: Any) -> Any:
+        uri = str(params.uri)
+        try:
+            text = await tools.read_session(uri)
+        except ToolError as exc:
+            raise MCPError(types.INVALID_PARAMS, exc.message) from None
+        return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, mime_type="text/markdown",
+                                                                            text=text)])
+
     @asynccontextmanager
     async def lifespan(_server: Any):
         try:
@@ -330,7 +395,8 @@ def build_server(tools: HistoryTools) -> Any:
     return Server(SERVER_NAME, version=__version__, lifespan=lifespan,
                   instructions="Search and read this machine's recorded agent sessions (dagctx): "
                                "search_history, then read_node / expand_summary for the full text.",
-                  on_list_tools=list_tools, on_call_tool=call_tool)
+                  on_list_tools=list_tools, on_call_tool=call_tool, on_list_resources=list_resources,
+                  on_list_resource_templates=list_templates, on_read_resource=read_resource)
 
 
 async def serve_mcp(database: str | None) -> int:
