@@ -107,6 +107,7 @@ async def test_mcp_tools_over_the_sdk_stdio_client(world: dict[str, Any]) -> Non
 
         # expand the summary: exactly the covered turns' text, paged
         got: list[tuple[str, Any]] = []
+        calls: list[dict[str, Any]] = []
         cursor = None
         pages = 0
         while True:
@@ -116,11 +117,16 @@ async def test_mcp_tools_over_the_sdk_stdio_client(world: dict[str, Any]) -> Non
             err, out, text = await call(s, "expand_summary", args)
             assert not err, text
             got += [(t["nodeId"], t["text"]) for t in out["turns"]]
+            calls += [c for t in out["turns"] for c in t["calls"]]
             pages += 1
             cursor = out["nextCursor"]
             if cursor is None:
                 break
         assert got == world["covered"]
+        # the tool call of the first turn comes with it, input and output as recorded
+        assert [c["nodeId"] for c in calls] == [world["tool"]]
+        assert calls[0]["input"] == '{"cmd": "cat migrate.log"}' and calls[0]["spilled"] is True
+        assert calls[0]["text"].startswith(world["big"][:6000])
         assert pages == -(-len(world["covered"]) // 3)
 
         # history and sessions, paged with nextCursor

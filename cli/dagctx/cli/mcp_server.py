@@ -80,7 +80,8 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "expand_summary": (
         "The turns a compaction summary (a node named context/summary) replaced, verbatim, in "
-        "chain order, paged. Use it to recover details the summary left out.",
+        "chain order, paged; each with the tool calls it made (calls: input and output). Use it to "
+        "recover details the summary left out.",
         _object({"sessionId": _SESSION, "nodeId": {**_NODE, "description": "the summary node's id"},
                  "limit": _limit(20, 200), "cursor": _CURSOR}, ["sessionId", "nodeId"]),
     ),
@@ -183,6 +184,14 @@ def _node_brief(node: Any, text_chars: int | None) -> dict[str, Any]:
     return out
 
 
+def _turn_of(node: Any, callees: list[Any]) -> str:
+    """The covered node a callee belongs to: follow ``caller`` up past the other callees."""
+    inner = {c.id: c for c in callees}
+    while node.caller in inner:
+        node = inner[node.caller]
+    return node.caller
+
+
 # ---------------------------------------------------------------- the tools
 
 
@@ -255,8 +264,15 @@ class HistoryTools:
                             "is 'context/summary'); give the id of a summary node", "InvalidParams")
         start, limit = decode_cursor(a.get("cursor")), a.get("limit", 20)
         page_ids = covers[start:start + limit]
-        nodes = (await client.get_nodes(sid, page_ids)).nodes if page_ids else []
-        turns = [_node_brief(n, None) for n in nodes]
+        got = await client.get_nodes(sid, page_ids, include_callees=True) if page_ids else None
+        turns = []
+        calls_of: dict[str, list[dict[str, Any]]] = {}
+        for c in got.callees if got else []:
+            calls_of.setdefault(_turn_of(c, got.callees), []).append(_node_brief(c, None))
+        for n in got.nodes if got else []:
+            turn = _node_brief(n, None)
+            turn["calls"] = calls_of.get(n.id, [])
+            turns.append(turn)
         nxt = start + len(page_ids)
         return {"summaryId": nid, "summary": node_text(node.output), "totalTurns": len(covers), "turns": turns,
                 "nextCursor": encode_cursor(nxt) if nxt < len(covers) else None}
