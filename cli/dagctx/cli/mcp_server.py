@@ -120,15 +120,26 @@ class ToolError(Exception):
 # ---------------------------------------------------------------- arguments
 
 
+_VALIDATORS: dict[str, Any] = {}
+
+
+def _validator(name: str) -> Any:
+    """The tool's schema validator, built once (building one costs more than validating)."""
+    v = _VALIDATORS.get(name)
+    if v is None:
+        from jsonschema import Draft202012Validator
+
+        v = _VALIDATORS[name] = Draft202012Validator(TOOLS[name][1])
+    return v
+
+
 def check_arguments(name: str, args: Any) -> dict[str, Any]:
     """Validate ``args`` against the tool's input schema; a clear message when they do not fit."""
-    from jsonschema import Draft202012Validator
-
     if name not in TOOLS:
         raise ToolError(f"unknown tool {name!r}; the tools are: {', '.join(TOOLS)}", "MethodNotFound")
     args = {} if args is None else args
     schema = TOOLS[name][1]
-    errors = sorted(Draft202012Validator(schema).iter_errors(args), key=lambda e: list(e.path))
+    errors = sorted(_validator(name).iter_errors(args), key=lambda e: list(e.path))
     if errors:
         e = errors[0]
         where = ".".join(str(p) for p in e.path) or "arguments"
