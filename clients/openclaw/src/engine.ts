@@ -2,8 +2,9 @@
 // dagctx daemon, through the TypeScript client.
 //
 // OpenClaw keeps its transcript; dagctx keeps the record and decides what the model
-// sees. ingest / ingestBatch / afterTurn append nodes (each message once, however
-// often it is delivered); assemble returns dagctx's render of HEAD as AgentMessages with
+// sees. ingest / ingestBatch / afterTurn (and assemble, for what the host never
+// ingested) append nodes — each message once, however often it is delivered, also
+// across restarts (its key rides in the node's metadata); assemble returns dagctx's render of HEAD as AgentMessages with
 // estimatedTokens from the daemon's budget (SPEC §7), compacting first when the render
 // does not fit the host's tokenBudget; compact runs dagctx compaction (SPEC §8), the
 // summary written by the host's runtimeContext.llm.complete when it offers one (the
@@ -114,12 +115,31 @@ export class DagctxContextEngine implements ContextEngine {
     for (let offset = 0; ; ) {
       const page = await c.sessionList({ limit: 200, offset });
       const found = page.sessions.find((x) => x.metadata?.["openclawSessionId"] === hostSessionId);
-      if (found) return { sessionId: found.sessionId, head: found.head, seen: new Set(), openCalls: new Map() };
+      if (found) return this.resume(c, found.sessionId, found.head);
       offset += page.sessions.length;
       if (page.sessions.length === 0 || offset >= page.total) break;
     }
     const created = await c.sessionCreate({ title: `openclaw ${hostSessionId}`, metadata: { openclawSessionId: hostSessionId } });
     return { sessionId: created.sessionId, head: created.head, seen: new Set(), openCalls: new Map() };
+  }
+
+  /**
+   * A session recorded before (another process, a restart): every message already recorded
+   * carries its key in `metadata.openclawKey` (tool results on their code node), so a host
+   * that delivers its transcript again records nothing twice; tool calls still running stay open.
+   */
+  private async resume(c: DagctxClient, sessionId: string, head: string): Promise<SessionState> {
+    const state: SessionState = { sessionId, head, seen: new Set(), openCalls: new Map() };
+    const chain = (await c.history(sessionId)).nodes;
+    if (chain.length === 0) return state;
+    const got = await c.request("node/get", { sessionId, ids: chain.map((n) => n.id), includeCallees: true });
+    for (const n of [...got.nodes, ...(got.callees ?? [])]) {
+      const key = n.metadata?.["openclawKey"];
+      if (typeof key === "string") state.seen.add(key);
+      const callId = n.metadata?.["toolCallId"];
+      if (n.role === "code" && n.status === "running" && typeof callId === "string") state.openCalls.set(callId, n.id);
+    }
+    return state;
   }
 
   /** The dagctx session id recording a host session (after its first lifecycle call). */
@@ -153,11 +173,15 @@ export class DagctxContextEngine implements ContextEngine {
     const c = await this.connection();
     const role = (msg as { role?: unknown }).role;
     if (role === "user") {
-      const r = await c.append(s.sessionId, { role: "user", output: contentText((msg as { content: unknown }).content), predecessor: s.head });
+      const r = await c.append(s.sessionId, {
+        role: "user", output: contentText((msg as { content: unknown }).content), predecessor: s.head, metadata: { openclawKey: key },
+      });
       s.head = r.node.id;
     } else if (role === "assistant") {
       const a = msg as AssistantMsg;
-      const r = await c.append(s.sessionId, { role: "llm", name: a.model || "assistant", output: contentText(a.content), predecessor: s.head });
+      const r = await c.append(s.sessionId, {
+        role: "llm", name: a.model || "assistant", output: contentText(a.content), predecessor: s.head, metadata: { openclawKey: key },
+      });
       s.head = r.node.id;
       for (const call of toolCalls(a)) {
         const code = await c.append(s.sessionId, {
@@ -179,7 +203,9 @@ export class DagctxContextEngine implements ContextEngine {
       const nodeId = s.openCalls.get(t.toolCallId);
       if (nodeId === undefined) return false;
       s.openCalls.delete(t.toolCallId);
-      await c.update(s.sessionId, nodeId, { status: t.isError ? "error" : "completed", output: contentText(t.content) });
+      await c.update(s.sessionId, nodeId, {
+        status: t.isError ? "error" : "completed", output: contentText(t.content), metadata: { openclawKey: key },
+      });
     } else {
       return false;
     }
@@ -190,6 +216,8 @@ export class DagctxContextEngine implements ContextEngine {
   async assemble(params: AssembleParams): Promise<AssembleResult> {
     const s = await this.session(params.sessionId);
     const c = await this.connection();
+    // A host that skipped ingest (an engine enabled mid-session) still gets its history.
+    for (const m of params.messages) await this.record(s, m);
     const model = params.model ?? this.opts.model ?? null;
     let prep = await c.prepare(s.sessionId, { model, format: "openai", promptMode: "none" });
     if (params.tokenBudget !== undefined && prep.budget.inputUsed > params.tokenBudget) {

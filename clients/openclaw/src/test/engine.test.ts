@@ -164,13 +164,22 @@ test("the plugin registers a context engine that ingests, assembles and compacts
 
   // the record outlives the engine: a new engine resumes the same dagctx session
   const again = (await factory({})) as ContextEngine & { dagctxSessionId(id: string): Promise<string> };
-  const resumed = await again.assemble({ sessionId, messages: [], model: "gpt-4o" });
+  // the host delivers its whole transcript again (a restart): nothing is recorded twice
+  assert.deepEqual(await again.ingestBatch!({ sessionId, messages: transcript }), { ingestedCount: 0 });
+  const resumed = await again.assemble({ sessionId, messages: transcript, model: "gpt-4o" });
   assert.equal(text(resumed.messages.at(-1)!), text(transcript.at(-1)!));
+  assert.match(text(resumed.messages[0]!), /\[Previous conversation summary\]/);
+  // a new turn after the restart is recorded
+  const next = user("Turn 8: done?");
+  assert.deepEqual(await again.ingest({ sessionId, message: next }), { ingested: true });
   const sid = await again.dagctxSessionId(sessionId);
   await again.dispose!();
 
   const c = await DagctxClient.spawn({ database: db });
   try {
+    const users = (await c.history(sid)).nodes.filter((n) => n.role === "user").map((n) => String(n.output));
+    assert.equal(users.length, 9, "eight turns and one after the restart, each once");
+    assert.equal(users.at(-1), "Turn 8: done?");
     const info = await c.sessionGet(sid);
     assert.equal(info.metadata?.["openclawSessionId"], sessionId);
     const hits = await c.search("part_0", { sessionId: sid, roles: ["code"] });
