@@ -11,6 +11,7 @@ reason; in CI (``CI`` set) it is a failure.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import subprocess
@@ -25,7 +26,7 @@ from dagctx.client import DagctxClient
 
 REPO = Path(__file__).resolve().parents[2]
 HERMES_VERSION = "0.19.0"
-MARKER = f"hermes-agent=={HERMES_VERSION} dagctx-hermes=editable v1"
+MARKER = f"hermes-agent=={HERMES_VERSION} dagctx-hermes=editable v1 {REPO}"
 
 
 def _cache_root() -> Path:
@@ -41,7 +42,9 @@ def _fail_or_skip(why: str) -> None:
 
 def hermes_python() -> Path:
     """The cached virtualenv's interpreter, building the venv when it is missing or stale."""
-    root = _cache_root() / f"hermes-venv-{HERMES_VERSION}"
+    # one venv per checkout: its editable installs point into this repository
+    tag = hashlib.sha1(str(REPO).encode()).hexdigest()[:8]
+    root = _cache_root() / f"hermes-venv-{HERMES_VERSION}-{tag}"
     py = root / "bin" / "python"
     marker = root / "dagctx-ready"
     if py.exists() and marker.exists() and marker.read_text() == MARKER:
