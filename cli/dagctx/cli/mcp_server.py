@@ -212,10 +212,17 @@ class HistoryTools:
     def __init__(self, connect: Callable[[], Awaitable[Any]]) -> None:
         self._connect = connect
         self._client: Any = None
+        self._lock: Any = None
 
     async def client(self) -> Any:
-        if self._client is None or self._client.closed.done():
-            self._client = await self._connect()
+        """The connection; calls that arrive together while it opens share one daemon."""
+        import asyncio
+
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._client is None or self._client.closed.done():
+                self._client = await self._connect()
         return self._client
 
     async def close(self) -> None:
