@@ -43,6 +43,10 @@ class ClientBridge:
         fut = asyncio.run_coroutine_threadsafe(go(), self._loop)
         return fut.result(timeout or self.timeout)
 
+    @property
+    def closed(self) -> bool:
+        return self._loop.is_closed()
+
     def close(self) -> None:
         with self._lock:
             if self._loop.is_closed():

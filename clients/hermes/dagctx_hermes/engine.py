@@ -39,6 +39,10 @@ API_KEY_ENV = "DAGCTX_HERMES_API_KEY"
 LIVE: weakref.WeakValueDictionary[str, DagctxContextEngine] = weakref.WeakValueDictionary()
 
 
+#: The daemon connections of this process, by what they were started with (``bridge()``).
+BRIDGES: dict[tuple[Any, ...], ClientBridge] = {}
+
+
 def engine_for(session_id: str | None) -> DagctxContextEngine | None:
     return LIVE.get(session_id) if session_id else None
 
@@ -109,13 +113,23 @@ class DagctxContextEngine(ContextEngine):
         return opts
 
     def bridge(self) -> ClientBridge:
-        """The daemon connection, started for the current model (restarted when it changes)."""
-        key = (self.model, self.context_length, self.base_url, self._api_key)
-        if self._bridge is not None and self._bridge_key in (None, key):
-            self._bridge_key = key
+        """The daemon connection for the current model and endpoint.
+
+        Connections are shared by every engine copy (Hermes deep-copies the plugin engine
+        for each agent and subagent) and keyed by what the daemon is started with, so a
+        subagent on another model gets its own daemon and never closes its parent's.
+        """
+        key = (self.database, tuple(self.command or ()), self.model, self.context_length, self.base_url,
+               self._api_key)
+        if self._bridge is not None and self._bridge_key is None:  # given by the caller
             return self._bridge
-        if self._bridge is not None:
-            self._bridge.close()
+        bridge = BRIDGES.get(key)
+        if bridge is None or bridge.closed:
+            bridge = BRIDGES[key] = self._new_bridge()
+        self._bridge, self._bridge_key = bridge, key
+        return bridge
+
+    def _new_bridge(self) -> ClientBridge:
         from dagctx.client import DagctxClient
 
         opts = self._options()
@@ -127,14 +141,16 @@ class DagctxContextEngine(ContextEngine):
         async def connect() -> Any:
             return await DagctxClient.spawn(database, command=command, env=env, initialization_options=opts)
 
-        self._bridge = ClientBridge(connect)
-        self._bridge_key = key
-        return self._bridge
+        return ClientBridge(connect)
 
     def close(self) -> None:
+        """Close every daemon connection of this process (they reopen on the next use)."""
+        for bridge in list(BRIDGES.values()):
+            bridge.close()
+        BRIDGES.clear()
         if self._bridge is not None:
             self._bridge.close()
-            self._bridge = None
+        self._bridge = None
 
     def ledger(self) -> Ledger:
         if self._ledger is None:
