@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dagctx.cli.mcp_server import TOOLS, ToolError, check_arguments, decode_cursor, encode_cursor, node_text
+from dagctx.cli.mcp_tools import TOOLS, ToolError, check_arguments, decode_cursor, encode_cursor, node_text
 
 
 def test_tool_table_is_ordered_camel_case_and_path_free() -> None:
