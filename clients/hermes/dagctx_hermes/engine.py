@@ -172,7 +172,8 @@ class DagctxContextEngine(ContextEngine):
         session a new id; the dagctx session — the whole record — continues.
         """
         LIVE[session_id] = self
-        if kwargs.get("boundary_reason") == "compression" and self._ledger is not None:
+        same = self._ledger is not None and session_id == self._hermes_session
+        if same or (kwargs.get("boundary_reason") == "compression" and self._ledger is not None):
             self._hermes_session = session_id
             return
         self._hermes_session = session_id
