@@ -80,6 +80,17 @@ def main() -> int:
     facts["tool_names"] = [t["name"] for t in engine.get_tool_schemas()]
     facts["status"] = engine.get_status()
     engine.on_session_end("hermes-session-1", messages)
+
+    # A restarted Hermes: a new engine resumes the session; the same list records nothing twice.
+    from dagctx_hermes import engine_from_env
+
+    fresh = engine_from_env()
+    fresh.update_model(model="stub-model", context_length=window, base_url=os.environ["STUB_URL"],
+                       api_key="hermes-key")
+    fresh.on_session_start("hermes-session-1", platform="cli")
+    facts["resumed_session"] = fresh.session_id
+    facts["resumed_new"] = fresh.ingest(messages)
+    facts["resumed_next"] = fresh.ingest(messages + [{"role": "user", "content": "One more thing."}])
     engine.close()
     print(json.dumps(facts))
     return 0

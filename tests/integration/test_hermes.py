@@ -110,6 +110,9 @@ def test_dagctx_engine_inside_hermes(tmp_path: Path) -> None:
     assert any("module_0" in h["snippet"] for h in facts["search"]["hits"])
     assert facts["tool_names"] == ["dagctx_search"]
     assert facts["status"]["compression_count"] == 1 and facts["status"]["dagctx_session"] == facts["session_id"]
+    # a restarted Hermes resumes the same dagctx session and records only what is new
+    assert facts["resumed_session"] == facts["session_id"]
+    assert facts["resumed_new"] == 0 and facts["resumed_next"] == 1
 
     # the record, read back by a plain client
     async def check() -> None:
@@ -118,12 +121,12 @@ def test_dagctx_engine_inside_hermes(tmp_path: Path) -> None:
             s = await c.session_get(facts["session_id"])
             assert s.metadata.get("hermesSessionId") == "hermes-session-1"
             hist = (await c.history(s.session_id)).nodes
-            assert hist[-1].output == "Renamed it (retry)."
-            assert hist[-2].output == "Now rename handler_0 everywhere."
+            assert hist[-1].output == "One more thing."
+            assert hist[-2].output == "Renamed it (retry)."
+            assert hist[-3].output == "Now rename handler_0 everywhere."
             tips = [b.head for b in (await c.branches(s.session_id)).branches]
             first = (await c.get_nodes(s.session_id, tips)).nodes
-            assert sorted(n.output for n in first if n.role == "llm") == ["Renamed handler_0 to handle_zero.",
-                                                                          "Renamed it (retry)."]
+            assert sorted(n.output for n in first) == ["One more thing.", "Renamed handler_0 to handle_zero."]
             users = [n for n in hist if n.role == "user"]
             assert users[0].output.startswith("Turn 0: refactor src/pkg/module_0.py")
             codes = (await c.search("read_file", session_id=s.session_id, roles=["code"], limit=50)).hits
