@@ -51,8 +51,13 @@ def hermes_python() -> Path:
         return py
     try:
         root.parent.mkdir(parents=True, exist_ok=True)
-        venv.EnvBuilder(with_pip=True, clear=True).create(root)
-        pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        try:
+            venv.EnvBuilder(with_pip=True, clear=True).create(root)
+            pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        except (subprocess.CalledProcessError, OSError):
+            # no ensurepip (Debian without python3-venv): this pip installs into the venv
+            venv.EnvBuilder(with_pip=False, clear=True).create(root)
+            pip = [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--disable-pip-version-check"]
         for args in ([f"hermes-agent=={HERMES_VERSION}", "msgspec>=0.19"],
                      ["--no-deps", "-e", str(REPO)],
                      ["--no-deps", "-e", str(REPO / "clients" / "hermes")]):
