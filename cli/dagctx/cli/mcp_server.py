@@ -127,7 +127,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("mcp", help="serve the recorded history as MCP tools on stdio (for Claude Code, Codex, …)",
                        description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--db", help="SQLite database file (default: $DAGCTX_DB or the user data dir)")
+    # SUPPRESS: `dagctx --db F mcp` keeps the global value (see dagctx.cli.build_parser)
+    p.add_argument("--db", default=argparse.SUPPRESS, help="SQLite database file (default: $DAGCTX_DB or the user data dir)")
     p.set_defaults(func=cmd_mcp)
 
 
