@@ -90,6 +90,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dagctx.context.cancel import checkpoint
 from dagctx.ledger.graph import SessionGraph
 from dagctx.protocol.nodes import Call
 
@@ -467,6 +468,8 @@ def plan_aging(
     results: list[tuple[int, Item, int]] = []  # (item index, item, mentions before it)
     seen: set[str] = set()
     for idx, it in enumerate(items):
+        if not idx & 1023:
+            checkpoint()
         if _is_result(it, graph):
             if it.node_id not in seen:
                 seen.add(it.node_id)
@@ -486,6 +489,8 @@ def plan_aging(
     limit = _cap_limit(policy, window)
 
     for k, (idx, it, before) in enumerate(results):
+        if not k & 127:
+            checkpoint()
         node = graph.nodes[it.node_id]
         if node.output is None or it.synthetic or it.status == "running":
             plan.decisions[node.id] = NO_RESULT

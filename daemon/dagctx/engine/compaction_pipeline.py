@@ -15,7 +15,7 @@
 
 Any failure, timeout or cancellation writes nothing and says why.
 
-Architecture Invariant: the only write is the final ``store.append`` of the summary.
+Architecture Invariant: the only write is the final ``engine.write_node`` of the summary.
 """
 
 from __future__ import annotations
@@ -210,8 +210,7 @@ async def _compact(engine: EngineCore, p: c.CompactParams, started: float) -> c.
         metadata={**node_input["metadata"], "trigger": p.trigger, "identifierRetention": retention,
                   "agingManifest": aging_stats.get("manifest")},
     )
-    out = store.append(sid, node, move_head=False, token_counts=engine.count_node(None, node.output))
-    engine._observe("node/didAppend", sid, out.node, out.head)
+    out = engine.write_node(sid, node, move_head=False)
     aged_after, _ = views.aging_for(sid, head, info)
     after = views.render(sid, head=head, fmt="neutral", model=info.name, aged=aged_after, remember=False)
     return done(

@@ -30,7 +30,7 @@ def _counts(engine: EngineCore, t: Transcript) -> dict[str, dict[str, tuple[int,
 
 
 async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResult:
-    path = os.path.expanduser(p.path)
+    path = engine.client_path(p.path)
     if not os.path.exists(path):
         raise DagctxError("InvalidParams", f"no file or folder at {p.path!r}", path="path")
     errors: list[tuple[str, str]] = []
@@ -71,6 +71,9 @@ async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResul
         )
         if created:
             engine.lifecycle("session_start", info.session_id)
+            # the same announcement and ingest hook as every other write (SPEC §2.5)
+            written = [n for n in engine.store.graph(info.session_id).by_seq if n.id != info.root_id]
+            engine.announce(info.session_id, written, info.head)
         sessions.append(
             c.ImportedSession(
                 session_id=info.session_id,

@@ -22,6 +22,7 @@ import msgspec
 
 from dagctx.context import aging
 from dagctx.context import budget as budget_mod
+from dagctx.context.cancel import checkpoint
 from dagctx.context.formats import to_messages
 from dagctx.context.models import ModelInfo
 from dagctx.context.render import RENDER_POLICY_VERSION, View, render_view
@@ -32,6 +33,7 @@ from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import SYSTEM_PROMPT_NAME, Call, NodeInput
 
+from .shared import ViewCaches
 from .render_cache import CachedAging, CachedRender, Snapshot, join_views, still_valid_prefix
 
 if TYPE_CHECKING:
@@ -79,16 +81,20 @@ class Rendering:
 
 
 class ContextService:
-    def __init__(self, engine: EngineCore) -> None:
+    def __init__(self, engine: EngineCore, caches: ViewCaches | None = None) -> None:
         self.e = engine
-        self._renders: OrderedDict[str, RenderRecord] = OrderedDict()
-        self._by_session: dict[str, deque[RenderRecord]] = {}
-        self._tokens: dict[tuple[str, str], dict[str, tuple[int, int]]] = {}
-        self._cache: dict[tuple[Any, ...], CachedRender] = {}
-        self._updates_seen: dict[tuple[str, str], int] = {}
-        self._aging_cache: dict[tuple[Any, ...], CachedAging] = {}
+        self.use_caches(caches or ViewCaches())
         #: incremental renders served from the cache (observability and tests)
         self.cache_hits = 0
+
+    def use_caches(self, caches: ViewCaches) -> None:
+        """Share the caches of the connection's database with every other connection on it."""
+        self._renders: OrderedDict[str, RenderRecord] = caches.renders
+        self._by_session: dict[str, deque[RenderRecord]] = caches.by_session
+        self._tokens: dict[tuple[str, str], dict[str, tuple[int, int]]] = caches.tokens
+        self._cache: dict[tuple[Any, ...], CachedRender] = caches.prefixes
+        self._updates_seen: dict[tuple[str, str], int] = caches.updates_seen
+        self._aging_cache: dict[tuple[Any, ...], CachedAging] = caches.aging
 
     # ------------------------------------------------------------ tokens
 
@@ -230,7 +236,9 @@ class ContextService:
                 before_seq=before_seq,
                 exclude_summaries=exclude_summaries,
             )
+            checkpoint()
             rendered = to_messages(view, fmt, include_system=include_system)  # type: ignore[arg-type]
+            checkpoint()
             system, messages, node_ids = rendered
             repairs = list(rendered.repairs)
             per_message = self.count_messages(graph, messages, node_ids, tokenizer, aged_map)
@@ -496,6 +504,7 @@ class ContextService:
         def token_of(node_id: str) -> int:
             return self.counts_of(graph, node_id, tokenizer, cache)[1]
 
+        checkpoint()
         boundary = aging.boundary_after_commit(view, graph, policy)
         now = _turn_start(graph, view, policy.turn_unit)
         plan = (ager or aging.plan_aging)(
@@ -546,7 +555,7 @@ class ContextService:
                 break
         if newest is not None and newest.metadata.get("hash") == assembled.hash:
             return assembled.text, newest.id, list(assembled.notes)
-        out = self.e.store.append(
+        out = self.e.write_node(
             session_id,
             NodeInput(
                 role="code",
@@ -559,7 +568,6 @@ class ContextService:
                     "sections": [msgspec.to_builtins(s) for s in assembled.sections],
                 },
             ),
-            token_counts=self.e.count_node(None, assembled.text),
         )
         return assembled.text, out.node.id, list(assembled.notes)
 
