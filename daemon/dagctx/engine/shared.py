@@ -38,6 +38,7 @@ class ViewCaches:
     prefixes: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     updates_seen: dict[tuple[str, str], int] = field(default_factory=dict)
     aging: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+    texts: OrderedDict[tuple[str, str], int] = field(default_factory=OrderedDict)
 
 
 @dataclass

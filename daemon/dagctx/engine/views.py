@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     from .core import EngineCore
 
 RECENT_RENDERS = 512
+#: texts at least this long have their token counts remembered (``count_text``)
+LONG_TEXT = 2_000
+TEXTS_REMEMBERED = 2_048
 RENDERS_PER_SESSION = 8
 SESSIONS_REMEMBERED = 64
 
@@ -87,6 +90,21 @@ class ContextService:
         #: incremental renders served from the cache (observability and tests)
         self.cache_hits = 0
 
+    def count_text(self, text: str, tokenizer: str) -> int:
+        """Tokens of a derived text (an aged replacement), counted once: aging counts a
+        capped result while cutting it, again as its replacement and the render counts
+        it a third time — each a full tokenization of up to a quarter of the window."""
+        if len(text) < LONG_TEXT:
+            return self.e.counter.count(text, tokenizer)
+        key = (tokenizer, text)
+        n = self._text_tokens.get(key)
+        if n is None:
+            n = self.e.counter.count(text, tokenizer)
+            self._text_tokens[key] = n
+            while len(self._text_tokens) > TEXTS_REMEMBERED:
+                self._text_tokens.popitem(last=False)
+        return n
+
     def use_caches(self, caches: ViewCaches) -> None:
         """Share the caches of the connection's database with every other connection on it."""
         self._renders: OrderedDict[str, RenderRecord] = caches.renders
@@ -95,6 +113,7 @@ class ContextService:
         self._cache: dict[tuple[Any, ...], CachedRender] = caches.prefixes
         self._updates_seen: dict[tuple[str, str], int] = caches.updates_seen
         self._aging_cache: dict[tuple[Any, ...], CachedAging] = caches.aging
+        self._text_tokens: OrderedDict[tuple[str, str], int] = caches.texts
 
     # ------------------------------------------------------------ tokens
 
@@ -138,7 +157,7 @@ class ContextService:
             if assistant:
                 return tin
             if node_id in aged:
-                return self.e.counter.count(aged[node_id], tokenizer)
+                return self.count_text(aged[node_id], tokenizer)
             return tout
         if node.role == "llm" and not assistant and graph.is_nested(node):
             return tin  # an inner llm call's prompt, shown as a user message
@@ -492,7 +511,6 @@ class ContextService:
         graph = self.e.store.graph(session_id)
         tokenizer = model.tokenizer or self.e.counter.tokenizer_for(model.name)
         cache = self.node_tokens(graph, tokenizer)
-        counter = self.e.counter
         key = (session_id, tokenizer, model.context_window, policy)
         reuse = self._reuse_aging(graph, head, key, policy, model, cache)
         if reuse is not None:
@@ -509,7 +527,7 @@ class ContextService:
         now = _turn_start(graph, view, policy.turn_unit)
         plan = (ager or aging.plan_aging)(
             view, graph, now=now, boundary_seq=boundary or None, policy=policy, token_of=token_of,
-            window=model.context_window, count=lambda t: counter.count(t, tokenizer),
+            window=model.context_window, count=lambda t: self.count_text(t, tokenizer),
         )
         stats: dict[str, Any] = dict(plan.stats.as_dict())
         stats["manifest"] = plan.manifest()
