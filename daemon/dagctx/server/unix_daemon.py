@@ -93,7 +93,11 @@ class Connection(asyncio.Protocol):
             self.proto.feed(data)
 
     def eof_received(self) -> bool | None:
-        return False  # close our side too: the client is gone
+        # The client closed its end (EOF, like a closed editor): end the connection
+        # cleanly, telling the forwarder so (it exits 0).
+        if self.proto is not None:
+            self.proto._finish(0)
+        return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.proto is not None:
