@@ -1,4 +1,4 @@
-"""The shared per-user daemon against its baselines, all measured in this run (SPEC §2).
+"""The shared per-user daemon against its baselines, all measured in this run (SPEC §1).
 
 Run: python bench/bench_shared.py [--quick]
 

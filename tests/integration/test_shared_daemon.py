@@ -1,4 +1,4 @@
-"""The per-user shared daemon with real processes (SPEC §2): forwarders, sockets, fan-out.
+"""The per-user shared daemon with real processes (SPEC §1): forwarders, sockets, fan-out.
 
 Every test gets its own runtime folder (``XDG_RUNTIME_DIR``) and state folder, so it
 has its own daemon, and ``shared_env`` stops every daemon the test started (SIGTERM,
@@ -482,7 +482,7 @@ async def _heavy_session(c: DagctxClient, results: int = 40, chars: int = 200_00
 
 
 async def test_session_list_is_answered_while_a_heavy_render_runs(shared_env, tmp_path: Path) -> None:
-    """SPEC §2.4: a render with aging runs in the worker; other requests — of this and of
+    """SPEC §1.4: a render with aging runs in the worker; other requests — of this and of
     other connections — keep being answered (goal p99 ≤ 50 ms; asserted generously)."""
     db = tmp_path / "heavy.db"
     a = await spawn(db)

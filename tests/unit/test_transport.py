@@ -1,4 +1,4 @@
-"""Where the per-user daemon lives and what a forwarder imports (SPEC §2.2, §2.3)."""
+"""Where the per-user daemon lives and what a forwarder imports (SPEC §1.2, §1.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``dagctx daemon run|status|stop``: operate the per-user daemon (SPEC §2.6).
+"""``dagctx daemon run|status|stop``: operate the per-user daemon (SPEC §1.6).
 
 ``run`` is what a forwarder starts (detached); ``status`` and ``stop`` talk to a running
 daemon over its socket and never start one.

@@ -2,7 +2,7 @@
  * A TypeScript client for the dagctx daemon, over vscode-jsonrpc.
  *
  * `DagctxClient.spawn()` starts `python3 -P -m dagctx.cli serve` as a child process —
- * a thin forwarder to the user's shared daemon (SPEC §2), or a private daemon with
+ * a thin forwarder to the user's shared daemon (SPEC §1), or a private daemon with
  * `standalone: true` — connects a vscode-jsonrpc `MessageConnection` to its stdio
  * (LSP base-protocol framing), answers the daemon's `sampling/createMessage` requests through the
  * `onSampling` callback, fans notifications out to `onNotification` listeners and

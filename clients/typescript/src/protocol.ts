@@ -119,7 +119,7 @@ export interface ClientStatus {
   inFlight?: number;
 }
 
-/** ``$/dagctx/closing``: the daemon's last frame on a forwarded connection (SPEC §2.3). */
+/** ``$/dagctx/closing``: the daemon's last frame on a forwarded connection (SPEC §1.3). */
 export interface ClosingParams {
   /** @default 0 */
   code?: number;
@@ -408,7 +408,7 @@ export interface NodeInput {
  *
  * ``origin`` names the connection whose request wrote the node (``initialize`` →
  * ``connectionId``), so a client can skip its own; ``null`` when another process wrote
- * it (SPEC §2.5).
+ * it (SPEC §1.5).
  */
 export interface NodeNotification {
   sessionId: string;

@@ -1,4 +1,4 @@
-"""Cooperative cancellation for long views (SPEC §2.4: `$/cancelRequest`).
+"""Cooperative cancellation for long views (SPEC §1.4: `$/cancelRequest`).
 
 The daemon runs heavy views (render with aging, prepare, search, export) in a worker
 thread and sets the request's ``CancelToken`` when the client cancels it; views call

@@ -7,7 +7,7 @@ models, aging policy, context engines, the peer); what every connection on the s
 database shares — the store, its caches, compaction cooldowns — lives in
 ``EngineShared`` (``shared.py``).
 
-Every node-creating write goes through ``write_node`` (SPEC §2.5): it counts the
+Every node-creating write goes through ``write_node`` (SPEC §1.5): it counts the
 node's tokens (serializing the payload once), appends, tells the connection and the
 subscribers, and runs the context engine's ``ingest`` hook.
 
@@ -110,7 +110,7 @@ class EngineCore:
                 raise DagctxError("InvalidParams", f"initializationOptions.aging is invalid: {exc}",
                                   path="initializationOptions.aging") from exc
         # The shared daemon's environment is not the client's: there the forwarder says
-        # which database the client named (SPEC §2.3), and the daemon's own DAGCTX_DB
+        # which database the client named (SPEC §1.3), and the daemon's own DAGCTX_DB
         # is never consulted.
         env = None if self.config.shared else env_database()
         explicit = self.options.database or self.client_database or self.config.database or env
@@ -267,8 +267,7 @@ class EngineCore:
 
     def session_spawn(self, p: m.SessionSpawnParams) -> m.SessionSpawnResult:
         res = ledger_ops.session_spawn(self.store, p)
-        self._observe("node/didAppend", p.session_id, res.node, res.head)
-        self.on_change(p.session_id, frozenset((res.node.id,)))
+        self.announce(p.session_id, [res.node], res.head)
         return res
 
     # ------------------------------------------------------------ context methods

@@ -71,7 +71,7 @@ async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResul
         )
         if created:
             engine.lifecycle("session_start", info.session_id)
-            # the same announcement and ingest hook as every other write (SPEC §2.5)
+            # the same announcement and ingest hook as every other write (SPEC §1.5)
             written = [n for n in engine.store.graph(info.session_id).by_seq if n.id != info.root_id]
             engine.announce(info.session_id, written, info.head)
         sessions.append(

@@ -1,6 +1,6 @@
 """What every connection of one daemon shares: one open store per database and its caches.
 
-A per-user daemon serves many clients (SPEC §2.4); each has its own ``EngineCore``
+A per-user daemon serves many clients (SPEC §1.4); each has its own ``EngineCore``
 (options, capabilities, models, the peer it may ask to sample), but two connections
 naming the same database file use one ``Store`` — one graph cache, one token-count
 cache, one registry of renders — so the second client pays nothing the first already

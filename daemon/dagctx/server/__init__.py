@@ -4,7 +4,7 @@ Three entry points for the command line, each importing only what it runs: the C
 names this package and nothing below it, so it never reaches the engine or the ledger
 itself.
 
-* ``run_forwarder`` — ``dagctx serve``: relay stdio to the per-user daemon (SPEC §2.3);
+* ``run_forwarder`` — ``dagctx serve``: relay stdio to the per-user daemon (SPEC §1.3);
   imports nothing heavy.
 * ``run_daemon`` — ``dagctx daemon run``: the per-user daemon on its Unix socket.
 * ``run_stdio`` — ``dagctx serve --standalone``: one client on stdio, in-process.

@@ -4,7 +4,7 @@ The editor (or agent, or CLI) still spawns ``dagctx serve`` and speaks JSON-RPC 
 stdio; this process connects to the user's daemon (starting it when there is none,
 ``dagctx.protocol.transport``), sends one ``$/dagctx/attach`` frame naming the client's
 working directory and database — the daemon's environment is not the client's — and
-then relays bytes both ways (SPEC §2.3).
+then relays bytes both ways (SPEC §1.3).
 
 Towards the client it reads frame boundaries only, to swallow the daemon's last frame,
 ``$/dagctx/closing {code}``: the forwarder exits with that code (0 after

@@ -1,6 +1,6 @@
 """What the connections of one daemon share: the registry, subscriptions, the worker.
 
-A per-user daemon (SPEC §2) serves many connections on one event loop. The hub
+A per-user daemon (SPEC §1) serves many connections on one event loop. The hub
 
 * numbers connections (``c1``, ``c2`` …: the ``origin`` notifications carry) and lists
   them for ``daemon/status``;

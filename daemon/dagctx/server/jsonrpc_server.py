@@ -17,7 +17,7 @@ with a subprocess test:
 
 One ``DagctxProtocol`` is one connection: standalone it is the process's stdio; in
 the per-user daemon (``unix_daemon``) every accepted socket gets its own, with its own
-lifecycle, capabilities, request ids, cancellation and progress (SPEC §2.4), over the
+lifecycle, capabilities, request ids, cancellation and progress (SPEC §1.4), over the
 ``Hub`` they share. Requests are dispatched from the method table
 (``dagctx.protocol.methods``): whether a request runs in the background, in the
 worker thread (``offload``), and whether it writes (subscribers hear of it) is read
@@ -69,7 +69,7 @@ _MISSING_RE = re.compile(r"missing required field `([^`]+)`")
 BACKGROUND_METHODS = frozenset(name for name, spec in METHODS.items() if spec.background)
 
 #: The last frame of a forwarded connection: the forwarder swallows it and exits with
-#: ``code`` (SPEC §2.3); a stream that ends without it means the daemon died.
+#: ``code`` (SPEC §1.3); a stream that ends without it means the daemon died.
 CLOSING = "$/dagctx/closing"
 
 

@@ -1,7 +1,7 @@
 """The per-user daemon: one engine on a Unix socket, one ``DagctxProtocol`` per connection.
 
 ``dagctx serve`` (the forwarder) starts it on demand (``dagctx daemon run``) and relays
-its client's stdio here (SPEC §2). Every accepted connection has its own LSP lifecycle;
+its client's stdio here (SPEC §1). Every accepted connection has its own LSP lifecycle;
 one client's ``exit`` ends that connection only. Output to a connection is queued by
 its transport; a client that stops reading and lets more than ``max_queue_bytes`` pile
 up is disconnected (with a log line saying so), never blocking the others.

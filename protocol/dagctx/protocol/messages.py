@@ -82,7 +82,7 @@ class AttachParams(_Params):
 
 
 class ClosingParams(_Params):
-    """``$/dagctx/closing``: the daemon's last frame on a forwarded connection (SPEC §2.3)."""
+    """``$/dagctx/closing``: the daemon's last frame on a forwarded connection (SPEC §1.3)."""
 
     code: int = 0
     reason: str | None = None
@@ -108,7 +108,7 @@ class InitializeResult(_Result):
     notifications: list[str]
     database: str
     capabilities: dict[str, Any] = msgspec.field(default_factory=dict)
-    #: this connection's id: notifications name it as their ``origin`` (SPEC §2.5)
+    #: this connection's id: notifications name it as their ``origin`` (SPEC §1.5)
     connection_id: str | None = None
 
 
@@ -313,7 +313,7 @@ class NodeNotification(_Result):
 
     ``origin`` names the connection whose request wrote the node (``initialize`` →
     ``connectionId``), so a client can skip its own; ``null`` when another process wrote
-    it (SPEC §2.5).
+    it (SPEC §1.5).
     """
 
     session_id: str

@@ -30,12 +30,12 @@ class MethodSpec(msgspec.Struct, frozen=True, kw_only=True):
     notification: bool = False
     direction: Direction = "client-to-server"
     doc: str = ""
-    #: runs without holding back the connection's later requests (SPEC §2.4)
+    #: runs without holding back the connection's later requests (SPEC §1.4)
     background: bool = False
     #: may write the record: subscribers of the session named in params hear of it
     writes: bool = False
     #: heavy work: runs in the daemon's worker thread, off the event loop, and honours
-    #: ``$/cancelRequest`` between bounded pieces (SPEC §2.4); implies ``background``
+    #: ``$/cancelRequest`` between bounded pieces (SPEC §1.4); implies ``background``
     offload: bool = False
     #: the error kinds it can answer, with when (prose for SPEC.md)
     errors: str = ""

@@ -1,4 +1,4 @@
-"""Where the per-user daemon listens, and how a client reaches it (SPEC §2.2).
+"""Where the per-user daemon listens, and how a client reaches it (SPEC §1.2).
 
 The socket lives in ``$XDG_RUNTIME_DIR/dagctx`` (else ``<tmp>/dagctx-<uid>``), a 0700
 directory of the user; the socket itself is 0600. Its name carries the user and a hash

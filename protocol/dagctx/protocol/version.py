@@ -2,7 +2,7 @@
 
 ``pyproject.toml`` repeats ``__version__`` (a test keeps the two equal). This module
 imports nothing, so the forwarder (``dagctx serve``) can name the per-user daemon's
-socket from these three values without paying for msgspec (SPEC §2.2).
+socket from these three values without paying for msgspec (SPEC §1.2).
 """
 
 __version__ = "0.1.0"

@@ -117,7 +117,7 @@ class DagctxClient:
         capabilities: dict[str, Any] | None = None,
     ) -> DagctxClient:
         """Connect straight to the per-user daemon's socket (no forwarder process),
-        starting the daemon when none listens (SPEC §2.2)."""
+        starting the daemon when none listens (SPEC §1.2)."""
         sock = await asyncio.to_thread(transport.connect_or_start, socket_path, start=start)
         reader, writer = await asyncio.open_unix_connection(sock=sock, limit=1 << 26)
         client = cls(reader, writer)
