@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -42,6 +42,8 @@ from .shared import EngineShared, OpenDatabase
 from .views import ContextService
 
 log = logging.getLogger("dagctx.engine")
+
+T = TypeVar("T")
 
 
 #: Payloads larger than this are tokenized in a worker thread, off the event loop.
@@ -68,6 +70,9 @@ class EngineCore:
         #: called after every write with the session and the ids of nodes written
         #: (the server tells subscribers); a no-op in-process
         self.on_change: Callable[[str, frozenset[str]], None] = _no_change
+        #: runs heavy local work of async operations (compaction's planning, an import's
+        #: write) where the server runs heavy views — off its event loop; None: inline
+        self.heavy_runner: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None
         self.options = m.InitializationOptions()
         #: this connection's id, named as ``origin`` in notifications
         self.connection_id: str | None = None
@@ -128,6 +133,12 @@ class EngineCore:
             database=self._store.path,
             capabilities={"observeNodes": True, "sampling": "client-or-endpoint", "search": "fts5-cjk"},
         )
+
+    async def offload(self, fn: Callable[[], T]) -> T:
+        """``fn()``, run by ``heavy_runner`` when the server set one (SPEC §1.4)."""
+        if self.heavy_runner is None:
+            return fn()
+        return await self.heavy_runner(fn)
 
     def client_path(self, path: str) -> str:
         """A path the client named, as the client meant it: ``~`` expanded, and relative to

@@ -85,6 +85,7 @@ class DagctxProtocol(JsonRPCProtocol):
         self.connection_id = self.hub.register(self)
         self.engine.connection_id = self.connection_id
         self.engine.on_change = self._changed
+        self.engine.heavy_runner = self._run_heavy
         self.engine.subscribed = set()
         self.connected_at = time.time()
         self.attach: m.AttachParams | None = None
@@ -338,6 +339,17 @@ class DagctxProtocol(JsonRPCProtocol):
         task.add_done_callback(self._reads_in_flight.discard)
         task.add_done_callback(lambda t, i=msg_id: self._cancel_tokens.pop(i, None))
         self._track(msg_id, method, task, params)
+
+    async def _run_heavy(self, fn: Callable[[], Any]) -> Any:
+        """Heavy local work of an async operation, in the worker; cancelled with it."""
+        token = CURRENT_CANCEL.get() or CancelToken()
+        ctx = contextvars.copy_context()
+        ctx.run(CURRENT_CANCEL.set, token)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.hub.worker, ctx.run, fn)
+        except asyncio.CancelledError:
+            token.cancel()
+            raise
 
     def _track(self, msg_id: Any, method: str, task: asyncio.Future[Any], params: Any = None) -> None:
         """Answer when ``task`` ends; ordered methods hold back later requests until then."""

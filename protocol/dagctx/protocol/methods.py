@@ -99,7 +99,8 @@ _ALL: list[MethodSpec] = [
          "NodeNotFound, InvalidEdge", "A name follows its branch when the branch is extended.", writes=True),
     _req("session/import", c.ImportParams, c.ImportResult, "Import transcripts of other agents.",
          "InvalidParams (no such path), ImportFailed",
-         "One transaction per session; idempotent by source session (created=false the second time).",
+         "One transaction per session, written off the event loop; idempotent by source session "
+         "(created=false the second time).",
          background=True, writes=True),
     _req("session/export", c.ExportParams, c.ExportResult, "Export a branch as a transcript.",
          "SessionNotFound, InvalidParams",
@@ -133,7 +134,8 @@ _ALL: list[MethodSpec] = [
          "Runs off the event loop.", writes=True, offload=True),
     _req("context/compact", c.CompactParams, c.CompactResult, "Compact a branch into a rolling summary.",
          "SessionNotFound, SamplingFailed (as reason)",
-         "Writes exactly one summary node or nothing; never moves HEAD. Sampling asks only the requesting client.",
+         "Writes exactly one summary node or nothing; never moves HEAD. Sampling asks only the requesting client; "
+         "the planning and validation run off the event loop.",
          background=True, writes=True),
     _req("context/replay", c.ReplayParams, c.ReplayResult, "Exactly what a past llm node was sent.",
          "NodeNotFound, InvalidParams (not an llm node)", "Rebuilds a past call from its reads and renderManifest. "
