@@ -96,7 +96,7 @@ class EngineCore:
         self.options = p.initialization_options or m.InitializationOptions()
         self.client_capabilities = p.capabilities
         if self.options.config_file:
-            self.models = self.models.load_config_file(self.options.config_file)
+            self.models = self.models.load_config_file(self.client_path(self.options.config_file))
         if self.options.models:
             self.models = self.models.with_overrides(self.options.models)
         if self.options.aging is not None:
