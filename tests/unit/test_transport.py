@@ -58,3 +58,9 @@ def test_the_forwarder_imports_nothing_heavy() -> None:
             f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"the forwarder's imports pull in {out.stdout.strip()}"
+
+
+def test_a_socket_path_too_long_for_unix_sockets_is_a_clear_error(tmp_path) -> None:
+    long = str(tmp_path / ("d" * 120) / "x.sock")
+    with pytest.raises(transport.DaemonUnavailable, match="longer than Unix sockets allow"):
+        transport.connect_or_start(long)

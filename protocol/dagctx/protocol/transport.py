@@ -30,6 +30,8 @@ from .version import LEDGER_SCHEMA_VERSION, PROTOCOL_VERSION, __version__
 
 #: Seconds a client waits for a daemon it started to listen.
 START_TIMEOUT = 20.0
+#: Longest socket path every platform accepts (sun_path is 104–108 bytes).
+MAX_SOCKET_PATH = 103
 
 
 class DaemonUnavailable(OSError):
@@ -160,6 +162,11 @@ def connect_or_start(sock: str | None = None, *, start: bool = True, timeout: fl
     if not supported():
         raise DaemonUnavailable("this platform has no Unix sockets; use `dagctx serve --standalone`")
     sock = sock or socket_path()
+    if len(os.fsencode(sock)) > MAX_SOCKET_PATH:
+        raise DaemonUnavailable(
+            f"the socket path {sock} is longer than Unix sockets allow ({MAX_SOCKET_PATH} bytes); "
+            "set XDG_RUNTIME_DIR to a shorter folder, or use `dagctx serve --standalone`"
+        )
     s = try_connect(sock)
     if s is not None or not start:
         if s is None:
