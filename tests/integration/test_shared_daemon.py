@@ -418,6 +418,14 @@ async def test_kill9_mid_request_ends_both_streams_and_loses_no_acknowledged_wri
 async def test_cli_uses_the_shared_daemon_and_daemon_status_and_stop(shared_env, tmp_path: Path) -> None:
     db = tmp_path / "cli.db"
     env = dict(os.environ)
+    # opting out starts no shared daemon
+    p = subprocess.run(CLI + ["sessions", "--db", str(db), "--standalone"], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run(SERVE + ["--db", str(db)], input="", capture_output=True, text=True, timeout=60,
+                       env={**env, "DAGCTX_STANDALONE": "1"})
+    assert p.returncode == 0, p.stderr
+    assert not os.path.exists(transport.socket_path())
     for _ in range(2):
         p = subprocess.run(CLI + ["sessions", "--db", str(db)], capture_output=True, text=True, timeout=60, env=env)
         assert p.returncode == 0, p.stderr
