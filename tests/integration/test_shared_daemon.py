@@ -340,7 +340,13 @@ async def test_a_client_that_never_reads_does_not_block_the_other(shared_env, tm
             ("session/subscribe", {"sessionId": s.session_id}),
         ]):
             raw.sendall(codec.encode_message(codec.Request(method=method, id=i + 1, params=params)))
-        await asyncio.sleep(0.3)  # A is initialized and subscribed
+        for _ in range(200):  # A is initialized and subscribed
+            st0 = await status(b)
+            if any(c.sessions == [s.session_id] for c in st0.clients):
+                break
+            await asyncio.sleep(0.02)
+        else:
+            raise AssertionError("the raw client never subscribed")
         big = "x" * 20_000
         head = s.head
         t0 = time.monotonic()
