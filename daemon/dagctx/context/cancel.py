@@ -1,12 +1,12 @@
 """Cooperative cancellation for long views (SPEC §1.4: `$/cancelRequest`).
 
-The daemon runs heavy views (render with aging, prepare, search, export) in a worker
+The daemon runs heavy views (render with aging, prepare, search, replay, compaction planning) in a worker
 thread and sets the request's ``CancelToken`` when the client cancels it; views call
-``checkpoint()`` between bounded pieces of work, so a cancelled render stops within
+``stop_if_cancelled()`` between bounded pieces of work, so a cancelled render stops within
 one piece instead of finishing for nobody. Outside the daemon no token is set and a
-checkpoint costs one context-variable read.
+check costs one context-variable read.
 
-Architecture Invariant: no I/O here; the views stay pure (a checkpoint only raises).
+Architecture Invariant: no I/O here; the views stay pure (a check only raises).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class CancelToken:
 CURRENT: ContextVar[CancelToken | None] = ContextVar("dagctx_cancel", default=None)
 
 
-def checkpoint() -> None:
+def stop_if_cancelled() -> None:
     """Raise ``RequestCancelled`` when the current request was cancelled."""
     token = CURRENT.get()
     if token is not None and token.cancelled:

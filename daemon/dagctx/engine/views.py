@@ -22,11 +22,12 @@ import msgspec
 
 from dagctx.context import aging
 from dagctx.context import budget as budget_mod
-from dagctx.context.cancel import checkpoint
+from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context.formats import to_messages
 from dagctx.context.models import ModelInfo
 from dagctx.context.render import RENDER_POLICY_VERSION, View, render_view
 from dagctx.context.system_prompt import PromptOptions, assemble_system_prompt
+from dagctx.context.turn_reduction import Checkpoint, apply_checkpoint, checkpoint_from_manifest
 from dagctx.ledger import SessionGraph, UsageRow
 from dagctx.ledger.graph import is_summary
 from dagctx.protocol import context_messages as c
@@ -148,10 +149,12 @@ class ContextService:
         return counts
 
     def _part_tokens(self, graph: SessionGraph, node_id: str, assistant: bool, tokenizer: str,
-                     cache: dict[str, tuple[int, int]], aged: dict[str, str]) -> int:
+                     cache: dict[str, tuple[int, int]], aged: dict[str, str],
+                     synthetic: dict[str, str] | None = None) -> int:
         node = graph.nodes.get(node_id)
         if node is None:
-            return 0
+            # a request checkpoint (SPEC §8) stands in a message under its own id
+            return self.e.counter.count(synthetic[node_id], tokenizer) if synthetic and node_id in synthetic else 0
         tin, tout = self.counts_of(graph, node_id, tokenizer, cache)
         if node.role == "code":
             if assistant:
@@ -164,7 +167,7 @@ class ContextService:
         return tout if node.output is not None else tin
 
     def count_messages(self, graph: SessionGraph, messages: list[Any], node_ids: list[list[str]],
-                       tokenizer: str, aged: dict[str, str]) -> list[int]:
+                       tokenizer: str, aged: dict[str, str], synthetic: dict[str, str] | None = None) -> list[int]:
         """Per-message tokens from stored per-node counts (no re-tokenizing) + framing."""
         cache = self.node_tokens(graph, tokenizer)
         overhead = self.e.counter.message_overhead(tokenizer)
@@ -173,7 +176,7 @@ class ContextService:
             assistant = isinstance(msg, dict) and msg.get("role") == "assistant"
             n = overhead
             for nid in ids:
-                n += self._part_tokens(graph, nid, assistant, tokenizer, cache, aged)
+                n += self._part_tokens(graph, nid, assistant, tokenizer, cache, aged, synthetic)
             if not ids and isinstance(msg, dict):
                 n += self.e.counter.count(_message_text(msg), tokenizer)
             out.append(n)
@@ -198,6 +201,7 @@ class ContextService:
         exclude_summaries: frozenset[str] = frozenset(),
         remember: bool = True,
         use_cache: bool = True,
+        checkpoint: Checkpoint | None = None,
     ) -> Rendering:
         # A render allocates ~15 containers per message, all acyclic and freed by
         # reference counting; letting the cyclic GC run in the middle of it rescans the
@@ -209,7 +213,7 @@ class ContextService:
                 session_id, head=head, fmt=fmt, model=model, frame=frame, expose=expose,
                 include_system=include_system, system_node_id=system_node_id, before_seq=before_seq,
                 aged=aged, extra_manifest=extra_manifest, exclude_summaries=exclude_summaries,
-                remember=remember, use_cache=use_cache,
+                remember=remember, use_cache=use_cache, checkpoint=checkpoint,
             )
         finally:
             if enabled:
@@ -232,6 +236,7 @@ class ContextService:
         exclude_summaries: frozenset[str],
         remember: bool,
         use_cache: bool,
+        checkpoint: Checkpoint | None = None,
     ) -> Rendering:
         store = self.e.store
         graph = store.graph(session_id)
@@ -239,7 +244,8 @@ class ContextService:
         info = self.e.models.get(model or self.e.options.default_model)
         tokenizer = info.tokenizer or self.e.counter.tokenizer_for(info.name)
         aged_map = dict(aged or {})
-        cacheable = use_cache and frame is None and before_seq is None and not exclude_summaries
+        cacheable = (use_cache and frame is None and before_seq is None and not exclude_summaries
+                     and checkpoint is None)
         key = (session_id, fmt, tokenizer, expose, include_system)
         hit = self._extend_cached(graph, h, key, aged_map, system_node_id, fmt, tokenizer) if cacheable else None
         if hit is not None:
@@ -255,12 +261,16 @@ class ContextService:
                 before_seq=before_seq,
                 exclude_summaries=exclude_summaries,
             )
-            checkpoint()
+            stop_if_cancelled()
+            synthetic = None
+            if checkpoint is not None:
+                view = apply_checkpoint(view, graph, checkpoint)
+                synthetic = {checkpoint.id: checkpoint.text}
             rendered = to_messages(view, fmt, include_system=include_system)  # type: ignore[arg-type]
-            checkpoint()
+            stop_if_cancelled()
             system, messages, node_ids = rendered
             repairs = list(rendered.repairs)
-            per_message = self.count_messages(graph, messages, node_ids, tokenizer, aged_map)
+            per_message = self.count_messages(graph, messages, node_ids, tokenizer, aged_map, synthetic)
         if cacheable:
             self._cache[key] = CachedRender(
                 key, Snapshot.of(graph, view.chain), view, aged_map, system, messages, node_ids,
@@ -363,6 +373,18 @@ class ContextService:
         self._by_session[rec.session_id] = q  # most recently used last
         while len(self._by_session) > SESSIONS_REMEMBERED:
             self._by_session.pop(next(iter(self._by_session)))
+
+    def forget(self, render_id: str) -> None:
+        """Drop a render that was built but not handed out (a reduction attempt), so it is
+        neither a ``renderId`` nor the previous render ``stablePrefix`` compares with."""
+        rec = self._renders.pop(render_id, None)
+        if rec is None:
+            return
+        q = self._by_session.get(rec.session_id)
+        if q is not None:
+            for old in list(q):
+                if old.render_id == render_id:
+                    q.remove(old)
 
     def lookup_render(self, render_id: str) -> RenderRecord:
         rec = self._renders.get(render_id)
@@ -483,6 +505,7 @@ class ContextService:
             aged=manifest.get("agedText") or {},
             exclude_summaries=excluded,
             remember=False,
+            checkpoint=checkpoint_from_manifest(manifest),
         )
         messages = apply_turn_hooks(r.messages, manifest.get("turnHooks") or {}, r.manifest["format"])
         exact = list(r.view.reads) == list(node.reads or manifest.get("reads") or r.view.reads) and (
@@ -519,18 +542,60 @@ class ContextService:
         def token_of(node_id: str) -> int:
             return self.counts_of(graph, node_id, tokenizer, cache)[1]
 
-        checkpoint()
+        stop_if_cancelled()
         boundary = aging.boundary_after_commit(view, graph, policy)
         now = _turn_start(graph, view, policy.turn_unit)
         plan = (ager or aging.plan_aging)(
             view, graph, now=now, boundary_seq=boundary or None, policy=policy, token_of=token_of,
             window=model.context_window, count=lambda t: self.count_text(t, tokenizer),
         )
+        long = aging.long_turn_cap(graph, head, policy) if ager is None else None
+        long_manifest = None
+        if long is not None:
+            long_manifest = self._age_long_turn(graph, view, plan, policy, long, model, token_of,
+                                                lambda t: counter.count(t, tokenizer))
         stats: dict[str, Any] = dict(plan.stats.as_dict())
         stats["manifest"] = plan.manifest()
+        stats["longTurnCap"] = long[1] if long is not None else None
+        if long_manifest is not None:
+            stats["manifest"]["agingLongTurn"] = long_manifest
         self._aging_cache[key] = CachedAging(key, Snapshot.of(graph, view.chain), _turn_node(graph, view.chain),
                                              dict(plan.aged), stats)
         return dict(plan.aged), stats
+
+    @staticmethod
+    def _age_long_turn(graph: SessionGraph, view: View, plan: Any, policy: Any, long: tuple[int, int, str],
+                       model: ModelInfo, token_of: Any, count: Any) -> dict[str, Any]:
+        """Aging within a long user turn (SPEC §8): the turn's own older steps age in step
+        units, the step boundary held at the start of the current quantum of
+        ``stepQuantum`` steps, so the aged prefix changes only every ``stepQuantum`` steps."""
+        steps, cap, step_id = long
+        step_policy = replace(policy, turn_unit="step")
+        boundary = aging.boundary_after_commit(view, graph, step_policy, current_cap=cap)
+        now = graph.nodes[step_id].created_at
+        splan = aging.plan_aging(view, graph, now=now, boundary_seq=boundary or None, policy=step_policy,
+                                 token_of=token_of, window=model.context_window, count=count, current_cap=cap)
+        current = {it.node_id for it in view.items if it.turn == view.turn_count}
+        added = 0
+        for nid, text in splan.aged.items():
+            if nid not in current or nid in plan.aged:
+                continue
+            kind = splan.kinds[nid]
+            plan.aged[nid] = text
+            plan.kinds[nid] = kind
+            plan.decisions[nid] = kind
+            added += 1
+            st = plan.stats
+            st.tool_results_aged += 1
+            st.tokens_freed_by_aging += max(0, token_of(nid) - count(text))
+            if kind == aging.SOFT_TRIM:
+                st.soft_trimmed += 1
+            elif kind == aging.HARD_CLEAR:
+                st.hard_cleared += 1
+            else:
+                st.capped += 1
+        return {"steps": steps, "stepCap": cap, "stepQuantum": policy.step_quantum, "stepBoundary": boundary,
+                "aged": added}
 
     def _reuse_aging(self, graph: SessionGraph, head: str, key: tuple[Any, ...], policy: Any, model: ModelInfo,
                      cache: dict[str, tuple[int, int]]) -> tuple[dict[str, str], dict[str, Any]] | None:
@@ -546,6 +611,9 @@ class ContextService:
         chain = [n.id for n in graph.chain(head)]
         if _turn_node(graph, chain) != cached.turn_start or not still_valid_prefix(graph, cached.snap, chain):
             return None
+        long = aging.long_turn_cap(graph, head, policy)
+        if (long[1] if long is not None else None) != cached.stats.get("longTurnCap"):
+            return None  # a long turn crossed into its next quantum of steps
         cap = model.context_window * policy.max_single_result_share
         seqs_start = cached.snap.max_seq
         for node in reversed(graph.by_seq):

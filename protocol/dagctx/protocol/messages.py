@@ -56,6 +56,10 @@ class AgingOptions(_Params, omit_defaults=True):
     max_single_result_share: float | None = None
     max_refs_per_result: int | None = None
     turn_unit: Literal["user", "step"] | None = None
+    #: a current user turn of at least this many steps also ages its older steps (0: off)
+    long_turn_steps: int | None = None
+    #: ... its step boundary advancing only every this many steps
+    step_quantum: int | None = None
 
 
 class SamplingEndpoint(_Params):

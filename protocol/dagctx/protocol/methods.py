@@ -126,12 +126,14 @@ _ALL: list[MethodSpec] = [
          "With `range`, `output` is that slice of the whole (spilled) output."),
     # context
     _req("context/render", c.RenderParams, c.RenderResult, "Messages for a head in a provider format.",
-         "SessionNotFound, NodeNotFound, BrokenPredecessorChain, InvalidParams, RequestCancelled",
-         "Pure: never writes. Same data + same params → same bytes. Runs off the event loop.", offload=True),
+         "SessionNotFound, NodeNotFound, BrokenPredecessorChain, InvalidParams; with `budget`: BudgetExceeded; "
+         "RequestCancelled",
+         "Never writes the ledger. Same data + same params → same bytes. With `budget` over the limit: reduction "
+         "within the turn (§8), whose summaries go to the derived cache only. Runs off the event loop.", offload=True),
     _req("context/prepare", c.PrepareParams, c.PrepareResult, "Everything one turn needs.",
          "SessionNotFound, BudgetExceeded, RequestCancelled, WorkspaceEscape never (refused files become notes)",
-         "May append one context/system_prompt node (when the prompt's hash changed); never moves HEAD. "
-         "Runs off the event loop.", writes=True, offload=True),
+         "May append one context/system_prompt node (when the prompt's hash changed); never moves HEAD; never hands "
+         "out a request over its limit (§8). Runs off the event loop.", writes=True, offload=True),
     _req("context/compact", c.CompactParams, c.CompactResult, "Compact a branch into a rolling summary.",
          "SessionNotFound, SamplingFailed (as reason)",
          "Writes exactly one summary node or nothing; never moves HEAD. Sampling asks only the requesting client; "
