@@ -553,7 +553,7 @@ class ContextService:
         long_manifest = None
         if long is not None:
             long_manifest = self._age_long_turn(graph, view, plan, policy, long, model, token_of,
-                                                lambda t: counter.count(t, tokenizer))
+                                                lambda t: self.count_text(t, tokenizer))
         stats: dict[str, Any] = dict(plan.stats.as_dict())
         stats["manifest"] = plan.manifest()
         stats["longTurnCap"] = long[1] if long is not None else None
