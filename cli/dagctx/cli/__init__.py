@@ -1,7 +1,12 @@
-"""``dagctx``: the command line — ``serve`` runs the daemon, everything else is a client.
+"""``dagctx``: the command line — ``serve`` connects a client to the engine, everything else is a client.
 
-``serve`` runs the daemon on stdio. Every other command is a client of a daemon it
-spawns, talking the same protocol an editor does, so the CLI exercises what editors use.
+``serve`` forwards stdio to the per-user daemon (starting it when needed);
+``serve --standalone`` (or ``DAGCTX_STANDALONE=1``) runs the daemon in-process on stdio.
+Every other command is a client of the shared daemon (or of a standalone one it spawns
+with ``--standalone``), talking the same protocol an editor does.
+
+Import-light: ``dagctx serve`` takes a fast path that parses its few flags by hand and
+imports only the forwarder, so it starts close to a bare Python start.
 
 Architecture Invariant: this floor sits above both the daemon and the clients; the
 daemon never imports it, nor any client.
@@ -9,23 +14,79 @@ daemon never imports it, nor any client.
 
 from __future__ import annotations
 
-import argparse
-import logging
+import os
 import sys
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from dagctx.server import run_stdio
+def standalone_requested(argv: list[str] | None = None) -> bool:
+    """``--standalone`` on the command line or ``DAGCTX_STANDALONE=1`` in the environment."""
+    if argv is not None and "--standalone" in argv:
+        return True
+    return os.environ.get("DAGCTX_STANDALONE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _fast_serve(argv: list[str]) -> int | None:
+    """``dagctx serve [--db X] [--stdio] …`` → the forwarder, without argparse; None when
+    the arguments need the full parser (help, standalone, anything unknown)."""
+    if not argv or argv[0] != "serve" or standalone_requested(argv[1:]):
+        return None
+    database = None
+    max_frame: int | None = None
+    rest = argv[1:]
+    i = 0
+    while i < len(rest):
+        a = rest[i]
+        if a == "--db" and i + 1 < len(rest):
+            database = rest[i + 1]
+            i += 2
+        elif a.startswith("--db="):
+            database = a[5:]
+            i += 1
+        elif a == "--stdio":
+            i += 1
+        elif a == "--max-frame-bytes" and i + 1 < len(rest) and rest[i + 1].isdigit():
+            max_frame = int(rest[i + 1])  # this connection's limit, passed on
+            i += 2
+        elif a == "--log-level" and i + 1 < len(rest):
+            i += 2  # the daemon's own setting; a forwarder logs nothing
+        else:
+            return None
+    from dagctx.protocol import transport
+
+    if not transport.supported():
+        sys.stderr.write("dagctx serve: this platform has no Unix sockets; running standalone on stdio\n")
+        return None
+    from dagctx.server import run_forwarder
+
+    return run_forwarder(database=database or os.environ.get("DAGCTX_DB") or None, max_frame_bytes=max_frame)
+
+
+def _logging(level: str) -> None:
+    import logging
 
     logging.basicConfig(
         stream=sys.stderr,
-        level=getattr(logging, args.log_level.upper(), logging.WARNING),
+        level=getattr(logging, level.upper(), logging.WARNING),
         format="dagctx %(levelname)s %(name)s: %(message)s",
     )
-    return run_stdio(database=args.db, max_frame_bytes=args.max_frame_bytes, log_level=args.log_level)
 
 
-def _schema(args: argparse.Namespace) -> int:
+def _serve(args) -> int:  # noqa: ANN001 - argparse.Namespace, argparse imported lazily
+    from dagctx.protocol import transport
+
+    if not standalone_requested() and not args.standalone and transport.supported():
+        from dagctx.server import run_forwarder
+
+        return run_forwarder(database=args.db or os.environ.get("DAGCTX_DB") or None,
+                             max_frame_bytes=args.max_frame_bytes)
+    from dagctx.server import run_stdio
+
+    level = args.log_level or "WARNING"
+    _logging(level)
+    return run_stdio(database=args.db, max_frame_bytes=args.max_frame_bytes, log_level=level)
+
+
+def _schema(args) -> int:  # noqa: ANN001
     from dagctx.protocol.schema import schema_json
 
     sys.stdout.write(schema_json())
@@ -39,29 +100,36 @@ def _version() -> str:
     return f"dagctx {__version__} (protocol {PROTOCOL_VERSION})"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser():  # noqa: ANN201 - argparse.ArgumentParser
     """Global options (``--db``, ``--log-level``) work before or after the subcommand.
 
     A subcommand's copy of an option defaults to ``SUPPRESS``, so it never overwrites the
     value given before the subcommand.
     """
+    import argparse
+
     p = argparse.ArgumentParser(prog="dagctx", description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--version", action="version", version=_version())
     p.add_argument("--db", help="SQLite database file (default: $DAGCTX_DB or the user data dir)")
-    p.add_argument("--log-level", default="WARNING", help="daemon log level (DEBUG, INFO, WARNING, ERROR)")
+    p.add_argument("--log-level", default=None,
+                   help="log level of a daemon this command runs (DEBUG, INFO, WARNING, ERROR; default WARNING)")
     sub = p.add_subparsers(dest="command")
-    s = sub.add_parser("serve", help="run the daemon on stdio (JSON-RPC 2.0, LSP framing)")
+    s = sub.add_parser("serve", help="connect stdio to the shared per-user daemon (JSON-RPC 2.0, LSP framing)")
     s.add_argument("--db", default=argparse.SUPPRESS,
                    help="SQLite database file (default: $DAGCTX_DB or the user data dir)")
-    s.add_argument("--max-frame-bytes", type=int, default=64 * 1024 * 1024)
+    s.add_argument("--standalone", action="store_true",
+                   help="run the daemon in this process on stdio instead (also DAGCTX_STANDALONE=1)")
+    s.add_argument("--max-frame-bytes", type=int, default=64 * 1024 * 1024,
+                   help="largest frame accepted (per connection)")
     s.add_argument("--log-level", default=argparse.SUPPRESS)
     s.add_argument("--stdio", action="store_true", help="accepted for editor compatibility (stdio is the default)")
     s.set_defaults(func=_serve)
     sc = sub.add_parser("schema", help="print the JSON Schema of the protocol")
     sc.set_defaults(func=_schema)
-    from dagctx.cli import commands
+    from dagctx.cli import commands, daemon_cmd
 
     commands.register(sub)
+    daemon_cmd.register(sub)
     from dagctx.cli import mcp_server  # registers `dagctx mcp`; the SDK is imported only when it runs
 
     mcp_server.register(sub)
@@ -69,16 +137,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    fast = _fast_serve(args_list if args_list else ["serve"])
+    if fast is not None:
+        return fast
     parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
     commands = _command_names(parser)
-    if not any(a in commands for a in argv) and not {"-h", "--help", "--version"} & set(argv):
-        argv = ["serve", *argv]  # bare ``dagctx [--stdio] [--db F]`` is the daemon (what editors spawn)
-    args = parser.parse_args(argv)
+    if not any(a in commands for a in args_list) and not {"-h", "--help", "--version"} & set(args_list):
+        args_list = ["serve", *args_list]  # bare ``dagctx [--stdio] [--db F]`` is the daemon (what editors spawn)
+    args = parser.parse_args(args_list)
     return int(args.func(args) or 0)
 
 
-def _command_names(parser: argparse.ArgumentParser) -> set[str]:
+def _command_names(parser) -> set[str]:  # noqa: ANN001 - argparse.ArgumentParser
+    import argparse
+
     for action in parser._actions:  # noqa: SLF001 - argparse keeps subparsers here
         if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
             return set(action.choices)

@@ -1,7 +1,8 @@
 """The ``dagctx`` commands besides ``serve`` and ``schema``.
 
-Every command is a client of a daemon it spawns (``DagctxClient.spawn``), speaking the
-same protocol an editor does, and closes it (shutdown + exit) when done. The database
+Every command is a client of the shared per-user daemon (``DagctxClient.connect``; a
+private standalone one with ``--standalone``), speaking the same protocol an editor
+does, and closes its connection (shutdown + exit) when done. The database
 is ``--db``, else ``$DAGCTX_DB``, else the daemon's default in the user data directory.
 A session may be named by a unique prefix of its id.
 """
@@ -91,7 +92,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         p = sub.add_parser(name, help=help, description=help)
         # SUPPRESS: ``dagctx --db F cmd`` and ``dagctx cmd --db F`` both work (see build_parser).
         p.add_argument("--db", help=db_help, default=argparse.SUPPRESS)
-        p.add_argument("--log-level", default=argparse.SUPPRESS, help="daemon log level")
+        p.add_argument("--log-level", default=argparse.SUPPRESS, help="log level of a --standalone daemon")
+        p.add_argument("--standalone", action="store_true",
+                       help="use a private daemon instead of the shared per-user one (also DAGCTX_STANDALONE=1)")
         p.set_defaults(func=lambda args: run(fn, args))
         return p
 
@@ -186,10 +189,19 @@ def database_of(args: argparse.Namespace) -> str | None:
 
 @asynccontextmanager
 async def connect(args: argparse.Namespace, **kw: Any) -> AsyncIterator[DagctxClient]:
-    level = getattr(args, "log_level", None)
-    if level and level.upper() != "WARNING":
-        kw.setdefault("extra_args", ["--log-level", level])
-    client = await DagctxClient.spawn(database_of(args), **kw)
+    """A client of the shared per-user daemon (straight to its socket), or of a private
+    standalone daemon with ``--standalone`` / ``DAGCTX_STANDALONE=1``."""
+    from dagctx.cli import standalone_requested
+    from dagctx.protocol import transport
+
+    if getattr(args, "standalone", False) or standalone_requested() or not transport.supported():
+        level = getattr(args, "log_level", None)
+        if level:
+            kw.setdefault("extra_args", ["--log-level", level])
+        client = await DagctxClient.spawn(database_of(args), standalone=True, **kw)
+    else:
+        kw.pop("stderr", None)
+        client = await DagctxClient.connect(database_of(args), **kw)
     try:
         yield client
     finally:

@@ -105,7 +105,7 @@ def _not_imported(t: Transcript, fmt: str, records: int) -> str:
 
 
 async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResult:
-    path = os.path.expanduser(p.path)
+    path = engine.client_path(p.path)
     if not os.path.exists(path):
         raise DagctxError("InvalidParams", f"no file or folder at {p.path!r}", path="path")
     files = await asyncio.to_thread(_files, path, p.path)
@@ -171,17 +171,26 @@ async def _write(engine: EngineCore, p: c.ImportParams, t: Transcript, path: str
             )
             for nid, u in t.usage.items()
         ]
-        info, created = engine.store.import_session(
-            source_key=f"{t.format}:{t.source_key}",
-            title=p.title or t.title,
-            nodes=t.nodes,
-            head=t.head,
-            metadata={"importedFrom": t.format, "source": path},
-            token_counts=counts,
-            usage=usage,
-        )
-        if created:
-            engine.lifecycle("session_start", info.session_id)
+
+        def write(t: Transcript = t, counts: dict = counts, usage: list = usage) -> tuple[Any, bool]:
+            info, created = engine.store.import_session(
+                source_key=f"{t.format}:{t.source_key}",
+                title=p.title or t.title,
+                nodes=t.nodes,
+                head=t.head,
+                metadata={"importedFrom": t.format, "source": path},
+                token_counts=counts,
+                usage=usage,
+            )
+            if created:
+                engine.lifecycle("session_start", info.session_id)
+                # the same announcement and ingest hook as every other write (SPEC §1.5)
+                new_nodes = [n for n in engine.store.graph(info.session_id).by_seq if n.id != info.root_id]
+                engine.announce(info.session_id, new_nodes, info.head)
+            return info, created
+
+        # one transaction per transcript, off the event loop (SPEC §1.4)
+        info, created = await engine.offload(write)
     notes = list(t.notes)
     if origin is not None:
         notes.append(f"exported from session {origin.session_id}, which is in this database; not copied again")

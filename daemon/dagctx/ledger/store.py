@@ -21,6 +21,7 @@ import gc
 import os
 import re
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -147,6 +148,10 @@ class Store:
         self._dec = msgspec.msgpack.Decoder(Call)
         self._meta_enc = msgspec.msgpack.Encoder()
         self._meta_dec = msgspec.msgpack.Decoder(dict)
+        #: Held for a whole write transaction and while a cached graph is brought up to
+        #: date: a render in the daemon's worker thread and a write on its event loop
+        #: share this connection, and a refresh must never see half a transaction.
+        self.lock = threading.RLock()
 
     def close(self) -> None:
         self.db.close()
@@ -156,16 +161,17 @@ class Store:
     @contextmanager
     def _write(self, session_id: str | None = None) -> Iterator[None]:
         """One immediate write transaction; a failure rolls back and drops the cache."""
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            if session_id is not None:
-                self._graphs.pop(session_id, None)
-            raise
-        else:
-            self.db.execute("COMMIT")
+        with self.lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                if session_id is not None:
+                    self._graphs.pop(session_id, None)
+                raise
+            else:
+                self.db.execute("COMMIT")
 
     # ------------------------------------------------------------ sessions
 
@@ -329,7 +335,8 @@ class Store:
 
     def graph(self, session_id: str) -> SessionGraph:
         """The session's graph, brought up to date with every committed write."""
-        return self._refresh(self._session_row(session_id))
+        with self.lock:
+            return self._refresh(self._session_row(session_id))
 
     def _refresh(self, row: _SessionRow) -> SessionGraph:
         g = self._graphs.get(row.id)
@@ -359,7 +366,8 @@ class Store:
         return g
 
     def head(self, session_id: str) -> str:
-        return self._session_row(session_id).head
+        with self.lock:
+            return self._session_row(session_id).head
 
     # ------------------------------------------------------------ appends
 

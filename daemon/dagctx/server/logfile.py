@@ -1,9 +1,10 @@
 """The daemon's log file in its state directory, beside stderr.
 
-A client that spawns the daemon may discard its stderr (an editor, a script); when the
-daemon then dies, nothing would say why. So the daemon also appends its log — and the
-traceback of anything that ends it — to ``daemon.log`` in the user state directory
-(``platformdirs.user_state_dir("dagctx")``), rotated at 5 MB. ``DAGCTX_LOG_FILE`` names
+A client that spawns a standalone daemon may discard its stderr (an editor, a script);
+when the daemon then dies, nothing would say why. So the standalone daemon also appends
+its log — and the traceback of anything that ends it — to ``standalone.log`` in the
+daemon's state directory (``transport.state_dir()``, where the shared daemon keeps its
+own log), rotated at 5 MB. ``DAGCTX_LOG_FILE`` names
 another file; set it empty to turn the file off (SPEC §1). The file gets INFO and up
 (start, exit, warnings) whatever ``--log-level`` says; stderr keeps that level.
 """
@@ -16,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-import platformdirs
+from dagctx.protocol import transport
 
 MAX_BYTES = 5 * 1024 * 1024
 BACKUPS = 2
@@ -27,7 +28,10 @@ def log_path() -> Path | None:
     env = os.environ.get("DAGCTX_LOG_FILE")
     if env is not None:
         return Path(env).expanduser() if env else None
-    return Path(platformdirs.user_state_dir("dagctx", appauthor=False)) / "daemon.log"
+    try:
+        return Path(transport.state_dir()) / "standalone.log"
+    except OSError:
+        return None
 
 
 def log_to_file(level: str) -> Path | None:
