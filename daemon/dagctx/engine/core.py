@@ -27,16 +27,13 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.methods import CLIENT_REQUESTS, PROTOCOL_VERSION, SERVER_NOTIFICATIONS
 
 from . import compaction_pipeline, exports, imports, ledger_ops
-from .config import DaemonConfig, default_database, env_database
+from .config import DaemonConfig, contain_caches, default_database, env_database, read_config_file
+from .heads import check_head
 from .lifecycle import EngineRegistry
 from .peer import NullPeer, Peer
 from .views import ContextService
 
 log = logging.getLogger("dagctx.engine")
-
-
-def _snake(name: str) -> str:
-    return "".join("_" + ch.lower() if ch.isupper() else ch for ch in name)
 
 
 #: Payloads larger than this are tokenized in a worker thread, off the event loop.
@@ -50,6 +47,7 @@ class EngineCore:
         self._store: Store | None = None
         self.options = m.InitializationOptions()
         self.client_capabilities: dict[str, Any] = {}
+        contain_caches()  # before tiktoken loads an encoding (SPEC §6)
         self.counter: TokenCounter = default_counter()
         self.models = ModelTable(counter=self.counter)
         self.views = ContextService(self)
@@ -69,14 +67,19 @@ class EngineCore:
         self.options = p.initialization_options or m.InitializationOptions()
         self.client_capabilities = p.capabilities
         if self.options.config_file:
-            self.models = self.models.load_config_file(self.options.config_file)
+            cfg = self.options.config_file
+            try:
+                raw = read_config_file(cfg)
+            except FileNotFoundError:
+                raw = None  # the table words the error
+            self.models = self.models.load_config_file(cfg, raw=raw)
         if self.options.models:
             self.models = self.models.with_overrides(
                 {name: msgspec.to_builtins(spec) for name, spec in self.options.models.items()}
             )
         if self.options.aging:
-            try:
-                fields = {_snake(k): v for k, v in self.options.aging.items()}
+            try:  # the Struct checked names and types at the door (SPEC §2)
+                fields = {k: v for k, v in msgspec.structs.asdict(self.options.aging).items() if v is not None}
                 if "exempt_tools" in fields:
                     fields["exempt_tools"] = frozenset(fields["exempt_tools"])
                 self.aging_policy = AgingPolicy(**fields)
@@ -191,6 +194,7 @@ class EngineCore:
     # ------------------------------------------------------------ context methods
 
     def context_render(self, p: c.RenderParams) -> c.RenderResult:
+        check_head(self.store.graph(p.session_id), p.head)
         head = p.head or self.store.head(p.session_id)
         info = self.models.get(p.model or self.options.default_model)
         aged, stats = self.views.aging_for(p.session_id, head, info, enabled=p.aging, frame=p.frame)

@@ -24,6 +24,7 @@ from dagctx.context import budget as budget_mod
 from dagctx.context.system_prompt import PromptOptions, assemble_system_prompt
 from dagctx.protocol import context_messages as c
 
+from .heads import check_head
 from .views import apply_turn_hooks
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ class ContextEngine:
         budget = self.budget_allocator
         path: list[str] = []
         graph = store.graph(p.session_id)
+        check_head(graph, p.head)
         head = p.head or store.head(p.session_id)
         graph.get(head)
         info = host.models.get(p.model or host.options.default_model)

@@ -42,6 +42,7 @@ from dagctx.protocol.errors import DagctxError, ErrorData, ResponseError
 from dagctx.protocol.methods import METHODS
 from dagctx.protocol.messages import InitializeParams, LogMessageParams
 
+from . import guards
 from .framing import Body, FrameParser
 
 log = logging.getLogger("dagctx.server")
@@ -113,7 +114,12 @@ class DagctxProtocol(JsonRPCProtocol):
         if self.writer is None:
             return
         try:
-            self.writer.write(codec.encode_message(message))
+            data = codec.encode_message(message)
+        except (UnicodeEncodeError, OverflowError, TypeError) as exc:  # e.g. a name with undecodable bytes
+            log.warning("answer not encodable as is (%s); sending it with escaped text", exc)
+            data = codec.frame(guards.encode_sanitized(message))
+        try:
+            self.writer.write(data)
         except (BrokenPipeError, ValueError, OSError):
             log.warning("the client's end of stdout is gone; stopping")
             self._finish(0 if self.shutting_down else 1)
@@ -129,11 +135,19 @@ class DagctxProtocol(JsonRPCProtocol):
     def feed(self, data: bytes) -> None:
         for event in self.parser.feed(data):
             if isinstance(event, Body):
-                self.handle_body(event.data)
+                try:  # one bad body never costs the frames behind it (SPEC §1)
+                    self.handle_body(event.data)
+                except Exception as exc:
+                    self._internal_error(None, "a message", exc)
             else:
                 self._error(None, DagctxError(event.kind, event.message))
 
     def handle_body(self, body: bytes) -> None:
+        refused = guards.check_body(body)
+        if refused is not None:
+            r = refused.refusal
+            self._error(refused.id, DagctxError(r.kind, r.message, path=r.path))
+            return
         try:
             env = codec.envelope_decoder.decode(body)
         except msgspec.ValidationError:
@@ -144,8 +158,8 @@ class DagctxProtocol(JsonRPCProtocol):
             return
         has_id = env.id is not msgspec.UNSET
         msg_id = env.id if has_id else None
-        if has_id and not isinstance(msg_id, (int, str)) and msg_id is not None:
-            self._error(None, DagctxError("InvalidRequest", "id must be a number or a string"))
+        if has_id and msg_id is not None and (isinstance(msg_id, bool) or not isinstance(msg_id, (int, str))):
+            self._error(None, DagctxError("InvalidRequest", "id must be a number, a string or null (JSON-RPC 2.0)"))
             return
         if env.jsonrpc != "2.0":
             self._error(msg_id, DagctxError("InvalidRequest", 'every message needs "jsonrpc": "2.0"'))

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from .messages import _Params, _Result
+from .messages import Count, FilePath, Int64, Positive, Seconds, Share, _Params, _Result
 
 Format = Literal["openai", "anthropic", "neutral"]
 Expose = Literal["io", "full"]
@@ -72,10 +72,10 @@ class PrepareParams(_Params):
     model: str | None = None
     format: Format = "neutral"
     tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    max_output_tokens: int | None = None
+    max_output_tokens: Positive | None = None
     allow_compaction: bool = False
     prompt_mode: Literal["full", "minimal", "none"] = "full"
-    workspace: str | None = None
+    workspace: FilePath | None = None
     identity: str | None = None
     agent_prompt: str | None = None
     context_engine: str | None = None
@@ -125,13 +125,13 @@ class CompactParams(_Params):
     session_id: str
     head: str | None = None
     model: str | None = None
-    keep_recent_tokens: int | None = None
+    keep_recent_tokens: Count | None = None
     instructions: str | None = None
     trigger: Literal["manual", "auto", "overflow"] = "manual"
     fallback: Literal["none", "structural"] = "none"
-    min_identifier_retention: float = 0.5
-    timeout_seconds: float = 120.0
-    work_done_token: int | str | None = None
+    min_identifier_retention: Share = 0.5
+    timeout_seconds: Seconds = 120.0
+    work_done_token: Int64 | str | None = None
 
 
 class CompactResult(_Result):
@@ -171,10 +171,10 @@ class ReplayResult(_Result):
 
 
 class Usage(_Params):
-    input: int = 0
-    output: int = 0
-    cache_read: int = 0
-    cache_write: int = 0
+    input: Count = 0
+    output: Count = 0
+    cache_read: Count = 0
+    cache_write: Count = 0
 
 
 class UsageReportParams(_Params):
@@ -208,10 +208,10 @@ class CompactionRecommended(_Result):
 
 
 class ImportParams(_Params):
-    path: str
+    path: FilePath
     format: Literal["auto", "claude-code", "codex", "openclaw", "swe-agent", "openhands", "sharegpt"] = "auto"
     title: str | None = None
-    work_done_token: int | str | None = None
+    work_done_token: Int64 | str | None = None
 
 
 class ImportedSession(_Result):
@@ -233,7 +233,7 @@ class ExportParams(_Params):
     session_id: str
     head: str | None = None
     format: Literal["claude-code", "openai"] = "claude-code"
-    path: str | None = None
+    path: FilePath | None = None
 
 
 class ExportResult(_Result):
@@ -260,7 +260,7 @@ class CreateMessageParams(_Params):
     """Shaped like MCP's ``sampling/createMessage`` request."""
 
     messages: list[SamplingMessage]
-    max_tokens: int
+    max_tokens: Positive
     system_prompt: str | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
 
