@@ -23,19 +23,9 @@ from typing import Any
 import msgspec
 
 from dagctx.protocol import codec
+from dagctx.protocol.limits import INT64_MAX, INT64_MIN, MAX_JSON_DEPTH, too_deep
 from dagctx.protocol.errors import ErrorData, ResponseError
 
-#: Arrays and objects nested in one message, counted from the message object itself
-#: (``{"params": {"node": {"input": …}}}`` is three levels before ``input``'s value).
-MAX_JSON_DEPTH = 100
-
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
-
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_BRACKETS = b"[]{}"
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in _BRACKETS)
-_FOLD = bytes.maketrans(b"{}", b"[]")
 _LONG_DIGITS = re.compile(rb"\d{19}")
 #: strings and brackets: what a scan for the top-level ``id`` has to look at
 _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
@@ -51,28 +41,6 @@ class Refusal:
     kind: str
     message: str
     path: str | None = None
-
-
-def too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
-    """True when arrays/objects in ``body`` nest more than ``limit`` levels.
-
-    Exact for valid JSON; for invalid JSON it errs towards "too deep" only when a
-    decoder could recurse that far before it noticed the error.
-    """
-    if body.count(b"[") + body.count(b"{") <= limit:
-        return False
-    # Strings may hold brackets: drop them, keep only brackets, one kind of pair.
-    proj = _STRING.sub(b"", body).translate(_FOLD, _NOT_BRACKETS)
-    # Each pass removes every innermost pair, i.e. one level of every subtree.
-    for passes in range(limit):
-        if not proj:
-            return False
-        shorter = proj.replace(b"[]", b"")
-        if len(shorter) == len(proj):
-            # Unbalanced (invalid JSON): a decoder may still descend this far first.
-            return passes + shorter.count(b"[") > limit
-        proj = shorter
-    return bool(proj)
 
 
 def top_level_id(body: bytes) -> tuple[bool, Any]:
