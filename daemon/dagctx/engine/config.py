@@ -38,7 +38,12 @@ def contain_caches(environ: dict[str, str] | None = None) -> None:
     env = os.environ if environ is None else environ
     if "TIKTOKEN_CACHE_DIR" in env or "DATA_GYM_CACHE_DIR" in env:
         return
-    env["TIKTOKEN_CACHE_DIR"] = str(cache_dir() / "tiktoken")
+    target = cache_dir() / "tiktoken"
+    env["TIKTOKEN_CACHE_DIR"] = str(target)
+    try:  # made now, private to the user, so tiktoken never falls back to the shared tmp
+        target.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError:
+        pass  # a read-only home: tiktoken reports it if it ever needs to write
 
 
 def env_database() -> str | None:

@@ -125,7 +125,10 @@ def read_jsonl(path: Path, *, label: str = "") -> tuple[list[tuple[int, dict]], 
             continue
         try:
             obj = decode_json(text)
-        except msgspec.DecodeError:
+        except msgspec.DecodeError as exc:
+            if str(exc) == _TOO_DEEP:
+                skipped.append(Skipped(no, f"{prefix}{_TOO_DEEP}"))
+                continue
             snippet = text[:60].decode("utf-8", errors="replace")
             skipped.append(Skipped(no, f"{prefix}not JSON: {snippet}"))
             continue
@@ -136,11 +139,14 @@ def read_jsonl(path: Path, *, label: str = "") -> tuple[list[tuple[int, dict]], 
     return rows, skipped
 
 
+_TOO_DEEP = f"nested deeper than {MAX_JSON_DEPTH} levels"
+
+
 def decode_json(data: bytes) -> Any:
     """``msgspec.json.decode``, but a text nested deeper than ``MAX_JSON_DEPTH`` is a
     ``DecodeError`` (SPEC §3): deeper values would fail later walks by recursion."""
     if too_deep(data):
-        raise msgspec.DecodeError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+        raise msgspec.DecodeError(_TOO_DEEP)
     return msgspec.json.decode(data)
 
 
