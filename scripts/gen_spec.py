@@ -33,7 +33,8 @@ END = "<!-- END GENERATED METHOD REFERENCE -->"
 
 #: Per-method notes: errors it can answer and the invariants it keeps.
 NOTES: dict[str, tuple[str, str]] = {
-    "initialize": ("InvalidRequest (sent twice), InvalidParams (database cannot be opened)",
+    "initialize": ("InvalidRequest (sent twice), InvalidParams (database cannot be opened; configFile not a small "
+                   "regular file; aging, models or samplingEndpoint out of range — with the field's path)",
                    "Opens the database; the only request served before it."),
     "shutdown": ("—", "After it every request answers -32600 ShutdownInProgress; `exit` then exits 0."),
     "session/create": ("—", "Creates the session's ROOT (seq 0); HEAD = ROOT."),
@@ -41,7 +42,8 @@ NOTES: dict[str, tuple[str, str]] = {
     "session/get": ("SessionNotFound", "Read-only."),
     "session/rename": ("SessionNotFound, InvalidParams (empty title)", "HEAD unchanged."),
     "session/delete": ("SessionNotFound", "Removes the session, its nodes, search rows, usage, spills."),
-    "session/history": ("SessionNotFound, NodeNotFound, BrokenPredecessorChain",
+    "session/history": ("SessionNotFound, NodeNotFound, InvalidParams (head is not a conversation node), "
+                        "BrokenPredecessorChain",
                         "Edge walk only; oldest first; ROOT excluded; ends at the head."),
     "session/branches": ("SessionNotFound, BrokenPredecessorChain",
                          "Tips are conversation nodes without conversation children; `main` follows first children from ROOT."),
@@ -65,11 +67,13 @@ NOTES: dict[str, tuple[str, str]] = {
                     "The ledger's only mutation: a running node gets its output/status once."),
     "node/get": ("SessionNotFound, NodeNotFound, InvalidParams",
                  "With `range`, `output` is that slice of the whole (spilled) output."),
-    "context/render": ("SessionNotFound, NodeNotFound, BrokenPredecessorChain, InvalidParams",
+    "context/render": ("SessionNotFound, NodeNotFound, BrokenPredecessorChain, InvalidParams (also: head is not "
+                       "a conversation node)",
                        "Pure: never writes. Same data + same params → same bytes."),
-    "context/prepare": ("SessionNotFound, BudgetExceeded, WorkspaceEscape never (refused files become notes)",
+    "context/prepare": ("SessionNotFound, BudgetExceeded, InvalidParams (head is not a conversation node), "
+                        "WorkspaceEscape never (refused files become notes)",
                         "May append one context/system_prompt node (when the prompt's hash changed); never moves HEAD."),
-    "context/compact": ("SessionNotFound, SamplingFailed (as reason)",
+    "context/compact": ("SessionNotFound, InvalidParams (head is not a conversation node), SamplingFailed (as reason)",
                         "Writes exactly one summary node or nothing; never moves HEAD."),
     "context/replay": ("NodeNotFound, InvalidParams (not an llm node)",
                        "Rebuilds a past call from its reads and renderManifest."),

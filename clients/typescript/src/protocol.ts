@@ -6,6 +6,37 @@ export const PROTOCOL_VERSION = "1.0";
 
 // ---------------------------------------------------------------- $defs
 
+/**
+ * ``initializationOptions.aging``: overrides of the aging policy (SPEC §8).
+ *
+ * Checked when ``initialize`` is answered, so a bad value is refused there, not at
+ * every later render. Unknown names are refused too (a typo must not pass silently).
+ */
+export interface AgingOptions {
+  /** @default null */
+  keepRecentTurns?: number | null;
+  /** @default null */
+  minAgeSeconds?: number | null;
+  /** @default null */
+  minTokens?: number | null;
+  /** @default null */
+  protectFirst?: number | null;
+  /** @default null */
+  exemptTools?: string[] | null;
+  /** @default null */
+  softTrimHeadChars?: number | null;
+  /** @default null */
+  softTrimTailChars?: number | null;
+  /** @default null */
+  hardClearAfterTurns?: number | null;
+  /** @default null */
+  maxSingleResultShare?: number | null;
+  /** @default null */
+  maxRefsPerResult?: number | null;
+  /** @default null */
+  turnUnit?: "step" | "user" | null;
+}
+
 export interface BranchInfo {
   head: string;
   length: number;
@@ -198,6 +229,7 @@ export interface HeadResult {
 }
 
 export interface ImportParams {
+  /** a file system path (no NUL characters) */
   path: string;
   /** @default "auto" */
   format?: "auto" | "claude-code" | "codex" | "openclaw" | "openhands" | "sharegpt" | "swe-agent";
@@ -248,7 +280,7 @@ export interface InitializationOptions {
   /** @default null */
   configFile?: string | null;
   /** @default null */
-  aging?: Record<string, unknown> | null;
+  aging?: AgingOptions | null;
 }
 
 export interface InitializeParams {
@@ -501,6 +533,7 @@ export interface SamplingContent {
 
 /** An OpenAI-compatible endpoint for headless summaries (no client sampling). */
 export interface SamplingEndpoint {
+  /** an http:// or https:// URL */
   baseUrl: string;
   model: string;
   /** @default null */
