@@ -7,7 +7,7 @@ export const PROTOCOL_VERSION = "1.0";
 // ---------------------------------------------------------------- $defs
 
 /**
- * ``initializationOptions.aging``: overrides of the aging policy (SPEC §8).
+ * Overrides of the tool-result aging policy (SPEC §8); a field left out keeps its default.
  *
  * Checked when ``initialize`` is answered, so a bad value is refused there, not at
  * every later render. Unknown names are refused too (a typo must not pass silently).
@@ -242,7 +242,7 @@ export interface ImportParams {
 export interface ImportResult {
   sessions: ImportedSession[];
   /** @default [] */
-  skipped?: Record<string, unknown>[];
+  skipped?: Skipped[];
 }
 
 export interface ImportedSession {
@@ -311,10 +311,17 @@ export interface LogMessageParams {
   message: string;
 }
 
-/** One row of the model table (see ``dagctx.context.models``). */
+/**
+ * Settings for one model name (``initializationOptions.models``, the config file).
+ *
+ * A field left out keeps what the name resolved to before (a built-in row or the
+ * default), so an override may change only the window.
+ */
 export interface ModelSpec {
-  contextWindow: number;
-  maxOutput: number;
+  /** @default null */
+  contextWindow?: number | null;
+  /** @default null */
+  maxOutput?: number | null;
   /** @default null */
   tokenizer?: string | null;
 }
@@ -676,6 +683,17 @@ export interface SessionSpawnResult {
   head: string;
 }
 
+/**
+ * Something an import did not take, and why: a source line (1-based), or a whole
+ * file when ``line`` is null. Positional ``(line, reason)`` so parsers stay terse.
+ */
+export interface Skipped {
+  line: number | null;
+  reason: string;
+  /** @default null */
+  file?: string | null;
+}
+
 /** How much of this render is byte-identical to the previous render of the branch. */
 export interface StablePrefix {
   messages: number;
@@ -697,6 +715,11 @@ export interface TokenCounts {
   source?: "calibrated" | "estimate" | "provider";
 }
 
+/**
+ * Provider-reported token usage of one llm call (SPEC §7).
+ *
+ * The prompt the provider measured is ``input + cache_read + cache_write``.
+ */
 export interface Usage {
   /** @default 0 */
   input?: number;

@@ -74,15 +74,10 @@ class EngineCore:
                 raw = None  # the table words the error
             self.models = self.models.load_config_file(cfg, raw=raw)
         if self.options.models:
-            self.models = self.models.with_overrides(
-                {name: msgspec.to_builtins(spec) for name, spec in self.options.models.items()}
-            )
-        if self.options.aging:
-            try:  # the Struct checked names and types at the door (SPEC §2)
-                fields = {k: v for k, v in msgspec.structs.asdict(self.options.aging).items() if v is not None}
-                if "exempt_tools" in fields:
-                    fields["exempt_tools"] = frozenset(fields["exempt_tools"])
-                self.aging_policy = AgingPolicy(**fields)
+            self.models = self.models.with_overrides(self.options.models)
+        if self.options.aging is not None:
+            try:  # the Struct checked names, types and ranges at the door (SPEC §2)
+                self.aging_policy = AgingPolicy.from_options(self.options.aging)
             except (TypeError, ValueError) as exc:
                 raise DagctxError("InvalidParams", f"initializationOptions.aging is invalid: {exc}",
                                   path="initializationOptions.aging") from exc

@@ -31,6 +31,7 @@ from typing import Any
 import msgspec
 
 from dagctx.protocol.errors import DagctxError
+from dagctx.protocol.context_messages import Usage
 from dagctx.protocol.messages import BranchInfo, SearchHit, SessionInfo
 from dagctx.protocol.nodes import (
     ROOT_SENTINEL,
@@ -74,19 +75,18 @@ class TokenRow:
 
 @dataclass
 class UsageRow:
+    """Provider usage of one llm node as stored: the wire ``Usage`` and what the ledger adds
+    (the resolved model, the estimate it was sent with, when it was reported)."""
+
     node_id: str
     model: str | None
-    input: int
-    output: int
-    cache_read: int
-    cache_write: int
+    usage: Usage
     estimated: int | None
     reported_at: float
 
     @property
     def prompt(self) -> int:
-        """The measured prompt size of one call: input + cache read + cache write."""
-        return self.input + self.cache_read + self.cache_write
+        return self.usage.prompt
 
 
 @dataclass
@@ -276,8 +276,8 @@ class Store:
                     self.db.execute(
                         "INSERT OR REPLACE INTO usage(session_id, node_id, model, input, output, cache_read, "
                         "cache_write, estimated, reported_at) VALUES(?,?,?,?,?,?,?,?,?)",
-                        (sid, u.node_id, u.model, u.input, u.output, u.cache_read, u.cache_write, u.estimated,
-                         u.reported_at),
+                        (sid, u.node_id, u.model, u.usage.input, u.usage.output, u.usage.cache_read,
+                         u.usage.cache_write, u.estimated, u.reported_at),
                     )
             self._finish(row, g)
         return self.get_session(sid), True
@@ -947,10 +947,10 @@ class Store:
                     session_id,
                     usage.node_id,
                     usage.model,
-                    usage.input,
-                    usage.output,
-                    usage.cache_read,
-                    usage.cache_write,
+                    usage.usage.input,
+                    usage.usage.output,
+                    usage.usage.cache_read,
+                    usage.usage.cache_write,
                     usage.estimated,
                     usage.reported_at,
                 ),
@@ -962,7 +962,8 @@ class Store:
             "FROM usage WHERE session_id=? ORDER BY reported_at",
             (session_id,),
         ).fetchall()
-        return [UsageRow(*r) for r in rows]
+        return [UsageRow(r[0], r[1], Usage(input=r[2], output=r[3], cache_read=r[4], cache_write=r[5]), r[6], r[7])
+                for r in rows]
 
 
 def spill_output(output: Any, policy: SpillPolicy) -> tuple[Any, dict[str, Any] | None]:

@@ -44,11 +44,15 @@ class ClientInfo(_Params):
     version: str | None = None
 
 
-class ModelSpec(_Params):
-    """One row of the model table (see ``dagctx.context.models``)."""
+class ModelSpec(_Params, omit_defaults=True):
+    """Settings for one model name (``initializationOptions.models``, the config file).
 
-    context_window: Positive
-    max_output: Positive
+    A field left out keeps what the name resolved to before (a built-in row or the
+    default), so an override may change only the window.
+    """
+
+    context_window: int | None = None
+    max_output: int | None = None
     tokenizer: str | None = None
 
 
@@ -61,8 +65,8 @@ class SamplingEndpoint(_Params):
     timeout_seconds: Seconds = 120.0
 
 
-class AgingOptions(_Params, forbid_unknown_fields=True):
-    """``initializationOptions.aging``: overrides of the aging policy (SPEC §8).
+class AgingOptions(_Params, omit_defaults=True, forbid_unknown_fields=True):
+    """Overrides of the tool-result aging policy (SPEC §8); a field left out keeps its default.
 
     Checked when ``initialize`` is answered, so a bad value is refused there, not at
     every later render. Unknown names are refused too (a typo must not pass silently).
