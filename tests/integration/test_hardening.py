@@ -130,7 +130,7 @@ async def test_undecodable_file_names_are_answered_and_the_daemon_lives(tmp_path
         res = await c.import_path(str(imp))
         assert len(res.sessions) == 1 and res.sessions[0].nodes >= 1
         # the undecodable names are reported escaped (``\xff``), never as raw surrogates
-        files = [s["file"] for s in res.skipped]
+        files = [s.file or "" for s in res.skipped]
         assert any(f.endswith("junk\\xfe.jsonl") for f in files), files
         assert (await c.session_list()).total == 2  # alive and answering
         assert await c.close() == 0
@@ -285,7 +285,7 @@ async def test_hostile_transcripts_and_folders_are_skipped_entries(tmp_path: Pat
     c = await DagctxClient.spawn(tmp_path / "t.db")
     try:
         res = await c.import_path(str(folder))
-        reasons = " ".join(str(s.get("reason")) for s in res.skipped)
+        reasons = " ".join(s.reason for s in res.skipped)
         assert "nested deeper than 100 levels" in reasons, res.skipped
         assert all(s.nodes >= 1 for s in res.sessions)
         # /proc: unreadable corners are skipped entries, never InternalError
