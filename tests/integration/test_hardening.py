@@ -120,6 +120,11 @@ async def test_undecodable_file_names_are_answered_and_the_daemon_lives(tmp_path
         fh.write(json.dumps(line) + "\n")
     with open(os.path.join(root, b"imp", b"junk\xfe.jsonl"), "w") as fh:
         fh.write("this is not json\n")
+    # SWE-agent titles a session by its file name
+    traj = {"trajectory": [{"action": "ls", "observation": "a", "thought": "t"}],
+            "history": [{"role": "system", "content": "s"}, {"role": "user", "content": "do it"}]}
+    with open(os.path.join(root, b"imp", b"run\xff.traj"), "w") as fh:
+        fh.write(json.dumps(traj))
     c = await DagctxClient.spawn(tmp_path / "n.db")
     try:
         s = await c.session_create("names")
@@ -128,11 +133,12 @@ async def test_undecodable_file_names_are_answered_and_the_daemon_lives(tmp_path
         assert "good" in p.system
         assert any("\\xff" in n and "UTF-8" in n for n in p.notes), p.notes
         res = await c.import_path(str(imp))
-        assert len(res.sessions) == 1 and res.sessions[0].nodes >= 1
+        assert len(res.sessions) == 2 and all(x.nodes >= 1 for x in res.sessions), res
+        assert "run\\xff" in [x.title for x in res.sessions], res.sessions
         # the undecodable names are reported escaped (``\xff``), never as raw surrogates
         files = [s.file or "" for s in res.skipped]
         assert any(f.endswith("junk\\xfe.jsonl") for f in files), files
-        assert (await c.session_list()).total == 2  # alive and answering
+        assert (await c.session_list()).total == 3  # alive and answering
         assert await c.close() == 0
     finally:
         if c.process and c.process.returncode is None:
@@ -467,6 +473,29 @@ async def test_tiktoken_cache_lives_under_the_daemons_cache_dir(tmp_path: Path) 
     c = await DagctxClient.spawn(tmp_path / "k2.db", env=env2)
     try:
         assert not (tmp_path / "xdg2" / "dagctx" / "tiktoken").exists()
+        assert await c.close() == 0
+    finally:
+        if c.process and c.process.returncode is None:
+            c.process.kill()
+
+
+async def test_a_client_answer_nested_too_deep_fails_the_sampling_at_once(tmp_path: Path) -> None:
+    """The door check also guards the client's answers to the daemon's own requests:
+    the waiting compaction fails now (SamplingFailed), it does not wait for its timeout."""
+    c = await DagctxClient.spawn(tmp_path / "s.db", capabilities={"sampling": {}})
+
+    async def deep_answer(params: Any) -> Any:
+        return {"role": "assistant", "content": {"type": "text", "text": "x"}, "model": "m", "extra": nested(200)}
+
+    c.on_request("sampling/createMessage", deep_answer)
+    try:
+        sid = await _long_session(c)
+        before = (await c.session_get(sid)).node_count
+        started = time.monotonic()
+        res = await c.compact(sid, model="gpt-4o", keep_recent_tokens=800, timeout_seconds=60)
+        assert time.monotonic() - started < 15
+        assert not res.ok and res.reason == "failed" and "refused" in (res.error or ""), res
+        assert (await c.session_get(sid)).node_count == before
         assert await c.close() == 0
     finally:
         if c.process and c.process.returncode is None:

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from dagctx.protocol import codec
-from dagctx.protocol.limits import INT64_MAX, INT64_MIN, MAX_JSON_DEPTH, too_deep
+from dagctx.protocol.limits import INT64_MAX, INT64_MIN, MAX_JSON_DEPTH, safe_text, too_deep
 from dagctx.protocol.errors import ErrorData, ResponseError
 
 _LONG_DIGITS = re.compile(rb"\d{19}")
@@ -110,21 +110,6 @@ def depth_refusal() -> Refusal:
         "(counted from the message object); flatten the value, or send it as a string",
         "params",
     )
-
-
-def safe_text(s: str) -> str:
-    """``s`` made encodable as UTF-8: a file name's undecodable bytes (surrogate
-    escapes, as ``os.fsdecode`` makes them) become ``\\xNN``, other lone surrogates
-    ``\\udNNN``. Valid text is returned unchanged."""
-    try:
-        s.encode("utf-8")
-        return s
-    except UnicodeEncodeError:
-        pass
-    try:
-        return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    except UnicodeEncodeError:
-        return s.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def sanitize(value: Any) -> Any:

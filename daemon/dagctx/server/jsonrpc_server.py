@@ -146,7 +146,11 @@ class DagctxProtocol(JsonRPCProtocol):
         refused = guards.check_body(body)
         if refused is not None:
             r = refused.refusal
-            self._error(refused.id, DagctxError(r.kind, r.message, path=r.path))
+            pending = self._outgoing.get(refused.id)
+            if pending is not None and not pending.done():  # the client's answer to our request
+                pending.set_exception(DagctxError("SamplingFailed", f"the client's answer was refused: {r.message}"))
+            else:
+                self._error(refused.id, DagctxError(r.kind, r.message, path=r.path))
             return
         try:
             env = codec.envelope_decoder.decode(body)
@@ -159,7 +163,7 @@ class DagctxProtocol(JsonRPCProtocol):
         has_id = env.id is not msgspec.UNSET
         msg_id = env.id if has_id else None
         if has_id and msg_id is not None and (isinstance(msg_id, bool) or not isinstance(msg_id, (int, str))):
-            self._error(None, DagctxError("InvalidRequest", "id must be a number, a string or null (JSON-RPC 2.0)"))
+            self._error(None, DagctxError("InvalidRequest", "id must be a string, an integer or null (JSON-RPC 2.0)"))
             return
         if env.jsonrpc != "2.0":
             self._error(msg_id, DagctxError("InvalidRequest", 'every message needs "jsonrpc": "2.0"'))

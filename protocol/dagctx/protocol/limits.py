@@ -4,7 +4,8 @@
 level, so a value nested thousands of levels deep would fail deep inside the daemon
 (``RecursionError``) instead of being refused. The daemon refuses deeper messages
 at the door and skips deeper transcript lines on import; clients may check before
-they send.
+they send. ``safe_text``: every string sent or stored is valid UTF-8, also one made
+from a file name whose bytes are not.
 """
 
 from __future__ import annotations
@@ -45,3 +46,20 @@ def too_deep(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
             return passes + shorter.count(b"[") > limit
         proj = shorter
     return bool(proj)
+
+
+def safe_text(s: str) -> str:
+    """``s`` made encodable as UTF-8 (every string on the wire and in the ledger is).
+
+    A file name's undecodable bytes (surrogate escapes, as ``os.fsdecode`` makes them)
+    become ``\\xNN``, other lone surrogates ``\\udNNN``; valid text is returned as is.
+    """
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        pass
+    try:
+        return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
