@@ -26,7 +26,10 @@ from dagctx.protocol import codec
 from dagctx.protocol.limits import INT64_MAX, INT64_MIN, MAX_JSON_DEPTH, safe_text, too_deep
 from dagctx.protocol.errors import ErrorData, ResponseError
 
-_LONG_DIGITS = re.compile(rb"\d{19}")
+#: digits → "0", everything else → " ": a 19-digit run is then a plain substring search
+_DIGITS_ONLY = bytes.maketrans(bytes(range(256)), bytes(48 if 48 <= b <= 57 else 32 for b in range(256)))
+_RUN = b"0" * 19
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 #: strings and brackets: what a scan for the top-level ``id`` has to look at
 _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 _ID_VALUE = re.compile(rb'\s*:\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|"[^"\\]*(?:\\.[^"\\]*)*"|null)\s*[,}]', re.DOTALL)
@@ -103,6 +106,11 @@ def big_integer(params: Any, prefix: str = "params") -> Refusal | None:
     return None
 
 
+def _has_long_digit_run(data: bytes) -> bool:
+    """True when ``data`` holds 19 digits in a row (an integer that may exceed 64 bits)."""
+    return _RUN in data.translate(_DIGITS_ONLY)
+
+
 def depth_refusal() -> Refusal:
     return Refusal(
         "InvalidParams",
@@ -139,8 +147,8 @@ def check_body(body: bytes) -> RefusedBody | None:
             return RefusedBody(msg_id, depth_refusal())
         r = depth_refusal()
         return RefusedBody(None, Refusal("InvalidRequest", r.message, None))
-    if _LONG_DIGITS.search(body) is None:
-        return None
+    if not _has_long_digit_run(body) or not _has_long_digit_run(_STRING.sub(b'""', body)):
+        return None  # no 19-digit run at all, or only inside strings
     try:
         whole = msgspec.json.decode(body)
     except msgspec.DecodeError:
