@@ -68,11 +68,13 @@ NOTES: dict[str, tuple[str, str]] = {
     "node/get": ("SessionNotFound, NodeNotFound, InvalidParams",
                  "With `range`, `output` is that slice of the whole (spilled) output."),
     "context/render": ("SessionNotFound, NodeNotFound, BrokenPredecessorChain, InvalidParams (also: head is not "
-                       "a conversation node)",
-                       "Pure: never writes. Same data + same params → same bytes."),
-    "context/prepare": ("SessionNotFound, BudgetExceeded, InvalidParams (head is not a conversation node), "
-                        "WorkspaceEscape never (refused files become notes)",
-                        "May append one context/system_prompt node (when the prompt's hash changed); never moves HEAD."),
+                       "a conversation node); with `budget`: BudgetExceeded, RequestCancelled",
+                       "Never writes the ledger. Same data + same params → same bytes. With `budget` over the "
+                       "limit: reduction within the turn (§8), whose summaries go to the derived cache only."),
+    "context/prepare": ("SessionNotFound, BudgetExceeded, RequestCancelled, InvalidParams (head is not a "
+                        "conversation node), WorkspaceEscape never (refused files become notes)",
+                        "May append one context/system_prompt node (when the prompt's hash changed); never moves HEAD; "
+                        "never hands out a request over its limit (§8)."),
     "context/compact": ("SessionNotFound, InvalidParams (head is not a conversation node), SamplingFailed (as reason)",
                         "Writes exactly one summary node or nothing; never moves HEAD."),
     "context/replay": ("NodeNotFound, InvalidParams (not an llm node)",

@@ -35,6 +35,10 @@ export interface AgingOptions {
   maxRefsPerResult?: number | null;
   /** @default null */
   turnUnit?: "step" | "user" | null;
+  /** @default null */
+  longTurnSteps?: number | null;
+  /** @default null */
+  stepQuantum?: number | null;
 }
 
 export interface BranchInfo {
@@ -67,6 +71,8 @@ export interface Budget {
   headroom: number;
   /** @default "estimate" */
   source?: "calibrated" | "estimate" | "provider";
+  /** @default 0 */
+  safetyMargin?: number;
 }
 
 /**
@@ -437,6 +443,10 @@ export interface PrepareParams {
   prependContext?: string | null;
   /** @default null */
   memoryPrefetch?: string | null;
+  /** @default 60 */
+  reductionTimeoutSeconds?: number;
+  /** @default null */
+  workDoneToken?: number | string | null;
 }
 
 export interface PrepareResult {
@@ -465,11 +475,26 @@ export interface PrepareResult {
   compaction?: Record<string, unknown> | null;
   /** @default [] */
   notes?: string[];
+  /** @default null */
+  maxOutputTokens?: number | null;
+  /** @default null */
+  reduction?: TurnReduction | null;
 }
 
 export interface ProgressParams {
   token: number | string;
   value: Record<string, unknown>;
+}
+
+/** One tool result summarized for this request (SPEC §8, reduction within a turn). */
+export interface ReducedResult {
+  nodeId: string;
+  toolCallId: string | null;
+  tokensBefore: number;
+  tokensAfter: number;
+  summaryKey: string;
+  /** @default false */
+  cached?: boolean;
 }
 
 /**
@@ -495,6 +520,16 @@ export interface RenderParams {
   includeSystem?: boolean;
   /** @default true */
   aging?: boolean;
+  /** @default false */
+  budget?: boolean;
+  /** @default [] */
+  tools?: Record<string, unknown>[];
+  /** @default null */
+  maxOutputTokens?: number | null;
+  /** @default 60 */
+  reductionTimeoutSeconds?: number;
+  /** @default null */
+  workDoneToken?: number | string | null;
 }
 
 export interface RenderResult {
@@ -506,6 +541,10 @@ export interface RenderResult {
   stablePrefix: StablePrefix;
   /** @default null */
   system?: string | null;
+  /** @default null */
+  budget?: Budget | null;
+  /** @default null */
+  reduction?: TurnReduction | null;
 }
 
 export interface ReplayParams {
@@ -522,6 +561,19 @@ export interface ReplayResult {
   reads: string[];
   manifest: Record<string, unknown>;
   exact: boolean;
+}
+
+/** The turn's earlier steps replaced by one task summary for this request. */
+export interface RequestCheckpoint {
+  id: string;
+  coversIds: string[];
+  tokensBefore: number;
+  tokensAfter: number;
+  summaryKey: string;
+  /** @default 1 */
+  segments?: number;
+  /** @default false */
+  cached?: boolean;
 }
 
 export interface ResponseError {
@@ -713,6 +765,31 @@ export interface TokenCounts {
   exact?: boolean;
   /** @default "estimate" */
   source?: "calibrated" | "estimate" | "provider";
+}
+
+/** What reduction within a turn did for one request (SPEC §8). */
+export interface TurnReduction {
+  tokensBefore: number;
+  tokensAfter: number;
+  limit: number;
+  /** @default [] */
+  results?: ReducedResult[];
+  /** @default null */
+  checkpoint?: RequestCheckpoint | null;
+  /** @default 0 */
+  summaryCalls?: number;
+  /** @default 0 */
+  cacheHits?: number;
+  /** @default 0 */
+  summaryInputTokens?: number;
+  /** @default 0 */
+  summaryOutputTokens?: number;
+  /** @default 0 */
+  durationMs?: number;
+  /** @default 0 */
+  reused?: number;
+  /** @default [] */
+  failures?: string[];
 }
 
 /**

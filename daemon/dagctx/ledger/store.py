@@ -956,6 +956,51 @@ class Store:
                 ),
             )
 
+    # Summaries made for one request by reduction within a turn (SPEC §8): derived data,
+    # keyed by a hash of the summarized content and the model configuration, never part
+    # of a session. The table is created on first use so older files need no migration.
+    _REDUCTION_DDL = (
+        "CREATE TABLE IF NOT EXISTS reduction_summaries(key TEXT PRIMARY KEY, kind TEXT NOT NULL, "
+        "text TEXT NOT NULL, input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL, "
+        "created_at REAL NOT NULL) WITHOUT ROWID"
+    )
+
+    def _reduction_table(self) -> None:
+        if not getattr(self, "_reduction_ready", False):
+            self.db.execute(self._REDUCTION_DDL)
+            self._reduction_ready = True
+
+    def reduction_summaries(self, keys: Sequence[str]) -> dict[str, tuple[str, int, int]]:
+        """Cached request summaries by key: ``key → (text, input tokens, output tokens)``."""
+        if not keys:
+            return {}
+        self._reduction_table()
+        out: dict[str, tuple[str, int, int]] = {}
+        unique = list(dict.fromkeys(keys))
+        for i in range(0, len(unique), 500):
+            part = unique[i : i + 500]
+            marks = ",".join("?" * len(part))
+            for key, text, tin, tout in self.db.execute(
+                f"SELECT key, text, input_tokens, output_tokens FROM reduction_summaries WHERE key IN ({marks})",
+                part,
+            ):
+                out[key] = (text, tin, tout)
+        return out
+
+    def put_reduction_summaries(self, rows: Sequence[tuple[str, str, str, int, int]]) -> None:
+        """Keep request summaries ``(key, kind, text, input tokens, output tokens)``, one
+        transaction (idempotent: the same key always holds the same meaning)."""
+        if not rows:
+            return
+        self._reduction_table()
+        now = time.time()
+        with self._write():
+            self.db.executemany(
+                "INSERT OR REPLACE INTO reduction_summaries(key, kind, text, input_tokens, output_tokens, created_at) "
+                "VALUES(?,?,?,?,?,?)",
+                [(*r, now) for r in rows],
+            )
+
     def usage(self, session_id: str) -> list[UsageRow]:
         rows = self.db.execute(
             "SELECT node_id, model, input, output, cache_read, cache_write, estimated, reported_at "

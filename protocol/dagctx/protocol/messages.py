@@ -83,6 +83,10 @@ class AgingOptions(_Params, omit_defaults=True, forbid_unknown_fields=True):
     max_single_result_share: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
     max_refs_per_result: Count | None = None
     turn_unit: Literal["user", "step"] | None = None
+    #: a current user turn of at least this many steps also ages its older steps (0: off)
+    long_turn_steps: Count | None = None
+    #: ... its step boundary advancing only every this many steps
+    step_quantum: Count | None = None
 
 
 class InitializationOptions(_Params):
