@@ -255,6 +255,7 @@ class EngineCore:
         """One turn's preparation; at ≥ 80 % with ``allowCompaction`` it compacts first;
         a request over its limit is reduced within the turn or refused (SPEC §8)."""
         turn_reduction.time_limit(p.reduction_timeout_seconds, "params.reductionTimeoutSeconds")
+        check_head(self.store.graph(p.session_id), p.head)  # before any engine walks from it
         result = self._prepare_once(p)
         compact = result.needs_compaction and p.allow_compaction
         if compact:

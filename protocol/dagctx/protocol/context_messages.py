@@ -47,10 +47,10 @@ class RenderParams(_Params):
     #: with ``budget``: the tool definitions the request will carry (counted)
     tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
     #: with ``budget``: the output cap; default ``min(model max output, 16384, window / 4)``
-    max_output_tokens: int | None = None
+    max_output_tokens: Positive | None = None
     #: with ``budget``: seconds the reduction may take in all (at most 60, SPEC §8)
     reduction_timeout_seconds: float = 60.0
-    work_done_token: int | str | None = None
+    work_done_token: Int64 | str | None = None
 
 
 class TokenCounts(_Result):
@@ -152,7 +152,7 @@ class PrepareParams(_Params):
     memory_prefetch: str | None = None
     #: seconds reduction within the turn may take in all (at most 60, SPEC §8)
     reduction_timeout_seconds: float = 60.0
-    work_done_token: int | str | None = None
+    work_done_token: Int64 | str | None = None
 
 
 class Budget(_Result):
