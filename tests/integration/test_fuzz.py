@@ -125,6 +125,7 @@ CHOICES: dict[str, list[Any]] = {
     "moveHead": [True, False, None], "keepRecentTokens": [0, 1, 50, 10_000], "steps": [1, 2, 0, -1],
     "limit": [1, 5, 1000, 0], "offset": [0, 1, 3], "query": ["ls", "src/app.py", "AND", "中文", '"a b"'],
     "tools": [[{"name": "ls", "description": "list", "parameters": {"type": "object"}}], []],
+    "budget": [True, False], "reductionTimeoutSeconds": [0.5, 60, 61, -1, 0], "maxOutputTokens": [1, 100, 10**6],
 }
 
 
