@@ -66,7 +66,8 @@ NOTES: dict[str, tuple[str, str]] = {
     "node/update": ("NodeNotFound, NotRunning, InvalidParams",
                     "The ledger's only mutation: a running node gets its output/status once."),
     "node/get": ("SessionNotFound, NodeNotFound, InvalidParams",
-                 "With `range`, `output` is that slice of the whole (spilled) output."),
+                 "With `range`, `output` is that slice of the whole (spilled) output. With `includeCallees`, "
+                 "`callees` holds every node below the named ones by the caller edge (seq order, each once)."),
     "context/render": ("SessionNotFound, NodeNotFound, BrokenPredecessorChain, InvalidParams (also: head is not "
                        "a conversation node); with `budget`: BudgetExceeded, RequestCancelled",
                        "Never writes the ledger. Same data + same params → same bytes. With `budget` over the "

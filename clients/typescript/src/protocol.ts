@@ -341,15 +341,24 @@ export interface NodeAppendParams {
   renderId?: string | null;
 }
 
+/**
+ * ``node/get``. ``include_callees``: also return every node below the given ones by the
+ * caller edge (their tool calls, inner llm calls, …) — a turn whole, e.g. the covered
+ * turns of a summary (SPEC §4).
+ */
 export interface NodeGetParams {
   sessionId: string;
   ids: string[];
   /** @default null */
   range?: OutputRange | null;
+  /** @default false */
+  includeCallees?: boolean;
 }
 
 export interface NodeGetResult {
   nodes: Call[];
+  /** @default [] */
+  callees?: Call[];
 }
 
 /**

@@ -290,13 +290,21 @@ class OutputRange(_Params):
 
 
 class NodeGetParams(_Params):
+    """``node/get``. ``include_callees``: also return every node below the given ones by the
+    caller edge (their tool calls, inner llm calls, …) — a turn whole, e.g. the covered
+    turns of a summary (SPEC §4)."""
+
     session_id: str
     ids: list[str]
     range: OutputRange | None = None
+    include_callees: bool = False
 
 
 class NodeGetResult(_Result):
     nodes: list[Call]
+    #: with ``includeCallees``: the nodes below ``nodes`` by the caller edge, in seq order,
+    #: each once and none of ``nodes`` itself (group them by ``caller``)
+    callees: list[Call] = msgspec.field(default_factory=list)
 
 
 # ---------------------------------------------------------------- search
