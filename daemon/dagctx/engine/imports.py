@@ -28,6 +28,7 @@ from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
 from dagctx.transcripts import Transcript, iter_file, transcript_files
 from dagctx.transcripts.base import BESIDE_CHAIN_NAMES, MAX_REASON_CHARS
+from dagctx.protocol.limits import safe_text
 
 if TYPE_CHECKING:
     from .core import EngineCore
@@ -82,18 +83,21 @@ def _next(it: Iterator[Transcript]) -> Any:
         return _DONE
 
 
-def _files(path: str, shown: str) -> list[Path]:
+def _files(path: str, shown: str) -> tuple[list[Path], list[tuple[str, str]]]:
+    """The files to read, and the folders that could not be listed (reported, not fatal)."""
     p = Path(path)
     if p.is_file():
-        return [p]
+        return [p], []
     if not p.is_dir():
         raise DagctxError("InvalidParams", f"{shown!r} is neither a file nor a folder; give a transcript file or a "
                           "folder of them", path="path")
-    files = transcript_files(p)
+    errors: list[tuple[str, str]] = []
+    files = transcript_files(p, errors)
     if not files:
+        extra = f"; {len(errors)} folders could not be listed" if errors else ""
         raise DagctxError("ImportFailed", f"no transcripts found in {shown} (looked for .jsonl, .json and .traj "
-                          "files in it and its subfolders)", path="path")
-    return files
+                          f"files in it and its subfolders{extra})", path="path")
+    return files, errors
 
 
 def _not_imported(t: Transcript, fmt: str, records: int) -> str:
@@ -108,11 +112,13 @@ async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResul
     path = engine.client_path(p.path)
     if not os.path.exists(path):
         raise DagctxError("InvalidParams", f"no file or folder at {p.path!r}", path="path")
-    files = await asyncio.to_thread(_files, path, p.path)
+    files, walk_errors = await asyncio.to_thread(_files, path, p.path)
     token = p.work_done_token
     engine.peer.progress(token, {"kind": "begin", "title": f"Importing {os.path.basename(path)}", "percentage": 0})
     sessions: list[c.ImportedSession] = []
     report = _Report()
+    for where, why in walk_errors:
+        report.add(None, why, where)
     single = os.path.isfile(path)
     for fi, f in enumerate(files):
         it = iter_file(f, p.format)
@@ -175,7 +181,7 @@ async def _write(engine: EngineCore, p: c.ImportParams, t: Transcript, path: str
         def write(t: Transcript = t, counts: dict = counts, usage: list = usage) -> tuple[Any, bool]:
             info, created = engine.store.import_session(
                 source_key=f"{t.format}:{t.source_key}",
-                title=p.title or t.title,
+                title=p.title or safe_text(t.title),  # a title made from an undecodable file name
                 nodes=t.nodes,
                 head=t.head,
                 metadata={"importedFrom": t.format, "source": path},

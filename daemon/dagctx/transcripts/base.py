@@ -33,7 +33,6 @@ import base64
 import binascii
 import hashlib
 import heapq
-import json
 import os
 import re
 from collections.abc import Callable, Hashable, Iterable, Iterator
@@ -45,6 +44,7 @@ from typing import Any, get_args
 import msgspec
 
 from dagctx.protocol.context_messages import ImportFormat, Skipped, Usage
+from dagctx.protocol.limits import MAX_JSON_DEPTH, too_deep
 from dagctx.protocol.nodes import ROOT_SENTINEL, SUMMARY_NAME, SYSTEM_PROMPT_NAME, NodeInput
 
 ROOT = ROOT_SENTINEL
@@ -201,12 +201,15 @@ def iter_jsonl(path: Path, *, label: str = "") -> Iterator[tuple[int, dict] | Sk
         if not text:
             continue
         try:
-            obj = msgspec.json.decode(text)
-        except msgspec.DecodeError:
+            obj = decode_json(text)
+        except msgspec.DecodeError as exc:
+            if str(exc) == _TOO_DEEP:
+                yield Skipped(no, f"{prefix}{_TOO_DEEP}")
+                continue
             yield Skipped(no, f"{prefix}not JSON: {quote(text, 20)}")
             continue
         except RecursionError:
-            yield Skipped(no, f"{prefix}JSON nested too deeply")
+            yield Skipped(no, f"{prefix}{_TOO_DEEP}")
             continue
         if not isinstance(obj, dict):
             yield Skipped(no, f"{prefix}not a JSON object ({type(obj).__name__})")
@@ -232,6 +235,17 @@ def read_jsonl(path: Path, *, label: str = "") -> tuple[list[tuple[int, dict]], 
     return rows, skipped
 
 
+_TOO_DEEP = f"nested deeper than {MAX_JSON_DEPTH} levels"
+
+
+def decode_json(data: bytes) -> Any:
+    """``msgspec.json.decode``, but a text nested deeper than ``MAX_JSON_DEPTH`` is a
+    ``DecodeError`` (SPEC §3): deeper values would fail later walks by recursion."""
+    if too_deep(data):
+        raise msgspec.DecodeError(_TOO_DEEP)
+    return msgspec.json.decode(data)
+
+
 def load_json(path: Path) -> Any:
     """A whole-file JSON document; ``RecordTooLarge`` over the record cap."""
     size = path.stat().st_size
@@ -240,7 +254,7 @@ def load_json(path: Path) -> Any:
                              "(DAGCTX_IMPORT_MAX_LINE_BYTES); not read")
     with path.open("rb") as fh:
         data = fh.read(max_line_bytes() + 1)
-    return msgspec.json.decode(data.removeprefix(_BOM))
+    return decode_json(data.removeprefix(_BOM))
 
 
 def file_digest(path: Path) -> str:
@@ -294,8 +308,8 @@ def parse_arguments(raw: Any) -> tuple[dict, bool]:
         return {}, True
     if isinstance(raw, str):
         try:
-            value = json.loads(raw)
-        except ValueError:
+            value = decode_json(raw.encode("utf-8", "surrogatepass"))
+        except (msgspec.DecodeError, UnicodeError):
             return {"raw": raw}, False
         if isinstance(value, dict):
             return value, True
@@ -854,7 +868,7 @@ def detect_format(path: str | Path) -> str:
         if not text:
             continue
         try:
-            obj = msgspec.json.decode(text)
+            obj = decode_json(text)
         except (msgspec.DecodeError, RecursionError):
             obj = None
         if isinstance(obj, dict):
@@ -935,7 +949,7 @@ def parse_path(path: str | Path, format: str = "auto", errors: list[tuple[str, s
     return list(iter_path(path, format, errors))
 
 
-def transcript_files(path: str | Path) -> list[Path]:
+def transcript_files(path: str | Path, errors: list[tuple[str, str]] | None = None) -> list[Path]:
     """The files ``iter_path`` reads below a folder, subagent files folded away.
 
     A Claude Code compaction summarizer's own transcript (``agent-acompact-*``) is folded
@@ -943,7 +957,7 @@ def transcript_files(path: str | Path) -> list[Path]:
     compaction's provenance).
     """
     p = Path(path)
-    files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in _SUFFIXES)
+    files = _transcript_files(p, errors)
     from . import claude_code
 
     folded: set[Path] = set()
@@ -960,9 +974,36 @@ def iter_path(path: str | Path, format: str = "auto", errors: list[tuple[str, st
     if p.is_file():
         yield from iter_file(p, format)
         return
-    for f in transcript_files(p):
+    for f in transcript_files(p, errors):
         try:
             yield from iter_file(f, format)
         except (ValueError, OSError, RecursionError) as exc:
             if errors is not None:
-                errors.append((str(f), str(exc)))
+                errors.append((str(f), str(exc) if not isinstance(exc, RecursionError)
+                               else f"nested deeper than {MAX_JSON_DEPTH} levels; not a transcript"))
+
+
+#: how many unreadable folders one import reports by name
+_MAX_WALK_ERRORS = 20
+
+
+def _transcript_files(root: Path, errors: list[tuple[str, str]] | None) -> list[Path]:
+    """Transcript files below ``root``, sorted; symlinked folders are not entered.
+
+    A folder that cannot be listed (``/proc/1/cwd``, a permission-denied subtree) is
+    reported in ``errors`` (the first ``_MAX_WALK_ERRORS`` by name, then a count) and
+    the walk goes on, so one unreadable corner never fails the whole import.
+    """
+    failed: list[OSError] = []
+    found: list[Path] = []
+    for folder, _dirs, names in os.walk(root, onerror=failed.append, followlinks=False):
+        for name in names:
+            f = Path(folder, name)
+            if f.suffix in _SUFFIXES and f.is_file():
+                found.append(f)
+    if errors is not None:
+        for exc in failed[:_MAX_WALK_ERRORS]:
+            errors.append((str(exc.filename or root), f"cannot list: {exc.strerror or exc}"))
+        if len(failed) > _MAX_WALK_ERRORS:
+            errors.append((str(root), f"{len(failed) - _MAX_WALK_ERRORS} more folders could not be listed"))
+    return sorted(found)

@@ -50,6 +50,7 @@ import msgspec
 from dagctx.protocol.nodes import SUMMARY_NAME
 
 from .base import (
+    decode_json,
     Builder,
     ROOT,
     Skipped,
@@ -100,7 +101,7 @@ def _session_id_of(path_str: str, mtime: float) -> str | None:
             if isinstance(raw, int):
                 continue  # over the size cap: never read whole
             try:
-                obj = msgspec.json.decode(raw.strip() or b"null")
+                obj = decode_json(raw.strip() or b"null")
             except (msgspec.DecodeError, RecursionError):
                 continue
             if isinstance(obj, dict) and isinstance(obj.get("sessionId"), str):

@@ -41,6 +41,8 @@ from typing import Any
 import msgspec
 
 from .base import (
+    _TOO_DEEP,
+    decode_json,
     ROOT,
     Builder,
     Skipped,
@@ -140,9 +142,9 @@ def _iter_output_lines(path: Path) -> Iterator[Transcript]:
         if not text:
             continue
         try:
-            obj = msgspec.json.decode(text)
-        except msgspec.DecodeError:
-            pending.append(Skipped(no, f"not JSON: {quote(text, 20)}"))
+            obj = decode_json(text)
+        except msgspec.DecodeError as exc:
+            pending.append(Skipped(no, _TOO_DEEP if str(exc) == _TOO_DEEP else f"not JSON: {quote(text, 20)}"))
             continue
         except RecursionError:
             pending.append(Skipped(no, "JSON nested too deeply"))

@@ -27,6 +27,8 @@ from typing import Any
 import msgspec
 
 from .base import (
+    _TOO_DEEP,
+    decode_json,
     ROOT,
     Builder,
     Skipped,
@@ -72,9 +74,9 @@ def _items(path: Path) -> Iterator[tuple[int, Any, bytes] | Skipped]:
         if not text:
             continue
         try:
-            obj = msgspec.json.decode(text)
-        except msgspec.DecodeError:
-            yield Skipped(no, f"not JSON: {quote(text, 20)}")
+            obj = decode_json(text)
+        except msgspec.DecodeError as exc:
+            yield Skipped(no, _TOO_DEEP if str(exc) == _TOO_DEEP else f"not JSON: {quote(text, 20)}")
             continue
         except RecursionError:
             yield Skipped(no, "JSON nested too deeply")
