@@ -53,7 +53,7 @@ def write_one_huge_line(path: Path, mib: int) -> None:
 
 
 async def measure(db: Path, path: Path, fmt: str) -> tuple[int, int, float, str]:
-    client = await DagctxClient.spawn(db)
+    client = await DagctxClient.spawn(db, standalone=True)  # its own process: its own RSS
     try:
         assert client.process is not None
         base = peak_kib(client.process.pid)
