@@ -6,7 +6,7 @@ Writes, in a temporary folder, (1) N MiB without a single newline and (2) one va
 Claude Code line of N/4 MiB followed by a short session, imports each through a fresh
 daemon (``session/import``) and prints the daemon's peak RSS (``VmHWM``) before and after,
 and the ratio. Records over the size cap (``DAGCTX_IMPORT_MAX_LINE_BYTES``, default
-32 MiB) are skipped by size, so the peak should stay near the idle baseline whatever N
+16 MiB) are skipped by size, so the peak should stay near the idle baseline whatever N
 is (SPEC §9 ``session/import``; goal ≤ 300 MB). Linux only (reads /proc).
 """
 

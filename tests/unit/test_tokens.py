@@ -337,3 +337,20 @@ def test_overheads() -> None:
 
 def test_default_counter_is_shared() -> None:
     assert tokens.default_counter() is tokens.default_counter()
+
+
+def test_long_texts_are_counted_in_pieces_exactly(no_o200k: TokenCounter) -> None:
+    """Texts over ``CHUNK_CHARS`` are tokenized in pieces cut before a space between words
+    (tiktoken needs ~50 bytes per character of one unbroken word); the sum is exact."""
+    from dagctx.context.tokens import CHUNK_CHARS, _chunks
+
+    texts = claude_code_texts(_need(EN_LONG_FILE))
+    big = "\n".join(texts) * 2
+    assert len(big) > 10 * CHUNK_CHARS
+    assert no_o200k.count(big, "cl100k_base") == len(CL100K.encode_ordinary(big))
+    zh = "\n".join(sharegpt_texts(_need(ZH_FILE))) * 4  # Chinese: cut after newlines
+    assert len(zh) > CHUNK_CHARS and no_o200k.count(zh, "cl100k_base") == len(CL100K.encode_ordinary(zh))
+    parts = list(_chunks(big))
+    assert "".join(parts) == big and max(len(p) for p in parts) <= CHUNK_CHARS
+    run = "x" * (3 * CHUNK_CHARS + 5)  # no space at all: cut hard, still whole
+    assert "".join(_chunks(run)) == run

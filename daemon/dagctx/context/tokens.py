@@ -57,6 +57,7 @@ import tempfile
 import threading
 from functools import lru_cache
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -179,6 +180,49 @@ def estimate_tokens(text: str) -> int:
         + (n - non_ascii) / ASCII_CHARS_PER_TOKEN
         + (non_ascii - cjk) / OTHER_CHARS_PER_TOKEN
     )
+
+
+#: Longer texts are tokenized in pieces of about this many characters. tiktoken needs
+#: ~50 bytes of memory per character of one unbroken word (a 16 MiB line without a
+#: space took 900 MB); pieces keep a count's memory flat.
+CHUNK_CHARS = 1 << 16
+
+
+def _safe_cut(text: str, low: int, end: int) -> int:
+    """The last position in ``(low, end]`` where a cut splits no tokenizer piece, or -1:
+    right before a single space between two non-spaces, or right after a newline that a
+    non-space follows (cl100k's and o200k's pieces never span either)."""
+    n = len(text)
+    best = -1
+    i = text.rfind(" ", low, end)
+    while i > low:
+        if not text[i - 1].isspace() and i + 1 < n and not text[i + 1].isspace():
+            best = i
+            break
+        i = text.rfind(" ", low, i)
+    j = text.rfind("\n", max(low, best), end - 1)
+    while j > max(low, best):
+        if j + 1 < n and not text[j + 1].isspace():
+            return max(best, j + 1)
+        j = text.rfind("\n", max(low, best), j)
+    return best
+
+
+def _chunks(text: str) -> Iterator[str]:
+    """``text`` in pieces of at most ``CHUNK_CHARS``, each cut where no tokenizer piece
+    spans the cut (``_safe_cut``), so the summed count is exact. A stretch without such a
+    place (an unbroken run) is cut hard, which may differ from a whole count by a token
+    per cut."""
+    n = len(text)
+    start = 0
+    while n - start > CHUNK_CHARS:
+        end = start + CHUNK_CHARS
+        cut = _safe_cut(text, start + CHUNK_CHARS // 2, end)
+        if cut <= start:
+            cut = end
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
 
 
 def message_overhead(tokenizer: str) -> int:
@@ -364,7 +408,9 @@ class TokenCounter:
         enc = self._encoding(tokenizer)
         if enc is None:
             return estimate_tokens(text)
-        return len(enc.encode_ordinary(text))
+        if len(text) <= CHUNK_CHARS:
+            return len(enc.encode_ordinary(text))
+        return sum(len(enc.encode_ordinary(part)) for part in _chunks(text))
 
     def count_values(self, value: Any, tokenizers: list[str]) -> dict[str, int]:
         """``count_value`` for several tokenizers, serializing ``value`` once."""

@@ -120,9 +120,9 @@ class Transcript:
 _BOM = b"\xef\xbb\xbf"
 
 #: Default cap on one JSONL line, and on a whole ``.json``/``.traj`` file (one record):
-#: 32 MiB. Longer records are skipped with their size, so import memory stays bounded
+#: 16 MiB. Longer records are skipped with their size, so import memory stays bounded
 #: whatever the input (SPEC §9 import). ``DAGCTX_IMPORT_MAX_LINE_BYTES`` overrides it.
-DEFAULT_MAX_LINE_BYTES = 32 * 1024 * 1024
+DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 _CHUNK = 1 << 20
 
 
