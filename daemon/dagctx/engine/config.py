@@ -1,8 +1,14 @@
-"""Where the database lives and what the daemon was started with."""
+"""Where the database lives and what the daemon was started with.
+
+A database is named the same way everywhere (``--db``, ``DAGCTX_DB``,
+``initializationOptions.database``; SPEC §2.1): a ``postgresql://`` (or ``postgres://``)
+URL is a PostgreSQL server, anything else is a SQLite file path.
+"""
 
 from __future__ import annotations
 
 import os
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,8 +21,22 @@ def default_database() -> str:
 
 
 def env_database() -> str | None:
-    """``DAGCTX_DB``, when set: a path the user named."""
+    """``DAGCTX_DB``, when set: a path or URL the user named."""
     return os.environ.get("DAGCTX_DB") or None
+
+
+#: initialize's ``capabilities.search``: the query language of search/query (SPEC §5), the
+#: same on every backend — not the name of any engine's full-text extension.
+SEARCH_CAPABILITY = "fulltext-cjk"
+
+
+def redact_database(name: str) -> str:
+    """A database name fit for a message: a URL loses its password."""
+    parts = urllib.parse.urlsplit(name)
+    if "://" not in name or parts.password is None:
+        return name
+    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 @dataclass

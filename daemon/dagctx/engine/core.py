@@ -27,7 +27,7 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.methods import CLIENT_REQUESTS, PROTOCOL_VERSION, SERVER_NOTIFICATIONS
 
 from . import compaction_pipeline, exports, imports, ledger_ops
-from .config import DaemonConfig, default_database, env_database
+from .config import SEARCH_CAPABILITY, DaemonConfig, default_database, env_database, redact_database
 from .lifecycle import EngineRegistry
 from .peer import NullPeer, Peer
 from .views import ContextService
@@ -84,16 +84,19 @@ class EngineCore:
                 raise DagctxError("InvalidParams", f"initializationOptions.aging is invalid: {exc}",
                                   path="initializationOptions.aging") from exc
         explicit = self.options.database or self.config.database or env_database()
-        path = explicit or default_database()
+        name = explicit or default_database()
         try:
-            # Only the default location is created; a path the user named must be in a
-            # folder that exists (a typo must not create directories anywhere).
-            self._store = Store(path, create_parent=not explicit)
+            # SPEC §2.1: a postgresql:// URL is a server, anything else a SQLite file. Only the
+            # default location is created; a path the user named must be in a folder that
+            # exists (a typo must not create directories anywhere).
+            self._store = Store(name, create_parent=not explicit)
+        except DagctxError:
+            raise  # the backend's own words: a bad URL, a server down, a missing file
         except Exception as exc:  # a bad path must be a clear error, not a dead daemon
             raise DagctxError(
                 "InvalidParams",
-                f"cannot open the database {path!r}: {exc}; pass a writable path in "
-                "initializationOptions.database or DAGCTX_DB",
+                f"cannot open the database {redact_database(name)!r}: {exc}; pass a writable path or a "
+                "postgresql:// URL in initializationOptions.database or DAGCTX_DB",
                 path="initializationOptions.database",
             ) from exc
         return m.InitializeResult(
@@ -102,7 +105,8 @@ class EngineCore:
             methods=list(CLIENT_REQUESTS),
             notifications=list(SERVER_NOTIFICATIONS),
             database=self._store.path,
-            capabilities={"observeNodes": True, "sampling": "client-or-endpoint", "search": "fts5-cjk"},
+            capabilities={"observeNodes": True, "sampling": "client-or-endpoint", "search": SEARCH_CAPABILITY,
+                          "storage": self._store.kind},
         )
 
     def close(self) -> None:

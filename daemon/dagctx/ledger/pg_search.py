@@ -1,0 +1,305 @@
+"""Search on PostgreSQL with SQLite's semantics: the same tokens, the same query language.
+
+The token preparation is shared, not copied: documents go through ``search.cjk_grams``
+and queries through ``search.fts_query`` exactly as on SQLite. What SQLite's FTS5 then
+does itself is done here, in Python:
+
+* ``tokens`` splits text the way FTS5's ``unicode61 remove_diacritics 2`` does, from a
+  table read out of SQLite (``unicode61.py``), so a word is the same word on both.
+* ``document_vector`` writes a ``tsvector`` literal: the ``text`` column's tokens with
+  weight A, the ``grams`` column's with weight B, each column numbered from position 1
+  (weights keep the columns apart; PostgreSQL keeps at most 16,383 positions and 256
+  per lexeme, so a phrase past that inside one huge document may be missed).
+* ``tsquery`` parses the FTS5 expression (phrases, ``prefix*``, ``col : …`` filters,
+  implicit AND, AND/OR/NOT with FTS5's precedence, NEAR groups, parentheses) and writes
+  a ``tsquery`` literal. NEAR(…) is read as AND of its phrases (no distance limit).
+  Syntax FTS5 rejects is rejected here too (``InvalidQuery``).
+
+No dictionary or stemmer runs: lexemes are given literally (``::tsvector`` /
+``::tsquery`` casts), so nothing Debian does not package is needed.
+
+Architecture Invariant: pure functions; no SQL runs here.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+
+from dagctx.protocol.errors import DagctxError
+
+from .unicode61 import FOLD, LAST_CODEPOINT, TOKEN_RANGES
+
+_STARTS = [a for a, _ in TOKEN_RANGES]
+_ENDS = [b for _, b in TOKEN_RANGES]
+MAX_POS = 16383
+#: PostgreSQL refuses lexemes of 2 KB or more; FTS5 has no such limit (nobody searches them).
+MAX_LEXEME_BYTES = 2046
+#: a tsvector must stay under 1 MB; beyond this budget new lexemes are left out.
+MAX_VECTOR_BYTES = 900_000
+
+
+def is_token_char(ch: str) -> bool:
+    cp = ord(ch)
+    if cp > LAST_CODEPOINT:
+        return True
+    i = bisect.bisect_right(_STARTS, cp) - 1
+    return i >= 0 and cp <= _ENDS[i]
+
+
+def tokens(text: str) -> list[str]:
+    """FTS5 ``unicode61 remove_diacritics 2`` tokens of ``text``, folded."""
+    out: list[str] = []
+    cur: list[str] = []
+    for ch in text:
+        if is_token_char(ch):
+            cur.append(FOLD.get(ord(ch), ch))
+        elif cur:
+            out.append("".join(cur))
+            cur = []
+    if cur:
+        out.append("".join(cur))
+    return [t for t in out if t]
+
+
+def _lexeme(word: str) -> str:
+    return "'" + word.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def document_vector(text: str, grams: str) -> str:
+    """The ``tsvector`` literal of one document: ``text`` tokens weight A, ``grams`` weight B."""
+    entries: dict[str, list[str]] = {}
+    size = 0
+    for weight, column in (("A", text), ("B", grams)):
+        for pos, tok in enumerate(tokens(column), start=1):
+            plist = entries.get(tok)
+            if plist is None:
+                nbytes = len(tok.encode())
+                if nbytes > MAX_LEXEME_BYTES or size + nbytes + 8 > MAX_VECTOR_BYTES:
+                    continue
+                size += nbytes + 8
+                plist = entries[tok] = []
+            if len(plist) < 256:
+                plist.append(f"{min(pos, MAX_POS)}{weight}")
+                size += 2
+    return " ".join(f"{_lexeme(t)}:{','.join(p)}" for t, p in entries.items())
+
+
+# ---------------------------------------------------------------- the FTS5 expression
+
+
+@dataclass
+class Phrase:
+    words: list[str]
+    prefix: bool = False
+    column: str | None = None  # None: any column; "text" or "grams"
+
+
+@dataclass
+class Op:
+    op: str  # "&", "|", "!" (a NOT b = a & !b)
+    left: object
+    right: object
+
+
+_LEX = re.compile(r'\s*(?:(?P<str>"(?:[^"]|"")*")|(?P<op>[():,*{}+^-])|(?P<word>[^\s():,*{}+^"-]+))')
+_COLUMNS = ("text", "grams")
+
+
+def _invalid(expr: str, why: str) -> DagctxError:
+    return DagctxError(
+        "InvalidQuery",
+        f"the search query is not valid full-text syntax ({why} in {expr!r}); quote phrases "
+        'with "…", balance parentheses, and put AND/OR/NOT between terms',
+        path="query",
+    )
+
+
+class _Parser:
+    def __init__(self, expr: str) -> None:
+        self.expr = expr
+        self.toks: list[tuple[str, str]] = []
+        pos = 0
+        while pos < len(expr):
+            if expr[pos:].strip() == "":
+                break
+            m = _LEX.match(expr, pos)
+            if m is None or m.end() == pos:
+                raise _invalid(expr, f"unexpected {expr[pos:pos + 10]!r}")
+            kind = m.lastgroup or "op"
+            self.toks.append((kind, m.group(kind)))
+            pos = m.end()
+        self.i = 0
+
+    def peek(self, k: int = 0) -> tuple[str, str] | None:
+        j = self.i + k
+        return self.toks[j] if j < len(self.toks) else None
+
+    def take(self) -> tuple[str, str]:
+        tok = self.peek()
+        if tok is None:
+            raise _invalid(self.expr, "unexpected end")
+        self.i += 1
+        return tok
+
+    def is_word(self, value: str, k: int = 0) -> bool:
+        tok = self.peek(k)
+        return tok is not None and tok[0] == "word" and tok[1] == value
+
+    def parse(self) -> object:
+        if not self.toks:
+            raise _invalid(self.expr, "empty query")
+        node = self.or_()
+        if self.peek() is not None:
+            raise _invalid(self.expr, f"unexpected {self.peek()[1]!r}")  # type: ignore[index]
+        return node
+
+    def or_(self) -> object:
+        node = self.and_()
+        while self.is_word("OR"):
+            self.take()
+            node = Op("|", node, self.and_())
+        return node
+
+    def and_(self) -> object:
+        node = self.not_()
+        while self.is_word("AND"):
+            self.take()
+            node = Op("&", node, self.not_())
+        return node
+
+    def not_(self) -> object:
+        node = self.seq()
+        while self.is_word("NOT"):
+            self.take()
+            node = Op("!", node, self.seq())
+        return node
+
+    def seq(self) -> object:
+        """Adjacent phrases (FTS5's implicit AND), or one parenthesised group."""
+        column = self.column_filter()
+        tok = self.peek()
+        if tok == ("op", "("):
+            self.take()
+            node = self.or_()
+            if self.take() != ("op", ")"):
+                raise _invalid(self.expr, "unbalanced parenthesis")
+            if self.starts_item():
+                raise _invalid(self.expr, "a group followed by a term without an operator")
+            return _with_column(node, column) if column else node
+        node = self.item(column)
+        while self.starts_item():
+            if self.peek() == ("op", "("):
+                raise _invalid(self.expr, "a term followed by a group without an operator")
+            node = Op("&", node, self.item(self.column_filter()))
+        return node
+
+    def starts_item(self) -> bool:
+        tok = self.peek()
+        if tok is None:
+            return False
+        if tok[0] == "str":
+            return True
+        if tok[0] == "word":
+            return tok[1] not in ("AND", "OR", "NOT")
+        return tok[1] in ("(", "{")
+
+    def column_filter(self) -> str | None:
+        tok, nxt = self.peek(), self.peek(1)
+        if tok is not None and tok[0] == "word" and nxt == ("op", ":"):
+            if tok[1] not in _COLUMNS:
+                raise _invalid(self.expr, f"no such column: {tok[1]}")
+            self.i += 2
+            return tok[1]
+        return None
+
+    def item(self, column: str | None) -> object:
+        tok = self.take()
+        if tok[0] == "word" and tok[1] == "NEAR" and self.peek() == ("op", "("):
+            self.take()
+            parts: list[object] = []
+            while self.peek() is not None and self.peek() != ("op", ")"):
+                if self.peek() == ("op", ","):
+                    self.take()
+                    num = self.take()
+                    if num[0] != "word" or not num[1].isdigit():
+                        raise _invalid(self.expr, "NEAR distance must be a number")
+                    continue
+                parts.append(self.phrase(self.take(), column))
+            if self.take() != ("op", ")") or not parts:
+                raise _invalid(self.expr, "unbalanced NEAR group")
+            node = parts[0]
+            for p in parts[1:]:
+                node = Op("&", node, p)
+            return node
+        return self.phrase(tok, column)
+
+    def phrase(self, tok: tuple[str, str], column: str | None) -> Phrase:
+        kind, value = tok
+        if kind == "str":
+            words = tokens(value[1:-1].replace('""', '"'))
+        elif kind == "word":
+            words = tokens(value)
+        else:
+            raise _invalid(self.expr, f"unexpected {value!r}")
+        ph = Phrase(words, column=column)
+        if self.peek() == ("op", "*"):
+            self.take()
+            ph.prefix = True
+        return ph
+
+
+def _with_column(node: object, column: str) -> object:
+    if isinstance(node, Phrase):
+        node.column = node.column or column
+    elif isinstance(node, Op):
+        _with_column(node.left, column)
+        _with_column(node.right, column)
+    return node
+
+
+_WEIGHT = {"text": "A", "grams": "B"}
+
+
+def _phrase_query(words: list[str], prefix: bool, weight: str) -> str:
+    parts = []
+    for i, w in enumerate(words):
+        star = "*" if prefix and i == len(words) - 1 else ""
+        flags = star + weight
+        parts.append(_lexeme(w) + (f":{flags}" if flags else ""))
+    return parts[0] if len(parts) == 1 else "(" + " <-> ".join(parts) + ")"
+
+
+def _render(node: object) -> str | None:
+    """tsquery text of ``node``; None for a phrase without tokens (it matches nothing)."""
+    if isinstance(node, Phrase):
+        if not node.words:
+            return None
+        if node.column is not None:
+            return _phrase_query(node.words, node.prefix, _WEIGHT[node.column])
+        if len(node.words) == 1:
+            return _phrase_query(node.words, node.prefix, "")
+        # A phrase matches inside one column: each column numbers its positions from 1.
+        return "(" + " | ".join(_phrase_query(node.words, node.prefix, w) for w in ("A", "B")) + ")"
+    assert isinstance(node, Op)
+    left, right = _render(node.left), _render(node.right)
+    if node.op == "|":
+        if left is None or right is None:
+            return left if right is None else right
+        return f"({left} | {right})"
+    if node.op == "&":
+        if left is None or right is None:
+            return None
+        return f"({left} & {right})"
+    if left is None:
+        return None
+    return left if right is None else f"({left} & !{right})"
+
+
+def tsquery(fts5_expression: str) -> str | None:
+    """The ``tsquery`` literal of an FTS5 expression (from ``search.fts_query``).
+
+    None when the query can match nothing (every phrase in it is empty).
+    """
+    return _render(_Parser(fts5_expression).parse())
