@@ -239,7 +239,7 @@ class _Parser:
         kind, value = tok
         if kind == "str":
             words = tokens(value[1:-1].replace('""', '"'))
-        elif kind == "word":
+        elif kind == "word" and value not in ("AND", "OR", "NOT"):
             words = tokens(value)
         else:
             raise _invalid(self.expr, f"unexpected {value!r}")
