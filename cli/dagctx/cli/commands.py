@@ -137,6 +137,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", help="file to write (overwritten if it exists); stdout when absent")
     p.add_argument("--head")
 
+    p = sub.add_parser("migrate", help="copy every session from one database to another (idempotent)",
+                       description="copy every session exactly from one database to another: a SQLite file "
+                       "path or a postgresql:// URL on either side; running it again copies only what changed")
+    p.add_argument("--from", dest="source", required=True, metavar="PATH_OR_URL")
+    p.add_argument("--to", dest="target", required=True, metavar="PATH_OR_URL")
+    p.set_defaults(func=lambda args: run(cmd_migrate, args))
+
     p = add("demo", cmd_demo, "generate a realistic agent session through the daemon and show what dagctx does",
             db_help="database file to use (default: a new temporary one, removed afterwards unless --keep)")
     p.add_argument("--keep", action="store_true", help="keep the demo database and print its path")
@@ -353,6 +360,42 @@ def _head_table(full: Table, sessions: list[tuple[str, c.ImportedSession]]) -> T
 
 
 # ---------------------------------------------------------------- sessions, history, search
+
+
+async def cmd_migrate(args: argparse.Namespace) -> int:
+    """A daemon on the target copies from the source (``database/migrate``), with progress."""
+    target = args.target
+    if "://" not in target:
+        target = os.path.abspath(os.path.expanduser(target))
+        if not os.path.isdir(os.path.dirname(target)):
+            console.print(f"[red]error[/red]: the folder of {escape(target)} does not exist")
+            return 2
+    source = args.source if "://" in args.source else os.path.abspath(os.path.expanduser(args.source))
+    client = await DagctxClient.spawn(target)
+    try:
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[note]}"),
+                      TimeElapsedColumn(), console=real_console(), transient=False) as progress:
+            task = progress.add_task("migrating", total=100, note="")
+
+            def on_progress(params: Any) -> None:
+                value = getattr(params, "value", None) or {}
+                if value.get("percentage") is not None:
+                    progress.update(task, completed=int(value["percentage"]))
+                if value.get("message"):
+                    progress.update(task, note=str(value["message"]))
+
+            client.on_notification("$/progress", on_progress)
+            res = await client.request("database/migrate", m.DatabaseMigrateParams(source=source, work_done_token="migrate"),
+                                       timeout=None)
+            progress.update(task, completed=100)
+    finally:
+        await client.close()
+    res = msgspec.convert(res, m.DatabaseMigrateResult) if not isinstance(res, m.DatabaseMigrateResult) else res
+    console.print(f"{escape(res.source)} → {escape(res.target)}: {res.sessions} sessions, copied {res.copied} "
+                  f"({res.nodes:,} nodes), unchanged {res.unchanged}, conflicts {len(res.conflicts)}")
+    for sid in res.conflicts:
+        console.print(f"[yellow]conflict[/yellow] {sid}: changed on the target since it was copied; not overwritten")
+    return 1 if res.conflicts else 0
 
 
 async def cmd_sessions(args: argparse.Namespace) -> int:

@@ -26,7 +26,7 @@ from dagctx.protocol import messages as m
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.methods import CLIENT_REQUESTS, PROTOCOL_VERSION, SERVER_NOTIFICATIONS
 
-from . import compaction_pipeline, exports, imports, ledger_ops
+from . import compaction_pipeline, exports, imports, ledger_ops, migration
 from .config import SEARCH_CAPABILITY, DaemonConfig, default_database, env_database, redact_database
 from .lifecycle import EngineRegistry
 from .peer import NullPeer, Peer
@@ -302,4 +302,5 @@ class EngineCore:
             "session/import": lambda p: imports.session_import(self, p),
             "context/compact": lambda p: compaction_pipeline.compact(self, p),
             "session/export": lambda p: exports.session_export(self, p),
+            "database/migrate": lambda p: migration.database_migrate(self, p),
         }

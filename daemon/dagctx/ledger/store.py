@@ -278,6 +278,11 @@ class Store:
                 gc.freeze()
         return g
 
+    def forget(self, session_id: str) -> None:
+        """Drop a session's cached graph (after rows were written around the rules: a copy)."""
+        self._graphs.pop(session_id, None)
+        self._graph_born.pop(session_id, None)
+
     def head(self, session_id: str) -> str:
         return self._session_row(session_id).head
 

@@ -69,6 +69,8 @@ _ALL: list[MethodSpec] = [
     _req("context/replay", c.ReplayParams, c.ReplayResult, "Exactly what a past llm node was sent."),
     _req("usage/report", c.UsageReportParams, c.UsageReportResult, "Provider usage of an llm node."),
     _req("search/query", m.SearchParams, m.SearchResult, "Full-text search, one session or all."),
+    _req("database/migrate", m.DatabaseMigrateParams, m.DatabaseMigrateResult,
+         "Copy every session of another database into this one (idempotent)."),
     # server → client
     MethodSpec(
         "sampling/createMessage",
