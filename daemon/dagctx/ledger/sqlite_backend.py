@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -22,7 +23,7 @@ from dagctx.protocol.errors import DagctxError
 
 from . import search as fts
 from .backend import BlobRow, NodeRow, SearchRow, SessionRow, UsageRow, decode_meta, encode_meta, storage_error
-from .schema import migrate
+from .schema import SCHEMA_VERSION, current_version, migrate
 
 _SESSION_COLS = (
     "id, title, root_id, head, created_at, updated_at, next_seq, rev, node_count, source_key, metadata"
@@ -60,22 +61,60 @@ class SqliteBackend:
         sync = (synchronous or os.environ.get("DAGCTX_SYNC") or "NORMAL").upper()
         if sync not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {sync!r}")
-        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
-        try:
-            with self._faults("open the database"):
-                self.db.execute("PRAGMA journal_mode=WAL")
-                self.db.execute(f"PRAGMA synchronous={sync}")
-                self.db.execute("PRAGMA busy_timeout=30000")
-                # Our tables declare no foreign keys; checks stay on so a deferred constraint
-                # (tests install one) fails at COMMIT like a full disk does.
-                self.db.execute("PRAGMA foreign_keys=ON")
-                migrate(self.db)
-        except BaseException:
-            self.db.close()
-            raise
+        self.read_only = not self._memory and self._on_read_only_storage(path)
+        if self.read_only:
+            self.db = self._open_read_only(path)
+        else:
+            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+            try:
+                with self._faults("open the database"):
+                    self.db.execute("PRAGMA journal_mode=WAL")
+                    self.db.execute(f"PRAGMA synchronous={sync}")
+                    self.db.execute("PRAGMA busy_timeout=30000")
+                    # Our tables declare no foreign keys; checks stay on so a deferred constraint
+                    # (tests install one) fails at COMMIT like a full disk does.
+                    self.db.execute("PRAGMA foreign_keys=ON")
+                    migrate(self.db)
+            except BaseException:
+                self.db.close()
+                raise
         self._ident = None if self._memory else self._file_ident()
 
     # ------------------------------------------------------------ the file under us
+
+    @staticmethod
+    def _on_read_only_storage(path: str) -> bool:
+        """An existing database we may not write: a read-only mount, or no write permission."""
+        if not os.path.exists(path):
+            return False
+        try:
+            ro_mount = bool(os.statvfs(os.path.dirname(os.path.abspath(path))).f_flag & os.ST_RDONLY)
+        except OSError:
+            ro_mount = False
+        return ro_mount or not os.access(path, os.W_OK)
+
+    def _open_read_only(self, path: str) -> sqlite3.Connection:
+        """Serve reads from a database that cannot be written; every write answers
+        ``StorageReadOnly``. On a read-only mount nobody can change the file, so it is
+        opened ``immutable`` (WAL's shared-memory file cannot be created there)."""
+        ro_mount = bool(os.statvfs(os.path.dirname(os.path.abspath(path))).f_flag & os.ST_RDONLY)
+        uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro" + ("&immutable=1" if ro_mount else "")
+        db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30.0)
+        try:
+            with self._faults("open the database"):
+                found = current_version(db)
+        except BaseException:
+            db.close()
+            raise
+        if found != SCHEMA_VERSION:
+            db.close()
+            raise storage_error(
+                "StorageReadOnly",
+                f"cannot open the database: schema version {found} needs migrating to {SCHEMA_VERSION}, "
+                "which needs write access",
+                path,
+            )
+        return db
 
     @staticmethod
     def _refuse_orphaned_log(path: str) -> None:
@@ -127,6 +166,8 @@ class SqliteBackend:
     @contextmanager
     def transaction(self, session_id: str) -> Iterator[None]:
         """``BEGIN IMMEDIATE`` … ``COMMIT``; any failure, COMMIT's own included, rolls back."""
+        if self.read_only:
+            raise storage_error("StorageReadOnly", "cannot write", self.location)
         with self._faults("start a write"):
             self.db.execute("BEGIN IMMEDIATE")
         try:
