@@ -319,7 +319,7 @@ class PostgresBackend:
         if tsq is None:
             return []
         sql = (
-            "SELECT n.session_id, n.id, n.role, ts_rank(n.search_vec, q) AS score, n.search_text, n.name, n.seq "
+            "SELECT n.session_id, n.id, n.role, ts_rank(n.search_vec, q, 1) AS score, n.search_text, n.name, n.seq "
             "FROM dagctx.nodes n, CAST(%s AS tsquery) q WHERE n.search_vec @@ q"
         )
         args: list[Any] = [tsq]
