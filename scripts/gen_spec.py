@@ -75,7 +75,11 @@ NOTES: dict[str, tuple[str, str]] = {
                        "Rebuilds a past call from its reads and renderManifest."),
     "usage/report": ("NodeNotFound, InvalidParams (not an llm node)",
                      "Stored beside the node (usage table); the node itself is not mutated."),
-    "search/query": ("InvalidQuery (-32602), SessionNotFound", "Read-only; BM25 order."),
+    "search/query": ("InvalidQuery (-32602), SessionNotFound",
+                     "Read-only; best match first (BM25 on SQLite, ts_rank on PostgreSQL); the same hits on both."),
+    "database/migrate": ("InvalidParams (no such source, same database), StorageUnavailable (source unreachable)",
+                         "Copies rows exactly (ids, seq, revisions, HEAD, names, usage, spills), one session per "
+                         "transaction; idempotent; never overwrites a session changed on the target (a conflict)."),
 }
 
 
@@ -159,6 +163,14 @@ async def _examples() -> dict[str, tuple[Any, Any]]:
     await call("session/nameBranch", m.BranchNameParams(session_id=sid, head=retry.node.id, name="retry"))
     await call("session/spawn", m.SessionSpawnParams(session_id=sid, caller_id=tool.node.id, source="subagent", output="Find callers of parse_config"))
     await call("search/query", m.SearchParams(query="parse_config", limit=2))
+    other = await DagctxClient.spawn(Path(tmp) / "other.db")  # a second database to copy from
+    await other.session_create("from another database")
+    await other.close()
+    await call("database/migrate", m.DatabaseMigrateParams(source=str(Path(tmp) / "other.db")))
+    if "database/migrate" in ex and isinstance(ex["database/migrate"][1], dict):
+        req, res = ex["database/migrate"]
+        ex["database/migrate"] = (req | {"source": "/tmp/…/other.db"},
+                                  res | {"source": "/tmp/…/other.db", "target": "/tmp/…/spec.db"})
     await call("context/compact", c.CompactParams(session_id=sid, model="gpt-4o"))
     await call("session/export", c.ExportParams(session_id=sid, format="openai"))
     await call("session/delete", m.SessionRef(session_id=sid))

@@ -157,6 +157,27 @@ export interface CreateMessageResult {
   stopReason?: string | null;
 }
 
+/**
+ * Copy every session of the database ``source`` (a SQLite path or a ``postgresql://``
+ * URL, SPEC §2.1) into the database this daemon serves.
+ */
+export interface DatabaseMigrateParams {
+  source: string;
+  /** @default null */
+  workDoneToken?: number | string | null;
+}
+
+export interface DatabaseMigrateResult {
+  source: string;
+  target: string;
+  sessions: number;
+  copied: number;
+  unchanged: number;
+  nodes: number;
+  /** @default [] */
+  conflicts?: string[];
+}
+
 /** Params of methods that take none (``shutdown``, ``exit``, ``initialized``). */
 export type Empty = Record<string, never>;
 
@@ -744,6 +765,8 @@ export interface Methods {
   "usage/report": { params: UsageReportParams; result: UsageReportResult };
   /** Full-text search, one session or all. */
   "search/query": { params: SearchParams; result: SearchResult };
+  /** Copy every session of another database into this one (idempotent). */
+  "database/migrate": { params: DatabaseMigrateParams; result: DatabaseMigrateResult };
 }
 
 /** Server → client requests (the client answers them): method name → params and result. */
@@ -807,6 +830,7 @@ export const METHOD_NAMES = [
   "context/replay",
   "usage/report",
   "search/query",
+  "database/migrate",
 ] as const;
 
 /** Every server → client request. */
@@ -856,7 +880,11 @@ export type ErrorKind =
   | "UnknownModel"
   | "WorkspaceEscape"
   | "ImportFailed"
-  | "InvalidQuery";
+  | "InvalidQuery"
+  | "StorageUnavailable"
+  | "StorageFull"
+  | "StorageReadOnly"
+  | "StorageCorrupt";
 
 /** `data.kind` → the JSON-RPC error code it is sent with. */
 export const ERROR_KINDS: Readonly<Record<ErrorKind, number>> = {
@@ -883,4 +911,8 @@ export const ERROR_KINDS: Readonly<Record<ErrorKind, number>> = {
   WorkspaceEscape: -32001,
   ImportFailed: -32001,
   InvalidQuery: -32602,
+  StorageUnavailable: -32001,
+  StorageFull: -32001,
+  StorageReadOnly: -32001,
+  StorageCorrupt: -32001,
 };
