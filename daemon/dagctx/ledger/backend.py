@@ -12,8 +12,8 @@ Contract every backend keeps (tests/unit/test_store.py runs over both):
 
 * ``transaction(session_id)`` is one write transaction, serialised per session against
   every other process on the same database (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL:
-  the session row locked ``FOR UPDATE``, or a per-session advisory lock while the
-  session does not exist yet). It commits at the end and rolls back on ANY failure,
+  the session row read ``FOR UPDATE`` by ``session(..., lock=True)``; a new session's
+  id is claimed by its primary key). It commits at the end and rolls back on ANY failure,
   a failing ``COMMIT`` included, so the connection is never left inside a transaction.
 * ``session(..., lock=True)`` inside a transaction returns the latest committed row.
 * ``bodies_between(sid, lo, hi)`` returns node bodies with ``lo < rev <= hi`` in seq order.

@@ -1,11 +1,11 @@
 """The PostgreSQL backend: one server shared by many daemons on many hosts.
 
 psycopg 3 with its connection pool; every connection is in autocommit mode and a write
-is an explicit ``BEGIN`` … ``COMMIT`` on one pooled connection. A write first takes a
-transaction-scoped advisory lock keyed by the session id, so seq assignment and HEAD
-moves are serialised per session across every daemon (writes to different sessions
-run in parallel), and the session row it then reads is the latest committed one
-(READ COMMITTED). Any failure — a rule, a lost connection, a failing ``COMMIT`` —
+is an explicit ``BEGIN`` … ``COMMIT`` on one pooled connection. A write first reads its
+session row ``FOR UPDATE``: that row lock serialises seq assignment and HEAD moves per
+session across every daemon (writes to different sessions run in parallel), and the
+row it returns is the latest committed one. A new session's id is claimed by its
+primary key (``INSERT … ON CONFLICT DO NOTHING``). Any failure — a rule, a lost connection, a failing ``COMMIT`` —
 rolls back; the connection goes back to the pool clean or is discarded.
 
 Search: ``pg_search`` turns the shared token preparation (``search.py``) into
@@ -140,14 +140,14 @@ class PostgresBackend:
 
     @contextmanager
     def transaction(self, session_id: str) -> Iterator[None]:
-        """``BEGIN``, the session's advisory lock, … ``COMMIT``; any failure rolls back."""
+        """``BEGIN`` … ``COMMIT``; the session is locked by the first ``session(lock=True)``;
+        any failure, COMMIT's own included, rolls back."""
         if getattr(self._local, "conn", None) is not None:
             raise RuntimeError("write transactions do not nest")
         with self._faults("write"), self.pool.connection() as conn:
             conn.execute("BEGIN")
             self._local.conn = conn
             try:
-                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (session_id,))
                 yield
                 conn.execute("COMMIT")
             except BaseException:
@@ -167,8 +167,11 @@ class PostgresBackend:
         return SessionRow(*r[:10], metadata=decode_meta(r[10]))
 
     def session(self, session_id: str, *, lock: bool = False) -> SessionRow | None:
+        # FOR UPDATE waits for another writer of this session and then returns the row as
+        # that writer committed it: the lock and the latest revision in one round trip.
+        sql = f"SELECT {_SESSION_COLS} FROM dagctx.sessions WHERE id=%s" + (" FOR UPDATE" if lock else "")
         with self._conn("read a session") as c:
-            r = c.execute(f"SELECT {_SESSION_COLS} FROM dagctx.sessions WHERE id=%s", (session_id,)).fetchone()
+            r = c.execute(sql, (session_id,)).fetchone()
         return None if r is None else self._row(r)
 
     def session_by_source(self, source_key: str) -> SessionRow | None:
