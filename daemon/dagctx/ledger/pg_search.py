@@ -12,7 +12,8 @@ does itself is done here, in Python:
   per lexeme, so a phrase past that inside one huge document may be missed).
 * ``tsquery`` parses the FTS5 expression (phrases, ``prefix*``, ``col : …`` filters,
   implicit AND, AND/OR/NOT with FTS5's precedence, NEAR groups, parentheses) and writes
-  a ``tsquery`` literal. NEAR(…) is read as AND of its phrases (no distance limit).
+  a ``tsquery`` literal. ``NEAR(a b, N)`` of two words becomes every ``<k>`` distance up
+  to N+1 in both orders; a NEAR group of more phrases is read as AND of them.
   Syntax FTS5 rejects is rejected here too (``InvalidQuery``).
 
 No dictionary or stemmer runs: lexemes are given literally (``::tsvector`` /
@@ -94,6 +95,15 @@ class Phrase:
     words: list[str]
     prefix: bool = False
     column: str | None = None  # None: any column; "text" or "grams"
+
+
+@dataclass
+class Near:
+    """``NEAR(a b, N)``: both phrases in one column, at most N tokens between them."""
+
+    left: Phrase
+    right: Phrase
+    distance: int = 10
 
 
 @dataclass
@@ -218,19 +228,23 @@ class _Parser:
         tok = self.take()
         if tok[0] == "word" and tok[1] == "NEAR" and self.peek() == ("op", "("):
             self.take()
-            parts: list[object] = []
+            parts: list[Phrase] = []
+            distance = 10
             while self.peek() is not None and self.peek() != ("op", ")"):
                 if self.peek() == ("op", ","):
                     self.take()
                     num = self.take()
                     if num[0] != "word" or not num[1].isdigit():
                         raise _invalid(self.expr, "NEAR distance must be a number")
+                    distance = int(num[1])
                     continue
                 parts.append(self.phrase(self.take(), column))
             if self.take() != ("op", ")") or not parts:
                 raise _invalid(self.expr, "unbalanced NEAR group")
-            node = parts[0]
-            for p in parts[1:]:
+            if len(parts) == 2 and all(len(p.words) == 1 and not p.prefix for p in parts):
+                return Near(parts[0], parts[1], distance)
+            node: object = parts[0]
+            for p in parts[1:]:  # longer groups: all of them, anywhere (documented)
                 node = Op("&", node, p)
             return node
         return self.phrase(tok, column)
@@ -253,6 +267,9 @@ class _Parser:
 def _with_column(node: object, column: str) -> object:
     if isinstance(node, Phrase):
         node.column = node.column or column
+    elif isinstance(node, Near):
+        _with_column(node.left, column)
+        _with_column(node.right, column)
     elif isinstance(node, Op):
         _with_column(node.left, column)
         _with_column(node.right, column)
@@ -282,6 +299,16 @@ def _render(node: object) -> str | None:
             return _phrase_query(node.words, node.prefix, "")
         # A phrase matches inside one column: each column numbers its positions from 1.
         return "(" + " | ".join(_phrase_query(node.words, node.prefix, w) for w in ("A", "B")) + ")"
+    if isinstance(node, Near):
+        a, b = _lexeme(node.left.words[0]), _lexeme(node.right.words[0])
+        columns = [node.left.column or node.right.column] if (node.left.column or node.right.column) else ["text", "grams"]
+        alts = []
+        for col in columns:
+            w = _WEIGHT[col]
+            for k in range(1, node.distance + 2):
+                alts.append(f"{a}:{w} <{k}> {b}:{w}")
+                alts.append(f"{b}:{w} <{k}> {a}:{w}")
+        return "(" + " | ".join(alts) + ")"
     assert isinstance(node, Op)
     left, right = _render(node.left), _render(node.right)
     if node.op == "|":
