@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dagctx", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = p.add_subparsers(dest="command")
     s = sub.add_parser("serve", help="run the daemon on stdio (JSON-RPC 2.0, LSP framing)")
-    s.add_argument("--db", help="SQLite database file (default: $DAGCTX_DB or the user data dir)")
+    s.add_argument("--db", help="database: a SQLite file path or a postgresql:// URL (default: $DAGCTX_DB or the user data dir)")
     s.add_argument("--max-frame-bytes", type=int, default=64 * 1024 * 1024)
     s.add_argument("--log-level", default="WARNING")
     s.add_argument("--stdio", action="store_true", help="accepted for editor compatibility (stdio is the default)")

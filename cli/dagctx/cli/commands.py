@@ -83,7 +83,7 @@ def real_console() -> Console:
 
 def register(sub: argparse._SubParsersAction) -> None:
     def add(name: str, fn: Callable[[argparse.Namespace], Awaitable[int]], help: str,
-            db_help: str = "SQLite database file (default: $DAGCTX_DB or the user data dir)") -> argparse.ArgumentParser:
+            db_help: str = "database: a SQLite file path or a postgresql:// URL (default: $DAGCTX_DB or the user data dir)") -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.add_argument("--db", help=db_help)
         p.set_defaults(func=lambda args: run(fn, args))

@@ -32,9 +32,14 @@ SEARCH_CAPABILITY = "fulltext-cjk"
 
 def redact_database(name: str) -> str:
     """A database name fit for a message: a URL loses its password."""
-    parts = urllib.parse.urlsplit(name)
-    if "://" not in name or parts.password is None:
+    if "://" not in name:
         return name
+    try:
+        parts = urllib.parse.urlsplit(name)
+        if parts.password is None:
+            return name
+    except ValueError:  # not even a URL: show no more than its scheme
+        return name.split("://", 1)[0] + "://…"
     netloc = f"{parts.username or ''}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 

@@ -41,9 +41,12 @@ _SESSION_COLS = (
 
 def redact(url: str) -> str:
     """The URL without its password, for messages and ``initialize``'s ``database``."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
+    try:
+        parts = urllib.parse.urlsplit(url)
+        if parts.password is None:
+            return url
+    except ValueError:  # not even a URL: show no more than its scheme
+        return url.split("://", 1)[0] + "://…"
     host = parts.hostname or ""
     if parts.port:
         host += f":{parts.port}"
