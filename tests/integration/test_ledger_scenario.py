@@ -394,6 +394,7 @@ async def test_spilled_output_through_the_daemon(db_path: Path, daemon: DagctxCl
     # The stored text is in the file once, whole.
     with RawDb(db_path) as con:
         ((data,),) = con.execute("SELECT data FROM blobs WHERE node_id=?", (t.node.id,))
+    data = data if isinstance(data, str) else bytes(data).decode()  # PostgreSQL keeps UTF-8 bytes
     assert data == text
     # Reading twice changes nothing (the read path has no side effects).
     again = (await c.get_nodes(sid, [t.node.id])).nodes[0]

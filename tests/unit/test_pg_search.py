@@ -169,3 +169,49 @@ def test_operators_mean_what_they_mean_in_fts5(pg_url: str, tmp_path: Path) -> N
     finally:
         lite.close()
         pg.close()
+
+
+def test_the_exact_check_agrees_with_fts5_on_every_query(tmp_path: Path) -> None:
+    """``verify`` (used for documents too big for PostgreSQL's positions) decides as FTS5 does."""
+    import itertools
+
+    texts = []
+    for r in range(1, 5):
+        for combo in itertools.combinations(WORDS, r):
+            texts += [" ".join(combo), " filler ".join(reversed(combo))]
+    texts += ["数据库迁移脚本", "迁 移", "alpha_beta gamma", "Ünïcödé alpha"]
+    lite = Store(tmp_path / "s.db")
+    try:
+        ids = fill(lite, texts)
+        for q in SEMANTIC + ["迁移", '"迁移脚本"', "grams : 迁", "alpha_beta", "unicode"]:
+            parsed = pg_search.parse(fts.fts_query(q))
+            want = {h.node_id for h in lite.search(q, limit=1000)}
+            got = {nid for nid, t in ids.items() if pg_search.verify(parsed, t, fts.cjk_grams(t))}
+            assert got == want, q
+    finally:
+        lite.close()
+
+
+def test_huge_documents_are_searched_exactly(pg_url: str, tmp_path: Path) -> None:
+    """Phrases deep inside outputs far beyond PostgreSQL's 16,383 positions are still found,
+    and only where FTS5 finds them."""
+    filler = " ".join(f"w{i % 97}" for i in range(12_000))
+    texts = [
+        filler + " marimba overflow detected " + filler,
+        filler + " marimba filler overflow detected " + filler,   # not the phrase
+        " ".join(["alpha"] * 300) + " " + filler + " alpha beta",  # > 128 occurrences of one word
+        "数据库" * 3000 + "迁移脚本",
+        "short marimba overflow detected",
+    ]
+    lite, pg = Store(tmp_path / "s.db"), Store(pg_url)
+    try:
+        fill(lite, texts)
+        fill(pg, texts)
+        for q in ['"marimba overflow detected"', "marimba_overflow_detected", "marimba NOT \"marimba overflow\"",
+                  '"alpha beta"', "NEAR(marimba detected)", "迁移脚本", "库迁", "w5 NOT overflow", "overfl*"]:
+            a = {h.node_id for h in lite.search(q, limit=100)}
+            assert a == {h.node_id for h in pg.search(q, limit=100)}, q
+            assert a or q.startswith("w5 NOT"), q
+    finally:
+        lite.close()
+        pg.close()

@@ -465,3 +465,26 @@ def test_a_failing_commit_rolls_back_and_leaves_the_cache_as_the_database(store:
         assert [n.id for n in other.history(sid)[0]] == [u1.id, a1.id, u2.id]
     finally:
         other.close()
+
+
+def test_nul_and_unusual_text_round_trips_exactly(store: Store) -> None:
+    """Text a client may send — NUL, emoji, CJK — comes back exactly on every backend."""
+    from dagctx.ledger import UsageRow
+
+    odd = "a\x00b 🎉 迁移 \\ ' \" %s ?"
+    s = store.create_session(odd)
+    sid = s.session_id
+    u = store.append(sid, U("ROOT", odd, name=odd)).node
+    big = (odd + "\n") * 4000  # spilled: the blob keeps it whole
+    t = store.append(sid, NodeInput(role="code", name=odd, output=big, caller=u.id)).node
+    store.put_usage(sid, UsageRow(u.id, odd, 1, 2, 3, 4, None, 1.0))
+    other = Store(store.path)
+    try:
+        assert other.get_session(sid).title == odd
+        assert other.get_nodes(sid, [u.id])[0].name == odd
+        assert other.get_nodes(sid, [t.id], ranged=True)[0].output == big
+        assert other.usage(sid)[0].model == odd
+        hits = other.search("迁移", session_id=sid)
+        assert {h.node_id for h in hits} == {u.id, t.id} and all(h.name == odd for h in hits)
+    finally:
+        other.close()

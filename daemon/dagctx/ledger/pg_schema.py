@@ -3,7 +3,9 @@
 Everything lives in the ``dagctx`` schema of the database the URL names, so dagctx can
 share a database with other applications. The tables mirror SQLite's; the search index
 is a ``tsvector`` column on ``nodes`` (GIN-indexed) with the searchable text beside it
-for snippets. Migrations run under a transaction-scoped advisory lock, so many daemons
+for snippets. Free text that a client chooses (titles, names, outputs, model names) is
+stored as UTF-8 ``BYTEA``: PostgreSQL's ``TEXT`` cannot hold a NUL character, which JSON
+strings and SQLite may, and a value must come back exactly as it was given. Migrations run under a transaction-scoped advisory lock, so many daemons
 starting at once migrate exactly once.
 """
 
@@ -19,7 +21,7 @@ MIGRATION_LOCK = 0x646167637478
 _V1 = """
 CREATE TABLE dagctx.sessions(
   id TEXT PRIMARY KEY,
-  title TEXT NOT NULL,
+  title BYTEA NOT NULL,
   root_id TEXT NOT NULL,
   head TEXT NOT NULL,
   created_at DOUBLE PRECISION NOT NULL,
@@ -27,7 +29,7 @@ CREATE TABLE dagctx.sessions(
   next_seq BIGINT NOT NULL,
   rev BIGINT NOT NULL,
   node_count BIGINT NOT NULL,
-  source_key TEXT UNIQUE,
+  source_key BYTEA UNIQUE,
   metadata BYTEA NOT NULL
 );
 CREATE TABLE dagctx.nodes(
@@ -36,15 +38,17 @@ CREATE TABLE dagctx.nodes(
   seq BIGINT NOT NULL,
   rev BIGINT NOT NULL,
   role TEXT NOT NULL,
-  name TEXT NOT NULL,
+  name BYTEA NOT NULL,
   status TEXT NOT NULL,
   caller TEXT,
   predecessor TEXT,
   created_at DOUBLE PRECISION NOT NULL,
   body BYTEA NOT NULL,
   tokens BYTEA,
-  search_text TEXT,
+  search_text BYTEA,
   search_vec TSVECTOR,
+  -- false: too big for the vector to keep every position; matches are checked in Python
+  search_full BOOLEAN,
   PRIMARY KEY(session_id, id),
   UNIQUE(session_id, seq)
 );
@@ -53,7 +57,7 @@ CREATE INDEX nodes_search ON dagctx.nodes USING gin(search_vec);
 CREATE TABLE dagctx.usage(
   session_id TEXT NOT NULL,
   node_id TEXT NOT NULL,
-  model TEXT,
+  model BYTEA,
   input BIGINT NOT NULL,
   output BIGINT NOT NULL,
   cache_read BIGINT NOT NULL,
@@ -68,7 +72,7 @@ CREATE TABLE dagctx.blobs(
   field TEXT NOT NULL,
   chars BIGINT NOT NULL,
   lines BIGINT NOT NULL,
-  data TEXT NOT NULL,
+  data BYTEA NOT NULL,
   PRIMARY KEY(session_id, node_id, field)
 )
 """

@@ -7,13 +7,17 @@ does itself is done here, in Python:
 * ``tokens`` splits text the way FTS5's ``unicode61 remove_diacritics 2`` does, from a
   table read out of SQLite (``unicode61.py``), so a word is the same word on both.
 * ``document_vector`` writes a ``tsvector`` literal: the ``text`` column's tokens with
-  weight A, the ``grams`` column's with weight B, each column numbered from position 1
-  (weights keep the columns apart; PostgreSQL keeps at most 16,383 positions and 256
-  per lexeme, so a phrase past that inside one huge document may be missed).
-* ``tsquery`` parses the FTS5 expression (phrases, ``prefix*``, ``col : …`` filters,
+  weight A at odd positions, the ``grams`` column's with weight B at even ones (weights
+  keep the columns apart, interleaving keeps their positions distinct; a phrase is a
+  chain of ``<2>``). PostgreSQL keeps positions up to 16,383 and 256 per lexeme (128
+  per column here), so a phrase past the first ~8,000 tokens of one huge document, or
+  past a word's 128th occurrence, may be missed; single words are always found.
+* ``parse`` reads the FTS5 expression (phrases, ``prefix*``, ``col : …`` filters,
   implicit AND, AND/OR/NOT with FTS5's precedence, NEAR groups, parentheses) and writes
   a ``tsquery`` literal. ``NEAR(a b, N)`` of two words becomes every ``<k>`` distance up
-  to N+1 in both orders; a NEAR group of more phrases is read as AND of them.
+  to N+1 in both orders; a NEAR group of more phrases is read as AND of them. A document
+  too big to keep every position is matched by a position-free superset of the query and
+  then checked exactly against its whole text (``verify``), so it is never missed.
   Syntax FTS5 rejects is rejected here too (``InvalidQuery``).
 
 No dictionary or stemmer runs: lexemes are given literally (``::tsvector`` /
@@ -68,23 +72,35 @@ def _lexeme(word: str) -> str:
     return "'" + word.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def document_vector(text: str, grams: str) -> str:
-    """The ``tsvector`` literal of one document: ``text`` tokens weight A, ``grams`` weight B."""
+def document_vector(text: str, grams: str) -> tuple[str, bool]:
+    """The ``tsvector`` literal of one document (``text`` tokens weight A, ``grams`` weight B)
+    and whether it holds every position (False for a huge document: see ``verify``)."""
     entries: dict[str, list[str]] = {}
     size = 0
-    for weight, column in (("A", text), ("B", grams)):
-        for pos, tok in enumerate(tokens(column), start=1):
+    complete = True
+    for weight, column, first in (("A", text, 1), ("B", grams, 2)):
+        # Interleaved positions (text odd, grams even): PostgreSQL keeps one entry per
+        # position, so the two columns must never share one; phrases step by 2. Each
+        # column gets half of the 256 positions PostgreSQL keeps per lexeme.
+        used: dict[str, int] = {}
+        for i, tok in enumerate(tokens(column)):
             plist = entries.get(tok)
             if plist is None:
                 nbytes = len(tok.encode())
                 if nbytes > MAX_LEXEME_BYTES or size + nbytes + 8 > MAX_VECTOR_BYTES:
+                    complete = False
                     continue
                 size += nbytes + 8
                 plist = entries[tok] = []
-            if len(plist) < 256:
+            n = used.get(tok, 0)
+            pos = first + 2 * i
+            if n < 128:
+                used[tok] = n + 1
                 plist.append(f"{min(pos, MAX_POS)}{weight}")
                 size += 2
-    return " ".join(f"{_lexeme(t)}:{','.join(p)}" for t, p in entries.items())
+            if n >= 128 or pos > MAX_POS:
+                complete = False
+    return " ".join(f"{_lexeme(t)}:{','.join(p)}" for t, p in entries.items()), complete
 
 
 # ---------------------------------------------------------------- the FTS5 expression
@@ -285,32 +301,53 @@ def _phrase_query(words: list[str], prefix: bool, weight: str) -> str:
         star = "*" if prefix and i == len(words) - 1 else ""
         flags = star + weight
         parts.append(_lexeme(w) + (f":{flags}" if flags else ""))
-    return parts[0] if len(parts) == 1 else "(" + " <-> ".join(parts) + ")"
+    return parts[0] if len(parts) == 1 else "(" + " <2> ".join(parts) + ")"
 
 
-def _render(node: object) -> str | None:
-    """tsquery text of ``node``; None for a phrase without tokens (it matches nothing)."""
+def _simple(node: object) -> bool:
+    """Only single words (no phrase, no NEAR): exact even without positions."""
+    if isinstance(node, Phrase):
+        return len(node.words) <= 1
+    if isinstance(node, Op):
+        return _simple(node.left) and _simple(node.right)
+    return False
+
+
+def _render(node: object, relaxed: bool) -> str | None:
+    """tsquery text of ``node``; None for a phrase without tokens (it matches nothing).
+
+    ``relaxed``: a superset of the exact query that needs no positions — phrases and NEARs
+    become ANDs of their words and a ``NOT`` of anything but single words is dropped — for
+    documents too big for PostgreSQL to keep every position (``verify`` then decides).
+    """
     if isinstance(node, Phrase):
         if not node.words:
             return None
+        if relaxed and len(node.words) > 1:
+            w = _WEIGHT[node.column] if node.column else ""
+            return "(" + " & ".join(_phrase_query([x], node.prefix and i == len(node.words) - 1, w)
+                                    for i, x in enumerate(node.words)) + ")"
         if node.column is not None:
             return _phrase_query(node.words, node.prefix, _WEIGHT[node.column])
         if len(node.words) == 1:
             return _phrase_query(node.words, node.prefix, "")
-        # A phrase matches inside one column: each column numbers its positions from 1.
+        # A phrase matches inside one column.
         return "(" + " | ".join(_phrase_query(node.words, node.prefix, w) for w in ("A", "B")) + ")"
     if isinstance(node, Near):
         a, b = _lexeme(node.left.words[0]), _lexeme(node.right.words[0])
-        columns = [node.left.column or node.right.column] if (node.left.column or node.right.column) else ["text", "grams"]
+        col = node.left.column or node.right.column
+        if relaxed:
+            w = f":{_WEIGHT[col]}" if col else ""
+            return f"({a}{w} & {b}{w})"
         alts = []
-        for col in columns:
-            w = _WEIGHT[col]
-            for k in range(1, node.distance + 2):
-                alts.append(f"{a}:{w} <{k}> {b}:{w}")
-                alts.append(f"{b}:{w} <{k}> {a}:{w}")
+        for c in [col] if col else ["text", "grams"]:
+            w = _WEIGHT[c]
+            for k in range(1, node.distance + 2):  # k tokens apart = 2k positions (interleaved)
+                alts.append(f"{a}:{w} <{2 * k}> {b}:{w}")
+                alts.append(f"{b}:{w} <{2 * k}> {a}:{w}")
         return "(" + " | ".join(alts) + ")"
     assert isinstance(node, Op)
-    left, right = _render(node.left), _render(node.right)
+    left, right = _render(node.left, relaxed), _render(node.right, relaxed)
     if node.op == "|":
         if left is None or right is None:
             return left if right is None else right
@@ -321,12 +358,80 @@ def _render(node: object) -> str | None:
         return f"({left} & {right})"
     if left is None:
         return None
-    return left if right is None else f"({left} & !{right})"
+    if right is None or (relaxed and not _simple(node.right)):
+        return left
+    return f"({left} & !{right})"
+
+
+@dataclass
+class Query:
+    """A parsed FTS5 expression: the exact ``tsquery``, its position-free superset, and
+    the tree itself for ``verify``. ``exact`` is None when nothing can match."""
+
+    tree: object
+    exact: str | None
+    relaxed: str | None
+
+
+def parse(fts5_expression: str) -> Query:
+    tree = _Parser(fts5_expression).parse()
+    return Query(tree, _render(tree, False), _render(tree, True))
 
 
 def tsquery(fts5_expression: str) -> str | None:
-    """The ``tsquery`` literal of an FTS5 expression (from ``search.fts_query``).
+    """The exact ``tsquery`` literal of an FTS5 expression (from ``search.fts_query``)."""
+    return parse(fts5_expression).exact
 
-    None when the query can match nothing (every phrase in it is empty).
-    """
-    return _render(_Parser(fts5_expression).parse())
+
+# ---------------------------------------------------------------- exact check of one document
+
+
+class _Doc:
+    def __init__(self, text: str, grams: str) -> None:
+        self.cols = {"text": tokens(text), "grams": tokens(grams)}
+        self.where: dict[str, dict[str, list[int]]] = {}
+        for name, toks in self.cols.items():
+            idx: dict[str, list[int]] = {}
+            for i, t in enumerate(toks):
+                idx.setdefault(t, []).append(i)
+            self.where[name] = idx
+
+    def phrase(self, ph: Phrase, col: str) -> bool:
+        toks, idx = self.cols[col], self.where[col]
+        words, n = ph.words, len(ph.words)
+        if n == 1 and ph.prefix:
+            return any(t.startswith(words[0]) for t in idx)
+        starts = idx.get(words[0], []) if not (n == 1 and ph.prefix) else []
+        for i in starts:
+            if i + n > len(toks):
+                continue
+            if all(toks[i + j] == words[j] for j in range(1, n - 1)) and (
+                n == 1 or (toks[i + n - 1].startswith(words[-1]) if ph.prefix else toks[i + n - 1] == words[-1])
+            ):
+                return True
+        return False
+
+    def eval(self, node: object) -> bool:
+        if isinstance(node, Phrase):
+            if not node.words:
+                return False
+            return any(self.phrase(node, c) for c in ([node.column] if node.column else self.cols))
+        if isinstance(node, Near):
+            col = node.left.column or node.right.column
+            for c in [col] if col else self.cols:
+                pa = self.where[c].get(node.left.words[0], [])
+                pb = self.where[c].get(node.right.words[0], [])
+                if any(abs(a - b) - 1 <= node.distance for a in pa for b in pb if a != b):
+                    return True
+            return False
+        assert isinstance(node, Op)
+        if node.op == "|":
+            return self.eval(node.left) or self.eval(node.right)
+        if node.op == "&":
+            return self.eval(node.left) and self.eval(node.right)
+        return self.eval(node.left) and not self.eval(node.right)
+
+
+def verify(query: Query, text: str, grams: str) -> bool:
+    """Whether a document matches exactly as FTS5 would decide, from its whole text."""
+    return _Doc(text, grams).eval(query.tree)

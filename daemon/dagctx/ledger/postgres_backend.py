@@ -39,6 +39,15 @@ _SESSION_COLS = (
 )
 
 
+def _b(text: str | None) -> bytes | None:
+    """Client text as stored (UTF-8 BYTEA: TEXT cannot hold NUL; see pg_schema)."""
+    return None if text is None else text.encode("utf-8", "surrogatepass")
+
+
+def _u(blob: bytes | None) -> str | None:
+    return None if blob is None else bytes(blob).decode("utf-8", "surrogatepass")
+
+
 def redact(url: str) -> str:
     """The URL without its password, for messages and ``initialize``'s ``database``."""
     try:
@@ -167,7 +176,7 @@ class PostgresBackend:
 
     @staticmethod
     def _row(r: Sequence[Any]) -> SessionRow:
-        return SessionRow(*r[:10], metadata=decode_meta(r[10]))
+        return SessionRow(r[0], _u(r[1]) or "", *r[2:9], _u(r[9]), metadata=decode_meta(r[10]))
 
     def session(self, session_id: str, *, lock: bool = False) -> SessionRow | None:
         # FOR UPDATE waits for another writer of this session and then returns the row as
@@ -180,7 +189,7 @@ class PostgresBackend:
     def session_by_source(self, source_key: str) -> SessionRow | None:
         with self._conn("read a session") as c:
             r = c.execute(
-                f"SELECT {_SESSION_COLS} FROM dagctx.sessions WHERE source_key=%s", (source_key,)
+                f"SELECT {_SESSION_COLS} FROM dagctx.sessions WHERE source_key=%s", (_b(source_key),)
             ).fetchone()
         return None if r is None else self._row(r)
 
@@ -198,8 +207,8 @@ class PostgresBackend:
             cur = c.execute(
                 f"INSERT INTO dagctx.sessions({_SESSION_COLS}) VALUES(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
                 "ON CONFLICT DO NOTHING",
-                (row.id, row.title, row.root_id, row.head, row.created_at, row.updated_at, row.next_seq,
-                 row.rev, row.node_count, row.source_key, encode_meta(row.metadata)),
+                (row.id, _b(row.title), row.root_id, row.head, row.created_at, row.updated_at, row.next_seq,
+                 row.rev, row.node_count, _b(row.source_key), encode_meta(row.metadata)),
             )
             return cur.rowcount == 1
 
@@ -208,7 +217,7 @@ class PostgresBackend:
             c.execute(
                 "UPDATE dagctx.sessions SET title=%s, head=%s, next_seq=%s, rev=%s, node_count=%s, updated_at=%s, "
                 "metadata=%s WHERE id=%s",
-                (row.title, row.head, row.next_seq, row.rev, row.node_count, row.updated_at,
+                (_b(row.title), row.head, row.next_seq, row.rev, row.node_count, row.updated_at,
                  encode_meta(row.metadata), row.id),
             )
 
@@ -223,25 +232,25 @@ class PostgresBackend:
     # ------------------------------------------------------------ nodes
 
     @staticmethod
-    def _vector(text: str | None) -> str | None:
-        return None if text is None else pg_search.document_vector(text, fts.cjk_grams(text))
+    def _vector(text: str | None) -> tuple[str | None, bool | None]:
+        return (None, None) if text is None else pg_search.document_vector(text, fts.cjk_grams(text))
 
     def insert_node(self, r: NodeRow) -> None:
         with self._conn("write a node") as c:
             c.execute(
                 "INSERT INTO dagctx.nodes(session_id, id, seq, rev, role, name, status, caller, predecessor, "
-                "created_at, body, tokens, search_text, search_vec) "
-                "VALUES(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,CAST(%s AS tsvector))",
-                (r.session_id, r.id, r.seq, r.rev, r.role, r.name, r.status, r.caller, r.predecessor,
-                 r.created_at, r.body, r.tokens, r.search_text, self._vector(r.search_text)),
+                "created_at, body, tokens, search_text, search_vec, search_full) "
+                "VALUES(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,CAST(%s AS tsvector),%s)",
+                (r.session_id, r.id, r.seq, r.rev, r.role, _b(r.name), r.status, r.caller, r.predecessor,
+                 r.created_at, r.body, r.tokens, _b(r.search_text), *self._vector(r.search_text)),
             )
 
     def fill_node(self, r: NodeRow) -> None:
         with self._conn("write a node") as c:
             c.execute(
                 "UPDATE dagctx.nodes SET status=%s, rev=%s, body=%s, tokens=COALESCE(%s, tokens), search_text=%s, "
-                "search_vec=CAST(%s AS tsvector) WHERE session_id=%s AND id=%s",
-                (r.status, r.rev, r.body, r.tokens, r.search_text, self._vector(r.search_text),
+                "search_vec=CAST(%s AS tsvector), search_full=%s WHERE session_id=%s AND id=%s",
+                (r.status, r.rev, r.body, r.tokens, _b(r.search_text), *self._vector(r.search_text),
                  r.session_id, r.id),
             )
 
@@ -260,7 +269,8 @@ class PostgresBackend:
                 "tokens, search_text FROM dagctx.nodes WHERE session_id=%s ORDER BY seq",
                 (session_id,),
             ).fetchall()
-        return [NodeRow(*r) for r in rows]
+        return [NodeRow(*r[:5], _u(r[5]) or "", *r[6:10], bytes(r[10]), None if r[11] is None else bytes(r[11]),
+                        _u(r[12])) for r in rows]
 
     def put_blob(self, b: BlobRow) -> None:
         with self._conn("write a spilled output") as c:
@@ -268,7 +278,7 @@ class PostgresBackend:
                 "INSERT INTO dagctx.blobs(session_id, node_id, field, chars, lines, data) VALUES(%s,%s,%s,%s,%s,%s) "
                 "ON CONFLICT(session_id, node_id, field) DO UPDATE SET chars=excluded.chars, lines=excluded.lines, "
                 "data=excluded.data",
-                (b.session_id, b.node_id, b.field, b.chars, b.lines, b.data),
+                (b.session_id, b.node_id, b.field, b.chars, b.lines, _b(b.data)),
             )
 
     def blob(self, session_id: str, node_id: str, field: str) -> str | None:
@@ -277,7 +287,7 @@ class PostgresBackend:
                 "SELECT data FROM dagctx.blobs WHERE session_id=%s AND node_id=%s AND field=%s",
                 (session_id, node_id, field),
             ).fetchone()
-        return None if got is None else got[0]
+        return None if got is None else _u(got[0])
 
     def blob_rows(self, session_id: str) -> list[BlobRow]:
         with self._conn("read spilled outputs") as c:
@@ -285,7 +295,7 @@ class PostgresBackend:
                 "SELECT session_id, node_id, field, chars, lines, data FROM dagctx.blobs WHERE session_id=%s",
                 (session_id,),
             ).fetchall()
-        return [BlobRow(*r) for r in rows]
+        return [BlobRow(*r[:5], _u(r[5]) or "") for r in rows]
 
     def token_rows(self, session_id: str) -> Iterable[tuple[str, bytes]]:
         with self._conn("read token counts") as c:
@@ -303,7 +313,7 @@ class PostgresBackend:
                 "UPDATE SET model=excluded.model, input=excluded.input, output=excluded.output, "
                 "cache_read=excluded.cache_read, cache_write=excluded.cache_write, estimated=excluded.estimated, "
                 "reported_at=excluded.reported_at",
-                (session_id, u.node_id, u.model, u.input, u.output, u.cache_read, u.cache_write, u.estimated,
+                (session_id, u.node_id, _b(u.model), u.input, u.output, u.cache_read, u.cache_write, u.estimated,
                  u.reported_at),
             )
 
@@ -314,32 +324,48 @@ class PostgresBackend:
                 "FROM dagctx.usage WHERE session_id=%s ORDER BY reported_at",
                 (session_id,),
             ).fetchall()
-        return [UsageRow(*r) for r in rows]
+        return [UsageRow(r[0], _u(r[1]), *r[2:]) for r in rows]
 
     # ------------------------------------------------------------ search
 
     def search(
         self, query: str, *, session_id: str | None, roles: Sequence[str] | None, limit: int
     ) -> list[SearchRow]:
-        tsq = pg_search.tsquery(fts.fts_query(query))
-        if tsq is None:
+        q = pg_search.parse(fts.fts_query(query))
+        if q.exact is None or q.relaxed is None:
             return []
+        # Documents with every position: the exact query. Huge ones: the position-free
+        # superset, then an exact check of their whole text here (pg_search.verify).
         sql = (
-            "SELECT n.session_id, n.id, n.role, ts_rank(n.search_vec, q, 1) AS score, n.search_text, n.name, n.seq "
-            "FROM dagctx.nodes n, CAST(%s AS tsquery) q WHERE n.search_vec @@ q"
+            "SELECT n.session_id, n.id, n.role, ts_rank(n.search_vec, r, 1) AS score, n.search_text, n.name, n.seq, "
+            "n.search_full FROM dagctx.nodes n, CAST(%s AS tsquery) q, CAST(%s AS tsquery) r "
+            "WHERE ((n.search_full AND n.search_vec @@ q) OR (NOT n.search_full AND n.search_vec @@ r))"
         )
-        args: list[Any] = [tsq]
+        args: list[Any] = [q.exact, q.relaxed]
         if session_id is not None:
             sql += " AND n.session_id = %s"
             args.append(session_id)
         if roles:
             sql += " AND n.role = ANY(%s)"
             args.append(list(roles))
-        sql += " ORDER BY score DESC, n.session_id, n.seq LIMIT %s"
-        args.append(limit)
+        sql += " ORDER BY score DESC, n.session_id, n.seq LIMIT %s OFFSET %s"
+        out: list[SearchRow] = []
+        offset = 0
+        page = max(limit, 50)
         with self._conn("search") as c:
-            rows = c.execute(sql, args).fetchall()
-        return [(r[0], r[1], r[2], float(r[3]), r[4] or "", r[5], r[6]) for r in rows]
+            while len(out) < limit:
+                rows = c.execute(sql, [*args, page, offset]).fetchall()
+                for r in rows:
+                    text = _u(r[4]) or ""
+                    if not r[7] and not pg_search.verify(q, text, fts.cjk_grams(text)):
+                        continue
+                    out.append((r[0], r[1], r[2], float(r[3]), text, _u(r[5]) or "", r[6]))
+                    if len(out) == limit:
+                        break
+                if len(rows) < page:
+                    break
+                offset += page
+        return out
 
     def close(self) -> None:
         self.pool.close()
