@@ -1,3 +1,5 @@
+# pyright: reportMissingImports=false
+# (openprogram is installed only in the throwaway venv this bench creates)
 """Time OpenProgram's render of one head of an exported dagctx graph (helper of
 ``bench_render.py``; runs inside the throw-away venv where ``openprogram`` is
 installed, with the standard library and OpenProgram only).

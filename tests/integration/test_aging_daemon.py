@@ -293,12 +293,20 @@ async def test_default_minimum_age_keeps_fresh_results(db_path: Path, aging: dic
         await c.close()
 
 
-async def test_invalid_aging_options_are_refused(db_path: Path) -> None:
+@pytest.mark.parametrize(("aging", "field"), [
+    ({"turnUnit": "fortnight"}, "turnUnit"),
+    ({"keepRecentTurns": "x"}, "keepRecentTurns"),
+    ({"exemptTools": "Bash"}, "exemptTools"),
+])
+async def test_invalid_aging_options_are_refused(db_path: Path, aging: dict, field: str) -> None:
+    """The options are the wire type ``AgingOptions``: a bad value fails at ``initialize``,
+    naming the field, instead of breaking every later render."""
     c = await DagctxClient.spawn(db_path, initialize=False)
     try:
         with pytest.raises(RpcError) as err:
-            await c.initialize(initialization_options={"aging": {"turnUnit": "fortnight"}})
-        assert err.value.code == -32602 and "initializationOptions.aging" in err.value.message
+            await c.initialize(initialization_options={"aging": aging})
+        assert err.value.code == -32602
+        assert "initializationOptions.aging" in err.value.message and field in err.value.message
     finally:
         c.notify("exit")  # close() would wait for a shutdown the uninitialized daemon refuses
         await c.wait(5)

@@ -59,7 +59,7 @@ async def test_every_corpus_file_imports_with_exact_counts_and_once_only(daemon:
         res = results[rel]
         s = res.sessions
         got = (len(s), sum(x.nodes for x in s), sum(x.tool_pairs for x in s), sum(x.compactions for x in s),
-               sum(x.spawn_branches for x in s), [k["line"] for k in res.skipped])
+               sum(x.spawn_branches for x in s), [k.line for k in res.skipped])
         assert got == (n_sessions, nodes, pairs, compactions, spawns, skipped), rel
         assert all(x.created for x in s), rel
         # the ledger holds exactly the imported nodes plus each session's ROOT
@@ -68,7 +68,7 @@ async def test_every_corpus_file_imports_with_exact_counts_and_once_only(daemon:
             assert info.node_count == nodes + 1, rel
             assert info.metadata["importedFrom"] == rel.split("/")[0].replace("sharegpt-zh", "sharegpt")
     general = results[CC_GENERAL].skipped
-    assert [k["reason"].startswith("not JSON: //") for k in general] == [True, True]
+    assert [k.reason.startswith("not JSON: //") for k in general] == [True, True]
     total = (await daemon.session_list()).total
     assert total == sum(v[0] for v in EXPECTED.values()) == 308
 
@@ -79,8 +79,8 @@ async def test_every_corpus_file_imports_with_exact_counts_and_once_only(daemon:
         assert not any(x.created for x in again[rel].sessions), rel
     folder = await daemon.import_path(str(CORPUS))
     # skipped lines name the file they are in, also when a whole folder is imported
-    comments = [k for k in folder.skipped if k.get("line") in (1, 2) and "not JSON" in k["reason"]]
-    assert comments and all(k["file"].endswith("general-tool-calls.jsonl") for k in comments)
+    comments = [k for k in folder.skipped if k.line in (1, 2) and "not JSON" in k.reason]
+    assert comments and all(k.file.endswith("general-tool-calls.jsonl") for k in comments)
     assert len(folder.sessions) == 308 and not any(x.created for x in folder.sessions)
     assert (await daemon.session_list()).total == total
 

@@ -27,7 +27,7 @@ def snapshot(database: str) -> dict[str, object]:
             nodes = [(n.id, n.seq, n.rev, n.role, n.name, n.status, n.caller, n.predecessor, n.created_at, n.body,
                       n.tokens, n.search_text) for n in s.backend.node_rows(r.id)]
             blobs = sorted((b.node_id, b.field, b.chars, b.lines, b.data) for b in s.backend.blob_rows(r.id))
-            usage = [(u.node_id, u.model, u.input, u.output, u.cache_read, u.cache_write, u.estimated, u.reported_at)
+            usage = [(u.node_id, u.model, u.usage, u.estimated, u.reported_at)
                      for u in s.backend.usage_rows(r.id)]
             out[r.id] = (r.title, r.root_id, r.head, r.created_at, r.updated_at, r.next_seq, r.rev, r.node_count,
                          r.source_key, r.metadata, nodes, blobs, usage)

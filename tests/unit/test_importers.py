@@ -24,6 +24,7 @@ from dagctx.transcripts import (
     parse_file,
     parse_path,
 )
+from dagctx.protocol.context_messages import Usage
 from dagctx.protocol.nodes import SUMMARY_NAME, SYSTEM_PROMPT_NAME
 
 from conftest import DEFAULT_CORPUS, corpus_dir, corpus_missing_reason
@@ -226,7 +227,7 @@ def test_claude_code_message_id_lines_merge_into_one_llm_node() -> None:
     assert llm.name == "claude-opus-4-6"
     assert llm.output == "Let me check the project structure and try running the server to see the error."
     assert llm.metadata["thinking"].startswith("The user is having trouble starting their Phoenix server.")
-    assert t.usage == {llm.id: {"input": 3, "output": 13, "cacheRead": 11515, "cacheWrite": 13835}}
+    assert t.usage == {llm.id: Usage(input=3, output=13, cache_read=11515, cache_write=13835)}
     calls = [n for n in t.nodes if n.role == "code"]
     assert [(c.name, c.caller, c.status) for c in calls] == [("Bash", llm.id, "error"), ("Glob", llm.id, "error")]
     assert calls[0].input == {"command": "mix phx.server 2>&1 | head -80", "timeout": 30000}
@@ -355,7 +356,7 @@ def test_codex_fixture(tmp_path: Path) -> None:
     assert env.predecessor == "ROOT" and user.predecessor == env.id
     llm1 = nodes["codex-7"]  # reasoning (line 7) opens the response
     assert llm1.name == "gpt-5-codex" and llm1.metadata["thinking"] == "**Listing**"
-    assert t.usage[llm1.id] == {"input": 40, "output": 7, "cacheRead": 60, "cacheWrite": 0}  # the duplicate token_count is ignored
+    assert t.usage[llm1.id] == Usage(input=40, output=7, cache_read=60, cache_write=0)  # the duplicate token_count is ignored
     assert (nodes["c1"].name, nodes["c1"].input, nodes["c1"].output, nodes["c1"].status) == ("local_shell", {"type": "exec", "command": ["ls"]}, "a\nb", "completed")
     assert (nodes["c2"].input, nodes["c2"].status, nodes["c2"].output) == ({"input": "*** Begin Patch"}, "error", "failed")
     [web] = [n for n in t.nodes if n.name == "web_search"]
@@ -404,7 +405,7 @@ def test_openhands_events() -> None:
     assert server.output.startswith("Serving HTTP on 0.0.0.0 port 8000")
     assert nodes["oh-9"].input["command"] == "create"  # arguments come from the model response
     assert set(t.usage) == {"oh-7-llm", "oh-9-llm", "oh-11-llm", "oh-13-llm"}
-    assert t.usage["oh-7-llm"] == {"input": 4, "output": 104, "cacheRead": 0, "cacheWrite": 3435}
+    assert t.usage["oh-7-llm"] == Usage(input=4, output=104, cache_read=0, cache_write=3435)
     assert t.head == "oh-15" and nodes["oh-15"].name == "claude-3-5-sonnet-20241022"
     assert chain(t, t.head) == ["oh-4", "oh-7-llm", "oh-9-llm", "oh-11-llm", "oh-13-llm", "oh-15"]
 
@@ -515,7 +516,7 @@ def test_openclaw_tree(tmp_path: Path) -> None:
     assert nodes["u1"].predecessor == "ROOT"
     a1 = nodes["a1"]
     assert (a1.name, a1.output, a1.metadata["thinking"]) == ("claude-sonnet-4-5", "Let me look.", "Look at the test first.")
-    assert t.usage["a1"] == {"input": 120, "output": 40, "cacheRead": 1000, "cacheWrite": 50}
+    assert t.usage["a1"] == Usage(input=120, output=40, cache_read=1000, cache_write=50)
     assert [(n.id, n.caller, n.status, n.output) for n in t.nodes if n.caller == "a1"] == [
         ("tc1", "a1", "completed", "def test_io(): ..."), ("tc2", "a1", "error", "1 failed"),
     ]

@@ -156,7 +156,7 @@ def test_override_precedence(table: ModelTable, tmp_path: Path) -> None:
     assert from_file.get("gpt-4o").context_window == 100_000
     assert from_file.get("gpt-4o").max_output == 16_384  # missing field kept from the built-in
     assert from_file.get("gpt-4o-2024-08-06").context_window == 100_000  # snapshots follow
-    layered = from_file.with_overrides({"gpt-4o": {"contextWindow": 90_000}})
+    layered = from_file.with_overrides({"gpt-4o": ModelSpec(context_window=90_000)})
     assert layered.get("gpt-4o").context_window == 90_000  # initializationOptions beat the file
     assert layered.get("gpt-4o").max_output == 16_384
     assert table.get("gpt-4o").context_window == 128_000  # tables are immutable
@@ -168,25 +168,27 @@ def test_override_precedence(table: ModelTable, tmp_path: Path) -> None:
 
 
 def test_override_of_a_prefix_resolved_name(table: ModelTable) -> None:
-    t = table.with_overrides({"claude-sonnet-4-5-20250929": {"maxOutput": 1_000}})
+    t = table.with_overrides({"claude-sonnet-4-5-20250929": ModelSpec(max_output=1_000)})
     got = t.get("claude-sonnet-4-5-20250929")
     assert (got.context_window, got.max_output, got.matched) == (200_000, 1_000, "claude-sonnet-4-5-20250929")
     assert t.get("claude-sonnet-4-5").max_output == 64_000
 
 
-def test_override_accepts_model_spec_and_snake_case(table: ModelTable) -> None:
-    t = table.with_overrides(
-        {
-            "qwen3-32b": ModelSpec(context_window=131_072, max_output=16_384),
-            "deepseek-chat": {"context_window": 64_000, "max_output": 8_000},
-        }
-    )
+def test_override_takes_the_wire_model_spec(table: ModelTable) -> None:
+    t = table.with_overrides({"qwen3-32b": ModelSpec(context_window=131_072, max_output=16_384)})
     assert (t.get("qwen3-32b").context_window, t.get("qwen3-32b").max_output) == (131_072, 16_384)
-    assert (t.get("deepseek-chat").context_window, t.get("deepseek-chat").max_output) == (64_000, 8_000)
+
+
+def test_config_file_keys_are_the_wire_names(table: ModelTable, tmp_path: Path) -> None:
+    cfg = tmp_path / "models.json"
+    cfg.write_text(json.dumps({"models": {"deepseek-chat": {"context_window": 64_000}}}), encoding="utf-8")
+    with pytest.raises(DagctxError) as err:
+        table.load_config_file(cfg)
+    assert "unknown setting 'context_window'" in err.value.message and "contextWindow" in err.value.message
 
 
 def test_override_o200k_without_vocabulary_resolves_to_cl100k(table: ModelTable) -> None:
-    t = table.with_overrides({"my-gpt": {"contextWindow": 50_000, "tokenizer": "o200k_base"}})
+    t = table.with_overrides({"my-gpt": ModelSpec(context_window=50_000, tokenizer="o200k_base")})
     assert t.get("my-gpt").tokenizer == "cl100k_base"
 
 
@@ -194,15 +196,17 @@ def test_override_o200k_without_vocabulary_resolves_to_cl100k(table: ModelTable)
     ("spec", "fragment"),
     [
         ({"contextWindow": 0}, "contextWindow must be a positive integer"),
-        ({"contextWindow": "big"}, "contextWindow must be a positive integer"),
+        ({"contextWindow": "big"}, "Expected `int | null`, got `str` - at `$.contextWindow`"),
         ({"maxOutput": -5}, "maxOutput must be a positive integer"),
         ({"tokenizer": "claude"}, "unknown tokenizer 'claude'"),
         ("128000", "expected a table of settings"),
     ],
 )
-def test_bad_overrides_are_refused(table: ModelTable, spec: object, fragment: str) -> None:
+def test_bad_overrides_are_refused(table: ModelTable, tmp_path: Path, spec: object, fragment: str) -> None:
+    cfg = tmp_path / "models.json"
+    cfg.write_text(json.dumps({"models": {"x": spec}}), encoding="utf-8")
     with pytest.raises(DagctxError) as err:
-        table.with_overrides({"x": spec})
+        table.load_config_file(cfg)
     assert err.value.kind == "InvalidParams"
     assert fragment in err.value.message
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from dagctx.protocol.nodes import NodeInput
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> EngineCore:
+def engine(tmp_path: Path) -> Iterator[EngineCore]:
     e = EngineCore(DaemonConfig(database=str(tmp_path / "c.db")))
     e.initialize(m.InitializeParams())
     yield e

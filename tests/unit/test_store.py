@@ -470,6 +470,7 @@ def test_a_failing_commit_rolls_back_and_leaves_the_cache_as_the_database(store:
 def test_nul_and_unusual_text_round_trips_exactly(store: Store) -> None:
     """Text a client may send — NUL, emoji, CJK — comes back exactly on every backend."""
     from dagctx.ledger import UsageRow
+    from dagctx.protocol.context_messages import Usage
 
     odd = "a\x00b 🎉 迁移 \\ ' \" %s ?"
     s = store.create_session(odd)
@@ -477,7 +478,7 @@ def test_nul_and_unusual_text_round_trips_exactly(store: Store) -> None:
     u = store.append(sid, U("ROOT", odd, name=odd)).node
     big = (odd + "\n") * 4000  # spilled: the blob keeps it whole
     t = store.append(sid, NodeInput(role="code", name=odd, output=big, caller=u.id)).node
-    store.put_usage(sid, UsageRow(u.id, odd, 1, 2, 3, 4, None, 1.0))
+    store.put_usage(sid, UsageRow(u.id, odd, Usage(input=1, output=2, cache_read=3, cache_write=4), None, 1.0))
     other = Store(store.path)
     try:
         assert other.get_session(sid).title == odd

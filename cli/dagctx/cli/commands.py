@@ -22,10 +22,9 @@ if TYPE_CHECKING:
 
     from dagctx.client import DagctxClient
     from dagctx.protocol import context_messages as c
+    from dagctx.protocol import errors
     from dagctx.protocol import messages as m
 
-METHOD_NOT_FOUND = -32601
-SUMMARY_MARKER = "[Previous conversation summary]"
 
 
 def ensure_ui() -> None:
@@ -35,7 +34,7 @@ def ensure_ui() -> None:
     not pay for a terminal UI it never shows, so nothing heavy is imported at module level.
     """
     global asyncio, msgspec, escape, BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    global Table, Text, DagctxClient, RpcError, c, m  # noqa: PLW0603
+    global Table, Text, DagctxClient, RpcError, c, errors, m  # noqa: PLW0603
     import asyncio
 
     import msgspec
@@ -46,6 +45,7 @@ def ensure_ui() -> None:
 
     from dagctx.client import DagctxClient, RpcError
     from dagctx.protocol import context_messages as c
+    from dagctx.protocol import errors
     from dagctx.protocol import messages as m
 
 
@@ -82,6 +82,10 @@ def real_console() -> Console:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from typing import get_args
+
+    from dagctx.protocol.context_messages import ExportFormat, Format, ImportFormat
+
     def add(name: str, fn: Callable[[argparse.Namespace], Awaitable[int]], help: str,
             db_help: str = "database: a SQLite file path or a postgresql:// URL (default: $DAGCTX_DB or the user data dir)") -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
@@ -92,7 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = add("import", cmd_import, "import transcripts (files or folders such as ~/.claude/projects)")
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--format", default="auto",
-                   choices=["auto", "claude-code", "codex", "openclaw", "swe-agent", "openhands", "sharegpt"])
+                   choices=get_args(ImportFormat))
     p.add_argument("--title", help="title for the imported session(s)")
 
     p = add("sessions", cmd_sessions, "list the sessions of the database")
@@ -105,7 +109,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = add("render", cmd_render, "the messages a model would see for a head")
     p.add_argument("session")
     p.add_argument("--model")
-    p.add_argument("--format", default="openai", choices=["openai", "anthropic", "neutral"])
+    p.add_argument("--format", default="openai", choices=get_args(Format))
     p.add_argument("--head")
     p.add_argument("--json", action="store_true", help="print the raw render result as JSON")
 
@@ -133,7 +137,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = add("export", cmd_export, "export a branch as a Claude Code transcript or OpenAI messages")
     p.add_argument("session")
-    p.add_argument("--format", required=True, choices=["claude-code", "openai"])
+    p.add_argument("--format", required=True, choices=get_args(ExportFormat))
     p.add_argument("-o", "--output", help="file to write (overwritten if it exists); stdout when absent")
     p.add_argument("--head")
 
@@ -269,7 +273,7 @@ async def cmd_import(args: argparse.Namespace) -> int:
         console.print(f"[red]error[/red]: no file or folder at {', '.join(missing)}")
         return 2
     sessions: list[tuple[str, c.ImportedSession]] = []
-    skipped: list[dict[str, Any]] = []
+    skipped: list[c.Skipped] = []
     failed: list[tuple[str, str]] = []
     async with connect(args) as client:
         with Progress(
@@ -303,8 +307,7 @@ async def cmd_import(args: argparse.Namespace) -> int:
                     continue
                 progress.update(current[token], completed=100, note=f"{len(res.sessions)} sessions")
                 sessions.extend((path, s) for s in res.sessions)
-                for s in res.skipped:
-                    skipped.append({"import": path, **s})
+                skipped.extend(s if s.file else msgspec.structs.replace(s, file=path) for s in res.skipped)
                 progress.advance(overall)
     print_import_summary(sessions, skipped)
     for path, why in failed:
@@ -312,7 +315,7 @@ async def cmd_import(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def print_import_summary(sessions: list[tuple[str, c.ImportedSession]], skipped: list[dict[str, Any]]) -> None:
+def print_import_summary(sessions: list[tuple[str, c.ImportedSession]], skipped: list[c.Skipped]) -> None:
     table = Table(title=f"{len(sessions)} sessions", show_lines=False)
     for col, kw in (("session", {"min_width": 36}),
                     ("title", {"overflow": "ellipsis", "max_width": max(16, console.width - 101), "no_wrap": True}),
@@ -342,7 +345,7 @@ def print_import_summary(sessions: list[tuple[str, c.ImportedSession]], skipped:
         st.add_column("line", justify="right")
         st.add_column("reason", overflow="fold")
         for s in skipped:
-            st.add_row(escape(str(s.get("file") or s.get("import"))), str(s.get("line", "")), escape(str(s.get("reason", ""))))
+            st.add_row(escape(str(s.file or "")), "" if s.line is None else str(s.line), escape(s.reason))
         console.print(st)
 
 
@@ -513,6 +516,8 @@ CATEGORY_STYLE = {
 
 
 def _starts_with_summary(msg: Any) -> bool:
+    from dagctx.protocol.nodes import SUMMARY_MARKER
+
     content = msg.get("content") if isinstance(msg, dict) else None
     if isinstance(content, list):
         content = next((b.get("text") for b in content if isinstance(b, dict) and isinstance(b.get("text"), str)), "")
@@ -648,7 +653,7 @@ async def run_compaction(client: DagctxClient, session_id: str, **kw: Any) -> c.
         try:
             res = await client.compact(session_id, work_done_token=token, **kw)
         except RpcError as exc:
-            if exc.code == METHOD_NOT_FOUND:
+            if exc.code == errors.METHOD_NOT_FOUND:
                 console.print("[yellow]context/compact is not available in this daemon yet; skipped.[/yellow]")
                 return None
             raise

@@ -6,6 +6,32 @@ export const PROTOCOL_VERSION = "1.0";
 
 // ---------------------------------------------------------------- $defs
 
+/** Overrides of the tool-result aging policy (SPEC §8); a field left out keeps its default. */
+export interface AgingOptions {
+  /** @default null */
+  keepRecentTurns?: number | null;
+  /** @default null */
+  minAgeSeconds?: number | null;
+  /** @default null */
+  minTokens?: number | null;
+  /** @default null */
+  protectFirst?: number | null;
+  /** @default null */
+  exemptTools?: string[] | null;
+  /** @default null */
+  softTrimHeadChars?: number | null;
+  /** @default null */
+  softTrimTailChars?: number | null;
+  /** @default null */
+  hardClearAfterTurns?: number | null;
+  /** @default null */
+  maxSingleResultShare?: number | null;
+  /** @default null */
+  maxRefsPerResult?: number | null;
+  /** @default null */
+  turnUnit?: "step" | "user" | null;
+}
+
 export interface BranchInfo {
   head: string;
   length: number;
@@ -231,7 +257,7 @@ export interface ImportParams {
 export interface ImportResult {
   sessions: ImportedSession[];
   /** @default [] */
-  skipped?: Record<string, unknown>[];
+  skipped?: Skipped[];
 }
 
 export interface ImportedSession {
@@ -269,7 +295,7 @@ export interface InitializationOptions {
   /** @default null */
   configFile?: string | null;
   /** @default null */
-  aging?: Record<string, unknown> | null;
+  aging?: AgingOptions | null;
 }
 
 export interface InitializeParams {
@@ -300,10 +326,17 @@ export interface LogMessageParams {
   message: string;
 }
 
-/** One row of the model table (see ``dagctx.context.models``). */
+/**
+ * Settings for one model name (``initializationOptions.models``, the config file).
+ *
+ * A field left out keeps what the name resolved to before (a built-in row or the
+ * default), so an override may change only the window.
+ */
 export interface ModelSpec {
-  contextWindow: number;
-  maxOutput: number;
+  /** @default null */
+  contextWindow?: number | null;
+  /** @default null */
+  maxOutput?: number | null;
   /** @default null */
   tokenizer?: string | null;
 }
@@ -664,6 +697,17 @@ export interface SessionSpawnResult {
   head: string;
 }
 
+/**
+ * Something an import did not take, and why: a source line (1-based), or a whole
+ * file when ``line`` is null. Positional ``(line, reason)`` so parsers stay terse.
+ */
+export interface Skipped {
+  line: number | null;
+  reason: string;
+  /** @default null */
+  file?: string | null;
+}
+
 /** How much of this render is byte-identical to the previous render of the branch. */
 export interface StablePrefix {
   messages: number;
@@ -685,6 +729,11 @@ export interface TokenCounts {
   source?: "calibrated" | "estimate" | "provider";
 }
 
+/**
+ * Provider-reported token usage of one llm call (SPEC §7).
+ *
+ * The prompt the provider measured is ``input + cache_read + cache_write``.
+ */
 export interface Usage {
   /** @default 0 */
   input?: number;

@@ -90,7 +90,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from dagctx.ledger.graph import SessionGraph
+from dagctx.protocol.messages import AgingOptions
 from dagctx.protocol.nodes import Call
 
 from .references import MentionIndex, top_references
@@ -185,6 +188,14 @@ class AgingPolicy:
     def __post_init__(self) -> None:
         if self.turn_unit not in TURN_UNITS:
             raise ValueError(f"turn_unit must be one of {TURN_UNITS}, not {self.turn_unit!r}")
+
+    @classmethod
+    def from_options(cls, options: AgingOptions) -> AgingPolicy:
+        """The default policy with the fields ``options`` sets (the wire type, SPEC §8)."""
+        fields = {k: v for k, v in msgspec.structs.asdict(options).items() if v is not None}
+        if "exempt_tools" in fields:
+            fields["exempt_tools"] = frozenset(fields["exempt_tools"])
+        return cls(**fields)
 
     def is_exempt(self, tool: str) -> bool:
         low = tool.lower()

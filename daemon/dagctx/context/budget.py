@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 
 from dagctx.protocol.context_messages import Budget, TokenSource, Usage
-from ..protocol.errors import DagctxError
+from dagctx.protocol.errors import DagctxError
 from .models import ModelInfo
 from .tokens import TokenCounter
 
@@ -163,7 +163,7 @@ def check_fits(budget: Budget, protected_tokens: int, *, model: str | None = Non
 
 def measured_prompt_tokens(usage: Usage) -> int:
     """The prompt size of one call as the provider measured it: input + cacheRead + cacheWrite."""
-    return usage.input + usage.cache_read + usage.cache_write
+    return usage.prompt
 
 
 def calibrate(

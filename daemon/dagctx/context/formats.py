@@ -55,11 +55,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
+
+from dagctx.protocol.context_messages import Format
 
 from .render import NO_RESULT, Item, View, block_text, json_text
-
-Format = Literal["openai", "anthropic", "neutral"]
 
 PLACEHOLDER_USER = "[conversation start]"
 

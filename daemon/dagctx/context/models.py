@@ -35,7 +35,8 @@ from typing import Any
 
 import msgspec
 
-from ..protocol.errors import DagctxError
+from dagctx.protocol.errors import DagctxError
+from dagctx.protocol.messages import ModelSpec
 from .tokens import TokenCounter, bare_model_name, default_counter
 
 DEFAULT_CONTEXT_WINDOW = 128_000
@@ -263,27 +264,17 @@ class ModelTable:
 
     # ------------------------------------------------------------ layering
 
-    def with_overrides(self, mapping: Mapping[str, Any], *, path: str | None = None) -> ModelTable:
+    def with_overrides(self, mapping: Mapping[str, ModelSpec], *, path: str | None = None) -> ModelTable:
         """A new table with ``mapping``'s entries on top.
 
-        ``mapping`` is ``{name: spec}`` where spec is a dict with ``contextWindow``,
-        ``maxOutput``, ``tokenizer`` (snake_case keys are accepted too) or a
-        ``ModelSpec`` struct from ``initializationOptions.models``. Missing fields
-        keep what ``name`` resolved to before (or the default). Bad values raise
-        ``DagctxError("InvalidParams")``.
+        ``mapping`` is ``{name: ModelSpec}`` (the wire type of
+        ``initializationOptions.models`` and of the config file's ``models`` table).
+        Fields a spec leaves out keep what ``name`` resolved to before (or the
+        default). Bad values raise ``DagctxError("InvalidParams")``.
         """
         entries = dict(self._entries)
         for name, spec in mapping.items():
-            if isinstance(spec, msgspec.Struct):
-                spec = msgspec.structs.asdict(spec)
-            if not isinstance(spec, Mapping):
-                kind = type(spec).__name__
-                raise _invalid(f"model {name!r}: expected a table of settings, got {kind}", path)
-            fields = {
-                "context_window": spec.get("contextWindow", spec.get("context_window")),
-                "max_output": spec.get("maxOutput", spec.get("max_output")),
-                "tokenizer": spec.get("tokenizer"),
-            }
+            fields = {"context_window": spec.context_window, "max_output": spec.max_output, "tokenizer": spec.tokenizer}
             base_key = self._lookup(name)
             if base_key is not None:
                 base = self._entries[base_key]
@@ -330,7 +321,22 @@ class ModelTable:
         models = data.get("models", {})
         if not isinstance(models, dict):
             raise _invalid(f"model config file {where}: 'models' must be a table/object of models", where)
-        return self.with_overrides(models, path=where)
+        specs: dict[str, ModelSpec] = {}
+        known = {f.encode_name for f in msgspec.structs.fields(ModelSpec)}
+        for name, raw_spec in models.items():
+            if not isinstance(raw_spec, Mapping):
+                raise _invalid(f"model config file {where}: model {name!r}: expected a table of settings, "
+                               f"got {type(raw_spec).__name__}", where)
+            for key in raw_spec:
+                if key not in known:
+                    raise _invalid(f"model config file {where}: model {name!r}: unknown setting {key!r} "
+                                   f"(the settings are {', '.join(sorted(known))})", where)
+            try:
+                specs[str(name)] = msgspec.convert(raw_spec, ModelSpec)
+            except msgspec.ValidationError as exc:
+                raise _invalid(f"model config file {where}: model {name!r}: {exc} "
+                               "(expected contextWindow, maxOutput, tokenizer)", where) from None
+        return self.with_overrides(specs, path=where)
 
 
 def _parse_config(raw: bytes, where: str) -> Any:

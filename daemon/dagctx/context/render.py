@@ -133,12 +133,11 @@ import msgspec
 
 from dagctx.ledger.graph import SessionGraph, is_spawn_root, is_summary
 from dagctx.protocol.errors import DagctxError
-from dagctx.protocol.nodes import SUMMARY_NAME, SYSTEM_PROMPT_NAME, Call
+from dagctx.protocol.nodes import SUMMARY_MARKER, SUMMARY_NAME, SYSTEM_PROMPT_NAME, Call
 
 #: Bumped whenever the rule above changes what a model sees (recorded in manifests).
 RENDER_POLICY_VERSION = 1
 
-SUMMARY_MARKER = "[Previous conversation summary]"
 NO_RESULT = "[no result recorded]"
 NO_OUTPUT = "(no output)"
 IN_PROGRESS = "[in progress: this call is still running; its progress so far follows]"

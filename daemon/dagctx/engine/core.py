@@ -35,10 +35,6 @@ from .views import ContextService
 log = logging.getLogger("dagctx.engine")
 
 
-def _snake(name: str) -> str:
-    return "".join("_" + ch.lower() if ch.isupper() else ch for ch in name)
-
-
 #: Payloads larger than this are tokenized in a worker thread, off the event loop.
 BIG_PAYLOAD_CHARS = 200_000
 
@@ -71,15 +67,10 @@ class EngineCore:
         if self.options.config_file:
             self.models = self.models.load_config_file(self.options.config_file)
         if self.options.models:
-            self.models = self.models.with_overrides(
-                {name: msgspec.to_builtins(spec) for name, spec in self.options.models.items()}
-            )
-        if self.options.aging:
+            self.models = self.models.with_overrides(self.options.models)
+        if self.options.aging is not None:
             try:
-                fields = {_snake(k): v for k, v in self.options.aging.items()}
-                if "exempt_tools" in fields:
-                    fields["exempt_tools"] = frozenset(fields["exempt_tools"])
-                self.aging_policy = AgingPolicy(**fields)
+                self.aging_policy = AgingPolicy.from_options(self.options.aging)
             except (TypeError, ValueError) as exc:
                 raise DagctxError("InvalidParams", f"initializationOptions.aging is invalid: {exc}",
                                   path="initializationOptions.aging") from exc

@@ -318,7 +318,8 @@ class ClaudeCodeExport:
             else:
                 lines[self._aux(call.id, "tool_use")] = ([block], cts, [call])
 
-        usage = self.usage.get(node.id)
+        row = self.usage.get(node.id)
+        usage = row.usage if row is not None else None
         prev = parent
         line_of_call: dict[str, str] = {}
         for i, (lid, (blocks, lts, on_line)) in enumerate(lines.items()):

@@ -12,6 +12,8 @@ import os
 import time
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from dagctx.transcripts import Transcript, parse_path
 from dagctx.ledger import UsageRow
 from dagctx.protocol import context_messages as c
@@ -42,7 +44,7 @@ async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResul
     except ValueError as exc:
         raise DagctxError("ImportFailed", f"cannot import {p.path!r}: {exc}", path="path") from exc
     sessions: list[c.ImportedSession] = []
-    skipped: list[dict] = [{"file": f, "reason": why} for f, why in errors]
+    skipped = [c.Skipped(None, why, file=f) for f, why in errors]
     total = max(1, len(transcripts))
     for i, t in enumerate(transcripts):
         counts = await asyncio.to_thread(_counts, engine, t)
@@ -51,10 +53,7 @@ async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResul
             UsageRow(
                 node_id=nid,
                 model=None,
-                input=int(u.get("input", 0)),
-                output=int(u.get("output", 0)),
-                cache_read=int(u.get("cacheRead", 0)),
-                cache_write=int(u.get("cacheWrite", 0)),
+                usage=u,
                 estimated=None,
                 reported_at=now,
             )
@@ -82,7 +81,7 @@ async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResul
                 created=created,
             )
         )
-        skipped.extend({"file": t.source_path or path, "line": s.line, "reason": s.reason} for s in t.skipped)
+        skipped.extend(msgspec.structs.replace(s, file=t.source_path or path) for s in t.skipped)
         engine.peer.progress(
             token, {"kind": "report", "message": f"{i + 1}/{total} sessions", "percentage": int((i + 1) * 100 / total)}
         )

@@ -396,10 +396,7 @@ class ContextService:
         row = UsageRow(
             node_id=p.node_id,
             model=self.e.models.get(model).name if model else None,
-            input=p.usage.input,
-            output=p.usage.output,
-            cache_read=p.usage.cache_read,
-            cache_write=p.usage.cache_write,
+            usage=p.usage,
             estimated=estimated,
             reported_at=time.time(),
         )

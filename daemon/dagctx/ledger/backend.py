@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from dagctx.protocol.context_messages import Usage
 from dagctx.protocol.errors import DagctxError
 
 _meta_enc = msgspec.msgpack.Encoder()
@@ -94,19 +95,18 @@ class BlobRow:
 
 @dataclass
 class UsageRow:
+    """Provider usage of one llm node as stored: the wire ``Usage`` and what the ledger adds
+    (the resolved model, the estimate it was sent with, when it was reported)."""
+
     node_id: str
     model: str | None
-    input: int
-    output: int
-    cache_read: int
-    cache_write: int
+    usage: Usage
     estimated: int | None
     reported_at: float
 
     @property
     def prompt(self) -> int:
-        """The measured prompt size of one call: input + cache read + cache write."""
-        return self.input + self.cache_read + self.cache_write
+        return self.usage.prompt
 
 
 #: (session_id, node_id, role, score — higher is better, text, name, seq)

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from dagctx.protocol.context_messages import Usage
 from dagctx.protocol.errors import DagctxError
 
 from . import pg_search
@@ -313,7 +314,8 @@ class PostgresBackend:
                 "UPDATE SET model=excluded.model, input=excluded.input, output=excluded.output, "
                 "cache_read=excluded.cache_read, cache_write=excluded.cache_write, estimated=excluded.estimated, "
                 "reported_at=excluded.reported_at",
-                (session_id, u.node_id, _b(u.model), u.input, u.output, u.cache_read, u.cache_write, u.estimated,
+                (session_id, u.node_id, _b(u.model), u.usage.input, u.usage.output, u.usage.cache_read,
+                 u.usage.cache_write, u.estimated,
                  u.reported_at),
             )
 
@@ -324,7 +326,8 @@ class PostgresBackend:
                 "FROM dagctx.usage WHERE session_id=%s ORDER BY reported_at",
                 (session_id,),
             ).fetchall()
-        return [UsageRow(r[0], _u(r[1]), *r[2:]) for r in rows]
+        return [UsageRow(r[0], _u(r[1]), Usage(input=r[2], output=r[3], cache_read=r[4], cache_write=r[5]), r[6],
+                         r[7]) for r in rows]
 
     # ------------------------------------------------------------ search
 

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from dagctx.protocol.context_messages import Usage
 from dagctx.protocol.errors import DagctxError
 
 from . import search as fts
@@ -317,7 +318,8 @@ class SqliteBackend:
         self.db.execute(
             "INSERT OR REPLACE INTO usage(session_id, node_id, model, input, output, cache_read, cache_write, "
             "estimated, reported_at) VALUES(?,?,?,?,?,?,?,?,?)",
-            (session_id, u.node_id, u.model, u.input, u.output, u.cache_read, u.cache_write, u.estimated,
+            (session_id, u.node_id, u.model, u.usage.input, u.usage.output, u.usage.cache_read, u.usage.cache_write,
+             u.estimated,
              u.reported_at),
         )
 
@@ -328,7 +330,8 @@ class SqliteBackend:
                 "FROM usage WHERE session_id=? ORDER BY reported_at",
                 (session_id,),
             ).fetchall()
-        return [UsageRow(*r) for r in rows]
+        return [UsageRow(r[0], r[1], Usage(input=r[2], output=r[3], cache_read=r[4], cache_write=r[5]), r[6], r[7])
+                for r in rows]
 
     # ------------------------------------------------------------ search
 

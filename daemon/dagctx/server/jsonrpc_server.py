@@ -38,7 +38,7 @@ from pygls.server import JsonRPCServer
 from dagctx.engine.config import DaemonConfig
 from dagctx.engine.core import EngineCore
 from dagctx.protocol import codec
-from dagctx.protocol.errors import DagctxError, ErrorData, ResponseError
+from dagctx.protocol.errors import INTERNAL_ERROR, DagctxError, ErrorData, ResponseError
 from dagctx.protocol.methods import METHODS
 from dagctx.protocol.messages import InitializeParams, LogMessageParams
 
@@ -288,7 +288,7 @@ class DagctxProtocol(JsonRPCProtocol):
             codec.ErrorResponse(
                 id=msg_id,
                 error=ResponseError(
-                    code=-32603,
+                    code=INTERNAL_ERROR,
                     message=f"internal error while handling {method} ({type(exc).__name__}: {exc}); "
                     "the daemon is still running and the request wrote nothing — see its log",
                     data=ErrorData(kind="InternalError"),

@@ -39,16 +39,18 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 
+from dagctx.protocol.context_messages import ImportFormat, Skipped, Usage
 from dagctx.protocol.nodes import ROOT_SENTINEL, SUMMARY_NAME, SYSTEM_PROMPT_NAME, NodeInput
 
 ROOT = ROOT_SENTINEL
 
 #: Formats this package reads, in the spelling ``Transcript.format`` uses.
-FORMATS: tuple[str, ...] = ("claude-code", "codex", "openclaw", "swe-agent", "openhands", "sharegpt")
+#: The formats a file can be in: the wire's ``ImportFormat`` without ``auto``.
+FORMATS: tuple[str, ...] = tuple(f for f in get_args(ImportFormat) if f != "auto")
 
 #: ``name`` of an llm node when the source does not say which model answered.
 UNKNOWN_MODEL = "unknown"
@@ -72,14 +74,6 @@ _COUNT_KEYS = (
 
 
 @dataclass
-class Skipped:
-    """A source line (1-based) that was not imported, and why."""
-
-    line: int
-    reason: str
-
-
-@dataclass
 class Transcript:
     """One imported session: nodes in append order plus what the ledger needs around them."""
 
@@ -90,7 +84,7 @@ class Transcript:
     #: the file it was read from (set by ``parse_file``), for skipped-line reports
     source_path: str | None = None
     head: str | None = None
-    usage: dict[str, dict] = field(default_factory=dict)
+    usage: dict[str, Usage] = field(default_factory=dict)
     skipped: list[Skipped] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
 
@@ -360,7 +354,7 @@ class Builder:
         self._last_ts: dict[str, float] = {}
         self._tool_calls: set[str] = set()
         self._paired: set[str] = set()
-        self.usage: dict[str, dict] = {}
+        self.usage: dict[str, Usage] = {}
         self.skipped: list[Skipped] = []
         self.counts: dict[str, int] = {}
 
@@ -453,12 +447,8 @@ class Builder:
             self.touch(node.caller, ts)
 
     def set_usage(self, llm_id: str, input: int = 0, output: int = 0, cache_read: int = 0, cache_write: int = 0) -> None:
-        self.usage[llm_id] = {
-            "input": int(input or 0),
-            "output": int(output or 0),
-            "cacheRead": int(cache_read or 0),
-            "cacheWrite": int(cache_write or 0),
-        }
+        self.usage[llm_id] = Usage(input=int(input or 0), output=int(output or 0),
+                                   cache_read=int(cache_read or 0), cache_write=int(cache_write or 0))
 
     # -- chains and summaries
 

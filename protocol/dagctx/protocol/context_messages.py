@@ -10,7 +10,12 @@ import msgspec
 
 from .messages import _Params, _Result
 
+#: The provider shapes a render can take (SPEC §6).
 Format = Literal["openai", "anthropic", "neutral"]
+#: Transcript formats ``session/import`` reads; ``auto`` detects the format per file.
+ImportFormat = Literal["auto", "claude-code", "codex", "openclaw", "swe-agent", "openhands", "sharegpt"]
+#: Transcript formats ``session/export`` writes.
+ExportFormat = Literal["claude-code", "openai"]
 Expose = Literal["io", "full"]
 TokenSource = Literal["provider", "calibrated", "estimate"]
 
@@ -171,10 +176,20 @@ class ReplayResult(_Result):
 
 
 class Usage(_Params):
+    """Provider-reported token usage of one llm call (SPEC §7).
+
+    The prompt the provider measured is ``input + cache_read + cache_write``.
+    """
+
     input: int = 0
     output: int = 0
     cache_read: int = 0
     cache_write: int = 0
+
+    @property
+    def prompt(self) -> int:
+        """The prompt size the provider measured: input + cache read + cache write."""
+        return self.input + self.cache_read + self.cache_write
 
 
 class UsageReportParams(_Params):
@@ -209,7 +224,7 @@ class CompactionRecommended(_Result):
 
 class ImportParams(_Params):
     path: str
-    format: Literal["auto", "claude-code", "codex", "openclaw", "swe-agent", "openhands", "sharegpt"] = "auto"
+    format: ImportFormat = "auto"
     title: str | None = None
     work_done_token: int | str | None = None
 
@@ -224,15 +239,24 @@ class ImportedSession(_Result):
     created: bool
 
 
+class Skipped(msgspec.Struct, rename="camel", omit_defaults=True):
+    """Something an import did not take, and why: a source line (1-based), or a whole
+    file when ``line`` is null. Positional ``(line, reason)`` so parsers stay terse."""
+
+    line: int | None
+    reason: str
+    file: str | None = None
+
+
 class ImportResult(_Result):
     sessions: list[ImportedSession]
-    skipped: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    skipped: list[Skipped] = msgspec.field(default_factory=list)
 
 
 class ExportParams(_Params):
     session_id: str
     head: str | None = None
-    format: Literal["claude-code", "openai"] = "claude-code"
+    format: ExportFormat = "claude-code"
     path: str | None = None
 
 

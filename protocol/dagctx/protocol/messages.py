@@ -30,12 +30,32 @@ class ClientInfo(_Params):
     version: str | None = None
 
 
-class ModelSpec(_Params):
-    """One row of the model table (see ``dagctx.context.models``)."""
+class ModelSpec(_Params, omit_defaults=True):
+    """Settings for one model name (``initializationOptions.models``, the config file).
 
-    context_window: int
-    max_output: int
+    A field left out keeps what the name resolved to before (a built-in row or the
+    default), so an override may change only the window.
+    """
+
+    context_window: int | None = None
+    max_output: int | None = None
     tokenizer: str | None = None
+
+
+class AgingOptions(_Params, omit_defaults=True):
+    """Overrides of the tool-result aging policy (SPEC §8); a field left out keeps its default."""
+
+    keep_recent_turns: int | None = None
+    min_age_seconds: float | None = None
+    min_tokens: int | None = None
+    protect_first: int | None = None
+    exempt_tools: list[str] | None = None
+    soft_trim_head_chars: int | None = None
+    soft_trim_tail_chars: int | None = None
+    hard_clear_after_turns: int | None = None
+    max_single_result_share: float | None = None
+    max_refs_per_result: int | None = None
+    turn_unit: Literal["user", "step"] | None = None
 
 
 class SamplingEndpoint(_Params):
@@ -63,7 +83,7 @@ class InitializationOptions(_Params):
     workspace: str | None = None
     config_file: str | None = None
     #: aging policy overrides, e.g. ``{"turnUnit": "step", "keepRecentTurns": 4, "minAgeSeconds": 60}``
-    aging: dict[str, Any] | None = None
+    aging: AgingOptions | None = None
 
 
 class InitializeParams(_Params):

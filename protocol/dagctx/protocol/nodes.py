@@ -23,6 +23,10 @@ ROOT_SENTINEL = "ROOT"
 SUMMARY_NAME = "context/summary"
 SYSTEM_PROMPT_NAME = "context/system_prompt"
 
+#: The first line of a summary's text as rendered (SPEC §6): how a reader of rendered
+#: messages tells a summary from a user's own message.
+SUMMARY_MARKER = "[Previous conversation summary]"
+
 
 class Call(msgspec.Struct, rename="camel", kw_only=True):
     """One node: a user message, an LLM call, or a function/tool call.

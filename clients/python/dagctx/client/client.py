@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from dagctx.protocol import codec
+from dagctx.protocol import codec, errors
 from dagctx.protocol import context_messages as c
 from dagctx.protocol import messages as m
 from dagctx.protocol.methods import METHODS
@@ -180,7 +180,7 @@ class DagctxClient:
             self._send(
                 codec.ErrorResponse(
                     id=env.id,
-                    error=codec.ResponseError(code=-32601, message=f"client has no handler for {env.method}"),
+                    error=codec.ResponseError(code=errors.METHOD_NOT_FOUND, message=f"client has no handler for {env.method}"),
                 )
             )
             return
@@ -193,7 +193,7 @@ class DagctxClient:
             self._send(codec.ErrorResponse(id=env.id, error=codec.ResponseError(code=exc.code, message=exc.message)))
         except Exception as exc:
             self._send(
-                codec.ErrorResponse(id=env.id, error=codec.ResponseError(code=-32603, message=f"{type(exc).__name__}: {exc}"))
+                codec.ErrorResponse(id=env.id, error=codec.ResponseError(code=errors.INTERNAL_ERROR, message=f"{type(exc).__name__}: {exc}"))
             )
 
     # ------------------------------------------------------------ public API
