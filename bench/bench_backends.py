@@ -113,7 +113,7 @@ class RawPostgres:
             with self.db.transaction():
                 self.db.execute("SELECT next_seq FROM raw_sessions WHERE id='s' FOR UPDATE")
                 self.db.execute("INSERT INTO raw_nodes VALUES('s', %s, %s, %s, CAST(%s AS tsvector))",
-                                (nid, self.seq, body, pg_search.document_vector(TEXT, fts.cjk_grams(TEXT))))
+                                (nid, self.seq, body, pg_search.document_vector(TEXT, fts.cjk_grams(TEXT))[0]))
                 self.db.execute("UPDATE raw_sessions SET head=%s, next_seq=%s WHERE id='s'", (nid, self.seq + 1))
         return n / (time.perf_counter() - t)
 
