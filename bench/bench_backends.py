@@ -225,14 +225,18 @@ def words(texts: list[str], n: int) -> list[str]:
     return sorted(out)
 
 
-async def search_stats(db: str, ids: dict[str, str], queries: list[str]) -> tuple[float, float, float, float]:
+async def search_stats(db: str, ids: dict[str, str], cjk: list[str], other: list[str]) -> tuple[float, float, float, float]:
+    """Latency over every query; recall over the Chinese words only (a substring scan is
+    their ground truth; for English words FTS matches whole words, not substrings)."""
     c = await DagctxClient.spawn(db)
     try:
         times, found, truth_n, hit_n = [], 0, 0, 0
-        for q in queries:
+        for q in cjk + other:
             t = time.perf_counter()
             res = await c.search(q, limit=1000)
             times.append(time.perf_counter() - t)
+            if q not in cjk:
+                continue
             got = {h.node_id for h in res.hits}
             truth = {nid for nid, text in ids.items() if q in text}
             truth_n += len(truth)
@@ -241,7 +245,7 @@ async def search_stats(db: str, ids: dict[str, str], queries: list[str]) -> tupl
         times.sort()
         p50 = times[len(times) // 2]
         p95 = times[min(len(times) - 1, int(len(times) * 0.95))]
-        return p50, p95, hit_n / max(1, truth_n), found / len(queries)
+        return p50, p95, hit_n / max(1, truth_n), found / len(cjk)
     finally:
         await c.close()
 
@@ -269,8 +273,10 @@ async def bench_backend(name: str, db_for, raw, args: argparse.Namespace, texts:
     if texts:
         sdb = db_for("search")
         ids = fill_corpus(sdb, texts)
-        qs = words(texts, 60) + ["name", "price OR total", "invoice*", "游戏 NOT 宝可梦", "generate_invoice"]
-        out["search"] = await search_stats(sdb, ids, qs)
+        cjk = words(texts, 60)
+        out["search"] = await search_stats(sdb, ids, cjk, ["name", "price OR total", "invoice*", "游戏 NOT 宝可梦",
+                                                           "generate_invoice", '"customer_name"'])
+        out["search_words"] = len(cjk)
     return out
 
 
@@ -316,8 +322,8 @@ async def main() -> None:
         if "search" in r:
             p50, p95, recall, full = r["search"]
             print(f"  {'':<10} search over {len(texts):,} Chinese corpus texts: p50 {p50 * 1e3:.1f} ms, "
-                  f"p95 {p95 * 1e3:.1f} ms; recall vs substring scan {recall:.3f} "
-                  f"(queries with every match found: {full:.0%})")
+                  f"p95 {p95 * 1e3:.1f} ms; recall of {r['search_words']} Chinese words vs a substring scan "
+                  f"{recall:.3f} (words with every occurrence found: {full:.0%})")
     s, p = results["sqlite"], results["postgresql"]
     print(f"  postgresql/sqlite: appends {p['daemon'] / s['daemon']:.2f}, 4 writers {p['w4_separate'] / s['w4_separate']:.2f}, "
           f"warm render {s['render'][1] / p['render'][1]:.2f} (speed)")

@@ -175,6 +175,8 @@ class SqliteBackend:
             self._check_file()
             with self._faults("write"):
                 yield
+            self._check_file()  # again just before COMMIT: the file may have gone meanwhile
+            with self._faults("write"):
                 self.db.execute("COMMIT")
         except BaseException:
             if self.db.in_transaction:
