@@ -14,6 +14,7 @@ The disk tests mount a tmpfs and so need root (CI runs as root); elsewhere they 
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -155,7 +156,7 @@ async def test_corrupt_pages_answer_storage_corrupt(db_path: Path) -> None:
     with open(db_path, "r+b") as f:  # keep the schema pages, scribble over the node pages
         size = f.seek(0, 2)
         f.seek(size // 2)
-        f.write(os.urandom(size - size // 2))
+        f.write(random.Random(1).randbytes(size - size // 2))
     d = await DagctxClient.spawn(db_path)
     try:
         err = await expect("StorageCorrupt", d.history(sid))
@@ -167,7 +168,7 @@ async def test_corrupt_pages_answer_storage_corrupt(db_path: Path) -> None:
     # A file damaged beyond opening is refused at initialize with the same kind, never InternalError.
     with open(db_path, "r+b") as f:
         f.seek(100)
-        f.write(os.urandom(8000))
+        f.write(random.Random(2).randbytes(8000))
     with pytest.raises(RpcError) as info:
         await DagctxClient.spawn(db_path)
     assert info.value.kind == "StorageCorrupt"
