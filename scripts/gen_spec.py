@@ -64,11 +64,16 @@ NOTES: dict[str, tuple[str, str]] = {
     "node/update": ("NodeNotFound, NotRunning, InvalidParams",
                     "The ledger's only mutation: a running node gets its output/status once."),
     "node/get": ("SessionNotFound, NodeNotFound, InvalidParams",
-                 "With `range`, `output` is that slice of the whole (spilled) output."),
-    "context/render": ("SessionNotFound, NodeNotFound, BrokenPredecessorChain, InvalidParams",
-                       "Pure: never writes. Same data + same params → same bytes."),
-    "context/prepare": ("SessionNotFound, BudgetExceeded, WorkspaceEscape never (refused files become notes)",
-                        "May append one context/system_prompt node (when the prompt's hash changed); never moves HEAD."),
+                 "With `range`, `output` is that slice of the whole (spilled) output. With `includeCallees`, "
+                 "`callees` holds every node below the named ones by the caller edge (seq order, each once)."),
+    "context/render": ("SessionNotFound, NodeNotFound, BrokenPredecessorChain, InvalidParams; with `budget`: "
+                       "BudgetExceeded, RequestCancelled",
+                       "Never writes the ledger. Same data + same params → same bytes. With `budget` over the "
+                       "limit: reduction within the turn (§8), whose summaries go to the derived cache only."),
+    "context/prepare": ("SessionNotFound, BudgetExceeded, RequestCancelled, WorkspaceEscape never (refused files "
+                        "become notes)",
+                        "May append one context/system_prompt node (when the prompt's hash changed); never moves HEAD; "
+                        "never hands out a request over its limit (§8)."),
     "context/compact": ("SessionNotFound, SamplingFailed (as reason)",
                         "Writes exactly one summary node or nothing; never moves HEAD."),
     "context/replay": ("NodeNotFound, InvalidParams (not an llm node)",

@@ -37,6 +37,16 @@ fi
 # The TypeScript client (vscode-jsonrpc), built once; its node:test suite runs from pytest.
 if [ -f clients/typescript/package.json ] && command -v npm >/dev/null 2>&1; then
   (cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error >/dev/null && npm run --silent build)
+  # Over the built client: the OpenClaw plugin (openclaw itself only for its types: no
+  # install scripts) and the TypeScript agent example; their suites run from pytest.
+  for pkg in clients/openclaw examples/typescript; do
+    if [ -f "$pkg/package.json" ]; then
+      (cd "$pkg" && npm ci --no-audit --no-fund --loglevel=error --ignore-scripts >/dev/null)
+    fi
+  done
 fi
+
+# The Hermes engine's test builds its own virtualenv (hermes-agent pins conflict with
+# ours) under ${XDG_CACHE_HOME:-~/.cache}/dagctx-tests and reuses it between runs.
 
 exec "$PY" -m pytest -q "$@"

@@ -286,7 +286,12 @@ async def test_default_minimum_age_keeps_fresh_results(db_path: Path, aging: dic
         r = await c.render(sid, model=MODEL, format="openai")
         assert r.manifest["agingKinds"] == {}
         assert tool_contents(r.messages) == {f"call_{i}": body(i) for i in range(10)}
-        p = await c.prepare(sid, model=MODEL, format="openai")
+        # the 8k window cannot hold the unaged request: it is refused, never handed out
+        # over budget (SPEC §8); a 128k window with the same tokenizer shows the decisions
+        with pytest.raises(RpcError) as err:
+            await c.prepare(sid, model=MODEL, format="openai")
+        assert err.value.kind == "BudgetExceeded" and err.value.data["details"]["overBy"] > 0
+        p = await c.prepare(sid, model="gpt-4-turbo", format="openai")
         assert p.tool_results_aged == 0 and p.tokens_freed_by_aging == 0
         assert p.manifest["agingBoundary"] and p.manifest["agingBoundary"] > 0  # eligible by distance
     finally:

@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     from dagctx.cli import commands
 
     commands.register(sub)
+    from dagctx.cli import mcp_server  # registers `dagctx mcp`; the SDK is imported only when it runs
+
+    mcp_server.register(sub)
     return p
 
 

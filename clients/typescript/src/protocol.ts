@@ -30,6 +30,10 @@ export interface AgingOptions {
   maxRefsPerResult?: number | null;
   /** @default null */
   turnUnit?: "step" | "user" | null;
+  /** @default null */
+  longTurnSteps?: number | null;
+  /** @default null */
+  stepQuantum?: number | null;
 }
 
 export interface BranchInfo {
@@ -62,6 +66,8 @@ export interface Budget {
   headroom: number;
   /** @default "estimate" */
   source?: "calibrated" | "estimate" | "provider";
+  /** @default 0 */
+  safetyMargin?: number;
 }
 
 /**
@@ -350,15 +356,24 @@ export interface NodeAppendParams {
   renderId?: string | null;
 }
 
+/**
+ * ``node/get``. ``include_callees``: also return every node below the given ones by the
+ * caller edge (their tool calls, inner llm calls, …) — a turn whole, e.g. the covered
+ * turns of a summary (SPEC §4).
+ */
 export interface NodeGetParams {
   sessionId: string;
   ids: string[];
   /** @default null */
   range?: OutputRange | null;
+  /** @default false */
+  includeCallees?: boolean;
 }
 
 export interface NodeGetResult {
   nodes: Call[];
+  /** @default [] */
+  callees?: Call[];
 }
 
 /**
@@ -452,6 +467,10 @@ export interface PrepareParams {
   prependContext?: string | null;
   /** @default null */
   memoryPrefetch?: string | null;
+  /** @default 60 */
+  reductionTimeoutSeconds?: number;
+  /** @default null */
+  workDoneToken?: number | string | null;
 }
 
 export interface PrepareResult {
@@ -480,11 +499,26 @@ export interface PrepareResult {
   compaction?: Record<string, unknown> | null;
   /** @default [] */
   notes?: string[];
+  /** @default null */
+  maxOutputTokens?: number | null;
+  /** @default null */
+  reduction?: TurnReduction | null;
 }
 
 export interface ProgressParams {
   token: number | string;
   value: Record<string, unknown>;
+}
+
+/** One tool result summarized for this request (SPEC §8, reduction within a turn). */
+export interface ReducedResult {
+  nodeId: string;
+  toolCallId: string | null;
+  tokensBefore: number;
+  tokensAfter: number;
+  summaryKey: string;
+  /** @default false */
+  cached?: boolean;
 }
 
 /**
@@ -510,6 +544,16 @@ export interface RenderParams {
   includeSystem?: boolean;
   /** @default true */
   aging?: boolean;
+  /** @default false */
+  budget?: boolean;
+  /** @default [] */
+  tools?: Record<string, unknown>[];
+  /** @default null */
+  maxOutputTokens?: number | null;
+  /** @default 60 */
+  reductionTimeoutSeconds?: number;
+  /** @default null */
+  workDoneToken?: number | string | null;
 }
 
 export interface RenderResult {
@@ -521,6 +565,10 @@ export interface RenderResult {
   stablePrefix: StablePrefix;
   /** @default null */
   system?: string | null;
+  /** @default null */
+  budget?: Budget | null;
+  /** @default null */
+  reduction?: TurnReduction | null;
 }
 
 export interface ReplayParams {
@@ -537,6 +585,19 @@ export interface ReplayResult {
   reads: string[];
   manifest: Record<string, unknown>;
   exact: boolean;
+}
+
+/** The turn's earlier steps replaced by one task summary for this request. */
+export interface RequestCheckpoint {
+  id: string;
+  coversIds: string[];
+  tokensBefore: number;
+  tokensAfter: number;
+  summaryKey: string;
+  /** @default 1 */
+  segments?: number;
+  /** @default false */
+  cached?: boolean;
 }
 
 export interface ResponseError {
@@ -727,6 +788,31 @@ export interface TokenCounts {
   exact?: boolean;
   /** @default "estimate" */
   source?: "calibrated" | "estimate" | "provider";
+}
+
+/** What reduction within a turn did for one request (SPEC §8). */
+export interface TurnReduction {
+  tokensBefore: number;
+  tokensAfter: number;
+  limit: number;
+  /** @default [] */
+  results?: ReducedResult[];
+  /** @default null */
+  checkpoint?: RequestCheckpoint | null;
+  /** @default 0 */
+  summaryCalls?: number;
+  /** @default 0 */
+  cacheHits?: number;
+  /** @default 0 */
+  summaryInputTokens?: number;
+  /** @default 0 */
+  summaryOutputTokens?: number;
+  /** @default 0 */
+  durationMs?: number;
+  /** @default 0 */
+  reused?: number;
+  /** @default [] */
+  failures?: string[];
 }
 
 /**

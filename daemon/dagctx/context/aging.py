@@ -110,6 +110,7 @@ __all__ = [
     "SOFT_TRIM",
     "TURN_UNITS",
     "boundary_after_commit",
+    "long_turn_cap",
     "cap_text",
     "hard_clear_text",
     "owner_chain_id",
@@ -184,10 +185,17 @@ class AgingPolicy:
     #: what a "turn" is for distances: ``"user"`` (a real user turn, SPEC §8) or
     #: ``"step"`` (one top-level model call, SPEC §8)
     turn_unit: str = "user"
+    #: with ``turn_unit="user"``: a current user turn of at least this many steps also
+    #: ages its own older steps, step by step (0 turns this off; SPEC §8, aging within a turn)
+    long_turn_steps: int = 24
+    #: ... with its step boundary advancing only every this many steps
+    step_quantum: int = 16
 
     def __post_init__(self) -> None:
         if self.turn_unit not in TURN_UNITS:
             raise ValueError(f"turn_unit must be one of {TURN_UNITS}, not {self.turn_unit!r}")
+        if self.long_turn_steps < 0 or self.step_quantum < 1:
+            raise ValueError("long_turn_steps must be >= 0 and step_quantum >= 1")
 
     @classmethod
     def from_options(cls, options: AgingOptions) -> AgingPolicy:
@@ -216,6 +224,8 @@ class AgingPolicy:
             "maxSingleResultShare": self.max_single_result_share,
             "maxRefsPerResult": self.max_refs_per_result,
             "turnUnit": self.turn_unit,
+            "longTurnSteps": self.long_turn_steps,
+            "stepQuantum": self.step_quantum,
         }
 
 
@@ -463,8 +473,13 @@ def plan_aging(
     token_of: Callable[[str], int],
     window: int,
     count: Callable[[str], int],
+    current_cap: int | None = None,
 ) -> AgingPlan:
     """Decide which tool results of ``view`` age, and their replacement texts.
+
+    ``current_cap`` holds the current turn number at most this value (the coarse step
+    boundary of a long turn, ``long_turn_cap``): between two quanta every render makes
+    the same decisions.
 
     ``token_of(node_id)`` gives the tokens of a code node's stored (unaged) result;
     ``count(text)`` counts replacement texts with the same tokenizer; ``window`` is the
@@ -474,6 +489,8 @@ def plan_aging(
     items = view.items
     ordinals = _message_ordinals(items)
     units, current = turn_numbers(view, graph, policy.turn_unit)
+    if current_cap is not None:
+        current = min(current, current_cap)
     mentions: list[str] = []
     results: list[tuple[int, Item, int]] = []  # (item index, item, mentions before it)
     seen: set[str] = set()
@@ -606,12 +623,47 @@ def rebuild_aged(
     return out
 
 
+def long_turn_cap(graph: SessionGraph, head: str, policy: AgingPolicy = DEFAULT_POLICY, *,
+                  before_seq: int | None = None) -> tuple[int, int, str] | None:
+    """``(steps in the current user turn, quantized step number, the quantum's first step id)``
+    when the current user turn is long enough to age within itself, else None.
+
+    Steps are top-level model calls numbered as ``turn_numbers(..., "step")`` does. The
+    cap is the step number at the start of the current quantum: it moves only every
+    ``step_quantum`` steps, so the aged prefix of a long turn changes in coarse
+    increments (prompt-cache stable in between).
+    """
+    if policy.turn_unit != "user" or policy.long_turn_steps <= 0:
+        return None
+    before = math.inf if before_seq is None else before_seq
+    n = 0
+    turn_start = 0
+    step_ids: list[str] = []
+    for node in graph.chain(head):
+        if node.seq >= before:
+            break
+        if node.role == "llm":
+            n += 1
+            step_ids.append(node.id)
+        elif node.role == "user" and not node.metadata.get("spawn_branch_root"):
+            turn_start = n
+            step_ids = []
+    steps = n - turn_start
+    if steps < policy.long_turn_steps:
+        return None
+    q = (steps // policy.step_quantum) * policy.step_quantum
+    if q <= 0:
+        return None
+    return steps, turn_start + q, step_ids[q - 1]
+
+
 def boundary_after_commit(
     view: View,
     graph: SessionGraph,
     policy: AgingPolicy = DEFAULT_POLICY,
     *,
     previous: int | None = None,
+    current_cap: int | None = None,
 ) -> int:
     """The aging boundary after the turn shown in ``view`` is committed.
 
@@ -626,6 +678,8 @@ def boundary_after_commit(
     ``plan_aging`` until the next commit.
     """
     units, current = turn_numbers(view, graph, policy.turn_unit)
+    if current_cap is not None:
+        current = min(current, current_cap)
     threshold = current - policy.keep_recent_turns
     old_max: int | None = None
     recent_min: int | None = None

@@ -26,7 +26,10 @@ from dagctx.protocol import messages as m
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.methods import CLIENT_REQUESTS, PROTOCOL_VERSION, SERVER_NOTIFICATIONS
 
-from . import compaction_pipeline, exports, imports, ledger_ops, migration
+from dagctx.context import turn_reduction as tr
+from dagctx.context.turn_reduction import Reductions
+
+from . import compaction_pipeline, exports, imports, ledger_ops, migration, turn_reduction
 from .config import SEARCH_CAPABILITY, DaemonConfig, default_database, env_database, redact_database
 from .lifecycle import EngineRegistry
 from .peer import NullPeer, Peer
@@ -52,6 +55,7 @@ class EngineCore:
         self.context_engines = EngineRegistry()
         self.aging_policy = AgingPolicy()
         self.compaction_state = compaction_pipeline.CompactionState()
+        self.turn_reducer = turn_reduction.TurnReducer(self)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -185,7 +189,9 @@ class EngineCore:
 
     # ------------------------------------------------------------ context methods
 
-    def context_render(self, p: c.RenderParams) -> c.RenderResult:
+    def context_render(self, p: c.RenderParams) -> Any:
+        if p.budget:
+            return self._render_with_budget(p)
         head = p.head or self.store.head(p.session_id)
         info = self.models.get(p.model or self.options.default_model)
         aged, stats = self.views.aging_for(p.session_id, head, info, enabled=p.aging, frame=p.frame)
@@ -194,6 +200,32 @@ class EngineCore:
             include_system=p.include_system, aged=aged, extra_manifest=stats.get("manifest"),
         )
         return self.views.render_result(r)
+
+    def _render_with_budget(self, p: c.RenderParams) -> Any:
+        """``context/render`` checked against the budget; reduced within the turn when over (SPEC §8)."""
+        turn_reduction.time_limit(p.reduction_timeout_seconds, "params.reductionTimeoutSeconds")
+        head = p.head or self.store.head(p.session_id)
+        info = self.models.get(p.model or self.options.default_model)
+        carried = self.turn_reducer.carried(p.session_id, head, info) or Reductions()
+        built = turn_reduction.build_render(self, p, carried)
+        if built.fits:
+            result = built.result
+            if carried:
+                result.reduction = turn_reduction.report_of(carried, built, before=built.budget.input_used)
+                result.reduction.reused = len(carried.results) + (carried.checkpoint is not None)
+            return result
+        return self._reduce_render(p, head, info, built)
+
+    async def _reduce_render(self, p: c.RenderParams, head: str, info: Any,
+                             first: turn_reduction.Built) -> c.RenderResult:
+        built, rep = await turn_reduction.reduce(
+            self, lambda red: turn_reduction.build_render(self, p, red), session_id=p.session_id, head=head,
+            info=info, token=p.work_done_token, first=first,
+            seconds=turn_reduction.time_limit(p.reduction_timeout_seconds, "params.reductionTimeoutSeconds"),
+        )
+        result = built.result
+        result.reduction = rep
+        return result
 
     def context_replay(self, p: c.ReplayParams) -> c.ReplayResult:
         return self.views.replay(p)
@@ -216,19 +248,91 @@ class EngineCore:
         return res
 
     def context_prepare(self, p: c.PrepareParams) -> Any:
-        """One turn's preparation; at ≥ 80 % with ``allowCompaction`` it compacts first."""
+        """One turn's preparation; at ≥ 80 % with ``allowCompaction`` it compacts first;
+        a request over its limit is reduced within the turn or refused (SPEC §8)."""
+        turn_reduction.time_limit(p.reduction_timeout_seconds, "params.reductionTimeoutSeconds")
         result = self._prepare_once(p)
-        if not (result.needs_compaction and p.allow_compaction):
-            return result
-        paused = self.compaction_state.auto_paused(p.session_id)
-        if paused:
-            st = self.compaction_state.auto[p.session_id]
-            result.decision_path.append(
-                f"auto-compaction paused for {paused:.0f} s after {st.failures} consecutive failures "
-                f"(last: {st.last_error})"
-            )
-            return result
-        return self._prepare_after_compaction(p, result)
+        compact = result.needs_compaction and p.allow_compaction
+        if compact:
+            paused = self.compaction_state.auto_paused(p.session_id)
+            if paused:
+                st = self.compaction_state.auto[p.session_id]
+                result.decision_path.append(
+                    f"auto-compaction paused for {paused:.0f} s after {st.failures} consecutive failures "
+                    f"(last: {st.last_error})"
+                )
+                compact = False
+        if not compact and tr.fits(result.budget):
+            return self._with_carried_report(p, result)
+        return self._prepare_async(p, result, compact)
+
+    def _with_carried_report(self, p: c.PrepareParams, result: c.PrepareResult) -> c.PrepareResult:
+        tr_manifest = result.manifest.get("turnReduction")
+        if tr_manifest:
+            head = p.head or self.store.head(p.session_id)
+            info = self.models.get(p.model or self.options.default_model)
+            carried = self.turn_reducer.carried(p.session_id, head, info)
+            if carried:
+                n = len(carried.results) + (carried.checkpoint is not None)
+                result.reduction = c.TurnReduction(
+                    tokens_before=result.budget.input_used, tokens_after=result.budget.input_used,
+                    limit=tr.input_limit(result.budget), reused=n,
+                    results=[c.ReducedResult(node_id=x.node_id, tool_call_id=x.tool_call_id,
+                                             tokens_before=x.tokens_before, tokens_after=x.tokens_after,
+                                             summary_key=x.key, cached=True)
+                             for x in sorted(carried.results.values(), key=lambda x: x.node_id)],
+                    checkpoint=None if carried.checkpoint is None else c.RequestCheckpoint(
+                        id=carried.checkpoint.id, covers_ids=list(carried.checkpoint.covers),
+                        tokens_before=carried.checkpoint.tokens_before, tokens_after=carried.checkpoint.tokens_after,
+                        summary_key=carried.checkpoint.key, segments=carried.checkpoint.segments, cached=True),
+                )
+                result.decision_path.append(f"reduction within the turn: {n} reductions carried over from the "
+                                            "previous request of the branch")
+        return result
+
+    async def _prepare_async(self, p: c.PrepareParams, result: c.PrepareResult, compact: bool) -> c.PrepareResult:
+        if compact:
+            result = await self._prepare_after_compaction(p, result)
+            if tr.fits(result.budget):
+                return self._with_carried_report(p, result)
+        return await self._reduce_prepare(p, result)
+
+    async def _reduce_prepare(self, p: c.PrepareParams, first: c.PrepareResult) -> c.PrepareResult:
+        """Reduce a prepared request within the turn (SPEC §8), or refuse it."""
+        engine, _ = self.context_engines.get(first.engine, self)
+        head = p.head or self.store.head(p.session_id)
+        info = self.models.get(p.model or self.options.default_model)
+        build = getattr(engine, "build", None)
+        start = self.turn_reducer.take(first.render_id)
+        if not getattr(engine, "turn_reduction", False) or build is None:
+            self.views.forget(first.render_id)
+            parts = start.parts if start is not None else tr.ProtectedParts(
+                first.budget.system_prompt, first.budget.tools_schema, 0, 0)
+            raise tr.budget_exceeded(first.budget, parts, input_used=first.budget.input_used, model=info.name,
+                                     failures=[f"engine {first.engine!r} does not reduce within a turn"])
+        if start is None:
+            self.views.forget(first.render_id)
+        built, rep = await turn_reduction.reduce(
+            self, lambda red: build(p, red), session_id=p.session_id, head=head, info=info,
+            token=p.work_done_token,
+            seconds=turn_reduction.time_limit(p.reduction_timeout_seconds, "params.reductionTimeoutSeconds"),
+            first=start,
+        )
+        result: c.PrepareResult = built.result
+        result.engine = first.engine
+        result.compaction = first.compaction
+        result.reduction = rep
+        # the signals describe the session, not this one reduced request: the earlier
+        # turns still need compacting (SPEC §7 thresholds on the unreduced request)
+        result.recommend_compaction = result.recommend_compaction or first.recommend_compaction
+        result.needs_compaction = result.needs_compaction or first.needs_compaction
+        extra = [line for line in first.decision_path if line not in result.decision_path]
+        result.decision_path = extra + result.decision_path + [
+            f"reduction within the turn: {rep.tokens_before:,} → {rep.tokens_after:,} tokens (limit {rep.limit:,}); "
+            f"{len(rep.results)} results summarized, checkpoint {rep.checkpoint.id if rep.checkpoint else 'none'}; "
+            f"{rep.summary_calls} summary calls, {rep.cache_hits} cached, {rep.reused} carried over"
+        ]
+        return result
 
     async def _prepare_after_compaction(self, p: c.PrepareParams, first: c.PrepareResult) -> c.PrepareResult:
         res = await compaction_pipeline.compact(

@@ -79,7 +79,19 @@ def node_get(store: Store, p: m.NodeGetParams) -> m.NodeGetResult:
         length=r.length if r else None,
         ranged=r is not None,
     )
-    return m.NodeGetResult(nodes=nodes)
+    if not p.include_callees:
+        return m.NodeGetResult(nodes=nodes)
+    # SPEC §4: the caller edge nests; a range applies to the named nodes only.
+    g = store.graph(p.session_id)
+    seen = {n.id for n in nodes}
+    callees = []
+    for n in nodes:
+        for c in g.subtree(n.id):
+            if c.id not in seen:
+                seen.add(c.id)
+                callees.append(c)
+    callees.sort(key=lambda n: n.seq)
+    return m.NodeGetResult(nodes=nodes, callees=callees)
 
 
 def search_query(store: Store, p: m.SearchParams) -> m.SearchResult:

@@ -20,10 +20,15 @@ import importlib.metadata
 import logging
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from dagctx.context import budget as budget_mod
+from dagctx.context import turn_reduction as tr
 from dagctx.context.system_prompt import PromptOptions, assemble_system_prompt
+from dagctx.context.turn_reduction import Reductions
 from dagctx.protocol import context_messages as c
 
+from .turn_reduction import Built
 from .views import apply_turn_hooks
 
 if TYPE_CHECKING:
@@ -40,6 +45,8 @@ class ContextEngine:
     name = "default"
     #: whether old tool results are aged (the reduction layer)
     aging = True
+    #: whether a request over its limit is reduced within the turn (SPEC §8)
+    turn_reduction = True
 
     def __init__(self, host: EngineCore) -> None:
         self.host = host
@@ -65,6 +72,20 @@ class ContextEngine:
         """The session was deleted."""
 
     def prepare(self, p: c.PrepareParams) -> c.PrepareResult:
+        """The turn's request, with the reductions the branch already carries (SPEC §7, §8).
+
+        A request over its limit is returned as built; ``EngineCore.context_prepare``
+        then reduces it within the turn (``engine.turn_reduction``) or refuses it.
+        """
+        head = p.head or self.host.store.head(p.session_id)
+        info = self.host.models.get(p.model or self.host.options.default_model)
+        carried = self.host.turn_reducer.carried(p.session_id, head, info) if self.turn_reduction else None
+        built = self.build(p, carried or Reductions())
+        self.host.turn_reducer.stash(built)
+        return built.result
+
+    def build(self, p: c.PrepareParams, reductions: Reductions, *, remember: bool = True) -> Built:
+        """Build the request of ``p`` with ``reductions`` applied; check the protected part."""
         host = self.host
         store = host.store
         views = host.views
@@ -90,6 +111,7 @@ class ContextEngine:
         system_text, system_node, notes = views.ensure_system_prompt(
             p.session_id, graph, options, workspace, assembler=self.system_prompt_assembler
         )
+        graph = store.graph(p.session_id)
         path.append(f"system prompt ({p.prompt_mode}): {len(system_text):,} chars, node {system_node}")
         hooks = {k: v for k, v in (("prependContext", p.prepend_context), ("memoryPrefetch", p.memory_prefetch)) if v}
         aged, aging_stats = views.aging_for(p.session_id, head, info, enabled=self.aging, ager=self.ager)
@@ -98,14 +120,19 @@ class ContextEngine:
                 f"aging: {aging_stats['toolResultsAged']} old tool results shrunk, "
                 f"{aging_stats.get('tokensFreedByAging', 0):,} tokens freed"
             )
+        extra = {**aging_stats.get("manifest", {}), **({"turnHooks": hooks} if hooks else {})}
+        if reductions:
+            extra["turnReduction"] = reductions.manifest()
         r = views.render(
             p.session_id,
             head=head,
             fmt=p.format,
             model=p.model,
             system_node_id=system_node,
-            aged=aged,
-            extra_manifest={**aging_stats.get("manifest", {}), **({"turnHooks": hooks} if hooks else {})},
+            aged=reductions.aged_overlay(aged) if reductions else aged,
+            extra_manifest=extra,
+            remember=remember,
+            checkpoint=reductions.checkpoint,
         )
         messages = apply_turn_hooks(r.messages, hooks, p.format)
         hook_tokens = sum(counter.count(v, r.tokenizer) for v in hooks.values())
@@ -128,22 +155,27 @@ class ContextEngine:
         b = budget.compute_budget(
             info, system_tokens, history_tokens, tools_tokens, requested_output=p.max_output_tokens, source=source
         )
+        b = msgspec.structs.replace(b, safety_margin=tr.safety_margin(info.context_window))
         path.append(
             f"budget: {b.input_used:,} of {b.input_budget:,} input tokens ({b.percent_used}%), "
-            f"reserve {b.output_reserve:,}, source {source}"
+            f"reserve {b.output_reserve:,}, safety margin {b.safety_margin:,}, source {source}"
         )
-        newest_user = 0
-        for msg, n in zip(reversed(r.messages), reversed(r.per_message)):
-            if isinstance(msg, dict) and msg.get("role") == "user":
-                newest_user = n
-                break
-        budget.check_fits(b, system_tokens + tools_tokens + newest_user + hook_tokens, model=info)
-        recommend, needs = budget.thresholds(b)
+        parts = protected_of(graph, r, system_tokens, tools_tokens, hook_tokens)
+        if parts.total > tr.input_limit(b):
+            raise tr.budget_exceeded(b, parts, input_used=b.input_used, model=info.name)
+        # The compaction signals describe the session, not this reduced request: they
+        # count what the reductions within the turn took out (SPEC §7, §8).
+        saved = reductions.tokens_saved(aged) if reductions else 0
+        scale = (b.input_used / estimate) if estimate > 0 else 1.0
+        unreduced = msgspec.structs.replace(b, input_used=b.input_used + round(saved * scale))
+        recommend, needs = budget.thresholds(unreduced)
         if needs:
             path.append("≥ 80 %: compaction needed" + ("" if p.allow_compaction else " (not allowed by the client)"))
         elif recommend:
             path.append("≥ 70 %: compaction recommended")
-        return c.PrepareResult(
+        if not tr.fits(b):
+            path.append(f"over the limit of {tr.input_limit(b):,} input tokens: reduction within the turn needed")
+        result = c.PrepareResult(
             system=system_text,
             messages=messages,
             reads=list(r.view.reads),
@@ -160,14 +192,27 @@ class ContextEngine:
             tool_results_aged=int(aging_stats.get("toolResultsAged", 0)),
             tokens_freed_by_aging=int(aging_stats.get("tokensFreedByAging", 0)),
             references_protected=int(aging_stats.get("referencesProtected", 0)),
+            max_output_tokens=b.output_reserve,
         )
+        return Built(rendering=r, result=result, budget=b, estimate=estimate, parts=parts, aged=aged)
+
+
+def protected_of(graph: Any, r: Any, system_tokens: int, tools_tokens: int, hook_tokens: int) -> tr.ProtectedParts:
+    """The protected part of a built request (SPEC §8): system, tools, the turn's user
+    messages, the newest step and the turn hooks."""
+    shape = tr.turn_shape(r.view, graph)
+    in_messages = bool(r.messages) and isinstance(r.messages[0], dict) and r.messages[0].get("role") == "system"
+    return tr.protected_parts(graph, shape, r.node_ids, r.per_message, system=system_tokens, tools=tools_tokens,
+                              hooks=hook_tokens, system_in_messages=in_messages)
 
 
 class NoReductionEngine(ContextEngine):
-    """Built-in ablation engine: the same lifecycle with aging switched off."""
+    """Built-in ablation engine: the same lifecycle with aging and reduction within the
+    turn switched off (a request over its limit is refused, never reduced)."""
 
     name = "no-reduction"
     aging = False
+    turn_reduction = False
 
 
 BUILTIN_ENGINES: dict[str, type[ContextEngine]] = {

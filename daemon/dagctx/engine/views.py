@@ -26,6 +26,7 @@ from dagctx.context.formats import to_messages
 from dagctx.context.models import ModelInfo
 from dagctx.context.render import RENDER_POLICY_VERSION, View, render_view
 from dagctx.context.system_prompt import PromptOptions, assemble_system_prompt
+from dagctx.context.turn_reduction import Checkpoint, apply_checkpoint, checkpoint_from_manifest
 from dagctx.ledger import SessionGraph, UsageRow
 from dagctx.ledger.graph import is_summary
 from dagctx.protocol import context_messages as c
@@ -123,10 +124,12 @@ class ContextService:
         return counts
 
     def _part_tokens(self, graph: SessionGraph, node_id: str, assistant: bool, tokenizer: str,
-                     cache: dict[str, tuple[int, int]], aged: dict[str, str]) -> int:
+                     cache: dict[str, tuple[int, int]], aged: dict[str, str],
+                     synthetic: dict[str, str] | None = None) -> int:
         node = graph.nodes.get(node_id)
         if node is None:
-            return 0
+            # a request checkpoint (SPEC §8) stands in a message under its own id
+            return self.e.counter.count(synthetic[node_id], tokenizer) if synthetic and node_id in synthetic else 0
         tin, tout = self.counts_of(graph, node_id, tokenizer, cache)
         if node.role == "code":
             if assistant:
@@ -139,7 +142,7 @@ class ContextService:
         return tout if node.output is not None else tin
 
     def count_messages(self, graph: SessionGraph, messages: list[Any], node_ids: list[list[str]],
-                       tokenizer: str, aged: dict[str, str]) -> list[int]:
+                       tokenizer: str, aged: dict[str, str], synthetic: dict[str, str] | None = None) -> list[int]:
         """Per-message tokens from stored per-node counts (no re-tokenizing) + framing."""
         cache = self.node_tokens(graph, tokenizer)
         overhead = self.e.counter.message_overhead(tokenizer)
@@ -148,7 +151,7 @@ class ContextService:
             assistant = isinstance(msg, dict) and msg.get("role") == "assistant"
             n = overhead
             for nid in ids:
-                n += self._part_tokens(graph, nid, assistant, tokenizer, cache, aged)
+                n += self._part_tokens(graph, nid, assistant, tokenizer, cache, aged, synthetic)
             if not ids and isinstance(msg, dict):
                 n += self.e.counter.count(_message_text(msg), tokenizer)
             out.append(n)
@@ -173,6 +176,7 @@ class ContextService:
         exclude_summaries: frozenset[str] = frozenset(),
         remember: bool = True,
         use_cache: bool = True,
+        checkpoint: Checkpoint | None = None,
     ) -> Rendering:
         # A render allocates ~15 containers per message, all acyclic and freed by
         # reference counting; letting the cyclic GC run in the middle of it rescans the
@@ -184,7 +188,7 @@ class ContextService:
                 session_id, head=head, fmt=fmt, model=model, frame=frame, expose=expose,
                 include_system=include_system, system_node_id=system_node_id, before_seq=before_seq,
                 aged=aged, extra_manifest=extra_manifest, exclude_summaries=exclude_summaries,
-                remember=remember, use_cache=use_cache,
+                remember=remember, use_cache=use_cache, checkpoint=checkpoint,
             )
         finally:
             if enabled:
@@ -207,6 +211,7 @@ class ContextService:
         exclude_summaries: frozenset[str],
         remember: bool,
         use_cache: bool,
+        checkpoint: Checkpoint | None = None,
     ) -> Rendering:
         store = self.e.store
         graph = store.graph(session_id)
@@ -214,7 +219,8 @@ class ContextService:
         info = self.e.models.get(model or self.e.options.default_model)
         tokenizer = info.tokenizer or self.e.counter.tokenizer_for(info.name)
         aged_map = dict(aged or {})
-        cacheable = use_cache and frame is None and before_seq is None and not exclude_summaries
+        cacheable = (use_cache and frame is None and before_seq is None and not exclude_summaries
+                     and checkpoint is None)
         key = (session_id, fmt, tokenizer, expose, include_system)
         hit = self._extend_cached(graph, h, key, aged_map, system_node_id, fmt, tokenizer) if cacheable else None
         if hit is not None:
@@ -230,10 +236,14 @@ class ContextService:
                 before_seq=before_seq,
                 exclude_summaries=exclude_summaries,
             )
+            synthetic = None
+            if checkpoint is not None:
+                view = apply_checkpoint(view, graph, checkpoint)
+                synthetic = {checkpoint.id: checkpoint.text}
             rendered = to_messages(view, fmt, include_system=include_system)  # type: ignore[arg-type]
             system, messages, node_ids = rendered
             repairs = list(rendered.repairs)
-            per_message = self.count_messages(graph, messages, node_ids, tokenizer, aged_map)
+            per_message = self.count_messages(graph, messages, node_ids, tokenizer, aged_map, synthetic)
         if cacheable:
             self._cache[key] = CachedRender(
                 key, Snapshot.of(graph, view.chain), view, aged_map, system, messages, node_ids,
@@ -336,6 +346,18 @@ class ContextService:
         self._by_session[rec.session_id] = q  # most recently used last
         while len(self._by_session) > SESSIONS_REMEMBERED:
             self._by_session.pop(next(iter(self._by_session)))
+
+    def forget(self, render_id: str) -> None:
+        """Drop a render that was built but not handed out (a reduction attempt), so it is
+        neither a ``renderId`` nor the previous render ``stablePrefix`` compares with."""
+        rec = self._renders.pop(render_id, None)
+        if rec is None:
+            return
+        q = self._by_session.get(rec.session_id)
+        if q is not None:
+            for old in list(q):
+                if old.render_id == render_id:
+                    q.remove(old)
 
     def lookup_render(self, render_id: str) -> RenderRecord:
         rec = self._renders.get(render_id)
@@ -456,6 +478,7 @@ class ContextService:
             aged=manifest.get("agedText") or {},
             exclude_summaries=excluded,
             remember=False,
+            checkpoint=checkpoint_from_manifest(manifest),
         )
         messages = apply_turn_hooks(r.messages, manifest.get("turnHooks") or {}, r.manifest["format"])
         exact = list(r.view.reads) == list(node.reads or manifest.get("reads") or r.view.reads) and (
@@ -499,11 +522,53 @@ class ContextService:
             view, graph, now=now, boundary_seq=boundary or None, policy=policy, token_of=token_of,
             window=model.context_window, count=lambda t: counter.count(t, tokenizer),
         )
+        long = aging.long_turn_cap(graph, head, policy) if ager is None else None
+        long_manifest = None
+        if long is not None:
+            long_manifest = self._age_long_turn(graph, view, plan, policy, long, model, token_of,
+                                                lambda t: counter.count(t, tokenizer))
         stats: dict[str, Any] = dict(plan.stats.as_dict())
         stats["manifest"] = plan.manifest()
+        stats["longTurnCap"] = long[1] if long is not None else None
+        if long_manifest is not None:
+            stats["manifest"]["agingLongTurn"] = long_manifest
         self._aging_cache[key] = CachedAging(key, Snapshot.of(graph, view.chain), _turn_node(graph, view.chain),
                                              dict(plan.aged), stats)
         return dict(plan.aged), stats
+
+    @staticmethod
+    def _age_long_turn(graph: SessionGraph, view: View, plan: Any, policy: Any, long: tuple[int, int, str],
+                       model: ModelInfo, token_of: Any, count: Any) -> dict[str, Any]:
+        """Aging within a long user turn (SPEC §8): the turn's own older steps age in step
+        units, the step boundary held at the start of the current quantum of
+        ``stepQuantum`` steps, so the aged prefix changes only every ``stepQuantum`` steps."""
+        steps, cap, step_id = long
+        step_policy = replace(policy, turn_unit="step")
+        boundary = aging.boundary_after_commit(view, graph, step_policy, current_cap=cap)
+        now = graph.nodes[step_id].created_at
+        splan = aging.plan_aging(view, graph, now=now, boundary_seq=boundary or None, policy=step_policy,
+                                 token_of=token_of, window=model.context_window, count=count, current_cap=cap)
+        current = {it.node_id for it in view.items if it.turn == view.turn_count}
+        added = 0
+        for nid, text in splan.aged.items():
+            if nid not in current or nid in plan.aged:
+                continue
+            kind = splan.kinds[nid]
+            plan.aged[nid] = text
+            plan.kinds[nid] = kind
+            plan.decisions[nid] = kind
+            added += 1
+            st = plan.stats
+            st.tool_results_aged += 1
+            st.tokens_freed_by_aging += max(0, token_of(nid) - count(text))
+            if kind == aging.SOFT_TRIM:
+                st.soft_trimmed += 1
+            elif kind == aging.HARD_CLEAR:
+                st.hard_cleared += 1
+            else:
+                st.capped += 1
+        return {"steps": steps, "stepCap": cap, "stepQuantum": policy.step_quantum, "stepBoundary": boundary,
+                "aged": added}
 
     def _reuse_aging(self, graph: SessionGraph, head: str, key: tuple[Any, ...], policy: Any, model: ModelInfo,
                      cache: dict[str, tuple[int, int]]) -> tuple[dict[str, str], dict[str, Any]] | None:
@@ -519,6 +584,9 @@ class ContextService:
         chain = [n.id for n in graph.chain(head)]
         if _turn_node(graph, chain) != cached.turn_start or not still_valid_prefix(graph, cached.snap, chain):
             return None
+        long = aging.long_turn_cap(graph, head, policy)
+        if (long[1] if long is not None else None) != cached.stats.get("longTurnCap"):
+            return None  # a long turn crossed into its next quantum of steps
         cap = model.context_window * policy.max_single_result_share
         seqs_start = cached.snap.max_seq
         for node in reversed(graph.by_seq):

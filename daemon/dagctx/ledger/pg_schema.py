@@ -74,6 +74,14 @@ CREATE TABLE dagctx.blobs(
   lines BIGINT NOT NULL,
   data BYTEA NOT NULL,
   PRIMARY KEY(session_id, node_id, field)
+);
+CREATE TABLE dagctx.reduction_summaries(
+  key TEXT PRIMARY KEY,
+  kind TEXT NOT NULL,
+  text BYTEA NOT NULL,
+  input_tokens BIGINT NOT NULL,
+  output_tokens BIGINT NOT NULL,
+  created_at DOUBLE PRECISION NOT NULL
 )
 """
 

@@ -370,5 +370,25 @@ class PostgresBackend:
                 offset += page
         return out
 
+    # ------------------------------------------------------------ derived caches
+
+    def reduction_summaries(self, keys: Sequence[str]) -> dict[str, tuple[str, int, int]]:
+        with self._conn("read request summaries") as c:
+            rows = c.execute(
+                "SELECT key, text, input_tokens, output_tokens FROM dagctx.reduction_summaries WHERE key = ANY(%s)",
+                (list(keys),),
+            ).fetchall()
+        return {r[0]: (_u(r[1]) or "", r[2], r[3]) for r in rows}
+
+    def put_reduction_summaries(self, rows: Sequence[tuple[str, str, str, int, int]], now: float) -> None:
+        with self._conn("write request summaries") as c, c.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO dagctx.reduction_summaries(key, kind, text, input_tokens, output_tokens, created_at) "
+                "VALUES(%s,%s,%s,%s,%s,%s) ON CONFLICT(key) DO UPDATE SET kind=excluded.kind, text=excluded.text, "
+                "input_tokens=excluded.input_tokens, output_tokens=excluded.output_tokens, "
+                "created_at=excluded.created_at",
+                [(k, kind, _b(text), tin, tout, now) for k, kind, text, tin, tout in rows],
+            )
+
     def close(self) -> None:
         self.pool.close()

@@ -368,5 +368,53 @@ class SqliteBackend:
         # bm25 is lower-is-better; the protocol's score is higher-is-better.
         return [(r[0], r[1], r[2], -float(r[3]), r[4], r[5], r[6]) for r in rows]
 
+    # ------------------------------------------------------------ derived caches
+
+    #: created on first use, so older files need no migration
+    _REDUCTION_DDL = (
+        "CREATE TABLE IF NOT EXISTS reduction_summaries(key TEXT PRIMARY KEY, kind TEXT NOT NULL, "
+        "text TEXT NOT NULL, input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL, "
+        "created_at REAL NOT NULL) WITHOUT ROWID"
+    )
+
+    def _reduction_table(self) -> bool:
+        """Whether the table exists (a read-only database without it has no summaries)."""
+        if getattr(self, "_reduction_ready", False):
+            return True
+        if self.read_only:
+            with self._faults("read request summaries"):
+                found = self.db.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type='table' AND name='reduction_summaries'"
+                ).fetchone()
+            self._reduction_ready = found is not None
+            return self._reduction_ready
+        with self._faults("create the request summary table"):
+            self.db.execute(self._REDUCTION_DDL)
+        self._reduction_ready = True
+        return True
+
+    def reduction_summaries(self, keys: Sequence[str]) -> dict[str, tuple[str, int, int]]:
+        if not self._reduction_table():
+            return {}
+        out: dict[str, tuple[str, int, int]] = {}
+        with self._faults("read request summaries"):
+            for i in range(0, len(keys), 500):
+                part = list(keys[i : i + 500])
+                marks = ",".join("?" * len(part))
+                for key, text, tin, tout in self.db.execute(
+                    f"SELECT key, text, input_tokens, output_tokens FROM reduction_summaries WHERE key IN ({marks})",
+                    part,
+                ):
+                    out[key] = (text, tin, tout)
+        return out
+
+    def put_reduction_summaries(self, rows: Sequence[tuple[str, str, str, int, int]], now: float) -> None:
+        self._reduction_table()
+        self.db.executemany(
+            "INSERT OR REPLACE INTO reduction_summaries(key, kind, text, input_tokens, output_tokens, created_at) "
+            "VALUES(?,?,?,?,?,?)",
+            [(*r, now) for r in rows],
+        )
+
     def close(self) -> None:
         self.db.close()

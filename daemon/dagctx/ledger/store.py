@@ -45,6 +45,9 @@ from .text import node_text
 
 __all__ = ["AppendOutcome", "SpillPolicy", "Store", "UsageRow", "spill_output"]
 
+#: the transaction key of writes that belong to no session (derived caches)
+_DERIVED = "\x00derived"
+
 
 @dataclass(frozen=True)
 class SpillPolicy:
@@ -611,6 +614,24 @@ class Store:
         with self._write(session_id):
             self._session_row(session_id, lock=True)
             self.backend.put_usage(session_id, usage)
+
+    # Summaries made for one request by reduction within a turn (SPEC §8): derived data,
+    # keyed by a hash of the summarized content and the model configuration, never part
+    # of a session (the backend keeps them in a table of their own).
+
+    def reduction_summaries(self, keys: Sequence[str]) -> dict[str, tuple[str, int, int]]:
+        """Cached request summaries by key: ``key → (text, input tokens, output tokens)``."""
+        if not keys:
+            return {}
+        return self.backend.reduction_summaries(list(dict.fromkeys(keys)))
+
+    def put_reduction_summaries(self, rows: Sequence[tuple[str, str, str, int, int]]) -> None:
+        """Keep request summaries ``(key, kind, text, input tokens, output tokens)``, one
+        transaction (idempotent: the same key always holds the same meaning)."""
+        if not rows:
+            return
+        with self.backend.transaction(_DERIVED):
+            self.backend.put_reduction_summaries(rows, time.time())
 
     def usage(self, session_id: str) -> list[UsageRow]:
         return self.backend.usage_rows(session_id)

@@ -39,6 +39,18 @@ class RenderParams(_Params):
     expose: Expose = "io"
     include_system: bool = True
     aging: bool = True
+    #: check the render against the model's input budget (SPEC §8, reduction within a
+    #: turn): over the budget, tool results of the turn are summarized for this request
+    #: (and, if that is not enough, a request checkpoint replaces the turn's earlier
+    #: steps); a render that still cannot fit answers ``BudgetExceeded``
+    budget: bool = False
+    #: with ``budget``: the tool definitions the request will carry (counted)
+    tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    #: with ``budget``: the output cap; default ``min(model max output, 16384, window / 4)``
+    max_output_tokens: int | None = None
+    #: with ``budget``: seconds the reduction may take in all (at most 60, SPEC §8)
+    reduction_timeout_seconds: float = 60.0
+    work_done_token: int | str | None = None
 
 
 class TokenCounts(_Result):
@@ -58,6 +70,53 @@ class StablePrefix(_Result):
     previous_render_id: str | None = None
 
 
+class ReducedResult(_Result):
+    """One tool result summarized for this request (SPEC §8, reduction within a turn)."""
+
+    node_id: str
+    tool_call_id: str | None
+    tokens_before: int
+    tokens_after: int
+    #: the derived-cache key of the summary (content hash + model configuration)
+    summary_key: str
+    cached: bool = False
+
+
+class RequestCheckpoint(_Result):
+    """The turn's earlier steps replaced by one task summary for this request."""
+
+    id: str
+    #: the chain llm nodes (steps) whose execution the checkpoint replaces
+    covers_ids: list[str]
+    tokens_before: int
+    tokens_after: int
+    summary_key: str
+    segments: int = 1
+    cached: bool = False
+
+
+class TurnReduction(_Result):
+    """What reduction within a turn did for one request (SPEC §8)."""
+
+    tokens_before: int
+    tokens_after: int
+    #: the input limit the request was held to: input budget − safety margin
+    limit: int
+    results: list[ReducedResult] = msgspec.field(default_factory=list)
+    checkpoint: RequestCheckpoint | None = None
+    #: summarizer calls made for this request (cache hits excluded); at most 32
+    summary_calls: int = 0
+    cache_hits: int = 0
+    #: the summarizer's own traffic, metered apart from the request (estimates)
+    summary_input_tokens: int = 0
+    summary_output_tokens: int = 0
+    duration_ms: float = 0.0
+    #: reductions carried over from the previous request of the branch (prompt-cache stable)
+    reused: int = 0
+    #: why a summary was not used: ``empty``, ``notSmaller``, ``failed: …``, ``callLimit``, ``timeLimit``
+    failures: list[str] = msgspec.field(default_factory=list)
+
+
 class RenderResult(_Result):
     messages: list[Any]
     reads: list[str]
@@ -66,6 +125,9 @@ class RenderResult(_Result):
     render_id: str
     stable_prefix: StablePrefix
     system: str | None = None
+    #: with ``budget``: the budget of this request
+    budget: Budget | None = None
+    reduction: TurnReduction | None = None
 
 
 # ---------------------------------------------------------------- prepare
@@ -88,6 +150,9 @@ class PrepareParams(_Params):
     append_system_context: str | None = None
     prepend_context: str | None = None
     memory_prefetch: str | None = None
+    #: seconds reduction within the turn may take in all (at most 60, SPEC §8)
+    reduction_timeout_seconds: float = 60.0
+    work_done_token: int | str | None = None
 
 
 class Budget(_Result):
@@ -101,6 +166,34 @@ class Budget(_Result):
     percent_used: float
     headroom: int
     source: TokenSource = "estimate"
+    #: tokens kept free below the input budget for estimate error (SPEC §8)
+    safety_margin: int = 0
+
+
+class BudgetExceededDetails(_Result):
+    """``error.data.details`` of ``BudgetExceeded`` (SPEC §7, §8): the numbers."""
+
+    context_window: int
+    output_reserve: int
+    input_budget: int
+    safety_margin: int
+    #: what the request may use: input budget − safety margin
+    limit: int
+    #: system prompt + tools + the user's messages of the turn + the newest step
+    protected_tokens: int
+    system_prompt: int
+    tools_schema: int
+    user_messages: int
+    newest_step: int
+    #: the request after every reduction that succeeded
+    input_used: int
+    over_by: int
+    model: str | None = None
+    #: legacy name of ``user_messages``
+    newest_user_turn: int = 0
+    source: TokenSource = "estimate"
+    summary_calls: int = 0
+    failures: list[str] = msgspec.field(default_factory=list)
 
 
 class PrepareResult(_Result):
@@ -121,6 +214,9 @@ class PrepareResult(_Result):
     summary_id: str | None = None
     compaction: dict[str, Any] | None = None
     notes: list[str] = msgspec.field(default_factory=list)
+    #: the output cap the client must send (the same one the budget counted)
+    max_output_tokens: int | None = None
+    reduction: TurnReduction | None = None
 
 
 # ---------------------------------------------------------------- compact

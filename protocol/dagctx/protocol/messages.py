@@ -56,6 +56,10 @@ class AgingOptions(_Params, omit_defaults=True):
     max_single_result_share: float | None = None
     max_refs_per_result: int | None = None
     turn_unit: Literal["user", "step"] | None = None
+    #: a current user turn of at least this many steps also ages its older steps (0: off)
+    long_turn_steps: int | None = None
+    #: ... its step boundary advancing only every this many steps
+    step_quantum: int | None = None
 
 
 class SamplingEndpoint(_Params):
@@ -268,13 +272,21 @@ class OutputRange(_Params):
 
 
 class NodeGetParams(_Params):
+    """``node/get``. ``include_callees``: also return every node below the given ones by the
+    caller edge (their tool calls, inner llm calls, …) — a turn whole, e.g. the covered
+    turns of a summary (SPEC §4)."""
+
     session_id: str
     ids: list[str]
     range: OutputRange | None = None
+    include_callees: bool = False
 
 
 class NodeGetResult(_Result):
     nodes: list[Call]
+    #: with ``includeCallees``: the nodes below ``nodes`` by the caller edge, in seq order,
+    #: each once and none of ``nodes`` itself (group them by ``caller``)
+    callees: list[Call] = msgspec.field(default_factory=list)
 
 
 # ---------------------------------------------------------------- search

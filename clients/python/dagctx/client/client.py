@@ -323,8 +323,10 @@ class DagctxClient:
             m.NodeUpdateParams(session_id=session_id, node_id=node_id, status=status, output=output, metadata=metadata),  # type: ignore[arg-type]
         )
 
-    async def get_nodes(self, session_id: str, ids: Sequence[str], range: m.OutputRange | None = None) -> m.NodeGetResult:
-        return await self.request("node/get", m.NodeGetParams(session_id=session_id, ids=list(ids), range=range))
+    async def get_nodes(self, session_id: str, ids: Sequence[str], range: m.OutputRange | None = None,
+                        include_callees: bool = False) -> m.NodeGetResult:
+        return await self.request("node/get", m.NodeGetParams(session_id=session_id, ids=list(ids), range=range,
+                                                              include_callees=include_callees))
 
     async def search(self, query: str, session_id: str | None = None, limit: int = 20, roles: list[str] | None = None) -> m.SearchResult:
         return await self.request(

@@ -1,0 +1,54 @@
+"""The MCP face's pure parts: tool table, argument checks, cursors (no processes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dagctx.cli.mcp_tools import TOOLS, ToolError, check_arguments, decode_cursor, encode_cursor, node_text
+
+
+def test_tool_table_is_ordered_camel_case_and_path_free() -> None:
+    assert list(TOOLS) == ["search_history", "read_node", "expand_summary", "list_sessions", "session_history",
+                           "context_stats"]
+    for name, (desc, schema) in TOOLS.items():
+        assert desc and schema["type"] == "object" and schema["additionalProperties"] is False, name
+        assert set(schema["required"]) <= set(schema["properties"]), name
+        for arg in schema["properties"]:
+            assert arg[0].islower() and "_" not in arg, (name, arg)
+            assert "path" not in arg.lower() and arg not in ("db", "database", "file"), (name, arg)
+
+
+@pytest.mark.parametrize(("name", "args", "needle"), [
+    ("search_history", {}, "'query' is a required property"),
+    ("search_history", {"query": ""}, "query"),
+    ("search_history", {"query": "x", "limit": 101}, "limit"),
+    ("search_history", {"query": "x", "roles": ["tool"]}, "roles.0"),
+    ("read_node", {"sessionId": "s", "nodeId": "n", "offset": -1}, "offset"),
+    ("list_sessions", {"cursor": 3}, "cursor"),
+    ("context_stats", {"sessionId": "s", "extra": True}, "the arguments are: sessionId, model"),
+    ("nope", {}, "the tools are: search_history"),
+])
+def test_bad_arguments_say_what_is_wrong(name: str, args: dict, needle: str) -> None:
+    with pytest.raises(ToolError) as err:
+        check_arguments(name, args)
+    assert needle in err.value.message
+
+
+def test_good_arguments_pass_and_none_means_empty() -> None:
+    assert check_arguments("list_sessions", None) == {}
+    args = {"query": "迁移", "sessionId": "s", "limit": 5, "roles": ["user", "code"]}
+    assert check_arguments("search_history", args) == args
+
+
+def test_cursors_round_trip_and_garbage_is_refused() -> None:
+    for offset in (0, 1, 20, 123456):
+        assert decode_cursor(encode_cursor(offset)) == offset
+    assert decode_cursor(None) == 0
+    for bad in ("garbage!", encode_cursor(0)[:-2] + "??", "eyJvIjogLTF9"):  # the last is {"o": -1}
+        with pytest.raises(ToolError, match="nextCursor"):
+            decode_cursor(bad)
+
+
+def test_node_text_is_the_recorded_value() -> None:
+    assert node_text(None) == "" and node_text("数据") == "数据"
+    assert node_text({"cmd": "ls", "n": 1}) == '{"cmd": "ls", "n": 1}'
