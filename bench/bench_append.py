@@ -123,7 +123,7 @@ async def main() -> None:
     tmp = tempfile.mkdtemp(prefix="dagctx-bench-")
     per = args.appends // args.rounds
 
-    c = await DagctxClient.spawn(os.path.join(tmp, "daemon.db"))
+    c = await DagctxClient.spawn(os.path.join(tmp, "daemon.db"), standalone=True)
     c.keep_notifications = False
     s = await c.session_create("bench")
     sid, head = s.session_id, s.head

@@ -59,7 +59,7 @@ def floor_decode(path: Path) -> tuple[int, int]:
 
 async def daemon_rounds(path: Path, rounds: int) -> tuple[list[float], int, int]:
     with tempfile.TemporaryDirectory(prefix="dagctx-bench-import-") as tmp:
-        client = await DagctxClient.spawn(Path(tmp) / "bench.db")
+        client = await DagctxClient.spawn(Path(tmp) / "bench.db", standalone=True)
         try:
             times: list[float] = []
             nodes = pairs = 0

@@ -378,7 +378,7 @@ def phase_split(eng: EngineCore, sid: str, head: str, tokenizer: str, runs: int)
 
 async def end_to_end(path: str, sid: str, calls: int) -> dict[str, Any]:
     t = time.perf_counter()
-    client = await DagctxClient.spawn(path)
+    client = await DagctxClient.spawn(path, standalone=True)
     spawn = time.perf_counter() - t
     try:
         t = time.perf_counter()

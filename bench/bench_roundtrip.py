@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 
 HERE = Path(__file__).resolve().parent
-DAEMON = [sys.executable, "-P", "-m", "dagctx.cli", "serve"]
+DAEMON = [sys.executable, "-P", "-m", "dagctx.cli", "serve", "--standalone"]
 BARE = [sys.executable, str(HERE / "bare_loop.py")]
 PYGLS = [sys.executable, str(HERE / "bare_pygls.py")]
 

@@ -146,7 +146,7 @@ async def main() -> None:
     (count,) = db.execute("SELECT count(*) FROM search").fetchone()
     scoped_sid = db.execute("SELECT id FROM sessions ORDER BY id LIMIT 1").fetchone()[0]
 
-    c = await DagctxClient.spawn(path)
+    c = await DagctxClient.spawn(path, standalone=True)
     rows = []
     all_d: list[float] = []
     all_r: list[float] = []

@@ -31,61 +31,6 @@ SPEC = REPO / "SPEC.md"
 BEGIN = "<!-- BEGIN GENERATED METHOD REFERENCE -->"
 END = "<!-- END GENERATED METHOD REFERENCE -->"
 
-#: Per-method notes: errors it can answer and the invariants it keeps.
-NOTES: dict[str, tuple[str, str]] = {
-    "initialize": ("InvalidRequest (sent twice), InvalidParams (database cannot be opened)",
-                   "Opens the database; the only request served before it."),
-    "shutdown": ("—", "After it every request answers -32600 ShutdownInProgress; `exit` then exits 0."),
-    "session/create": ("—", "Creates the session's ROOT (seq 0); HEAD = ROOT."),
-    "session/list": ("InvalidParams", "Newest first (updatedAt)."),
-    "session/get": ("SessionNotFound", "Read-only."),
-    "session/rename": ("SessionNotFound, InvalidParams (empty title)", "HEAD unchanged."),
-    "session/delete": ("SessionNotFound", "Removes the session, its nodes, search rows, usage, spills."),
-    "session/history": ("SessionNotFound, NodeNotFound, BrokenPredecessorChain",
-                        "Edge walk only; oldest first; ROOT excluded; ends at the head."),
-    "session/branches": ("SessionNotFound, BrokenPredecessorChain",
-                         "Tips are conversation nodes without conversation children; `main` follows first children from ROOT."),
-    "session/checkout": ("SessionNotFound, NodeNotFound, InvalidEdge (not a conversation node), BrokenPredecessorChain",
-                         "The only effect is HEAD = nodeId."),
-    "session/rewind": ("InvalidParams (steps out of range), InvalidEdge (not on HEAD's branch)",
-                       "Moves HEAD back along its own branch only."),
-    "session/spawn": ("SessionNotFound, NodeNotFound",
-                      "The only way to create a spawn root (predecessor null, caller = callerId). HEAD does not move."),
-    "session/nameBranch": ("NodeNotFound, InvalidEdge", "A name follows its branch when the branch is extended."),
-    "session/import": ("InvalidParams (no such path), ImportFailed",
-                       "One transaction per session; idempotent by source session (created=false the second time)."),
-    "session/export": ("SessionNotFound, InvalidParams",
-                       "Read-only. `claude-code`: HEAD's branch with its tool calls, spawned subagent branches and "
-                       "summaries; import → export → import gives the same ids, edges and contents (a node id "
-                       "that differs from its tool_use id rides in the line's `dagctxToolNodeIds`). "
-                       "`openai`: the rendered messages of the head."),
-    "node/append": ("SessionNotFound, NodeNotFound, DuplicateNode, PredecessorMissing, InvalidEdge, InvalidParams",
-                    "Append-only; HEAD moves only when the node extends HEAD (or moveHead=true); a refused append writes nothing."),
-    "node/update": ("NodeNotFound, NotRunning, InvalidParams",
-                    "The ledger's only mutation: a running node gets its output/status once."),
-    "node/get": ("SessionNotFound, NodeNotFound, InvalidParams",
-                 "With `range`, `output` is that slice of the whole (spilled) output. With `includeCallees`, "
-                 "`callees` holds every node below the named ones by the caller edge (seq order, each once)."),
-    "context/render": ("SessionNotFound, NodeNotFound, BrokenPredecessorChain, InvalidParams; with `budget`: "
-                       "BudgetExceeded, RequestCancelled",
-                       "Never writes the ledger. Same data + same params → same bytes. With `budget` over the "
-                       "limit: reduction within the turn (§8), whose summaries go to the derived cache only."),
-    "context/prepare": ("SessionNotFound, BudgetExceeded, RequestCancelled, WorkspaceEscape never (refused files "
-                        "become notes)",
-                        "May append one context/system_prompt node (when the prompt's hash changed); never moves HEAD; "
-                        "never hands out a request over its limit (§8)."),
-    "context/compact": ("SessionNotFound, SamplingFailed (as reason)",
-                        "Writes exactly one summary node or nothing; never moves HEAD."),
-    "context/replay": ("NodeNotFound, InvalidParams (not an llm node)",
-                       "Rebuilds a past call from its reads and renderManifest."),
-    "usage/report": ("NodeNotFound, InvalidParams (not an llm node)",
-                     "Stored beside the node (usage table); the node itself is not mutated."),
-    "search/query": ("InvalidQuery (-32602), SessionNotFound",
-                     "Read-only; best match first (BM25 on SQLite, ts_rank on PostgreSQL); the same hits on both."),
-    "database/migrate": ("InvalidParams (no such source, same database), StorageUnavailable (source unreachable)",
-                         "Copies rows exactly (ids, seq, revisions, HEAD, names, usage, spills), one session per "
-                         "transaction; idempotent; never overwrites a session changed on the target (a conflict)."),
-}
 
 
 def _type(schema: dict[str, Any]) -> str:
@@ -123,7 +68,7 @@ async def _examples() -> dict[str, tuple[Any, Any]]:
     """Run a scripted session and capture one request/response per method."""
     ex: dict[str, tuple[Any, Any]] = {}
     tmp = tempfile.mkdtemp()
-    client = await DagctxClient.spawn(Path(tmp) / "spec.db", initialize=False)
+    client = await DagctxClient.spawn(Path(tmp) / "spec.db", initialize=False, standalone=True)
 
     async def call(method: str, params: Any) -> Any:
         try:
@@ -138,10 +83,17 @@ async def _examples() -> dict[str, tuple[Any, Any]]:
     init_short = dict(ex["initialize"][1])
     init_short["methods"] = init_short["methods"][:4] + ["…"]
     init_short["database"] = "/tmp/…/spec.db"
+    status = await call("daemon/status", {})
+    if status is not None:
+        st = dict(ex["daemon/status"][1])
+        st["databases"] = ["/tmp/…/spec.db"]
+        st["clients"] = [dict(cl, database="/tmp/…/spec.db") for cl in st["clients"]]
+        ex["daemon/status"] = (ex["daemon/status"][0], st)
     ex["initialize"] = (ex["initialize"][0] | {"initializationOptions": {"database": "/tmp/…/spec.db"}}, init_short)
     client.notify("initialized", {})
     s = await call("session/create", m.SessionCreateParams(title="spec example"))
     sid = s.session_id
+    await call("session/subscribe", m.SessionRef(session_id=sid))
     u = await call("node/append", m.NodeAppendParams(session_id=sid, node=m.NodeInput(
         role="user", output="Rename parse_config in src/app.py", predecessor=s.head)))
     prep = await call("context/prepare", c.PrepareParams(session_id=sid, model="gpt-4o", format="openai", prompt_mode="minimal"))
@@ -153,6 +105,7 @@ async def _examples() -> dict[str, tuple[Any, Any]]:
     await call("node/update", m.NodeUpdateParams(session_id=sid, node_id=tool.node.id, status="completed", output="src/app.py:3: def parse_config():"))
     await call("node/get", m.NodeGetParams(session_id=sid, ids=[u.node.id]))
     await call("session/get", m.SessionRef(session_id=sid))
+    await call("session/unsubscribe", m.SessionRef(session_id=sid))
     await call("session/list", m.SessionListParams(limit=1))
     await call("session/rename", m.SessionRenameParams(session_id=sid, title="renamed"))
     await call("session/history", m.SessionHistoryParams(session_id=sid))
@@ -220,9 +173,18 @@ def generate() -> str:
             lines += [f"**Result** `{rname}`", ""] + _table(defs, rname) + [""]
         elif not spec.notification:
             lines += ["**Result** `null`", ""]
-        if name in NOTES:
-            errs, inv = NOTES[name]
-            lines += [f"**Errors:** {errs}", "", f"**Keeps:** {inv}", ""]
+        if spec.errors or spec.keeps:
+            # declared once, in the method table (protocol/dagctx/protocol/methods.py)
+            how = []
+            if spec.offload:
+                how.append("runs off the event loop (cancellable)")
+            elif spec.background:
+                how.append("runs in the background")
+            if spec.writes:
+                how.append("writes: subscribers hear of it")
+            lines += [f"**Errors:** {spec.errors or '—'}", "", f"**Keeps:** {spec.keeps or '—'}", ""]
+            if how:
+                lines += [f"**Runs:** {'; '.join(how)}.", ""]
         if name in examples:
             raw_req, raw_res = examples[name]
             failed = isinstance(raw_res, _RpcFailure)

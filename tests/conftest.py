@@ -41,6 +41,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_daemons(tmp_path_factory: pytest.TempPathFactory):
+    """Every test runs its daemons standalone (``dagctx serve --standalone``: one private
+    process per client, the exit codes and stdio rules of a single daemon), and in a
+    runtime folder of its own, so no test can ever reach the user's shared daemon.
+    Tests of the shared daemon (``shared_env``) turn standalone off."""
+    base = tmp_path_factory.mktemp("rt")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DAGCTX_STANDALONE", "1")
+        mp.setenv("XDG_RUNTIME_DIR", str(base))
+        mp.setenv("DAGCTX_STATE_DIR", str(base / "state"))
+        yield
+
+
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "dagctx.db"

@@ -11,6 +11,7 @@ import pytest
 from dagctx.client import DagctxClient, RpcError
 
 from rawdb import RawDb
+from test_shared_daemon import shared_env  # noqa: F401 - the fixture
 
 
 async def refused(url: str) -> RpcError:
@@ -67,3 +68,20 @@ async def test_a_lost_connection_is_an_error_then_the_daemon_recovers(pg_server,
         assert u.node.id == (await c.history(s.session_id)).nodes[0].id
     finally:
         await c.close()
+
+
+def test_the_cli_reaches_postgresql_through_the_shared_daemon(shared_env, pg_url: str) -> None:
+    """``--db postgresql://…`` through the per-user daemon: the URL is taken as it is."""
+    from dagctx.ledger import Store
+    from dagctx.protocol.nodes import NodeInput
+
+    from test_cli import ok
+
+    s = Store(pg_url)
+    try:
+        sid = s.create_session("shared on postgres").session_id
+        s.append(sid, NodeInput(role="user", input="数据库迁移脚本", predecessor="ROOT"))
+    finally:
+        s.close()
+    assert "shared on postgres" in ok("sessions", "--db", pg_url)
+    assert "[迁移]" in ok("search", "--db", pg_url, "迁移")

@@ -1,7 +1,12 @@
-"""``dagctx``: the command line — ``serve`` runs the daemon, everything else is a client.
+"""``dagctx``: the command line — ``serve`` connects a client to the engine, everything else is a client.
 
-``serve`` runs the daemon on stdio. Every other command is a client of a daemon it
-spawns, talking the same protocol an editor does, so the CLI exercises what editors use.
+``serve`` forwards stdio to the per-user daemon (starting it when needed);
+``serve --standalone`` (or ``DAGCTX_STANDALONE=1``) runs the daemon in-process on stdio.
+Every other command is a client of the shared daemon (or of a standalone one it spawns
+with ``--standalone``), talking the same protocol an editor does.
+
+Import-light: ``dagctx serve`` takes a fast path that parses its few flags by hand and
+imports only the forwarder, so it starts close to a bare Python start.
 
 Architecture Invariant: this floor sits above both the daemon and the clients; the
 daemon never imports it, nor any client.
@@ -9,43 +14,104 @@ daemon never imports it, nor any client.
 
 from __future__ import annotations
 
-import argparse
-import logging
+import os
 import sys
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from dagctx.server import run_stdio
+def standalone_requested(argv: list[str] | None = None) -> bool:
+    """``--standalone`` on the command line or ``DAGCTX_STANDALONE=1`` in the environment."""
+    if argv is not None and "--standalone" in argv:
+        return True
+    return os.environ.get("DAGCTX_STANDALONE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _fast_serve(argv: list[str]) -> int | None:
+    """``dagctx serve [--db X] [--stdio] …`` → the forwarder, without argparse; None when
+    the arguments need the full parser (help, standalone, anything unknown)."""
+    if not argv or argv[0] != "serve" or standalone_requested(argv[1:]):
+        return None
+    database = None
+    max_frame: int | None = None
+    rest = argv[1:]
+    i = 0
+    while i < len(rest):
+        a = rest[i]
+        if a == "--db" and i + 1 < len(rest):
+            database = rest[i + 1]
+            i += 2
+        elif a.startswith("--db="):
+            database = a[5:]
+            i += 1
+        elif a == "--stdio":
+            i += 1
+        elif a == "--max-frame-bytes" and i + 1 < len(rest) and rest[i + 1].isdigit():
+            max_frame = int(rest[i + 1])  # this connection's limit, passed on
+            i += 2
+        elif a == "--log-level" and i + 1 < len(rest):
+            i += 2  # the daemon's own setting; a forwarder logs nothing
+        else:
+            return None
+    from dagctx.protocol import transport
+
+    if not transport.supported():
+        sys.stderr.write("dagctx serve: this platform has no Unix sockets; running standalone on stdio\n")
+        return None
+    from dagctx.server import run_forwarder
+
+    return run_forwarder(database=database or os.environ.get("DAGCTX_DB") or None, max_frame_bytes=max_frame)
+
+
+def _logging(level: str) -> None:
+    import logging
 
     logging.basicConfig(
         stream=sys.stderr,
-        level=getattr(logging, args.log_level.upper(), logging.WARNING),
+        level=getattr(logging, level.upper(), logging.WARNING),
         format="dagctx %(levelname)s %(name)s: %(message)s",
     )
+
+
+def _serve(args) -> int:  # noqa: ANN001 - argparse.Namespace, argparse imported lazily
+    from dagctx.protocol import transport
+
+    if not standalone_requested() and not args.standalone and transport.supported():
+        from dagctx.server import run_forwarder
+
+        return run_forwarder(database=args.db or os.environ.get("DAGCTX_DB") or None,
+                             max_frame_bytes=args.max_frame_bytes)
+    from dagctx.server import run_stdio
+
+    _logging(args.log_level)
     return run_stdio(database=args.db, max_frame_bytes=args.max_frame_bytes, log_level=args.log_level)
 
 
-def _schema(args: argparse.Namespace) -> int:
+def _schema(args) -> int:  # noqa: ANN001
     from dagctx.protocol.schema import schema_json
 
     sys.stdout.write(schema_json())
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser():  # noqa: ANN201 - argparse.ArgumentParser
+    import argparse
+
     p = argparse.ArgumentParser(prog="dagctx", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = p.add_subparsers(dest="command")
-    s = sub.add_parser("serve", help="run the daemon on stdio (JSON-RPC 2.0, LSP framing)")
+    s = sub.add_parser("serve", help="connect stdio to the shared per-user daemon (JSON-RPC 2.0, LSP framing)")
     s.add_argument("--db", help="database: a SQLite file path or a postgresql:// URL (default: $DAGCTX_DB or the user data dir)")
-    s.add_argument("--max-frame-bytes", type=int, default=64 * 1024 * 1024)
+    s.add_argument("--standalone", action="store_true",
+                   help="run the daemon in this process on stdio instead (also DAGCTX_STANDALONE=1)")
+    s.add_argument("--max-frame-bytes", type=int, default=64 * 1024 * 1024,
+                   help="largest frame accepted (per connection)")
     s.add_argument("--log-level", default="WARNING")
     s.add_argument("--stdio", action="store_true", help="accepted for editor compatibility (stdio is the default)")
     s.set_defaults(func=_serve)
     sc = sub.add_parser("schema", help="print the JSON Schema of the protocol")
     sc.set_defaults(func=_schema)
-    from dagctx.cli import commands
+    from dagctx.cli import commands, daemon_cmd
 
     commands.register(sub)
+    daemon_cmd.register(sub)
     from dagctx.cli import mcp_server  # registers `dagctx mcp`; the SDK is imported only when it runs
 
     mcp_server.register(sub)
@@ -53,10 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    fast = _fast_serve(args_list if args_list else ["serve"])
+    if fast is not None:
+        return fast
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_list)
     if not getattr(args, "command", None):
-        args = parser.parse_args(["serve", *(argv or [])])
+        args = parser.parse_args(["serve", *args_list])
     return int(args.func(args) or 0)
 
 

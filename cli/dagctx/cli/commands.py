@@ -1,7 +1,8 @@
 """The ``dagctx`` commands besides ``serve`` and ``schema``.
 
-Every command is a client of a daemon it spawns (``DagctxClient.spawn``), speaking the
-same protocol an editor does, and closes it (shutdown + exit) when done. The database
+Every command is a client of the shared per-user daemon (``DagctxClient.connect``; a
+private standalone one with ``--standalone``), speaking the same protocol an editor
+does, and closes its connection (shutdown + exit) when done. The database
 is ``--db``, else ``$DAGCTX_DB``, else the daemon's default in the user data directory.
 A session may be named by a unique prefix of its id.
 """
@@ -90,6 +91,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             db_help: str = "database: a SQLite file path or a postgresql:// URL (default: $DAGCTX_DB or the user data dir)") -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.add_argument("--db", help=db_help)
+        p.add_argument("--standalone", action="store_true",
+                       help="use a private daemon instead of the shared per-user one (also DAGCTX_STANDALONE=1)")
         p.set_defaults(func=lambda args: run(fn, args))
         return p
 
@@ -174,7 +177,23 @@ def database_of(args: argparse.Namespace) -> str | None:
 
 @asynccontextmanager
 async def connect(args: argparse.Namespace, **kw: Any) -> AsyncIterator[DagctxClient]:
-    client = await DagctxClient.spawn(database_of(args), **kw)
+    """A client of the shared per-user daemon (straight to its socket), or of a private
+    standalone daemon with ``--standalone`` / ``DAGCTX_STANDALONE=1``."""
+    from dagctx.cli import standalone_requested
+    from dagctx.protocol import transport
+
+    if getattr(args, "standalone", False) or standalone_requested() or not transport.supported():
+        client = await DagctxClient.spawn(database_of(args), standalone=True, **kw)
+    else:
+        kw.pop("stderr", None)
+        db = database_of(args)
+        if db is not None and "://" in db:
+            # A server URL is not a path: it travels as initializationOptions.database,
+            # which the daemon takes as it is (the attach message makes paths absolute).
+            opts = {**(kw.pop("initialization_options", None) or {}), "database": db}
+            client = await DagctxClient.connect(None, initialization_options=opts, **kw)
+        else:
+            client = await DagctxClient.connect(db, **kw)
     try:
         yield client
     finally:
@@ -374,7 +393,7 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
             console.print(f"[red]error[/red]: the folder of {escape(target)} does not exist")
             return 2
     source = args.source if "://" in args.source else os.path.abspath(os.path.expanduser(args.source))
-    client = await DagctxClient.spawn(target)
+    client = await DagctxClient.spawn(target, standalone=True)  # a one-off copy: a private daemon
     try:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[note]}"),
                       TimeElapsedColumn(), console=real_console(), transient=False) as progress:

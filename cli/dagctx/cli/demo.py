@@ -528,7 +528,10 @@ async def run_demo(args: argparse.Namespace) -> int:
     summarizer = StandInSummarizer()
     counts: Counter[str] = Counter()
 
-    client = await DagctxClient.spawn(db, initialization_options={"observeNodes": True}, capabilities={"sampling": {}})
+    from dagctx.cli import standalone_requested
+
+    client = await DagctxClient.spawn(db, initialization_options={"observeNodes": True}, capabilities={"sampling": {}},
+                                      standalone=bool(getattr(args, "standalone", False)) or standalone_requested())
     client.keep_notifications = False
     client.on_request("sampling/createMessage", summarizer)
 

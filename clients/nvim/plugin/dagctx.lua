@@ -32,6 +32,21 @@ command("DagctxSearch", function(opts)
   require("dagctx").search(opts.args)
 end, { nargs = "+", desc = "dagctx: full-text search across sessions" })
 
+command("DagctxWatch", function(opts)
+  local id = opts.args ~= "" and vim.trim(opts.args) or nil
+  require("dagctx").watch(id)
+end, {
+  nargs = "?",
+  desc = "dagctx: show a session's changes live, from every client (default: the newest session)",
+  complete = function(arglead)
+    return require("dagctx").complete_sessions(arglead)
+  end,
+})
+
+command("DagctxUnwatch", function(opts)
+  require("dagctx").unwatch(opts.args ~= "" and vim.trim(opts.args) or nil)
+end, { nargs = "?", desc = "dagctx: stop watching a session (all without an argument)" })
+
 command("DagctxLog", function()
   require("dagctx").show_log()
 end, { nargs = 0, desc = "dagctx: notifications and server requests received" })

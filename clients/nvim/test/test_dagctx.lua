@@ -135,7 +135,8 @@ local function main()
   -- ------------------------------------------------------------------ tests
 
   test("commands are registered by plugin/dagctx.lua", function()
-    for _, name in ipairs({ "DagctxSessions", "DagctxRender", "DagctxSearch", "DagctxLog", "DagctxStop" }) do
+    for _, name in ipairs({ "DagctxSessions", "DagctxRender", "DagctxSearch", "DagctxLog", "DagctxStop",
+                            "DagctxWatch", "DagctxUnwatch" }) do
       eq(vim.fn.exists(":" .. name), 2, ":" .. name)
     end
   end)
@@ -447,6 +448,47 @@ local function main()
     check(type(sampled[#sampled].messages) == "table", "sampling params have no messages")
     eq(dagctx.last_server_request.method, "sampling/createMessage", "last server request")
     check(res.ok, "compact after sampling failed: %s", vim.inspect(res))
+  end)
+
+  test(":DagctxWatch shows a session's changes live, from this editor and from another process", function()
+    eq(vim.fn.exists(":DagctxWatch"), 2, ":DagctxWatch")
+    local w = dagctx.request_sync("session/create", { title = "watched" })
+    check(w, "session/create failed")
+    vim.cmd("DagctxWatch " .. w.sessionId)
+    local name = "dagctx://watch/" .. w.sessionId
+    local lines = buf_lines(name)
+    must_contain(lines, "watching session " .. w.sessionId, "the watch buffer")
+    local mine, merr = dagctx.request_sync("node/append", {
+      sessionId = w.sessionId,
+      node = { role = "user", output = "watched from the editor", predecessor = w.head },
+    })
+    check(mine, "append: %s", require("dagctx.rpc").format_error(merr))
+    vim.wait(3000, function()
+      return contains(buf_lines(name), "watched from the editor")
+    end, 10)
+    lines = buf_lines(name)
+    must_contain(lines, "watched from the editor", "the watch buffer")
+    must_contain(lines, "(from this editor)", "the watch buffer")
+    -- another process (a standalone daemon on the same file) appends: it shows up too
+    local code = table.concat({
+      "import asyncio, sys",
+      "from dagctx.client import DagctxClient",
+      "async def main():",
+      "    c = await DagctxClient.spawn(sys.argv[1], standalone=True)",
+      "    await c.append(sys.argv[2], 'user', output='written by another process', predecessor=sys.argv[3])",
+      "    await c.close()",
+      "asyncio.run(main())",
+    }, "\n")
+    local outp = vim.fn.system({ python, "-P", "-c", code, db, w.sessionId, mine.node.id })
+    eq(vim.v.shell_error, 0, "the other process: " .. outp)
+    vim.wait(3000, function()
+      return contains(buf_lines(name), "written by another process")
+    end, 10)
+    lines = buf_lines(name)
+    must_contain(lines, "written by another process", "the watch buffer")
+    must_contain(lines, "(from another process)", "the watch buffer")
+    eq(dagctx.unwatch(w.sessionId), 1, "unwatch")
+    vim.cmd("bwipeout! " .. vim.fn.bufnr(name))
   end)
 
   test(":DagctxLog shows the notifications", function()

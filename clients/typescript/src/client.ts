@@ -1,9 +1,10 @@
 /**
  * A TypeScript client for the dagctx daemon, over vscode-jsonrpc.
  *
- * `DagctxClient.spawn()` starts `python3 -P -m dagctx.cli serve` as a child process,
- * connects a vscode-jsonrpc `MessageConnection` to its stdio (LSP base-protocol
- * framing), answers the daemon's `sampling/createMessage` requests through the
+ * `DagctxClient.spawn()` starts `python3 -P -m dagctx.cli serve` as a child process —
+ * a thin forwarder to the user's shared daemon (SPEC §1), or a private daemon with
+ * `standalone: true` — connects a vscode-jsonrpc `MessageConnection` to its stdio
+ * (LSP base-protocol framing), answers the daemon's `sampling/createMessage` requests through the
  * `onSampling` callback, fans notifications out to `onNotification` listeners and
  * performs the `initialize` / `initialized` handshake. Every request is typed by
  * the generated `Methods` map (src/protocol.ts, from protocol/dagctx/protocol/schema.json).
@@ -39,6 +40,9 @@ import {
   type CompactResult,
   type CreateMessageParams,
   type CreateMessageResult,
+  type DaemonStatus,
+  type NodeNotification,
+  type SessionChange,
   type ErrorData,
   type ErrorKind,
   type ExportParams,
@@ -144,6 +148,11 @@ export interface SpawnOptions extends ConnectOptions {
   command?: string[];
   /** Extra arguments appended after `--db` (e.g. `["--log-level", "INFO"]`). */
   args?: string[];
+  /**
+   * Run a private daemon in the child (`serve --standalone`) instead of forwarding to
+   * the user's shared daemon. Default: false (also `DAGCTX_STANDALONE=1` in `env`).
+   */
+  standalone?: boolean;
   /** Environment of the daemon, merged over this process's environment. */
   env?: Record<string, string | undefined>;
   /** Working directory of the daemon. */
@@ -332,6 +341,7 @@ export class DagctxClient {
   static async spawn(opts: SpawnOptions = {}): Promise<DagctxClient> {
     const argv = resolveCommand(opts);
     if (opts.database !== undefined) argv.push("--db", opts.database);
+    if (opts.standalone) argv.push("--standalone");
     if (opts.args) argv.push(...opts.args);
     const stderrMode = opts.stderr ?? "pipe";
     const env: NodeJS.ProcessEnv = { ...process.env };
@@ -678,4 +688,49 @@ export class DagctxClient {
   search(query: string, opts: Omit<SearchParams, "query"> = {}, token?: CancellationToken): Promise<SearchResult> {
     return this.request("search/query", { ...opts, query }, token);
   }
+
+  // ------------------------------------------------------------ live sessions
+
+  /** This connection's id in the daemon: the `origin` of notifications it caused. */
+  get connectionId(): string | null {
+    return this.initializeResult?.connectionId ?? null;
+  }
+
+  /**
+   * Watch a session live: subscribe, and call `listener` for every `node/didAppend`,
+   * `node/didUpdate` and `session/didChange` of it — whichever client or process wrote.
+   * Set `includeOwn: false` to skip changes this connection caused. Dispose the
+   * result to stop (it unsubscribes).
+   */
+  async watch(
+    sessionId: string,
+    listener: (change: SessionEvent) => void,
+    opts: { includeOwn?: boolean } = {},
+  ): Promise<Disposable> {
+    const own = opts.includeOwn === false ? this.connectionId : undefined;
+    const relay = (method: SessionEvent["method"]) => (params: unknown) => {
+      const p = params as NodeNotification | SessionChange;
+      if (p.sessionId !== sessionId || (own !== undefined && own !== null && p.origin === own)) return;
+      listener({ method, params: p } as SessionEvent);
+    };
+    const subs = [
+      this.onNotification("node/didAppend", relay("node/didAppend")),
+      this.onNotification("node/didUpdate", relay("node/didUpdate")),
+      this.onNotification("session/didChange", relay("session/didChange")),
+    ];
+    await this.request("session/subscribe", { sessionId });
+    return Disposable.create(() => {
+      for (const d of subs) d.dispose();
+      if (this.alive) this.request("session/unsubscribe", { sessionId }).catch(() => undefined);
+    });
+  }
+
+  daemonStatus(token?: CancellationToken): Promise<DaemonStatus> {
+    return this.request("daemon/status", null, token);
+  }
 }
+
+/** One change of a watched session (see `DagctxClient.watch`). */
+export type SessionEvent =
+  | { method: "node/didAppend" | "node/didUpdate"; params: NodeNotification }
+  | { method: "session/didChange"; params: SessionChange };

@@ -36,6 +36,24 @@ export interface AgingOptions {
   stepQuantum?: number | null;
 }
 
+/**
+ * ``$/dagctx/attach``: sent by the forwarder before the client's first byte.
+ *
+ * The per-user daemon's environment is not the client's, so the forwarder passes
+ * what the client's process would have used: its working directory and the database
+ * it names (``--db`` or ``DAGCTX_DB``); ``initializationOptions.database`` still wins.
+ */
+export interface AttachParams {
+  /** @default null */
+  cwd?: string | null;
+  /** @default null */
+  database?: string | null;
+  /** @default null */
+  pid?: number | null;
+  /** @default null */
+  maxFrameBytes?: number | null;
+}
+
 export interface BranchInfo {
   head: string;
   length: number;
@@ -110,6 +128,35 @@ export interface ClientInfo {
   name?: string;
   /** @default null */
   version?: string | null;
+}
+
+/** One connection of the daemon, as ``daemon/status`` lists it. */
+export interface ClientStatus {
+  connectionId: string;
+  /** @default "" */
+  name?: string;
+  /** @default null */
+  version?: string | null;
+  /** @default null */
+  pid?: number | null;
+  /** @default null */
+  cwd?: string | null;
+  /** @default null */
+  database?: string | null;
+  /** @default [] */
+  sessions?: string[];
+  /** @default 0 */
+  connectedAt?: number;
+  /** @default 0 */
+  inFlight?: number;
+}
+
+/** ``$/dagctx/closing``: the daemon's last frame on a forwarded connection (SPEC §1.3). */
+export interface ClosingParams {
+  /** @default 0 */
+  code?: number;
+  /** @default null */
+  reason?: string | null;
 }
 
 export interface CompactParams {
@@ -187,6 +234,25 @@ export interface CreateMessageResult {
   model?: string;
   /** @default null */
   stopReason?: string | null;
+}
+
+export interface DaemonStatus {
+  pid: number;
+  version: string;
+  protocolVersion: string;
+  mode: "shared" | "standalone";
+  socket: string | null;
+  log: string | null;
+  startedAt: number;
+  uptimeSeconds: number;
+  idleTimeoutSeconds: number | null;
+  databases: string[];
+  clients: ClientStatus[];
+}
+
+export interface DaemonStopResult {
+  stopping: boolean;
+  connections: number;
 }
 
 /**
@@ -325,6 +391,8 @@ export interface InitializeResult {
   database: string;
   /** @default {} */
   capabilities?: Record<string, unknown>;
+  /** @default null */
+  connectionId?: string | null;
 }
 
 export interface LogMessageParams {
@@ -404,11 +472,19 @@ export interface NodeInput {
   metadata?: Record<string, unknown>;
 }
 
-/** ``node/didAppend`` and ``node/didUpdate``: a live view of the ledger. */
+/**
+ * ``node/didAppend`` and ``node/didUpdate``: a live view of the ledger.
+ *
+ * ``origin`` names the connection whose request wrote the node (``initialize`` →
+ * ``connectionId``), so a client can skip its own; ``null`` when another process wrote
+ * it (SPEC §1.5).
+ */
 export interface NodeNotification {
   sessionId: string;
   node: Call;
   head: string;
+  /** @default null */
+  origin?: string | null;
 }
 
 export interface NodeResult {
@@ -663,6 +739,25 @@ export interface SessionBranchesResult {
   head: string;
 }
 
+/**
+ * ``session/didChange``: something about a subscribed session other than a node.
+ *
+ * ``change`` is ``head`` (HEAD moved), ``renamed``, ``deleted`` or ``summary`` (a
+ * compaction summary was written); ``origin`` as in ``NodeNotification``.
+ */
+export interface SessionChange {
+  sessionId: string;
+  change: "deleted" | "head" | "renamed" | "summary";
+  /** @default null */
+  head?: string | null;
+  /** @default null */
+  title?: string | null;
+  /** @default null */
+  nodeId?: string | null;
+  /** @default null */
+  origin?: string | null;
+}
+
 export interface SessionCheckoutParams {
   sessionId: string;
   nodeId: string;
@@ -777,6 +872,13 @@ export interface StablePrefix {
   previousRenderId?: string | null;
 }
 
+export interface SubscribeResult {
+  sessionId: string;
+  subscribed: boolean;
+  /** @default null */
+  head?: string | null;
+}
+
 export interface TokenCounts {
   total: number;
   perMessage: number[];
@@ -882,6 +984,10 @@ export interface Methods {
   "session/import": { params: ImportParams; result: ImportResult };
   /** Export a branch as a transcript. */
   "session/export": { params: ExportParams; result: ExportResult };
+  /** Hear every change of a session, from any client. */
+  "session/subscribe": { params: SessionRef; result: SubscribeResult };
+  /** Stop hearing a session's changes. */
+  "session/unsubscribe": { params: SessionRef; result: SubscribeResult };
   /** Append one node; HEAD moves only when it extends HEAD. */
   "node/append": { params: NodeAppendParams; result: NodeResult };
   /** Finish a running node (the only mutation). */
@@ -902,11 +1008,15 @@ export interface Methods {
   "search/query": { params: SearchParams; result: SearchResult };
   /** Copy every session of another database into this one (idempotent). */
   "database/migrate": { params: DatabaseMigrateParams; result: DatabaseMigrateResult };
+  /** The daemon: pid, uptime, socket, databases, clients. */
+  "daemon/status": { params: Empty; result: DaemonStatus };
+  /** Stop the daemon after in-flight writes finish. */
+  "daemon/stop": { params: Empty; result: DaemonStopResult };
 }
 
 /** Server → client requests (the client answers them): method name → params and result. */
 export interface ServerRequests {
-  /** Ask the client's model for a completion (summaries). */
+  /** Ask the client's model for a completion (summaries); only the client whose request needs it. */
   "sampling/createMessage": { params: CreateMessageParams; result: CreateMessageResult };
 }
 
@@ -914,10 +1024,14 @@ export interface ServerRequests {
 export interface Notifications {
   /** Work-done progress of a long request. */
   "$/progress": { params: ProgressParams };
+  /** The last frame of a connection that sent `$/dagctx/attach`: how it ended. */
+  "$/dagctx/closing": { params: ClosingParams };
   /** A node was appended. */
   "node/didAppend": { params: NodeNotification };
   /** A running node finished. */
   "node/didUpdate": { params: NodeNotification };
+  /** A subscribed session's HEAD moved, or it was renamed, deleted or summarized. */
+  "session/didChange": { params: SessionChange };
   /** The branch passed 70 % of the window. */
   "context/compactionRecommended": { params: CompactionRecommended };
   /** A log line for the client. */
@@ -928,10 +1042,12 @@ export interface Notifications {
 export interface ClientNotifications {
   /** The client got the initialize result. */
   "initialized": { params: Empty };
-  /** Exit: code 0 after shutdown, 1 without. */
+  /** Exit: code 0 after shutdown, 1 without (this connection only, when shared). */
   "exit": { params: Empty };
   /** Cancel a request in flight; it answers -32800. */
   "$/cancelRequest": { params: CancelParams };
+  /** Sent by the forwarder before the client's first message: the client's cwd and database. */
+  "$/dagctx/attach": { params: AttachParams };
 }
 
 export type MethodName = keyof Methods;
@@ -956,6 +1072,8 @@ export const METHOD_NAMES = [
   "session/nameBranch",
   "session/import",
   "session/export",
+  "session/subscribe",
+  "session/unsubscribe",
   "node/append",
   "node/update",
   "node/get",
@@ -966,6 +1084,8 @@ export const METHOD_NAMES = [
   "usage/report",
   "search/query",
   "database/migrate",
+  "daemon/status",
+  "daemon/stop",
 ] as const;
 
 /** Every server → client request. */
@@ -976,8 +1096,10 @@ export const SERVER_REQUEST_NAMES = [
 /** Every server → client notification. */
 export const NOTIFICATION_NAMES = [
   "$/progress",
+  "$/dagctx/closing",
   "node/didAppend",
   "node/didUpdate",
+  "session/didChange",
   "context/compactionRecommended",
   "window/logMessage",
 ] as const;
@@ -987,6 +1109,7 @@ export const CLIENT_NOTIFICATION_NAMES = [
   "initialized",
   "exit",
   "$/cancelRequest",
+  "$/dagctx/attach",
 ] as const;
 
 // ---------------------------------------------------------------- errors

@@ -92,6 +92,7 @@ from typing import Any
 
 import msgspec
 
+from dagctx.context.cancel import stop_if_cancelled
 from dagctx.ledger.graph import SessionGraph
 from dagctx.protocol.messages import AgingOptions
 from dagctx.protocol.nodes import Call
@@ -495,6 +496,8 @@ def plan_aging(
     results: list[tuple[int, Item, int]] = []  # (item index, item, mentions before it)
     seen: set[str] = set()
     for idx, it in enumerate(items):
+        if not idx & 1023:
+            stop_if_cancelled()
         if _is_result(it, graph):
             if it.node_id not in seen:
                 seen.add(it.node_id)
@@ -514,6 +517,7 @@ def plan_aging(
     limit = _cap_limit(policy, window)
 
     for k, (idx, it, before) in enumerate(results):
+        stop_if_cancelled()  # one result can cost a tokenization of a quarter window
         node = graph.nodes[it.node_id]
         if node.output is None or it.synthetic or it.status == "running":
             plan.decisions[node.id] = NO_RESULT

@@ -353,6 +353,20 @@ class TokenCounter:
             return estimate_tokens(text)
         return len(enc.encode_ordinary(text))
 
+    def count_values(self, value: Any, tokenizers: list[str]) -> dict[str, int]:
+        """``count_value`` for several tokenizers, serializing ``value`` once."""
+        if value is None:
+            return dict.fromkeys(tokenizers, 0)
+        if isinstance(value, str):
+            return {tok: self.count(value, tok) for tok in tokenizers}
+        images = 0
+        if isinstance(value, (dict, list)) and _has_image(value):
+            found = [0]
+            value = _without_images(value, found)
+            images = found[0]
+        text = msgspec.json.encode(value, enc_hook=_json_default).decode()
+        return {tok: self.count(text, tok) + images * IMAGE_TOKENS for tok in tokenizers}
+
     def count_value(self, value: Any, tokenizer: str) -> int:
         """Tokens in a node's input or output: a string as it is, None as 0, any other
         JSON value as its compact JSON text (``msgspec.json.encode``). Each image

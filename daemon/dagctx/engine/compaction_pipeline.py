@@ -15,7 +15,7 @@
 
 Any failure, timeout or cancellation writes nothing and says why.
 
-Architecture Invariant: the only write is the final ``store.append`` of the summary.
+Architecture Invariant: the only write is the final ``engine.write_node`` of the summary.
 """
 
 from __future__ import annotations
@@ -122,18 +122,22 @@ async def _compact(engine: EngineCore, p: c.CompactParams, started: float) -> c.
         )
 
     engine.peer.progress(token, {"kind": "begin", "title": "Compacting", "cancellable": True, "percentage": 0})
-    # 1. the fixed input view (the branch as the model sees it, aged)
-    aged, aging_stats = views.aging_for(sid, head, info)
-    before = views.render(sid, head=head, fmt="neutral", model=info.name, aged=aged, remember=False)
+    # 1. the fixed input view (the branch as the model sees it, aged), and 2. the cut:
+    # local work that can take seconds on a big branch, so it runs where the server
+    # runs heavy views (off its event loop, SPEC §1.4)
+    def prefix() -> tuple[Any, ...]:
+        aged, aging_stats = views.aging_for(sid, head, info)
+        before = views.render(sid, head=head, fmt="neutral", model=info.name, aged=aged, remember=False)
+        plan, why = compaction_plan.cut_decision(
+            before.view, graph, _item_tokens(engine, graph, tokenizer, aged), window=info.context_window,
+            keep_recent_tokens=p.keep_recent_tokens,
+        )
+        return aged, aging_stats, before, plan, why
+
+    aged, aging_stats, before, plan, why = await engine.offload(prefix)
     tokens_before = before.total  # the local estimate validation compares against
     # reported as context/render reports the same render (calibrated after a usage report)
     shown_before = views.calibrated(sid, info.name, tokens_before, before.record)[1]
-    view = before.view
-    # 2. the cut
-    plan, why = compaction_plan.cut_decision(
-        view, graph, _item_tokens(engine, graph, tokenizer, aged), window=info.context_window,
-        keep_recent_tokens=p.keep_recent_tokens,
-    )
     if plan is None:
         return done(True, why, shown_before, shown_before)
     # what must not change while the summarizer runs
@@ -166,15 +170,17 @@ async def _compact(engine: EngineCore, p: c.CompactParams, started: float) -> c.
                                          "percentage": int(i * 80 / len(stages))})
         text = summary_so_far
         # 4. validate against a candidate render with the summary applied
-        validation, node_input = _validate(engine, graph, plan, text, head, aged, info, tokens_before,
-                                           identifiers, max_chars, p.min_identifier_retention)
+        validation, node_input = await engine.offload(lambda: _validate(
+            engine, graph, plan, text, head, aged, info, tokens_before, identifiers, max_chars,
+            p.min_identifier_retention))
         if not validation.ok and validation.reason == compaction_plan.LOW_FIDELITY:
             system, messages = compaction_plan.summarizer_messages(plan, instructions=p.instructions, max_chars=max_chars)
             retry = compaction_plan.retry_messages(messages, validation.missing)
             sent.append(retry)
             text = await _sample(engine, p, system, retry, info)
-            validation, node_input = _validate(engine, graph, plan, text, head, aged, info, tokens_before,
-                                               identifiers, max_chars, p.min_identifier_retention)
+            validation, node_input = await engine.offload(lambda: _validate(
+                engine, graph, plan, text, head, aged, info, tokens_before, identifiers, max_chars,
+                p.min_identifier_retention))
         retention = validation.retention
         if not validation.ok:
             return done(False, validation.reason or "failed", shown_before, shown_before,
@@ -183,8 +189,8 @@ async def _compact(engine: EngineCore, p: c.CompactParams, started: float) -> c.
         if p.fallback != "structural":
             return done(False, "failed", shown_before, shown_before, error=err.message)
         text = compaction_plan.structural_summary(plan)
-        validation, node_input = _validate(engine, graph, plan, text, head, aged, info, tokens_before,
-                                           [], None, 0.0)
+        validation, node_input = await engine.offload(lambda: _validate(
+            engine, graph, plan, text, head, aged, info, tokens_before, [], None, 0.0))
         if not validation.ok:
             return done(False, validation.reason or "failed", shown_before, shown_before, error=_why(validation))
     except asyncio.CancelledError:
@@ -210,10 +216,13 @@ async def _compact(engine: EngineCore, p: c.CompactParams, started: float) -> c.
         metadata={**node_input["metadata"], "trigger": p.trigger, "identifierRetention": retention,
                   "agingManifest": aging_stats.get("manifest")},
     )
-    out = store.append(sid, node, move_head=False, token_counts=engine.count_node(None, node.output))
-    engine._observe("node/didAppend", sid, out.node, out.head)
-    aged_after, _ = views.aging_for(sid, head, info)
-    after = views.render(sid, head=head, fmt="neutral", model=info.name, aged=aged_after, remember=False)
+    out = engine.write_node(sid, node, move_head=False)
+
+    def after_render() -> Any:
+        aged_after, _ = views.aging_for(sid, head, info)
+        return views.render(sid, head=head, fmt="neutral", model=info.name, aged=aged_after, remember=False)
+
+    after = await engine.offload(after_render)
     return done(
         True, p.trigger, shown_before, views.calibrated(sid, info.name, after.total, after.record)[1],
         summary_id=out.node.id,

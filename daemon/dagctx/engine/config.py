@@ -51,4 +51,7 @@ class DaemonConfig:
     database: str | None = None
     max_frame_bytes: int = 64 * 1024 * 1024
     log_level: str = "WARNING"
+    #: True in the per-user daemon: the client's environment reaches it only through
+    #: the forwarder, so ``DAGCTX_DB`` of the daemon's own environment is ignored
+    shared: bool = False
     extra: dict[str, object] = field(default_factory=dict)

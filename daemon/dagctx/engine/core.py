@@ -1,8 +1,15 @@
-"""The engine: one object per connection that owns the store and the turn lifecycle.
+"""The engine: one object per connection, over the database it shares with others.
 
 Handlers call ``EngineCore`` methods named after protocol methods; the engine composes
 the ledger (records) and ``context`` (pure functions over records). It knows the
-client only as a ``Peer``.
+client only as a ``Peer``. What is per connection lives here (options, capabilities,
+models, aging policy, context engines, the peer); what every connection on the same
+database shares — the store, its caches, compaction cooldowns — lives in
+``EngineShared`` (``shared.py``).
+
+Every node-creating write goes through ``write_node`` (SPEC §1.5): it counts the
+node's tokens (serializing the payload once), appends, tells the connection and the
+subscribers, and runs the context engine's ``ingest`` hook.
 
 Architecture Invariant: no JSON-RPC and no SQL here.
 """
@@ -11,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import Any
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -20,7 +28,7 @@ from dagctx.protocol.version import __version__
 from dagctx.context.aging import AgingPolicy
 from dagctx.context.models import ModelTable
 from dagctx.context.tokens import CL100K, ESTIMATE, O200K, TokenCounter, default_counter
-from dagctx.ledger import Store, spill_output
+from dagctx.ledger import AppendOutcome, Store, is_postgres_url, spill_output
 from dagctx.protocol import context_messages as c
 from dagctx.protocol import messages as m
 from dagctx.protocol.errors import DagctxError
@@ -33,21 +41,44 @@ from . import compaction_pipeline, exports, imports, ledger_ops, migration, turn
 from .config import SEARCH_CAPABILITY, DaemonConfig, default_database, env_database, redact_database
 from .lifecycle import EngineRegistry
 from .peer import NullPeer, Peer
+from .shared import EngineShared, OpenDatabase
 from .views import ContextService
 
 log = logging.getLogger("dagctx.engine")
+
+T = TypeVar("T")
 
 
 #: Payloads larger than this are tokenized in a worker thread, off the event loop.
 BIG_PAYLOAD_CHARS = 200_000
 
 
+def _no_change(session_id: str, written: frozenset[str]) -> None:
+    return None
+
+
 class EngineCore:
-    def __init__(self, config: DaemonConfig | None = None, peer: Peer | None = None) -> None:
+    def __init__(self, config: DaemonConfig | None = None, peer: Peer | None = None,
+                 shared: EngineShared | None = None) -> None:
         self.config = config or DaemonConfig()
         self.peer: Peer = peer or NullPeer()
+        self._owns_shared = shared is None
+        self.shared = shared or EngineShared()
+        self.db: OpenDatabase | None = None
         self._store: Store | None = None
+        #: what the client's process would have used (the forwarder's ``$/dagctx/attach``)
+        self.client_database: str | None = None
+        #: the client's working directory, when it differs from the daemon's (forwarded)
+        self.client_cwd: str | None = None
+        #: called after every write with the session and the ids of nodes written
+        #: (the server tells subscribers); a no-op in-process
+        self.on_change: Callable[[str, frozenset[str]], None] = _no_change
+        #: runs heavy local work of async operations (compaction's planning, an import's
+        #: write) where the server runs heavy views — off its event loop; None: inline
+        self.heavy_runner: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None
         self.options = m.InitializationOptions()
+        #: this connection's id, named as ``origin`` in notifications
+        self.connection_id: str | None = None
         self.client_capabilities: dict[str, Any] = {}
         self.counter: TokenCounter = default_counter()
         self.models = ModelTable(counter=self.counter)
@@ -69,7 +100,7 @@ class EngineCore:
         self.options = p.initialization_options or m.InitializationOptions()
         self.client_capabilities = p.capabilities
         if self.options.config_file:
-            self.models = self.models.load_config_file(self.options.config_file)
+            self.models = self.models.load_config_file(self.client_path(self.options.config_file))
         if self.options.models:
             self.models = self.models.with_overrides(self.options.models)
         if self.options.aging is not None:
@@ -78,13 +109,23 @@ class EngineCore:
             except (TypeError, ValueError) as exc:
                 raise DagctxError("InvalidParams", f"initializationOptions.aging is invalid: {exc}",
                                   path="initializationOptions.aging") from exc
-        explicit = self.options.database or self.config.database or env_database()
-        name = explicit or default_database()
+        # The shared daemon's environment is not the client's: there the forwarder says
+        # which database the client named (SPEC §1.3), and the daemon's own DAGCTX_DB
+        # is never consulted.
+        env = None if self.config.shared else env_database()
+        explicit = self.options.database or self.client_database or self.config.database or env
+        if explicit and explicit != ":memory:" and not is_postgres_url(explicit):
+            name = self.client_path(explicit)
+        else:
+            name = explicit or default_database()
         try:
             # SPEC §2.1: a postgresql:// URL is a server, anything else a SQLite file. Only the
             # default location is created; a path the user named must be in a folder that
             # exists (a typo must not create directories anywhere).
-            self._store = Store(name, create_parent=not explicit)
+            self.db = self.shared.acquire(name, create_parent=not explicit)
+            self._store = self.db.store
+            self.views.use_caches(self.db.caches)
+            self.compaction_state = self.db.compaction
         except DagctxError:
             raise  # the backend's own words: a bad URL, a server down, a missing file
         except Exception as exc:  # a bad path must be a clear error, not a dead daemon
@@ -104,16 +145,37 @@ class EngineCore:
                           "storage": self._store.kind},
         )
 
+    async def offload(self, fn: Callable[[], T]) -> T:
+        """``fn()``, run by ``heavy_runner`` when the server set one (SPEC §1.4)."""
+        if self.heavy_runner is None:
+            return fn()
+        return await self.heavy_runner(fn)
+
+    def client_path(self, path: str) -> str:
+        """A path the client named, as the client meant it: ``~`` expanded, and relative to
+        the client's working directory (the shared daemon's own is ``/``)."""
+        path = os.path.expanduser(path)
+        if self.client_cwd and not os.path.isabs(path):
+            path = os.path.join(self.client_cwd, path)
+        return path
+
     def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
+        if self.db is not None:
+            self.shared.release(self.db)
+            self.db = None
             self._store = None
+        if self._owns_shared:
+            self.shared.close_all()
 
     # ------------------------------------------------------------ ledger writes
 
+    #: sessions this connection subscribed to (the server hears of them there instead)
+    subscribed: frozenset[str] | set[str] = frozenset()
+
     def _observe(self, method: str, session_id: str, node: Any, head: str) -> None:
-        if self.options.observe_nodes:
-            self.peer.notify(method, m.NodeNotification(session_id=session_id, node=node, head=head))
+        if self.options.observe_nodes and session_id not in self.subscribed:
+            self.peer.notify(method, m.NodeNotification(session_id=session_id, node=node, head=head,
+                                                        origin=self.connection_id))
         if method == "node/didAppend":
             self.lifecycle("ingest", session_id, node)
 
@@ -135,23 +197,57 @@ class EngineCore:
         return toks
 
     def count_node(self, input: Any, output: Any) -> dict[str, tuple[int, int]]:
+        """Tokens of what the store will keep, for every tokenizer; each value is
+        serialized once for all of them."""
         stored, _ = spill_output(output, self.store.spill)
-        cv = self.counter.count_value
-        return {tok: (cv(input, tok), cv(stored, tok)) for tok in self.tokenizers()}
+        toks = self.tokenizers()
+        ins = self.counter.count_values(input, toks)
+        outs = self.counter.count_values(stored, toks)
+        return {tok: (ins[tok], outs[tok]) for tok in toks}
 
-    def _payload_size(self, *values: Any) -> int:
-        size = 0
-        for v in values:
+    @staticmethod
+    def _payload_is_big(*values: Any) -> bool:
+        """Whether counting should leave the event loop: string lengths, and for JSON
+        values a walk that stops as soon as the sum passes the limit (no encoding)."""
+        budget = BIG_PAYLOAD_CHARS
+        stack = list(values)
+        while stack:
+            v = stack.pop()
             if isinstance(v, str):
-                size += len(v)
+                budget -= len(v)
+            elif isinstance(v, dict):
+                budget -= len(v)
+                stack.extend(v.keys())
+                stack.extend(v.values())
+            elif isinstance(v, list):
+                budget -= len(v)
+                stack.extend(v)
             elif v is not None:
-                size += len(msgspec.json.encode(v))
-        return size
+                budget -= 8
+            if budget < 0:
+                return True
+        return False
+
+    def write_node(self, session_id: str, node: Any, *, move_head: bool | None = None,
+                   counts: dict[str, tuple[int, int]] | None = None) -> AppendOutcome:
+        """The one write path for a new node: count, append, announce, ingest."""
+        if counts is None:
+            counts = self.count_node(node.input, node.output)
+        out = self.store.append(session_id, node, move_head=move_head, token_counts=counts)
+        self.announce(session_id, [out.node], out.head)
+        return out
+
+    def announce(self, session_id: str, nodes: list[Any], head: str) -> None:
+        """Nodes were written (by ``write_node`` or in bulk by an import): tell this
+        connection (``observeNodes``), the subscribers, and the context engine."""
+        for node in nodes:
+            self._observe("node/didAppend", session_id, node, head)
+        self.on_change(session_id, frozenset(n.id for n in nodes))
 
     def node_append(self, p: m.NodeAppendParams) -> Any:
-        if self._payload_size(p.node.input, p.node.output) > BIG_PAYLOAD_CHARS:
+        if self._payload_is_big(p.node.input, p.node.output):
             return self._node_append_off_loop(p)
-        return self._node_append(p, self.count_node(p.node.input, p.node.output))
+        return self._node_append(p, None)
 
     async def _node_append_off_loop(self, p: m.NodeAppendParams) -> m.NodeResult:
         counts = await asyncio.to_thread(self.count_node, p.node.input, p.node.output)
@@ -167,8 +263,7 @@ class EngineCore:
             meta = dict(node.metadata)
             meta.setdefault("renderManifest", rec.manifest)
             node = msgspec.structs.replace(node, reads=node.reads or list(rec.reads), metadata=meta)
-        out = self.store.append(p.session_id, node, move_head=p.move_head, token_counts=counts)
-        self._observe("node/didAppend", p.session_id, out.node, out.head)
+        out = self.write_node(p.session_id, node, move_head=p.move_head, counts=counts)
         return m.NodeResult(node=out.node, head=out.head)
 
     def node_update(self, p: m.NodeUpdateParams) -> m.NodeResult:
@@ -180,11 +275,12 @@ class EngineCore:
             p.session_id, p.node_id, status=p.status, output=p.output, metadata=p.metadata, token_counts=counts
         )
         self._observe("node/didUpdate", p.session_id, out.node, out.head)
+        self.on_change(p.session_id, frozenset((out.node.id,)))
         return m.NodeResult(node=out.node, head=out.head)
 
     def session_spawn(self, p: m.SessionSpawnParams) -> m.SessionSpawnResult:
         res = ledger_ops.session_spawn(self.store, p)
-        self._observe("node/didAppend", p.session_id, res.node, res.head)
+        self.announce(p.session_id, [res.node], res.head)
         return res
 
     # ------------------------------------------------------------ context methods

@@ -116,7 +116,7 @@ async def session_export(engine: EngineCore, p: c.ExportParams) -> c.ExportResul
         count = len(r.messages)
     if p.path is None:
         return c.ExportResult(format=p.format, lines=count, content=text)
-    path = os.path.abspath(os.path.expanduser(p.path))
+    path = os.path.abspath(engine.client_path(p.path))
     await asyncio.to_thread(_write_atomic, path, text)
     return c.ExportResult(format=p.format, lines=count, path=path)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -32,7 +32,7 @@ def _counts(engine: EngineCore, t: Transcript) -> dict[str, dict[str, tuple[int,
 
 
 async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResult:
-    path = os.path.expanduser(p.path)
+    path = engine.client_path(p.path)
     if not os.path.exists(path):
         raise DagctxError("InvalidParams", f"no file or folder at {p.path!r}", path="path")
     errors: list[tuple[str, str]] = []
@@ -59,17 +59,26 @@ async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResul
             )
             for nid, u in t.usage.items()
         ]
-        info, created = engine.store.import_session(
-            source_key=f"{t.format}:{t.source_key}",
-            title=p.title or t.title,
-            nodes=t.nodes,
-            head=t.head,
-            metadata={"importedFrom": t.format, "source": path},
-            token_counts=counts,
-            usage=usage,
-        )
-        if created:
-            engine.lifecycle("session_start", info.session_id)
+
+        def write(t: Transcript = t, counts: dict = counts, usage: list = usage) -> tuple[Any, bool]:
+            info, created = engine.store.import_session(
+                source_key=f"{t.format}:{t.source_key}",
+                title=p.title or t.title,
+                nodes=t.nodes,
+                head=t.head,
+                metadata={"importedFrom": t.format, "source": path},
+                token_counts=counts,
+                usage=usage,
+            )
+            if created:
+                engine.lifecycle("session_start", info.session_id)
+                # the same announcement and ingest hook as every other write (SPEC §1.5)
+                written = [n for n in engine.store.graph(info.session_id).by_seq if n.id != info.root_id]
+                engine.announce(info.session_id, written, info.head)
+            return info, created
+
+        # one transaction per transcript, off the event loop (SPEC §1.4)
+        info, created = await engine.offload(write)
         sessions.append(
             c.ImportedSession(
                 session_id=info.session_id,

@@ -22,6 +22,7 @@ import msgspec
 
 from dagctx.context import aging
 from dagctx.context import budget as budget_mod
+from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context.formats import to_messages
 from dagctx.context.models import ModelInfo
 from dagctx.context.render import RENDER_POLICY_VERSION, View, render_view
@@ -33,12 +34,16 @@ from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import SYSTEM_PROMPT_NAME, Call, NodeInput
 
+from .shared import ViewCaches
 from .render_cache import CachedAging, CachedRender, Snapshot, join_views, still_valid_prefix
 
 if TYPE_CHECKING:
     from .core import EngineCore
 
 RECENT_RENDERS = 512
+#: texts at least this long have their token counts remembered (``count_text``)
+LONG_TEXT = 2_000
+TEXTS_REMEMBERED = 2_048
 RENDERS_PER_SESSION = 8
 SESSIONS_REMEMBERED = 64
 
@@ -80,16 +85,36 @@ class Rendering:
 
 
 class ContextService:
-    def __init__(self, engine: EngineCore) -> None:
+    def __init__(self, engine: EngineCore, caches: ViewCaches | None = None) -> None:
         self.e = engine
-        self._renders: OrderedDict[str, RenderRecord] = OrderedDict()
-        self._by_session: dict[str, deque[RenderRecord]] = {}
-        self._tokens: dict[tuple[str, str], dict[str, tuple[int, int]]] = {}
-        self._cache: dict[tuple[Any, ...], CachedRender] = {}
-        self._updates_seen: dict[tuple[str, str], int] = {}
-        self._aging_cache: dict[tuple[Any, ...], CachedAging] = {}
+        self.use_caches(caches or ViewCaches())
         #: incremental renders served from the cache (observability and tests)
         self.cache_hits = 0
+
+    def count_text(self, text: str, tokenizer: str) -> int:
+        """Tokens of a derived text (an aged replacement), counted once: aging counts a
+        capped result while cutting it, again as its replacement and the render counts
+        it a third time — each a full tokenization of up to a quarter of the window."""
+        if len(text) < LONG_TEXT:
+            return self.e.counter.count(text, tokenizer)
+        key = (tokenizer, text)
+        n = self._text_tokens.get(key)
+        if n is None:
+            n = self.e.counter.count(text, tokenizer)
+            self._text_tokens[key] = n
+            while len(self._text_tokens) > TEXTS_REMEMBERED:
+                self._text_tokens.popitem(last=False)
+        return n
+
+    def use_caches(self, caches: ViewCaches) -> None:
+        """Share the caches of the connection's database with every other connection on it."""
+        self._renders: OrderedDict[str, RenderRecord] = caches.renders
+        self._by_session: dict[str, deque[RenderRecord]] = caches.by_session
+        self._tokens: dict[tuple[str, str], dict[str, tuple[int, int]]] = caches.tokens
+        self._cache: dict[tuple[Any, ...], CachedRender] = caches.prefixes
+        self._updates_seen: dict[tuple[str, str], int] = caches.updates_seen
+        self._aging_cache: dict[tuple[Any, ...], CachedAging] = caches.aging
+        self._text_tokens: OrderedDict[tuple[str, str], int] = caches.texts
 
     # ------------------------------------------------------------ tokens
 
@@ -135,7 +160,7 @@ class ContextService:
             if assistant:
                 return tin
             if node_id in aged:
-                return self.e.counter.count(aged[node_id], tokenizer)
+                return self.count_text(aged[node_id], tokenizer)
             return tout
         if node.role == "llm" and not assistant and graph.is_nested(node):
             return tin  # an inner llm call's prompt, shown as a user message
@@ -236,11 +261,13 @@ class ContextService:
                 before_seq=before_seq,
                 exclude_summaries=exclude_summaries,
             )
+            stop_if_cancelled()
             synthetic = None
             if checkpoint is not None:
                 view = apply_checkpoint(view, graph, checkpoint)
                 synthetic = {checkpoint.id: checkpoint.text}
             rendered = to_messages(view, fmt, include_system=include_system)  # type: ignore[arg-type]
+            stop_if_cancelled()
             system, messages, node_ids = rendered
             repairs = list(rendered.repairs)
             per_message = self.count_messages(graph, messages, node_ids, tokenizer, aged_map, synthetic)
@@ -504,7 +531,6 @@ class ContextService:
         graph = self.e.store.graph(session_id)
         tokenizer = model.tokenizer or self.e.counter.tokenizer_for(model.name)
         cache = self.node_tokens(graph, tokenizer)
-        counter = self.e.counter
         key = (session_id, tokenizer, model.context_window, policy)
         reuse = self._reuse_aging(graph, head, key, policy, model, cache)
         if reuse is not None:
@@ -516,17 +542,18 @@ class ContextService:
         def token_of(node_id: str) -> int:
             return self.counts_of(graph, node_id, tokenizer, cache)[1]
 
+        stop_if_cancelled()
         boundary = aging.boundary_after_commit(view, graph, policy)
         now = _turn_start(graph, view, policy.turn_unit)
         plan = (ager or aging.plan_aging)(
             view, graph, now=now, boundary_seq=boundary or None, policy=policy, token_of=token_of,
-            window=model.context_window, count=lambda t: counter.count(t, tokenizer),
+            window=model.context_window, count=lambda t: self.count_text(t, tokenizer),
         )
         long = aging.long_turn_cap(graph, head, policy) if ager is None else None
         long_manifest = None
         if long is not None:
             long_manifest = self._age_long_turn(graph, view, plan, policy, long, model, token_of,
-                                                lambda t: counter.count(t, tokenizer))
+                                                lambda t: self.count_text(t, tokenizer))
         stats: dict[str, Any] = dict(plan.stats.as_dict())
         stats["manifest"] = plan.manifest()
         stats["longTurnCap"] = long[1] if long is not None else None
@@ -611,7 +638,7 @@ class ContextService:
                 break
         if newest is not None and newest.metadata.get("hash") == assembled.hash:
             return assembled.text, newest.id, list(assembled.notes)
-        out = self.e.store.append(
+        out = self.e.write_node(
             session_id,
             NodeInput(
                 role="code",
@@ -624,7 +651,6 @@ class ContextService:
                     "sections": [msgspec.to_builtins(s) for s in assembled.sections],
                 },
             ),
-            token_counts=self.e.count_node(None, assembled.text),
         )
         return assembled.text, out.node.id, list(assembled.notes)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -97,6 +98,11 @@ class Store:
         self._graph_born: dict[str, float] = {}
         self._enc = msgspec.msgpack.Encoder()
         self._dec = msgspec.msgpack.Decoder(Call)
+        #: Held for a whole write transaction and while a cached graph is brought up to
+        #: date: a render in the daemon's worker thread and a write on its event loop
+        #: share this store (and, on SQLite, its one connection), and a refresh must never
+        #: see half a transaction.
+        self.lock = threading.RLock()
 
     @property
     def kind(self) -> str:
@@ -112,18 +118,20 @@ class Store:
         """One write transaction of one session; any failure (COMMIT's included) rolls
         back and drops the session's cached graph, so the cache never holds a node the
         database does not (the next read rebuilds it from what was committed)."""
-        try:
-            with self.backend.transaction(session_id):
-                yield
-        except BaseException:
-            self._graphs.pop(session_id, None)
-            self._graph_born.pop(session_id, None)
-            raise
+        with self.lock:
+            try:
+                with self.backend.transaction(session_id):
+                    yield
+            except BaseException:
+                self._graphs.pop(session_id, None)
+                self._graph_born.pop(session_id, None)
+                raise
 
     # ------------------------------------------------------------ sessions
 
     def _session_row(self, session_id: str, *, lock: bool = False) -> SessionRow:
-        row = self.backend.session(session_id, lock=lock)
+        with self.lock:
+            row = self.backend.session(session_id, lock=lock)
         if row is None:
             self._graphs.pop(session_id, None)
             raise DagctxError(
@@ -222,7 +230,8 @@ class Store:
         return self.get_session(sid), True
 
     def find_by_source(self, source_key: str) -> SessionInfo | None:
-        row = self.backend.session_by_source(source_key)
+        with self.lock:
+            row = self.backend.session_by_source(source_key)
         return None if row is None else self._info(row)
 
     def get_session(self, session_id: str) -> SessionInfo:
@@ -230,7 +239,8 @@ class Store:
 
     def list_sessions(self, limit: int = 100, offset: int = 0) -> tuple[list[SessionInfo], int]:
         rules.check_list_window(limit, offset)
-        rows, total = self.backend.sessions(limit, offset)
+        with self.lock:
+            rows, total = self.backend.sessions(limit, offset)
         return [self._info(r) for r in rows], total
 
     def rename_session(self, session_id: str, title: str) -> SessionInfo:
@@ -253,9 +263,14 @@ class Store:
 
     def graph(self, session_id: str) -> SessionGraph:
         """The session's graph, brought up to date with every committed write."""
-        return self._refresh(self._session_row(session_id))
+        with self.lock:
+            return self._refresh(self._session_row(session_id))
 
     def _refresh(self, row: SessionRow) -> SessionGraph:
+        with self.lock:
+            return self._refresh_locked(row)
+
+    def _refresh_locked(self, row: SessionRow) -> SessionGraph:
         g = self._graphs.get(row.id)
         if (
             g is None
@@ -287,7 +302,8 @@ class Store:
         self._graph_born.pop(session_id, None)
 
     def head(self, session_id: str) -> str:
-        return self._session_row(session_id).head
+        with self.lock:
+            return self._session_row(session_id).head
 
     def _locked(self, session_id: str) -> tuple[SessionRow, SessionGraph]:
         """Inside a write: the latest committed row (locked) and the graph it names."""
@@ -520,14 +536,16 @@ class Store:
     # ------------------------------------------------------------ reads
 
     def history(self, session_id: str, head: str | None = None) -> tuple[list[Call], str]:
-        row = self._session_row(session_id)
-        g = self._refresh(row)
+        with self.lock:
+            row = self._session_row(session_id)
+            g = self._refresh(row)
         h = row.head if head is None else (rules.resolve(row.root_id, head) or head)
         return g.chain(h), h
 
     def branches(self, session_id: str) -> tuple[list[BranchInfo], str]:
-        row = self._session_row(session_id)
-        g = self._refresh(row)
+        with self.lock:
+            row = self._session_row(session_id)
+            g = self._refresh(row)
         names: dict[str, str] = row.metadata.get("_branches", {})
         main = g.main_tip()
         out = []
@@ -550,8 +568,9 @@ class Store:
     def get_nodes(
         self, session_id: str, ids: Sequence[str], *, offset: int = 0, length: int | None = None, ranged: bool = False
     ) -> list[Call]:
-        row = self._session_row(session_id)
-        g = self._refresh(row)
+        with self.lock:
+            row = self._session_row(session_id)
+            g = self._refresh(row)
         out = []
         for node in rules.known(g, ids):
             if ranged:
@@ -567,7 +586,8 @@ class Store:
         """The whole output of a node, reading the spilled blob when there is one."""
         if "spill" not in node.metadata:
             return node.output
-        got = self.backend.blob(session_id, node.id, "output")
+        with self.lock:
+            got = self.backend.blob(session_id, node.id, "output")
         return node.output if got is None else got
 
     # ------------------------------------------------------------ search
@@ -584,7 +604,8 @@ class Store:
         rules.check_search(query, limit)
         if session_id is not None:
             self._session_row(session_id)
-        rows = self.backend.search(query, session_id=session_id, roles=roles, limit=limit)
+        with self.lock:
+            rows = self.backend.search(query, session_id=session_id, roles=roles, limit=limit)
         terms = fts.query_terms(query)
         return [
             SearchHit(
@@ -604,7 +625,9 @@ class Store:
     def token_counts(self, session_id: str, tokenizer: str) -> dict[str, tuple[int, int]]:
         """Stored (input, output) token counts of every node for one tokenizer."""
         out: dict[str, tuple[int, int]] = {}
-        for nid, blob in self.backend.token_rows(session_id):
+        with self.lock:
+            rows = list(self.backend.token_rows(session_id))
+        for nid, blob in rows:
             got = decode_meta(blob).get(tokenizer)
             if got is not None:
                 out[nid] = (got[0], got[1])
@@ -623,18 +646,20 @@ class Store:
         """Cached request summaries by key: ``key → (text, input tokens, output tokens)``."""
         if not keys:
             return {}
-        return self.backend.reduction_summaries(list(dict.fromkeys(keys)))
+        with self.lock:
+            return self.backend.reduction_summaries(list(dict.fromkeys(keys)))
 
     def put_reduction_summaries(self, rows: Sequence[tuple[str, str, str, int, int]]) -> None:
         """Keep request summaries ``(key, kind, text, input tokens, output tokens)``, one
         transaction (idempotent: the same key always holds the same meaning)."""
         if not rows:
             return
-        with self.backend.transaction(_DERIVED):
+        with self.lock, self.backend.transaction(_DERIVED):
             self.backend.put_reduction_summaries(rows, time.time())
 
     def usage(self, session_id: str) -> list[UsageRow]:
-        return self.backend.usage_rows(session_id)
+        with self.lock:
+            return self.backend.usage_rows(session_id)
 
 
 def spill_output(output: Any, policy: SpillPolicy) -> tuple[Any, dict[str, Any] | None]:

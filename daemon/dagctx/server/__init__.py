@@ -1,7 +1,13 @@
-"""The stdio JSON-RPC server (pygls + msgspec). Only this package knows JSON-RPC.
+"""The JSON-RPC server (pygls + msgspec). Only this package knows JSON-RPC.
 
-``run_stdio`` is the daemon's entry point for the command line: the CLI names this
-package and nothing below it, so it never reaches the engine or the ledger itself.
+Three entry points for the command line, each importing only what it runs: the CLI
+names this package and nothing below it, so it never reaches the engine or the ledger
+itself.
+
+* ``run_forwarder`` — ``dagctx serve``: relay stdio to the per-user daemon (SPEC §1.3);
+  imports nothing heavy.
+* ``run_daemon`` — ``dagctx daemon run``: the per-user daemon on its Unix socket.
+* ``run_stdio`` — ``dagctx serve --standalone``: one client on stdio, in-process.
 """
 
 from __future__ import annotations
@@ -14,3 +20,19 @@ def run_stdio(*, database: str | None, max_frame_bytes: int, log_level: str) -> 
     from .jsonrpc_server import serve
 
     return serve(DaemonConfig(database=database, max_frame_bytes=max_frame_bytes, log_level=log_level))
+
+
+def run_forwarder(*, database: str | None, max_frame_bytes: int | None = None) -> int:
+    """Relay stdio to the per-user daemon, starting it when needed; the exit code."""
+    from .forward import run_forwarder as forward
+
+    return forward(database, max_frame_bytes)
+
+
+def run_daemon(*, socket_path: str, idle_timeout: float | None, max_queue_bytes: int | None,
+               log_path: str | None) -> int:
+    """Serve every client of this user on ``socket_path``; the exit code."""
+    from .unix_daemon import MAX_QUEUE_BYTES, run_daemon as run
+
+    return run(socket_path, idle_timeout=idle_timeout, max_queue_bytes=max_queue_bytes or MAX_QUEUE_BYTES,
+               log_path=log_path)

@@ -15,6 +15,14 @@ with a subprocess test:
   validation failure is -32602 naming the field path;
 * stdin is read by an asyncio pipe protocol, not a thread hop per read.
 
+One ``DagctxProtocol`` is one connection: standalone it is the process's stdio; in
+the per-user daemon (``unix_daemon``) every accepted socket gets its own, with its own
+lifecycle, capabilities, request ids, cancellation and progress (SPEC §1.4), over the
+``Hub`` they share. Requests are dispatched from the method table
+(``dagctx.protocol.methods``): whether a request runs in the background, in the
+worker thread (``offload``), and whether it writes (subscribers hear of it) is read
+there, never listed here.
+
 Architecture Invariant: only this package knows JSON-RPC. Handlers translate and
 delegate to the engine in one line each.
 """
@@ -22,10 +30,12 @@ delegate to the engine in one line each.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import logging
 import re
 import sys
+import time
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -35,14 +45,18 @@ from pygls.io_ import StdoutWriter
 from pygls.protocol import JsonRPCProtocol
 from pygls.server import JsonRPCServer
 
+from dagctx.context.cancel import CURRENT as CURRENT_CANCEL
+from dagctx.context.cancel import CancelToken
 from dagctx.engine.config import DaemonConfig
 from dagctx.engine.core import EngineCore
 from dagctx.protocol import codec
+from dagctx.protocol import messages as m
 from dagctx.protocol.errors import INTERNAL_ERROR, DagctxError, ErrorData, ResponseError
-from dagctx.protocol.methods import METHODS
+from dagctx.protocol.methods import METHODS, PRE_INITIALIZE
 from dagctx.protocol.messages import InitializeParams, LogMessageParams
 
 from .framing import Body, FrameParser
+from .hub import Hub
 
 log = logging.getLogger("dagctx.server")
 
@@ -50,9 +64,13 @@ _PATH_RE = re.compile(r"at `\$\.?([^`]*)`")
 _MISSING_RE = re.compile(r"missing required field `([^`]+)`")
 
 
-#: Long-running methods that do their own consistency checks and must not hold back
-#: the requests behind them (everything else is answered in arrival order).
-BACKGROUND_METHODS = frozenset({"context/compact", "session/import", "context/prepare"})
+#: Methods that must not hold back the requests behind them (everything else is answered
+#: in arrival order): read off the method table, declared there once.
+BACKGROUND_METHODS = frozenset(name for name, spec in METHODS.items() if spec.background)
+
+#: The last frame of a forwarded connection: the forwarder swallows it and exits with
+#: ``code`` (SPEC §1.3); a stream that ends without it means the daemon died.
+CLOSING = "$/dagctx/closing"
 
 
 class DagctxProtocol(JsonRPCProtocol):
@@ -61,11 +79,29 @@ class DagctxProtocol(JsonRPCProtocol):
     def __init__(self, server: JsonRPCServer, converter: cattrs.Converter) -> None:
         super().__init__(server, converter)
         self.config: DaemonConfig = getattr(server, "dagctx_config", None) or DaemonConfig()
+        self.hub: Hub = getattr(server, "dagctx_hub", None) or Hub()
         self.parser = FrameParser(self.config.max_frame_bytes)
-        self.engine = EngineCore(self.config, peer=self)
+        self.engine = EngineCore(self.config, peer=self, shared=self.hub.shared)
+        self.connection_id = self.hub.register(self)
+        self.engine.connection_id = self.connection_id
+        self.engine.on_change = self._changed
+        self.engine.heavy_runner = self._run_heavy
+        self.engine.subscribed = set()
+        self.connected_at = time.time()
+        self.attach: m.AttachParams | None = None
+        self.client_info: m.ClientInfo | None = None
+        self.client_pid: int | None = None
         self.handlers: dict[str, Callable[[Any], Any]] = self.engine.handlers()
         self.handlers["initialize"] = self._on_initialize
         self.handlers["shutdown"] = self._on_shutdown
+        self.handlers["session/subscribe"] = self._on_subscribe
+        self.handlers["session/unsubscribe"] = self._on_unsubscribe
+        self.handlers["daemon/status"] = lambda p: self.hub.status()
+        self.handlers["daemon/stop"] = self._on_stop
+        #: called once when the connection ends (exit, EOF, a dead client): the code
+        self.on_finish: Callable[[int], None] | None = None
+        self._cancel_tokens: dict[Any, CancelToken] = {}
+        self._reads_in_flight: set[asyncio.Future[Any]] = set()
         self.initialized = False
         self.shutting_down = False
         self.exit_code: int | None = None
@@ -110,12 +146,19 @@ class DagctxProtocol(JsonRPCProtocol):
     # ------------------------------------------------------------ output
 
     def _write(self, message: Any) -> None:
-        if self.writer is None:
+        if not self.hub.on_loop():  # a view in the worker thread notifies
+            self.hub.call_on_loop(self._write, message)
+            return
+        self.write_bytes(codec.encode_message(message))
+
+    def write_bytes(self, data: bytes) -> None:
+        """Queue one framed message for the client (on the event loop)."""
+        if self.writer is None or self.exit_code is not None:
             return
         try:
-            self.writer.write(codec.encode_message(message))
+            self.writer.write(data)
         except (BrokenPipeError, ValueError, OSError):
-            log.warning("the client's end of stdout is gone; stopping")
+            log.warning("connection %s: the client's end is gone; closing it", self.connection_id)
             self._finish(0 if self.shutting_down else 1)
 
     def _error(self, msg_id: Any, err: DagctxError) -> None:
@@ -190,15 +233,27 @@ class DagctxProtocol(JsonRPCProtocol):
             except msgspec.ValidationError:
                 return
             fut = self._request_futures.get(p.id)
+            token = self._cancel_tokens.get(p.id)
+            if token is not None:
+                token.cancel()  # a view in the worker stops at its next checkpoint
             if fut is not None:
                 fut.cancel()
+        elif method == "$/dagctx/attach":
+            try:
+                self.attach = codec.decode_params(METHODS[method].params, raw)
+            except msgspec.ValidationError:
+                return
+            self.engine.client_database = self.attach.database
+            self.engine.client_cwd = self.attach.cwd
+            if self.attach.max_frame_bytes and self.attach.max_frame_bytes > 0:
+                self.parser.max_frame_bytes = self.attach.max_frame_bytes
         elif method == "initialized" or method.startswith("$/"):
             return
         else:
             log.warning("ignoring notification %r", method)
 
     def _handle_request(self, msg_id: Any, method: str, raw: Any) -> None:
-        if not self.initialized and method != "initialize":
+        if not self.initialized and method not in PRE_INITIALIZE:
             self._error(
                 msg_id,
                 DagctxError("ServerNotInitialized", f"{method} before initialize: send initialize first"),
@@ -235,10 +290,17 @@ class DagctxProtocol(JsonRPCProtocol):
                 DagctxError("InvalidParams", f"invalid params for {method}: {text}", path=path),
             )
             return
+        if spec.offload:
+            self._offload(msg_id, method, handler, params)
+            return
         tail = self._ordered_tail
-        if tail is not None and not tail.done():
+        waits = [tail] if tail is not None and not tail.done() else []
+        if spec.writes and self._reads_in_flight:
+            # A write never overtakes a read this connection sent before it.
+            waits.extend(self._reads_in_flight)
+        if waits:
             # An earlier request is still working off the loop: keep request order.
-            task = asyncio.ensure_future(self._after(tail, handler, params))
+            task = asyncio.ensure_future(self._after(waits, handler, params))
             self._track(msg_id, method, task)
             return
         try:
@@ -250,32 +312,82 @@ class DagctxProtocol(JsonRPCProtocol):
             self._internal_error(msg_id, method, exc)
             return
         if asyncio.iscoroutine(result):
-            self._track(msg_id, method, asyncio.ensure_future(result))
+            self._track(msg_id, method, asyncio.ensure_future(result), params)
         else:
+            self._wrote(method, params)
             self._respond(msg_id, result)
 
-    def _track(self, msg_id: Any, method: str, task: asyncio.Future[Any]) -> None:
+    def _offload(self, msg_id: Any, method: str, handler: Callable[[Any], Any], params: Any) -> None:
+        """Run a heavy view in the hub's worker thread; the loop keeps answering."""
+        token = CancelToken()
+        self._cancel_tokens[msg_id] = token
+        ctx = contextvars.copy_context()
+        ctx.run(CURRENT_CANCEL.set, token)
+        loop = asyncio.get_running_loop()
+        waits = [self._ordered_tail] if self._ordered_tail is not None and not self._ordered_tail.done() else []
+
+        async def run() -> Any:
+            if waits:
+                await asyncio.wait(waits)  # it still follows the writes sent before it
+            result = await loop.run_in_executor(self.hub.worker, ctx.run, handler, params)
+            if asyncio.iscoroutine(result):  # prepare's auto-compaction talks to the client
+                result = await result
+            return result
+
+        task = asyncio.ensure_future(run())
+        self._reads_in_flight.add(task)
+        task.add_done_callback(self._reads_in_flight.discard)
+        task.add_done_callback(lambda t, i=msg_id: self._cancel_tokens.pop(i, None))
+        self._track(msg_id, method, task, params)
+
+    async def _run_heavy(self, fn: Callable[[], Any]) -> Any:
+        """Heavy local work of an async operation, in the worker; cancelled with it."""
+        token = CURRENT_CANCEL.get() or CancelToken()
+        ctx = contextvars.copy_context()
+        ctx.run(CURRENT_CANCEL.set, token)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.hub.worker, ctx.run, fn)
+        except asyncio.CancelledError:
+            token.cancel()
+            raise
+
+    def _track(self, msg_id: Any, method: str, task: asyncio.Future[Any], params: Any = None) -> None:
         """Answer when ``task`` ends; ordered methods hold back later requests until then."""
         self._request_futures[msg_id] = task  # type: ignore[assignment]
         if method not in BACKGROUND_METHODS:
             self._ordered_tail = task
-        task.add_done_callback(lambda t, i=msg_id, mth=method: self._async_done(i, mth, t))
+        task.add_done_callback(lambda t, i=msg_id, mth=method, p=params: self._async_done(i, mth, t, p))
 
     @staticmethod
-    async def _after(tail: asyncio.Future[Any], handler: Callable[[Any], Any], params: Any) -> Any:
-        await asyncio.wait([tail])
+    async def _after(waits: list[asyncio.Future[Any]], handler: Callable[[Any], Any], params: Any) -> Any:
+        await asyncio.wait(waits)
         result = handler(params)
         if asyncio.iscoroutine(result):
             result = await result
         return result
 
-    def _async_done(self, msg_id: Any, method: str, task: asyncio.Future[Any]) -> None:
+    def _changed(self, session_id: str, written: frozenset[str]) -> None:
+        store = self.engine.db.store if self.engine.db is not None else None
+        if store is not None:
+            self.hub.changed(store, session_id, self.connection_id, written)
+
+    def _wrote(self, method: str, params: Any) -> None:
+        """After a request that may write: subscribers of its session hear what changed."""
+        if METHODS[method].writes and self.engine.db is not None:
+            sid = getattr(params, "session_id", None)
+            if isinstance(sid, str):
+                self.hub.changed(self.engine.db.store, sid, self.connection_id)
+
+    def _async_done(self, msg_id: Any, method: str, task: asyncio.Future[Any], params: Any = None) -> None:
         self._request_futures.pop(msg_id, None)
+        if self.exit_code is not None:
+            return  # the connection is gone: nobody to answer
         if task.cancelled():
             self._error(msg_id, DagctxError("RequestCancelled", f"{method} was cancelled; nothing was written"))
             return
         exc = task.exception()
         if exc is None:
+            self._wrote(method, params)
             self._respond(msg_id, task.result())
         elif isinstance(exc, DagctxError):
             self._error(msg_id, exc)
@@ -301,8 +413,11 @@ class DagctxProtocol(JsonRPCProtocol):
     def _on_initialize(self, p: InitializeParams) -> Any:
         if self.initialized:
             raise DagctxError("InvalidRequest", "initialize was already sent on this connection")
+        self.client_info = p.client_info
+        self.client_pid = p.process_id
         result = self.engine.initialize(p)
         result.methods = [name for name in result.methods if name in self.handlers]
+        result.connection_id = self.connection_id
         self.initialized = True
         if self.engine.options.log_messages:
             self._install_log_forwarding()
@@ -313,6 +428,35 @@ class DagctxProtocol(JsonRPCProtocol):
         for fut in list(self._request_futures.values()):
             fut.cancel()
         return None
+
+    def _on_subscribe(self, p: m.SessionRef) -> m.SubscribeResult:
+        res = self.hub.subscribe(self, self.engine.store, p.session_id)
+        self.engine.subscribed.add(p.session_id)  # type: ignore[union-attr]
+        return res
+
+    def _on_unsubscribe(self, p: m.SessionRef) -> m.SubscribeResult:
+        self.engine.subscribed.discard(p.session_id)  # type: ignore[union-attr]
+        return self.hub.unsubscribe(self, self.engine.store, p.session_id)
+
+    def _on_stop(self, p: Any) -> m.DaemonStopResult:
+        n = len(self.hub.connections)
+        # answered first; the hub stops after in-flight writes finish
+        asyncio.get_running_loop().call_soon(self.hub.request_stop, f"daemon/stop from connection {self.connection_id}")
+        return m.DaemonStopResult(stopping=True, connections=n)
+
+    def client_status(self) -> m.ClientStatus:
+        info = self.client_info
+        return m.ClientStatus(
+            connection_id=self.connection_id,
+            name=info.name if info else "",
+            version=info.version if info else None,
+            pid=self.client_pid if self.client_pid is not None else (self.attach.pid if self.attach else None),
+            cwd=self.attach.cwd if self.attach else None,
+            database=self.engine.db.key if self.engine.db is not None else None,
+            sessions=self.hub.sessions_of(self),
+            connected_at=self.connected_at,
+            in_flight=len(self._request_futures),
+        )
 
     def _install_log_forwarding(self) -> None:
         proto = self
@@ -325,11 +469,38 @@ class DagctxProtocol(JsonRPCProtocol):
         self._log_handler = _Forward(level=logging.INFO)
         logging.getLogger("dagctx").addHandler(self._log_handler)
 
-    def _finish(self, code: int) -> None:
-        if self.exit_code is None:
-            self.exit_code = code
+    def _finish(self, code: int, reason: str | None = None) -> None:
+        """End this connection (``exit``, EOF, a client gone): once."""
+        if self.exit_code is not None:
+            return
+        if self.attach is not None and self.writer is not None:
+            # tell the forwarder how this connection ended (it never reaches the client)
+            params: dict[str, Any] = {"code": code}
+            if reason:
+                params["reason"] = reason
+            try:
+                self.writer.write(codec.encode_message(codec.Notification(method=CLOSING, params=params)))
+            except (BrokenPipeError, ValueError, OSError):
+                pass
+        self.exit_code = code
         if self.closed is not None and not self.closed.done():
             self.closed.set_result(self.exit_code)
+        if self.on_finish is not None:
+            self.on_finish(code)
+
+    def connection_lost(self) -> None:  # type: ignore[override]
+        """The stream is gone: cancel this connection's work, leave the hub, free the engine."""
+        if self.exit_code is None:
+            self.exit_code = 0
+        for token in list(self._cancel_tokens.values()):
+            token.cancel()
+        for fut in list(self._request_futures.values()):
+            fut.cancel()
+        if self._log_handler is not None:
+            logging.getLogger("dagctx").removeHandler(self._log_handler)
+            self._log_handler = None
+        self.hub.unregister(self)
+        self.engine.close()
 
     # ------------------------------------------------------------ running
 
@@ -351,16 +522,15 @@ class DagctxProtocol(JsonRPCProtocol):
             return await self.closed
         finally:
             transport.close()
-            for fut in list(self._request_futures.values()):
-                fut.cancel()
-            self.engine.close()
+            self.connection_lost()
 
 
 class DagctxServer(JsonRPCServer):
-    """pygls server carrying our config to the protocol it constructs."""
+    """pygls server carrying our config (and the daemon's hub) to the protocol it constructs."""
 
-    def __init__(self, config: DaemonConfig) -> None:
+    def __init__(self, config: DaemonConfig, hub: Hub | None = None) -> None:
         self.dagctx_config = config
+        self.dagctx_hub = hub
         super().__init__(DagctxProtocol, cattrs.Converter)
 
 
@@ -370,10 +540,21 @@ def serve(config: DaemonConfig, stdin: BinaryIO | None = None, stdout: BinaryIO 
     inp = stdin or sys.stdin.buffer
     # Anything printed by mistake goes to stderr: stdout carries frames only.
     sys.stdout = sys.stderr
-    server = DagctxServer(config)
+    hub = Hub(mode="standalone")
+    server = DagctxServer(config, hub)
     proto: DagctxProtocol = server.protocol  # type: ignore[assignment]
     proto.set_writer(StdoutWriter(out))
+
+    async def main() -> int:
+        hub.start()
+        assert hub.stopped is not None
+        hub.stopped.add_done_callback(lambda _: proto._finish(0))  # daemon/stop, standalone
+        try:
+            return await proto.run(inp)
+        finally:
+            await hub.close()
+
     try:
-        return asyncio.run(proto.run(inp))
+        return asyncio.run(main())
     except KeyboardInterrupt:
         return 130

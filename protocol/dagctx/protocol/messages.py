@@ -90,6 +90,28 @@ class InitializationOptions(_Params):
     aging: AgingOptions | None = None
 
 
+class AttachParams(_Params):
+    """``$/dagctx/attach``: sent by the forwarder before the client's first byte.
+
+    The per-user daemon's environment is not the client's, so the forwarder passes
+    what the client's process would have used: its working directory and the database
+    it names (``--db`` or ``DAGCTX_DB``); ``initializationOptions.database`` still wins.
+    """
+
+    cwd: str | None = None
+    database: str | None = None
+    pid: int | None = None
+    #: ``dagctx serve --max-frame-bytes``: this connection's frame limit
+    max_frame_bytes: int | None = None
+
+
+class ClosingParams(_Params):
+    """``$/dagctx/closing``: the daemon's last frame on a forwarded connection (SPEC §1.3)."""
+
+    code: int = 0
+    reason: str | None = None
+
+
 class InitializeParams(_Params):
     process_id: int | None = None
     client_info: ClientInfo | None = None
@@ -110,6 +132,8 @@ class InitializeResult(_Result):
     notifications: list[str]
     database: str
     capabilities: dict[str, Any] = msgspec.field(default_factory=dict)
+    #: this connection's id: notifications name it as their ``origin`` (SPEC §1.5)
+    connection_id: str | None = None
 
 
 class Empty(_Params):
@@ -342,11 +366,74 @@ class DatabaseMigrateResult(_Result):
 
 
 class NodeNotification(_Result):
-    """``node/didAppend`` and ``node/didUpdate``: a live view of the ledger."""
+    """``node/didAppend`` and ``node/didUpdate``: a live view of the ledger.
+
+    ``origin`` names the connection whose request wrote the node (``initialize`` →
+    ``connectionId``), so a client can skip its own; ``null`` when another process wrote
+    it (SPEC §1.5).
+    """
 
     session_id: str
     node: Call
     head: str
+    origin: str | None = None
+
+
+class SessionChange(_Result):
+    """``session/didChange``: something about a subscribed session other than a node.
+
+    ``change`` is ``head`` (HEAD moved), ``renamed``, ``deleted`` or ``summary`` (a
+    compaction summary was written); ``origin`` as in ``NodeNotification``.
+    """
+
+    session_id: str
+    change: Literal["head", "renamed", "deleted", "summary"]
+    head: str | None = None
+    title: str | None = None
+    node_id: str | None = None
+    origin: str | None = None
+
+
+# ---------------------------------------------------------------- live sessions and the daemon
+
+
+class SubscribeResult(_Result):
+    session_id: str
+    subscribed: bool
+    head: str | None = None
+
+
+class ClientStatus(_Result):
+    """One connection of the daemon, as ``daemon/status`` lists it."""
+
+    connection_id: str
+    name: str = ""
+    version: str | None = None
+    pid: int | None = None
+    cwd: str | None = None
+    database: str | None = None
+    sessions: list[str] = msgspec.field(default_factory=list)
+    connected_at: float = 0.0
+    in_flight: int = 0
+
+
+class DaemonStatus(_Result):
+    pid: int
+    version: str
+    protocol_version: str
+    mode: Literal["shared", "standalone"]
+    socket: str | None
+    log: str | None
+    started_at: float
+    uptime_seconds: float
+    idle_timeout_seconds: float | None
+    databases: list[str]
+    clients: list[ClientStatus]
+
+
+class DaemonStopResult(_Result):
+    stopping: bool
+    connections: int
 
 
 class LogMessageParams(_Result):

@@ -1,8 +1,11 @@
-"""The method table: every method name → its params and result types.
+"""The method table: every method, declared once.
 
-Server and clients share this table (esbonio's ``sphinx_agent/types`` idea): the
-server decodes params with it, the Python client decodes results with it, and the
-JSON Schema (and from it the TypeScript types) is generated from it.
+Each entry names the params and result types, whether the request runs in the
+background (later requests of the same connection need not wait for it), whether it
+writes (subscribers hear about it), the errors it can answer and what it keeps. The
+server dispatches from this table, the Python client decodes results with it, and the
+JSON Schema (and from it the TypeScript types) and SPEC.md's method reference are
+generated from it.
 """
 
 from __future__ import annotations
@@ -13,75 +16,163 @@ import msgspec
 
 from . import context_messages as c
 from . import messages as m
-
-PROTOCOL_VERSION = "1.0"
+from .version import PROTOCOL_VERSION
 
 Direction = Literal["client-to-server", "server-to-client"]
 
+__all__ = ["CLIENT_REQUESTS", "METHODS", "PRE_INITIALIZE", "PROTOCOL_VERSION", "SERVER_NOTIFICATIONS", "MethodSpec"]
 
-class MethodSpec(msgspec.Struct, frozen=True):
+
+class MethodSpec(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     params: type
-    result: Any  # a Struct type, or None for notifications
+    result: Any  # a Struct type, or None for notifications / null results
     notification: bool = False
     direction: Direction = "client-to-server"
     doc: str = ""
+    #: runs without holding back the connection's later requests (SPEC §1.4)
+    background: bool = False
+    #: may write the record: subscribers of the session named in params hear of it
+    writes: bool = False
+    #: heavy work: runs in the daemon's worker thread, off the event loop, and honours
+    #: ``$/cancelRequest`` between bounded pieces (SPEC §1.4); implies ``background``
+    offload: bool = False
+    #: the error kinds it can answer, with when (prose for SPEC.md)
+    errors: str = ""
+    #: what it keeps (invariants, prose for SPEC.md)
+    keeps: str = ""
 
 
-def _req(name: str, params: type, result: Any, doc: str) -> MethodSpec:
-    return MethodSpec(name, params, result, False, "client-to-server", doc)
+def _req(name: str, params: type, result: Any, doc: str, errors: str = "—", keeps: str = "", *,
+         background: bool = False, writes: bool = False, offload: bool = False) -> MethodSpec:
+    return MethodSpec(name=name, params=params, result=result, doc=doc, errors=errors, keeps=keeps,
+                      background=background or offload, writes=writes, offload=offload)
 
 
 def _note(name: str, params: type, doc: str, direction: Direction = "client-to-server") -> MethodSpec:
-    return MethodSpec(name, params, None, True, direction, doc)
+    return MethodSpec(name=name, params=params, result=None, notification=True, direction=direction, doc=doc)
 
 
 _ALL: list[MethodSpec] = [
     # lifecycle (LSP)
-    _req("initialize", m.InitializeParams, m.InitializeResult, "Open the connection; choose the database."),
+    _req("initialize", m.InitializeParams, m.InitializeResult, "Open the connection; choose the database.",
+         "InvalidRequest (sent twice), InvalidParams (database cannot be opened)",
+         "Opens the database; the only request served before it (besides `daemon/status`, `daemon/stop`)."),
     _note("initialized", m.Empty, "The client got the initialize result."),
-    _req("shutdown", m.Empty, None, "Stop serving requests; `exit` follows."),
-    _note("exit", m.Empty, "Exit: code 0 after shutdown, 1 without."),
+    _req("shutdown", m.Empty, None, "Stop serving requests; `exit` follows.", "—",
+         "After it every request answers -32600 ShutdownInProgress; `exit` then exits 0. "
+         "Through the shared daemon it ends this connection only."),
+    _note("exit", m.Empty, "Exit: code 0 after shutdown, 1 without (this connection only, when shared)."),
     _note("$/cancelRequest", m.CancelParams, "Cancel a request in flight; it answers -32800."),
     _note("$/progress", m.ProgressParams, "Work-done progress of a long request.", "server-to-client"),
+    _note("$/dagctx/closing", m.ClosingParams,
+          "The last frame of a connection that sent `$/dagctx/attach`: how it ended.", "server-to-client"),
+    _note("$/dagctx/attach", m.AttachParams,
+          "Sent by the forwarder before the client's first message: the client's cwd and database."),
     # sessions
-    _req("session/create", m.SessionCreateParams, m.SessionCreateResult, "Create a session with its ROOT."),
-    _req("session/list", m.SessionListParams, m.SessionListResult, "List sessions, newest first."),
-    _req("session/get", m.SessionRef, m.SessionInfo, "One session's record."),
-    _req("session/rename", m.SessionRenameParams, m.SessionInfo, "Change a session's title."),
-    _req("session/delete", m.SessionRef, m.SessionDeleteResult, "Delete a session and all its nodes."),
-    _req("session/history", m.SessionHistoryParams, m.SessionHistoryResult, "The linear branch ending at a head."),
-    _req("session/branches", m.SessionRef, m.SessionBranchesResult, "Every branch tip, the main lane, lengths."),
-    _req("session/checkout", m.SessionCheckoutParams, m.HeadResult, "Move HEAD to a conversation node."),
-    _req("session/rewind", m.SessionRewindParams, m.HeadResult, "Move HEAD back along the current branch."),
-    _req("session/spawn", m.SessionSpawnParams, m.SessionSpawnResult, "Open a spawn branch (HEAD stays)."),
-    _req("session/nameBranch", m.BranchNameParams, m.SessionBranchesResult, "Name (or unname) a branch tip."),
-    _req("session/import", c.ImportParams, c.ImportResult, "Import transcripts of other agents."),
-    _req("session/export", c.ExportParams, c.ExportResult, "Export a branch as a transcript."),
+    _req("session/create", m.SessionCreateParams, m.SessionCreateResult, "Create a session with its ROOT.", "—",
+         "Creates the session's ROOT (seq 0); HEAD = ROOT.", writes=True),
+    _req("session/list", m.SessionListParams, m.SessionListResult, "List sessions, newest first.",
+         "InvalidParams", "Newest first (updatedAt)."),
+    _req("session/get", m.SessionRef, m.SessionInfo, "One session's record.", "SessionNotFound", "Read-only."),
+    _req("session/rename", m.SessionRenameParams, m.SessionInfo, "Change a session's title.",
+         "SessionNotFound, InvalidParams (empty title)", "HEAD unchanged.", writes=True),
+    _req("session/delete", m.SessionRef, m.SessionDeleteResult, "Delete a session and all its nodes.",
+         "SessionNotFound", "Removes the session, its nodes, search rows, usage, spills.", writes=True),
+    _req("session/history", m.SessionHistoryParams, m.SessionHistoryResult, "The linear branch ending at a head.",
+         "SessionNotFound, NodeNotFound, BrokenPredecessorChain",
+         "Edge walk only; oldest first; ROOT excluded; ends at the head."),
+    _req("session/branches", m.SessionRef, m.SessionBranchesResult, "Every branch tip, the main lane, lengths.",
+         "SessionNotFound, BrokenPredecessorChain",
+         "Tips are conversation nodes without conversation children; `main` follows first children from ROOT."),
+    _req("session/checkout", m.SessionCheckoutParams, m.HeadResult, "Move HEAD to a conversation node.",
+         "SessionNotFound, NodeNotFound, InvalidEdge (not a conversation node), BrokenPredecessorChain",
+         "The only effect is HEAD = nodeId.", writes=True),
+    _req("session/rewind", m.SessionRewindParams, m.HeadResult, "Move HEAD back along the current branch.",
+         "InvalidParams (steps out of range), InvalidEdge (not on HEAD's branch)",
+         "Moves HEAD back along its own branch only.", writes=True),
+    _req("session/spawn", m.SessionSpawnParams, m.SessionSpawnResult, "Open a spawn branch (HEAD stays).",
+         "SessionNotFound, NodeNotFound",
+         "The only way to create a spawn root (predecessor null, caller = callerId). HEAD does not move.",
+         writes=True),
+    _req("session/nameBranch", m.BranchNameParams, m.SessionBranchesResult, "Name (or unname) a branch tip.",
+         "NodeNotFound, InvalidEdge", "A name follows its branch when the branch is extended.", writes=True),
+    _req("session/import", c.ImportParams, c.ImportResult, "Import transcripts of other agents.",
+         "InvalidParams (no such path), ImportFailed",
+         "One transaction per session, written off the event loop; idempotent by source session "
+         "(created=false the second time).",
+         background=True, writes=True),
+    _req("session/export", c.ExportParams, c.ExportResult, "Export a branch as a transcript.",
+         "SessionNotFound, InvalidParams",
+         "Read-only. `claude-code`: HEAD's branch with its tool calls, spawned subagent branches and "
+         "summaries; import → export → import gives the same ids, edges and contents (a node id "
+         "that differs from its tool_use id rides in the line's `dagctxToolNodeIds`). "
+         "`openai`: the rendered messages of the head."),
+    _req("session/subscribe", m.SessionRef, m.SubscribeResult, "Hear every change of a session, from any client.",
+         "SessionNotFound",
+         "From now on this connection gets node/didAppend, node/didUpdate and session/didChange for the session, "
+         "whoever wrote (another connection, another process on the same database: within 250 ms)."),
+    _req("session/unsubscribe", m.SessionRef, m.SubscribeResult, "Stop hearing a session's changes.", "—",
+         "Idempotent: `subscribed` is false afterwards."),
     # nodes
-    _req("node/append", m.NodeAppendParams, m.NodeResult, "Append one node; HEAD moves only when it extends HEAD."),
-    _req("node/update", m.NodeUpdateParams, m.NodeResult, "Finish a running node (the only mutation)."),
-    _req("node/get", m.NodeGetParams, m.NodeGetResult, "Nodes by id."),
+    _req("node/append", m.NodeAppendParams, m.NodeResult, "Append one node; HEAD moves only when it extends HEAD.",
+         "SessionNotFound, NodeNotFound, DuplicateNode, PredecessorMissing, InvalidEdge, InvalidParams",
+         "Append-only; HEAD moves only when the node extends HEAD (or moveHead=true); a refused append writes nothing.",
+         writes=True),
+    _req("node/update", m.NodeUpdateParams, m.NodeResult, "Finish a running node (the only mutation).",
+         "NodeNotFound, NotRunning, InvalidParams",
+         "The ledger's only mutation: a running node gets its output/status once.", writes=True),
+    _req("node/get", m.NodeGetParams, m.NodeGetResult, "Nodes by id.", "SessionNotFound, NodeNotFound, InvalidParams",
+         "With `range`, `output` is that slice of the whole (spilled) output. With `includeCallees`, "
+         "`callees` holds every node below the named ones by the caller edge (seq order, each once)."),
     # context
-    _req("context/render", c.RenderParams, c.RenderResult, "Messages for a head in a provider format."),
-    _req("context/prepare", c.PrepareParams, c.PrepareResult, "Everything one turn needs."),
-    _req("context/compact", c.CompactParams, c.CompactResult, "Compact a branch into a rolling summary."),
-    _req("context/replay", c.ReplayParams, c.ReplayResult, "Exactly what a past llm node was sent."),
-    _req("usage/report", c.UsageReportParams, c.UsageReportResult, "Provider usage of an llm node."),
-    _req("search/query", m.SearchParams, m.SearchResult, "Full-text search, one session or all."),
+    _req("context/render", c.RenderParams, c.RenderResult, "Messages for a head in a provider format.",
+         "SessionNotFound, NodeNotFound, BrokenPredecessorChain, InvalidParams; with `budget`: BudgetExceeded; "
+         "RequestCancelled",
+         "Never writes the ledger. Same data + same params → same bytes. With `budget` over the limit: reduction "
+         "within the turn (§8), whose summaries go to the derived cache only. Runs off the event loop.", offload=True),
+    _req("context/prepare", c.PrepareParams, c.PrepareResult, "Everything one turn needs.",
+         "SessionNotFound, BudgetExceeded, RequestCancelled, WorkspaceEscape never (refused files become notes)",
+         "May append one context/system_prompt node (when the prompt's hash changed); never moves HEAD; never hands "
+         "out a request over its limit (§8). Runs off the event loop.", writes=True, offload=True),
+    _req("context/compact", c.CompactParams, c.CompactResult, "Compact a branch into a rolling summary.",
+         "SessionNotFound, SamplingFailed (as reason)",
+         "Writes exactly one summary node or nothing; never moves HEAD. Sampling asks only the requesting client; "
+         "the planning and validation run off the event loop.",
+         background=True, writes=True),
+    _req("context/replay", c.ReplayParams, c.ReplayResult, "Exactly what a past llm node was sent.",
+         "NodeNotFound, InvalidParams (not an llm node)", "Rebuilds a past call from its reads and renderManifest. "
+         "Runs off the event loop.", offload=True),
+    _req("usage/report", c.UsageReportParams, c.UsageReportResult, "Provider usage of an llm node.",
+         "NodeNotFound, InvalidParams (not an llm node)",
+         "Stored beside the node (usage table); the node itself is not mutated."),
+    _req("search/query", m.SearchParams, m.SearchResult, "Full-text search, one session or all.",
+         "InvalidQuery (-32602), SessionNotFound, RequestCancelled",
+         "Read-only; best match first (BM25 on SQLite, ts_rank on PostgreSQL), the same hits on both. "
+         "Runs off the event loop.",
+         offload=True),
     _req("database/migrate", m.DatabaseMigrateParams, m.DatabaseMigrateResult,
-         "Copy every session of another database into this one (idempotent)."),
+         "Copy every session of another database into this one (idempotent).",
+         "InvalidParams (no such source, same database), StorageUnavailable (source unreachable)",
+         "Copies rows exactly (ids, seq, revisions, HEAD, names, usage, spills), one session per transaction; "
+         "idempotent; never overwrites a session changed on the target (a conflict)."),
+    # the daemon
+    _req("daemon/status", m.Empty, m.DaemonStatus, "The daemon: pid, uptime, socket, databases, clients.", "—",
+         "Read-only; answered before `initialize` too."),
+    _req("daemon/stop", m.Empty, m.DaemonStopResult, "Stop the daemon after in-flight writes finish.", "—",
+         "Every connection's stream ends; the socket is removed. Answered before `initialize` too."),
     # server → client
     MethodSpec(
-        "sampling/createMessage",
-        c.CreateMessageParams,
-        c.CreateMessageResult,
-        False,
-        "server-to-client",
-        "Ask the client's model for a completion (summaries).",
+        name="sampling/createMessage",
+        params=c.CreateMessageParams,
+        result=c.CreateMessageResult,
+        direction="server-to-client",
+        doc="Ask the client's model for a completion (summaries); only the client whose request needs it.",
     ),
     _note("node/didAppend", m.NodeNotification, "A node was appended.", "server-to-client"),
     _note("node/didUpdate", m.NodeNotification, "A running node finished.", "server-to-client"),
+    _note("session/didChange", m.SessionChange,
+          "A subscribed session's HEAD moved, or it was renamed, deleted or summarized.", "server-to-client"),
     _note(
         "context/compactionRecommended",
         c.CompactionRecommended,
@@ -97,3 +188,5 @@ METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in _ALL}
 CLIENT_REQUESTS = [s.name for s in _ALL if s.direction == "client-to-server" and not s.notification]
 #: Notifications the server may send.
 SERVER_NOTIFICATIONS = [s.name for s in _ALL if s.direction == "server-to-client" and s.notification]
+#: Requests answered before ``initialize``.
+PRE_INITIALIZE = frozenset({"initialize", "daemon/status", "daemon/stop"})

@@ -38,10 +38,19 @@ def build_schema() -> dict[str, Any]:
             "params": by_type[spec.params],
             "result": by_type[spec.result] if spec.result is not None else {"type": "null"},
         }
+        if not spec.notification and spec.direction == "client-to-server":
+            methods[spec.name].update({
+                "background": spec.background,
+                "offload": spec.offload,
+                "writes": spec.writes,
+                "errors": spec.errors,
+                "keeps": spec.keeps,
+            })
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "dagctx protocol",
-        "description": "JSON-RPC 2.0 over stdio with LSP base-protocol framing. See SPEC.md.",
+        "description": "JSON-RPC 2.0 over stdio with LSP base-protocol framing (through the per-user "
+        "daemon's Unix socket by default). See SPEC.md.",
         "version": PROTOCOL_VERSION,
         "methods": methods,
         "errorKinds": {kind: code for kind, code in ERROR_KINDS.items()},

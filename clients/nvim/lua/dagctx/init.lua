@@ -18,16 +18,21 @@ local M = {}
 
 M.version = "0.1.0"
 
-local function default_cmd()
+local function default_cmd(standalone)
   local python = vim.env.DAGCTX_PYTHON
   if python == nil or python == "" then
     python = "python3"
   end
-  return { python, "-P", "-m", "dagctx.cli", "serve" }
+  local cmd = { python, "-P", "-m", "dagctx.cli", "serve" }
+  if standalone then
+    table.insert(cmd, "--standalone")
+  end
+  return cmd
 end
 
 M.defaults = {
-  cmd = nil, -- nil: default_cmd()
+  cmd = nil, -- nil: default_cmd(): `dagctx serve`, which forwards to your shared daemon
+  standalone = false, -- true: a private daemon for this editor (`serve --standalone`)
   cmd_env = nil, -- extra environment variables of the daemon
   cwd = nil,
   database = nil, -- path of the SQLite database (initializationOptions.database)
@@ -115,6 +120,7 @@ end
 local node_events = {
   ["node/didAppend"] = "DagctxNodeAppended",
   ["node/didUpdate"] = "DagctxNodeUpdated",
+  ["session/didChange"] = "DagctxSessionChanged",
   ["context/compactionRecommended"] = "DagctxCompactionRecommended",
   ["$/progress"] = "DagctxProgress",
 }
@@ -134,10 +140,43 @@ local function summarize(method, p)
     end
     return string.format("%s %s #%s %s%s [%s] %s", tostring(p.sessionId), tostring(n.id), tostring(n.seq), tostring(n.role),
       (n.name and n.name ~= "") and (" " .. n.name) or "", tostring(n.status), out)
+  elseif method == "session/didChange" then
+    return string.format("%s %s%s%s", tostring(p.sessionId), tostring(p.change),
+      p.head and (" head " .. tostring(p.head)) or "", p.title and (" title " .. tostring(p.title)) or "")
   elseif method == "window/logMessage" then
     return tostring(p.message)
   end
   return nil
+end
+
+-- ------------------------------------------------------------------ live sessions
+
+---session id -> the watch buffer's name, for :DagctxWatch
+M.watching = {}
+
+local function watch_line(method, p)
+  local who = (p.origin == nil or p.origin == vim.NIL) and "another process" or tostring(p.origin)
+  if M.client and M.client.initialize_result and p.origin == M.client.initialize_result.connectionId then
+    who = "this editor"
+  end
+  return string.format("%s  %-18s %s  (from %s)", os.date("%H:%M:%S"), method, summarize(method, p) or "", who)
+end
+
+local function on_watched(method, params)
+  if type(params) ~= "table" or not M.watching[params.sessionId] then
+    return
+  end
+  local buf = ui.find_buf(M.watching[params.sessionId])
+  if not buf then
+    return
+  end
+  vim.bo[buf].modifiable = true
+  vim.api.nvim_buf_set_lines(buf, -1, -1, false, { watch_line(method, params) })
+  vim.bo[buf].modifiable = false
+  vim.bo[buf].modified = false
+  for _, win in ipairs(vim.fn.win_findbuf(buf)) do
+    vim.api.nvim_win_set_cursor(win, { vim.api.nvim_buf_line_count(buf), 0 })
+  end
 end
 
 local function on_notification(method, params)
@@ -152,6 +191,9 @@ local function on_notification(method, params)
   local pattern = node_events[method]
   if pattern then
     fire(pattern, payload)
+  end
+  if method == "node/didAppend" or method == "node/didUpdate" or method == "session/didChange" then
+    on_watched(method, params)
   end
   fire("DagctxNotification", payload)
   if M.config.on_notification then
@@ -236,7 +278,7 @@ local function build_client()
     caps.sampling = {}
   end
   return rpc.new({
-    cmd = cfg.cmd or default_cmd(),
+    cmd = cfg.cmd or default_cmd(cfg.standalone),
     cmd_env = cfg.cmd_env,
     cwd = cfg.cwd,
     initialization_options = objects(init),
@@ -419,6 +461,48 @@ function M.render(session_id, opts)
     return nil, err
   end
   return ui.open_scratch(name, ui.format_render(res, session_id), { window = M.config.window })
+end
+
+---:DagctxWatch [session]: subscribe and show every change of the session live, whoever
+---writes it (an agent, the CLI, a CI run on the same database).
+function M.watch(session_id)
+  if session_id == nil or session_id == "" then
+    local id, err = newest_session()
+    if not id then
+      M.notify_error("watch", err)
+      return nil, err
+    end
+    session_id = id
+  end
+  local res, err = M.request_sync("session/subscribe", { sessionId = session_id })
+  if err then
+    M.notify_error("session/subscribe failed", err)
+    return nil, err
+  end
+  local name = "dagctx://watch/" .. session_id
+  M.watching[session_id] = name
+  local buf = ui.open_scratch(name, {
+    "-- watching session " .. session_id .. " (HEAD " .. tostring(res.head) .. "); :DagctxUnwatch stops",
+  }, { window = M.config.window })
+  vim.bo[buf].bufhidden = "hide"
+  return buf
+end
+
+---:DagctxUnwatch [session]: stop watching (every session without an argument).
+function M.unwatch(session_id)
+  local ids = {}
+  if session_id and session_id ~= "" then
+    ids = { session_id }
+  else
+    ids = vim.tbl_keys(M.watching)
+  end
+  for _, id in ipairs(ids) do
+    M.watching[id] = nil
+    if M.client and M.client:is_alive() then
+      M.request("session/unsubscribe", { sessionId = id }, function() end)
+    end
+  end
+  return #ids
 end
 
 ---:DagctxSearch {query}

@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from dagctx.protocol import codec, errors
+from dagctx.protocol import codec, errors, transport
 from dagctx.protocol import context_messages as c
 from dagctx.protocol import messages as m
 from dagctx.protocol.methods import METHODS
@@ -78,11 +78,18 @@ class DagctxClient:
         initialization_options: dict[str, Any] | None = None,
         capabilities: dict[str, Any] | None = None,
         extra_args: Sequence[str] = (),
+        standalone: bool = False,
     ) -> DagctxClient:
-        """Start ``dagctx serve`` as a child process and (by default) initialize it."""
+        """Start ``dagctx serve`` as a child process and (by default) initialize it.
+
+        ``dagctx serve`` forwards to the per-user daemon (starting it when needed);
+        ``standalone=True`` (or ``DAGCTX_STANDALONE=1``) runs a private daemon instead.
+        """
         argv = list(command or [sys.executable, "-P", "-m", "dagctx.cli", "serve"])
         if database is not None:
             argv += ["--db", os.fspath(database)]
+        if standalone:
+            argv.append("--standalone")
         argv += list(extra_args)
         proc = await asyncio.create_subprocess_exec(
             *argv,
@@ -94,6 +101,29 @@ class DagctxClient:
         )
         assert proc.stdout is not None and proc.stdin is not None
         client = cls(proc.stdout, proc.stdin, proc)
+        if initialize:
+            await client.initialize(initialization_options=initialization_options, capabilities=capabilities)
+        return client
+
+    @classmethod
+    async def connect(
+        cls,
+        database: str | os.PathLike[str] | None = None,
+        *,
+        socket_path: str | None = None,
+        start: bool = True,
+        initialize: bool = True,
+        initialization_options: dict[str, Any] | None = None,
+        capabilities: dict[str, Any] | None = None,
+    ) -> DagctxClient:
+        """Connect straight to the per-user daemon's socket (no forwarder process),
+        starting the daemon when none listens (SPEC §1.2)."""
+        sock = await asyncio.to_thread(transport.connect_or_start, socket_path, start=start)
+        reader, writer = await asyncio.open_unix_connection(sock=sock, limit=1 << 26)
+        client = cls(reader, writer)
+        db = os.fspath(database) if database is not None else os.environ.get("DAGCTX_DB") or None
+        client.notify("$/dagctx/attach", m.AttachParams(
+            cwd=os.getcwd(), database=os.path.abspath(db) if db and db != ":memory:" else db, pid=os.getpid()))
         if initialize:
             await client.initialize(initialization_options=initialization_options, capabilities=capabilities)
         return client
@@ -259,6 +289,17 @@ class DagctxClient:
 
     async def wait(self, timeout: float = 10.0) -> int | None:
         if self.process is None:
+            # a socket connection: the daemon closes it after exit
+            try:
+                await asyncio.wait_for(asyncio.shield(self.closed), timeout)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                try:
+                    self._writer.close()
+                except (OSError, RuntimeError):
+                    pass
+                self._read_task.cancel()
             return None
         try:
             return await asyncio.wait_for(self.process.wait(), timeout)
@@ -356,3 +397,19 @@ class DagctxClient:
 
     async def export(self, session_id: str, **kw: Any) -> c.ExportResult:
         return await self.request("session/export", c.ExportParams(session_id=session_id, **kw))
+
+    async def subscribe(self, session_id: str) -> m.SubscribeResult:
+        """Hear ``node/didAppend``, ``node/didUpdate`` and ``session/didChange`` of a session,
+        whoever writes it (see ``on_notification``)."""
+        return await self.request("session/subscribe", m.SessionRef(session_id=session_id))
+
+    async def unsubscribe(self, session_id: str) -> m.SubscribeResult:
+        return await self.request("session/unsubscribe", m.SessionRef(session_id=session_id))
+
+    async def daemon_status(self) -> m.DaemonStatus:
+        return await self.request("daemon/status")
+
+    @property
+    def connection_id(self) -> str | None:
+        """This connection's id in the daemon: the ``origin`` of its own notifications."""
+        return self.initialize_result.connection_id if self.initialize_result else None

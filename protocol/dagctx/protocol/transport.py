@@ -1,0 +1,219 @@
+"""Where the per-user daemon listens, and how a client reaches it (SPEC §1.2).
+
+The socket lives in ``$XDG_RUNTIME_DIR/dagctx`` (else ``<tmp>/dagctx-<uid>``), a 0700
+directory of the user; the socket itself is 0600. Its name carries the user and a hash
+of the dagctx version, the protocol version and the ledger's schema version (plus
+``DAGCTX_DAEMON_TAG`` when set), so builds that could disagree never share a daemon.
+Before connecting, a client checks the socket's owner is itself and refuses otherwise.
+
+``connect_or_start`` is what ``dagctx serve`` (the forwarder), the CLI and the Python
+client use: connect; else take the start lock, connect again (a racing client may have
+started it), remove a stale socket, start the daemon detached (its own session, logs
+in the state directory) and connect with bounded, growing waits.
+
+Stdlib only and no msgspec: the forwarder imports this, and its start-up must stay
+close to a bare Python start.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from .version import LEDGER_SCHEMA_VERSION, PROTOCOL_VERSION, __version__
+
+#: Seconds a client waits for a daemon it started to listen.
+START_TIMEOUT = 20.0
+#: Longest socket path every platform accepts (sun_path is 104–108 bytes).
+MAX_SOCKET_PATH = 103
+
+
+class DaemonUnavailable(OSError):
+    """The per-user daemon cannot be reached or started; the message says why and what to do."""
+
+
+def supported() -> bool:
+    """Whether this platform has Unix sockets (else clients run standalone)."""
+    return hasattr(socket, "AF_UNIX") and os.name == "posix"
+
+
+def build_hash() -> str:
+    """Short hash of everything that must match for two processes to share a daemon."""
+    tag = os.environ.get("DAGCTX_DAEMON_TAG", "")
+    text = f"dagctx {__version__}|protocol {PROTOCOL_VERSION}|ledger {LEDGER_SCHEMA_VERSION}|{tag}"
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _user() -> str:
+    name = os.environ.get("USER") or os.environ.get("LOGNAME") or ""
+    safe = "".join(ch for ch in name if ch.isalnum() or ch in "-_.")[:32]
+    return safe or f"uid{os.getuid()}"
+
+
+def _private_dir(path: str) -> str:
+    """``path`` as a 0700 directory owned by this user (created when missing)."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    import stat as _stat
+
+    if not _stat.S_ISDIR(st.st_mode):
+        raise DaemonUnavailable(f"{path} is not a directory; remove it so dagctx can create its runtime folder")
+    if st.st_uid != os.getuid():
+        raise DaemonUnavailable(
+            f"{path} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}); refusing to use a daemon "
+            "another user controls — set XDG_RUNTIME_DIR to a folder of your own"
+        )
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def runtime_dir() -> str:
+    """The user's private folder for the daemon's socket, lock and pid file."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isdir(xdg):
+        return _private_dir(os.path.join(xdg, "dagctx"))
+    return _private_dir(os.path.join(tempfile.gettempdir(), f"dagctx-{os.getuid()}"))
+
+
+def state_dir() -> str:
+    """Where the daemon writes its log: ``$DAGCTX_STATE_DIR``, else ``$XDG_STATE_HOME/dagctx``,
+    else ``~/.local/state/dagctx``."""
+    base = os.environ.get("DAGCTX_STATE_DIR")
+    if not base:
+        home = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+        base = os.path.join(home, "dagctx")
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    return base
+
+
+def socket_path() -> str:
+    return os.path.join(runtime_dir(), f"dagctx-{_user()}-{build_hash()}.sock")
+
+
+def pid_path(sock: str) -> str:
+    return sock[: -len(".sock")] + ".pid" if sock.endswith(".sock") else sock + ".pid"
+
+
+def log_path(sock: str) -> str:
+    name = os.path.basename(sock)
+    return os.path.join(state_dir(), (name[: -len(".sock")] if name.endswith(".sock") else name) + ".log")
+
+
+def check_owner(path: str) -> None:
+    """Refuse a socket that another user owns (someone could listen in on every client)."""
+    st = os.lstat(path)
+    if st.st_uid != os.getuid():
+        raise DaemonUnavailable(
+            f"the dagctx socket {path} is owned by uid {st.st_uid}, not by you (uid {os.getuid()}); "
+            "refusing to connect — remove it, or use `dagctx serve --standalone`"
+        )
+
+
+def try_connect(path: str) -> socket.socket | None:
+    """A connected socket, or None when nobody listens there (missing or stale)."""
+    try:
+        check_owner(path)
+    except FileNotFoundError:
+        return None
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+    except OSError as exc:
+        s.close()
+        if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK):
+            return None
+        raise
+    return s
+
+
+def daemon_command(sock: str) -> list[str]:
+    return [sys.executable, "-P", "-m", "dagctx.cli", "daemon", "run", "--socket", sock]
+
+
+def start_daemon(sock: str) -> int:
+    """Start the daemon detached: its own session, stdin from /dev/null, output to its log."""
+    log = log_path(sock)
+    with open(log, "ab", buffering=0) as out, open(os.devnull, "rb") as devnull:
+        os.chmod(log, 0o600)
+        proc = subprocess.Popen(
+            daemon_command(sock),
+            stdin=devnull,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            close_fds=True,
+            cwd="/",
+        )
+    return proc.pid
+
+
+def connect_or_start(sock: str | None = None, *, start: bool = True, timeout: float = START_TIMEOUT) -> socket.socket:
+    """A socket connected to the per-user daemon, starting one when none listens."""
+    if not supported():
+        raise DaemonUnavailable("this platform has no Unix sockets; use `dagctx serve --standalone`")
+    sock = sock or socket_path()
+    if len(os.fsencode(sock)) > MAX_SOCKET_PATH:
+        raise DaemonUnavailable(
+            f"the socket path {sock} is longer than Unix sockets allow ({MAX_SOCKET_PATH} bytes); "
+            "set XDG_RUNTIME_DIR to a shorter folder, or use `dagctx serve --standalone`"
+        )
+    s = try_connect(sock)
+    if s is not None or not start:
+        if s is None:
+            raise DaemonUnavailable(f"no dagctx daemon listens on {sock}")
+        return s
+    import fcntl
+
+    lock_file = sock + ".lock"
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:  # the start lock: racing clients start exactly one daemon
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                s = try_connect(sock)
+                if s is not None:
+                    return s
+                if time.monotonic() > deadline:
+                    raise DaemonUnavailable(f"timed out waiting for another client to start the daemon ({lock_file})")
+                time.sleep(0.02)
+        s = try_connect(sock)
+        if s is not None:
+            return s
+        try:
+            os.unlink(sock)  # stale: nobody listens (a daemon killed with -9)
+        except FileNotFoundError:
+            pass
+        pid = start_daemon(sock)
+        delay = 0.005
+        while time.monotonic() < deadline:
+            s = try_connect(sock)
+            if s is not None:
+                return s
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = 0
+            if done:
+                break
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+        raise DaemonUnavailable(
+            f"the dagctx daemon did not start listening on {sock}; see its log {log_path(sock)} "
+            "(or run `dagctx serve --standalone`)"
+        )
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
