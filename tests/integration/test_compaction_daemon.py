@@ -657,6 +657,39 @@ async def test_new_turn_while_sampling_is_a_conflict(sc: DagctxClient, sampler: 
     assert again.ok and (await sc.session_get(sid)).head == appended[0]
 
 
+async def test_running_tool_call_of_a_covered_turn_completed_while_sampling_is_a_conflict(
+    sc: DagctxClient, sampler: Sampler
+) -> None:
+    """A tool call under a covered llm node, still running when the summarizer was
+    asked, is completed by node/update before the summary comes back: the summary
+    would describe a result it never saw, so nothing is written (SPEC §8)."""
+    s = await sc.session_create("conflict-update")
+    sid = s.session_id
+    u = await sc.append(sid, "user", output="Turn A: run the slow test suite for ISSUE-4999", predecessor=s.head)
+    llm = await sc.append(sid, "llm", name=BIG, output="Running it.", predecessor=u.node.id)
+    running = await sc.append(sid, "code", name="bash", input={"cmd": "pytest -q"}, status="running",
+                              caller=llm.node.id, metadata={"toolCallId": "call_slow"})
+    head, _ = await chat(sc, sid, llm.node.id, 6)
+
+    async def complete_then_answer(p: Any) -> str:
+        await sc.update(sid, running.node.id, "completed", output="412 passed in 81 s")
+        return extractive(p)
+
+    sampler.answer = complete_then_answer
+    before_nodes = (await sc.session_get(sid)).node_count
+    res = await sc.compact(sid, model=BIG, keep_recent_tokens=1500)
+    assert not res.ok and res.reason == "conflict", res
+    assert res.summary_id is None and "nothing was saved" in (res.error or "")
+    assert (await sc.session_get(sid)).node_count == before_nodes
+    assert not any(n.name == "context/summary" for n in (await sc.history(sid)).nodes)
+    got = (await sc.get_nodes(sid, [running.node.id])).nodes[0]
+    assert got.status == "completed" and got.output == "412 passed in 81 s"
+    # on the new state the same compaction succeeds and covers the finished call's turn
+    sampler.answer = extractive
+    again = await sc.compact(sid, model=BIG, keep_recent_tokens=1500)
+    assert again.ok and again.summary_id and u.node.id in again.covers_ids, again
+
+
 async def test_turn_appended_by_another_process_while_sampling_is_a_conflict(
     sc_db: Path, sc: DagctxClient, sampler: Sampler
 ) -> None:

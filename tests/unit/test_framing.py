@@ -190,3 +190,59 @@ def test_events_keep_their_order_in_one_feed() -> None:
         ("error", "ParseError"),
         ("body", REQ),
     ]
+
+
+# ---------------------------------------------------------------- issue 13: lies about length
+
+
+def test_absurd_content_length_resynchronises_at_the_next_header() -> None:
+    """A declared length no body will ever complete must not make the parser deaf."""
+    p = FrameParser(max_frame_bytes=100)
+    data = b"Content-Length: 99999999999999999999\r\n\r\n" + b'{"junk": 1}' + frame(REQ)
+    events = shape(p.feed(data))
+    assert events[0] == ("error", "FrameTooLarge")
+    assert events[-1] == ("body", REQ)
+    assert all(e == ("error", "ParseError") for e in events[1:-1])
+    # and byte by byte the same
+    assert shape(feed_bytewise(data, max_frame_bytes=100))[-1] == ("body", REQ)
+
+
+def test_plausible_oversized_frame_is_still_skipped_exactly() -> None:
+    """Within max(16 × limit, 1 GiB) the body is skipped byte for byte, even when it
+    holds text that looks like a header."""
+    inner = frame(b'{"x": 1}')
+    body = b"z" * 200 + inner
+    events = shape(feed_whole(frame(body) + frame(REQ), max_frame_bytes=100))
+    assert events == [("error", "FrameTooLarge"), ("body", REQ)]
+
+
+def test_duplicate_content_length_refuses_the_frame() -> None:
+    for first, second in ((5, len(REQ)), (len(REQ), len(REQ))):
+        data = b"Content-Length: %d\r\ncontent-length: %d\r\n\r\n" % (first, second) + REQ + frame(REQ)
+        events = shape(feed_whole(data))
+        assert events[0][0] == "error" and events[0][1] == "ParseError"
+        assert events[-1] == ("body", REQ)
+        assert ("body", REQ) not in events[:-1]
+
+
+def test_arbitrary_bytes_never_raise_and_a_clean_frame_after_them_is_read() -> None:
+    """Seeded fuzz: whatever arrives, feed() returns events; after the junk, a blank
+    line and a valid frame, that frame is delivered (or the junk held a header that
+    claimed it — then the next frame is)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    pieces = st.sampled_from([b"Content-Length: ", b"content-length:", b"\r\n", b"\r\n\r\n", b"12", b"-1",
+                              b"999999999999999999999", b"{", b"}", b"\xff", b"Content-Type: x", b" "])
+    junk = st.lists(pieces | st.binary(max_size=8), max_size=12).map(b"".join)
+
+    @settings(derandomize=True, database=None, max_examples=300, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(junk=junk, cuts=st.lists(st.integers(0, 200), max_size=5))
+    def run(junk: bytes, cuts: list[int]) -> None:
+        data = junk + b"\r\n\r\n" + frame(REQ) + frame(REQ)
+        events = feed_chunks(data, [c for c in cuts if c <= len(data)], max_frame_bytes=64)
+        assert all(isinstance(e, (Body, FrameError)) for e in events)
+        assert ("body", REQ) in shape(events), (junk, shape(events))
+
+    run()

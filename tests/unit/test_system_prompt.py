@@ -396,3 +396,54 @@ def test_fifo_does_not_block(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "AGENTS.md")
     result = assemble_system_prompt(tmp_path, PromptOptions())
     assert "AGENTS.md: not a regular file; skipped" in result.notes
+
+
+# ---------------------------------------------------------------- issue 13: hard links, swapped folders
+
+
+def test_hard_linked_file_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    secret = write(tmp_path, "outside/secret.txt", "TOP SECRET\n")
+    os.link(secret, root / "AGENTS.md")
+    write(root, "SOUL.md", "kind\n")
+    result = assemble_system_prompt(root, PromptOptions())
+    assert "TOP SECRET" not in result.text and "kind" in result.text
+    assert any(n.startswith("AGENTS.md: refused:") and "hard links" in n for n in result.notes), result.notes
+
+
+def test_folder_swapped_for_a_symlink_after_the_check_is_not_followed(tmp_path: Path, monkeypatch) -> None:
+    """The race of issue 13: the path check passed, then ``docs`` became a symlink to a
+    folder outside. The descriptor walk opens each component with O_NOFOLLOW, so the
+    open fails instead of reading the outside file."""
+    from dagctx.context import system_prompt as sp
+
+    root = tmp_path / "ws"
+    write(root, "docs/AGENTS.md", "inside\n")
+    write(tmp_path, "outside/AGENTS.md", "TOP SECRET\n")
+    real_check = sp.resolve_inside
+
+    def check_then_swap(r: object, rel: object) -> Path:
+        result = real_check(r, rel)  # checked while docs/ is a real folder …
+        (root / "docs" / "AGENTS.md").unlink()
+        (root / "docs").rmdir()
+        (root / "docs").symlink_to(tmp_path / "outside")  # … swapped before the open
+        return result
+
+    monkeypatch.setattr(sp, "resolve_inside", check_then_swap)
+    read = sp._read_workspace_text(root.resolve(), "docs/AGENTS.md", 1000)
+    assert read.text is None and read.status == "refused", read
+    assert "symlink" in (read.note or "")
+
+
+def test_skill_folder_with_an_undecodable_name_is_skipped_with_a_note(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    skill(root, "good", "good", "fine")
+    bad = os.path.join(os.fsencode(root), b"skills", b"bad\xff")
+    os.makedirs(bad)
+    with open(os.path.join(bad, b"SKILL.md"), "w") as fh:
+        fh.write("---\nname: bad\ndescription: x\n---\n")
+    result = assemble_system_prompt(root, PromptOptions())
+    assert "good" in result.text
+    result.text.encode("utf-8")  # encodable: no surrogates reach the wire
+    assert any("bad\\xff" in n for n in result.notes), result.notes

@@ -6,7 +6,12 @@ export const PROTOCOL_VERSION = "1.0";
 
 // ---------------------------------------------------------------- $defs
 
-/** Overrides of the tool-result aging policy (SPEC §8); a field left out keeps its default. */
+/**
+ * Overrides of the tool-result aging policy (SPEC §8); a field left out keeps its default.
+ *
+ * Checked when ``initialize`` is answered, so a bad value is refused there, not at
+ * every later render. Unknown names are refused too (a typo must not pass silently).
+ */
 export interface AgingOptions {
   /** @default null */
   keepRecentTurns?: number | null;
@@ -317,6 +322,7 @@ export interface HeadResult {
 }
 
 export interface ImportParams {
+  /** a file system path (no NUL characters) */
   path: string;
   /** @default "auto" */
   format?: "auto" | "claude-code" | "codex" | "openclaw" | "openhands" | "sharegpt" | "swe-agent";
@@ -692,6 +698,7 @@ export interface SamplingContent {
 
 /** An OpenAI-compatible endpoint for headless summaries (no client sampling). */
 export interface SamplingEndpoint {
+  /** an http:// or https:// URL */
   baseUrl: string;
   model: string;
   /** @default null */

@@ -181,8 +181,8 @@ def _invalid(message: str, path: str | None = None) -> DagctxError:
 
 
 def _positive_int(name: str, field: str, value: Any, path: str | None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise _invalid(f"model {name!r}: {field} must be a positive integer, got {value!r}", path)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
+        raise _invalid(f"model {name!r}: {field} must be a positive integer (64-bit), got {value!r}", path)
     return value
 
 
@@ -298,17 +298,22 @@ class ModelTable:
             entries[name.strip().lower()] = _Entry(window, max_output, tokenizer)
         return ModelTable(entries, counter=self._counter)
 
-    def load_config_file(self, path: str | os.PathLike[str], *, missing_ok: bool = False) -> ModelTable:
+    def load_config_file(
+        self, path: str | os.PathLike[str], *, missing_ok: bool = False, raw: bytes | None = None
+    ) -> ModelTable:
         """A new table with the models of a TOML or JSON file on top.
 
         The file holds ``{"models": {name: {contextWindow, maxOutput, tokenizer}}}``;
         in TOML, ``[models."gpt-4o"]`` tables. ``.toml`` files parse as TOML,
         ``.json`` as JSON, anything else as JSON and then TOML. Other top-level keys
-        are ignored. A missing file returns this table when ``missing_ok``.
+        are ignored. A missing file returns this table when ``missing_ok``. ``raw`` is
+        the file's content when the caller read it already (the daemon reads it with
+        ``dagctx.engine.config.read_config_file``: regular files only, size-capped).
         """
         where = os.fspath(path)
         try:
-            raw = Path(where).read_bytes()
+            if raw is None:
+                raw = Path(where).read_bytes()
         except FileNotFoundError:
             if missing_ok:
                 return self

@@ -35,16 +35,33 @@ model knows it is not seeing the whole file. The skills index is capped by entry
 count and by characters. "Characters" are Unicode code points of the text after
 newline normalisation.
 
-Confinement: every read is resolved to its real path (symlinks followed) and refused
-unless that path lies inside the workspace root. A cloned repository can contain an
-``AGENTS.md`` symlinked to ``~/.ssh/id_rsa``; its content must never reach a model
-provider. Refused, missing and unreadable files are skipped and reported in
-``notes``; assembling never raises because of the workspace's contents.
+Confinement (SPEC §7). A cloned repository can contain an ``AGENTS.md`` symlinked to
+``~/.ssh/id_rsa``; its content must never reach a model provider. What is guaranteed:
+
+* a path is first resolved to its real path (symlinks followed) and refused unless it
+  lies inside the workspace root — symlinks that stay inside keep working;
+* the file is then opened by walking that real path from a descriptor of the root,
+  one component at a time, each with ``O_NOFOLLOW`` (directories also
+  ``O_DIRECTORY``): if any component was swapped for a symlink after the check, the
+  open fails instead of following it, so the descriptor read is always a file below
+  the root's descriptor (no time-of-check/time-of-use window through symlinks);
+* the opened file must be a regular file (a FIFO or device is never read; opened
+  ``O_NONBLOCK`` so a FIFO cannot hang the daemon) with exactly one link: a hard link
+  passes any path check and may be the same file as one outside the workspace
+  (``st_nlink > 1`` is refused, whatever the other names are);
+* the skills folder is listed through the same descriptor walk.
+
+Not guaranteed: a workspace root that is itself moved while the daemon reads it (the
+root is whatever the descriptor opened at the start names), and a directory renamed
+inside the workspace by a concurrent local process (it stays inside the root either
+way). Refused, missing and unreadable files are skipped and reported in ``notes``;
+assembling never raises because of the workspace's contents.
 """
 
 from __future__ import annotations
 
 import codecs
+import errno
 import hashlib
 import os
 import re
@@ -223,34 +240,62 @@ class _ReadResult(msgspec.Struct):
     partial: bool = False  # only the first max_bytes were read
 
 
-def _read_workspace_text(root: Path, rel: str, max_bytes: int) -> _ReadResult:
-    """Read ``root/rel`` as text under confinement; never raises for file problems.
+_DIR_FLAGS = (os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+              | getattr(os, "O_CLOEXEC", 0))
+_FILE_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+               | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
 
-    The checked real path is opened with O_NOFOLLOW (if its final component was
-    swapped for a symlink after the check, the open fails instead of following it)
-    and O_NONBLOCK (a FIFO named AGENTS.md must not hang the daemon), and must be a
-    regular file. Swapping an intermediate directory between check and open is not
-    defended against: that needs a local attacker racing the daemon, which is beyond
-    what a workspace's own contents can do.
+
+def open_beneath(root: str | os.PathLike[str], rel: str, *, directory: bool = False) -> int:
+    """A descriptor of ``root/rel`` opened without following any symlink on the way.
+
+    ``rel`` is checked by ``resolve_inside`` (``WorkspaceEscape`` when it leaves the
+    root); its real path below the root is then walked from a descriptor of the root,
+    each component opened relative to the previous one with ``O_NOFOLLOW``. A symlink
+    swapped in after the check makes the walk fail (``OSError``, ``ELOOP``/``ENOTDIR``)
+    instead of leaving the root. Raises ``FileNotFoundError`` for a missing file.
     """
+    root_real = Path(os.path.realpath(os.fspath(root)))
+    real = resolve_inside(root_real, rel)
+    parts = real.relative_to(root_real).parts
+    fd = os.open(root_real, _DIR_FLAGS)
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            flags = _DIR_FLAGS if (not last or directory) else _FILE_FLAGS
+            nxt = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_workspace_text(root: Path, rel: str, max_bytes: int) -> _ReadResult:
+    """Read ``root/rel`` as text under confinement (module docstring); never raises
+    for file problems."""
 
     try:
-        real = resolve_inside(root, rel)
+        fd = open_beneath(root, rel)
     except DagctxError as err:
         return _ReadResult(status="refused", note=f"{rel}: refused: {err.message}")
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(real, flags)
     except FileNotFoundError:
         return _ReadResult(status="missing", note=f"{rel}: not found; skipped")
     except PermissionError:
         return _ReadResult(status="unreadable", note=f"{rel}: permission denied; skipped")
     except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+            return _ReadResult(status="refused", note=f"{rel}: refused: a path component changed into a "
+                               "symlink while it was opened; not followed")
         return _ReadResult(status="unreadable", note=f"{rel}: cannot open ({err.strerror or type(err).__name__}); skipped")
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return _ReadResult(status="unreadable", note=f"{rel}: not a regular file; skipped")
+        if info.st_nlink > 1:
+            return _ReadResult(status="refused", note=f"{rel}: refused: it has {info.st_nlink} hard links, and a "
+                               "hard link may be a file outside the workspace; copy it instead")
         chunks: list[bytes] = []
         got = 0
         while got <= max_bytes:
@@ -419,6 +464,14 @@ def parse_skill_file(text: str, folder: str, path: str) -> SkillEntry:
     return SkillEntry(name=name, description=description, path=path)
 
 
+def _is_text(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _skill_sort_key(entry: SkillEntry) -> tuple[str, str, str]:
     return (entry.name.casefold(), entry.name, entry.path)
 
@@ -435,22 +488,31 @@ def discover_skills(root: str | os.PathLike[str]) -> tuple[list[SkillEntry], lis
     notes: list[str] = []
     files: list[str] = []
     try:
-        skills_real = resolve_inside(root_path, SKILLS_DIR)
+        dir_fd = open_beneath(root_path, SKILLS_DIR, directory=True)
     except DagctxError as err:
         return [], [f"{SKILLS_DIR}/: refused: {err.message}"], []
-    try:
-        with os.scandir(skills_real) as it:
-            names = sorted(entry.name for entry in it)
     except FileNotFoundError:
         return [], [], []
     except NotADirectoryError:
         return [], [f"{SKILLS_DIR}: not a directory; no skills listed"], []
     except OSError as err:
         return [], [f"{SKILLS_DIR}/: cannot list ({err.strerror or type(err).__name__}); no skills listed"], []
+    try:
+        with os.scandir(dir_fd) as it:
+            names = sorted(entry.name for entry in it)
+    except OSError as err:
+        return [], [f"{SKILLS_DIR}/: cannot list ({err.strerror or type(err).__name__}); no skills listed"], []
+    finally:
+        os.close(dir_fd)
 
     entries: list[SkillEntry] = []
     for folder in names:
         if folder.startswith("."):
+            continue
+        if not _is_text(folder):
+            # An undecodable name cannot be shown to a model or sent as JSON (SPEC §1).
+            shown = folder.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            notes.append(f"{SKILLS_DIR}/{shown}/: the folder name is not valid UTF-8; skipped")
             continue
         folder_rel = f"{SKILLS_DIR}/{folder}"
         try:

@@ -34,6 +34,7 @@ from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import NodeInput
 
+from .heads import check_head
 from .sampling import create_message
 
 if TYPE_CHECKING:
@@ -109,6 +110,7 @@ async def _compact(engine: EngineCore, p: c.CompactParams, started: float) -> c.
     token = p.work_done_token
     head = p.head or store.head(sid)
     graph = store.graph(sid)
+    check_head(graph, p.head)
     graph.get(head)
     info = engine.models.get(p.model or engine.options.default_model)
     tokenizer = info.tokenizer or engine.counter.tokenizer_for(info.name)
@@ -140,9 +142,9 @@ async def _compact(engine: EngineCore, p: c.CompactParams, started: float) -> c.
     shown_before = views.calibrated(sid, info.name, tokens_before, before.record)[1]
     if plan is None:
         return done(True, why, shown_before, shown_before)
-    # what must not change while the summarizer runs
-    watched = set(plan.covered_ids) | {plan.kept_from}
-    snapshot = {nid: (graph.nodes[nid].status, graph.nodes[nid].output) for nid in watched}
+    # what must not change while the summarizer runs: the covered nodes and everything
+    # under them by the caller edge (SPEC §8: any change is a conflict), and the kept node
+    snapshot = _watch(graph, set(plan.covered_ids), also={plan.kept_from})
     known = set(graph.nodes)
     identifiers = compaction_plan.fidelity_terms(plan)
     max_chars = max(2000, int(plan.tokens_covered * 4 * 0.6))
@@ -283,12 +285,23 @@ def _validate(engine: EngineCore, graph: Any, plan: Any, text: str | None, head:
     return validation, node_input
 
 
-def _touched(now: Any, snapshot: dict[str, tuple[Any, Any]], known: set[str], head: str) -> bool:
-    """True when a covered or kept node changed, or a node was attached to them, or a
-    summary that applies to this branch was written (a concurrent compaction), meanwhile."""
-    for nid, (status, output) in snapshot.items():
+def _watch(graph: Any, ids: set[str], also: set[str]) -> dict[str, tuple[Any, Any, Any]]:
+    """``ids``, every node below them (caller edge) and ``also`` → what the one mutation
+    (``node/update``) may change of each."""
+    watched = set(ids) | also
+    for nid in ids:
+        watched.update(n.id for n in graph.subtree(nid))
+    return {nid: (graph.nodes[nid].status, graph.nodes[nid].output, graph.nodes[nid].metadata)
+            for nid in watched if nid in graph.nodes}
+
+
+def _touched(now: Any, snapshot: dict[str, tuple[Any, Any, Any]], known: set[str], head: str) -> bool:
+    """True when a covered or kept node, or any node under one (a tool call completed by
+    ``node/update``), changed, or a node was attached to any of them, or a summary that
+    applies to this branch was written (a concurrent compaction), meanwhile."""
+    for nid, (status, output, metadata) in snapshot.items():
         node = now.nodes.get(nid)
-        if node is None or node.status != status or node.output != output:
+        if node is None or node.status != status or node.output != output or node.metadata != metadata:
             return True
     new = [n for n in now.by_seq if n.id not in known]
     if any(n.predecessor in snapshot or n.caller in snapshot for n in new):

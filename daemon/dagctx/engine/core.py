@@ -38,7 +38,16 @@ from dagctx.context import turn_reduction as tr
 from dagctx.context.turn_reduction import Reductions
 
 from . import compaction_pipeline, exports, imports, ledger_ops, migration, turn_reduction
-from .config import SEARCH_CAPABILITY, DaemonConfig, default_database, env_database, redact_database
+from .config import (
+    SEARCH_CAPABILITY,
+    DaemonConfig,
+    contain_caches,
+    default_database,
+    env_database,
+    read_config_file,
+    redact_database,
+)
+from .heads import check_head
 from .lifecycle import EngineRegistry
 from .peer import NullPeer, Peer
 from .shared import EngineShared, OpenDatabase
@@ -80,6 +89,7 @@ class EngineCore:
         #: this connection's id, named as ``origin`` in notifications
         self.connection_id: str | None = None
         self.client_capabilities: dict[str, Any] = {}
+        contain_caches()  # before tiktoken loads an encoding (SPEC §6)
         self.counter: TokenCounter = default_counter()
         self.models = ModelTable(counter=self.counter)
         self.views = ContextService(self)
@@ -100,11 +110,16 @@ class EngineCore:
         self.options = p.initialization_options or m.InitializationOptions()
         self.client_capabilities = p.capabilities
         if self.options.config_file:
-            self.models = self.models.load_config_file(self.client_path(self.options.config_file))
+            cfg = self.client_path(self.options.config_file)
+            try:
+                raw = read_config_file(cfg)
+            except FileNotFoundError:
+                raw = None  # the table words the error
+            self.models = self.models.load_config_file(cfg, raw=raw)
         if self.options.models:
             self.models = self.models.with_overrides(self.options.models)
         if self.options.aging is not None:
-            try:
+            try:  # the Struct checked names, types and ranges at the door (SPEC §2)
                 self.aging_policy = AgingPolicy.from_options(self.options.aging)
             except (TypeError, ValueError) as exc:
                 raise DagctxError("InvalidParams", f"initializationOptions.aging is invalid: {exc}",
@@ -286,6 +301,7 @@ class EngineCore:
     # ------------------------------------------------------------ context methods
 
     def context_render(self, p: c.RenderParams) -> Any:
+        check_head(self.store.graph(p.session_id), p.head)
         if p.budget:
             return self._render_with_budget(p)
         head = p.head or self.store.head(p.session_id)
@@ -347,6 +363,7 @@ class EngineCore:
         """One turn's preparation; at ≥ 80 % with ``allowCompaction`` it compacts first;
         a request over its limit is reduced within the turn or refused (SPEC §8)."""
         turn_reduction.time_limit(p.reduction_timeout_seconds, "params.reductionTimeoutSeconds")
+        check_head(self.store.graph(p.session_id), p.head)  # before any engine walks from it
         result = self._prepare_once(p)
         compact = result.needs_compaction and p.allow_compaction
         if compact:

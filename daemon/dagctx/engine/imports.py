@@ -18,6 +18,7 @@ from dagctx.transcripts import Transcript, parse_path
 from dagctx.ledger import UsageRow
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
+from dagctx.protocol.limits import safe_text
 
 if TYPE_CHECKING:
     from .core import EngineCore
@@ -63,7 +64,7 @@ async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResul
         def write(t: Transcript = t, counts: dict = counts, usage: list = usage) -> tuple[Any, bool]:
             info, created = engine.store.import_session(
                 source_key=f"{t.format}:{t.source_key}",
-                title=p.title or t.title,
+                title=p.title or safe_text(t.title),  # a title made from an undecodable file name
                 nodes=t.nodes,
                 head=t.head,
                 metadata={"importedFrom": t.format, "source": path},

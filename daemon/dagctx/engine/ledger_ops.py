@@ -10,6 +10,8 @@ from __future__ import annotations
 from dagctx.ledger import Store
 from dagctx.protocol import messages as m
 
+from .heads import check_head
+
 
 def session_create(store: Store, p: m.SessionCreateParams) -> m.SessionCreateResult:
     info = store.create_session(p.title, p.metadata)
@@ -35,6 +37,7 @@ def session_delete(store: Store, p: m.SessionRef) -> m.SessionDeleteResult:
 
 
 def session_history(store: Store, p: m.SessionHistoryParams) -> m.SessionHistoryResult:
+    check_head(store.graph(p.session_id), p.head)
     nodes, head = store.history(p.session_id, p.head)
     return m.SessionHistoryResult(nodes=nodes, head=head)
 

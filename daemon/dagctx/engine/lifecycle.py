@@ -28,6 +28,7 @@ from dagctx.context.system_prompt import PromptOptions, assemble_system_prompt
 from dagctx.context.turn_reduction import Reductions
 from dagctx.protocol import context_messages as c
 
+from .heads import check_head
 from .turn_reduction import Built
 from .views import apply_turn_hooks
 
@@ -93,6 +94,7 @@ class ContextEngine:
         budget = self.budget_allocator
         path: list[str] = []
         graph = store.graph(p.session_id)
+        check_head(graph, p.head)
         head = p.head or store.head(p.session_id)
         graph.get(head)
         info = host.models.get(p.model or host.options.default_model)

@@ -13,10 +13,13 @@ for a configured endpoint.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
-import urllib.error
-import urllib.request
+import socket
+import threading
+import time
+import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 from dagctx.protocol import context_messages as c
@@ -46,34 +49,110 @@ async def create_message(engine: EngineCore, params: c.CreateMessageParams, *, t
     )
 
 
+#: the largest endpoint answer read; a summary is a few KiB
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+
+
 def _chat_completion(endpoint: Any, params: c.CreateMessageParams, timeout: float) -> tuple[str, str]:
+    """One ``POST {baseUrl}/chat/completions`` within a total deadline (SPEC §2).
+
+    ``timeout`` bounds the whole exchange — connect, headers and body — not each socket
+    read: a watchdog shuts the socket down when the deadline passes, so an endpoint
+    that trickles bytes cannot hold a compaction past it. Only http and https URLs are
+    accepted (``file://`` and friends would read local files); redirects are not
+    followed; a body cut short or too large is ``SamplingFailed``.
+    """
     messages: list[dict[str, str]] = []
     if params.system_prompt:
         messages.append({"role": "system", "content": params.system_prompt})
     messages += [{"role": m.role, "content": m.content.text} for m in params.messages]
     body = json.dumps({"model": endpoint.model, "messages": messages, "max_tokens": params.max_tokens}).encode()
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if endpoint.api_key_env:
         key = os.environ.get(endpoint.api_key_env)
         if not key:
             raise DagctxError("SamplingFailed", f"environment variable {endpoint.api_key_env} (the endpoint's API key) is not set")
         headers["Authorization"] = f"Bearer {key}"
     url = endpoint.base_url.rstrip("/") + "/chat/completions"
-    req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise DagctxError("SamplingFailed", f"samplingEndpoint.baseUrl must be an http:// or https:// URL, not {endpoint.base_url!r}")
+    limit = min(timeout, endpoint.timeout_seconds)
+    deadline = time.monotonic() + limit
+    cls = http.client.HTTPSConnection if parts.scheme.lower() == "https" else http.client.HTTPConnection
+    conn = cls(parts.hostname, parts.port, timeout=limit)
+    expired = threading.Event()
+
+    def _expire() -> None:
+        expired.set()
+        sock = conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    watchdog = threading.Timer(limit, _expire)
+    watchdog.daemon = True
+    watchdog.start()
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
     try:
-        with urllib.request.urlopen(req, timeout=min(timeout, endpoint.timeout_seconds)) as resp:
-            data = json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
+        try:
+            conn.request("POST", target, body=body, headers=headers)
+            resp = conn.getresponse()
+            status = resp.status
+            raw = _read_capped(resp, deadline)
+        except (http.client.IncompleteRead, http.client.HTTPException) as exc:
+            if expired.is_set():
+                raise _late(url, limit) from exc
+            raise DagctxError("SamplingFailed", f"the endpoint {url} sent a broken answer ({type(exc).__name__}: {exc})",
+                              details={"retryable": True}) from exc
+        except (ConnectionError, TimeoutError, OSError) as exc:
+            if expired.is_set() or isinstance(exc, TimeoutError):
+                raise _late(url, limit) from exc
+            raise DagctxError("SamplingFailed", f"the endpoint {url} failed: {exc}", details={"retryable": True}) from exc
+    finally:
+        watchdog.cancel()
+        conn.close()
+    if expired.is_set():
+        raise _late(url, limit)
+    if status >= 300:
         # 429 and 5xx are worth another try; other statuses will answer the same again.
-        retry = exc.code == 429 or exc.code >= 500
-        raise DagctxError("SamplingFailed", f"the endpoint {url} answered HTTP {exc.code}",
-                          details={"retryable": retry, "status": exc.code}) from exc
-    except (urllib.error.URLError, ConnectionError) as exc:
-        raise DagctxError("SamplingFailed", f"the endpoint {url} failed: {exc}", details={"retryable": True}) from exc
-    except (TimeoutError, OSError, ValueError) as exc:
-        raise DagctxError("SamplingFailed", f"the endpoint {url} failed: {exc}") from exc
+        retry = status == 429 or status >= 500
+        raise DagctxError("SamplingFailed", f"the endpoint {url} answered HTTP {status}",
+                          details={"retryable": retry, "status": status})
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise DagctxError("SamplingFailed", f"the endpoint {url} did not answer JSON: {exc}") from exc
     try:
         choice = data["choices"][0]["message"]
         return str(choice.get("content") or ""), str(data.get("model") or endpoint.model)
-    except (KeyError, IndexError, TypeError) as exc:
+    except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise DagctxError("SamplingFailed", f"the endpoint {url} returned no choices[0].message") from exc
+
+
+def _read_capped(resp: http.client.HTTPResponse, deadline: float) -> bytes:
+    """The body, at most ``MAX_RESPONSE_BYTES``; ``IncompleteRead`` when cut short."""
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        if time.monotonic() > deadline:
+            raise TimeoutError("deadline passed while reading the body")
+        chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(65536)
+        if not chunk:
+            break
+        total += len(chunk)
+        if total > MAX_RESPONSE_BYTES:
+            raise http.client.HTTPException(f"the answer is larger than {MAX_RESPONSE_BYTES:,} bytes")
+        chunks.append(chunk)
+    data = b"".join(chunks)
+    expected = resp.length  # remaining bytes per Content-Length; None when chunked or unknown
+    if expected:
+        raise http.client.IncompleteRead(data, expected)
+    return data
+
+
+def _late(url: str, limit: float) -> DagctxError:
+    return DagctxError("SamplingFailed", f"the endpoint {url} did not answer within {limit:g} s (a total deadline)",
+                       details={"retryable": False})

@@ -6,6 +6,12 @@ treats header names case-insensitively, tolerates missing whitespace, reports a
 malformed header or an oversized frame as an error event, and resynchronises at the
 next ``Content-Length`` header instead of dying.
 
+An oversized frame's body is skipped byte for byte when its length is plausible (up
+to ``SKIP_FACTOR`` times the frame limit, at least 1 GiB); a larger declared length is a lie no body
+will ever complete, so the header is dropped and the stream resynchronises at the
+next header, exactly as for a malformed one (SPEC §1). A header block naming
+``Content-Length`` twice is refused whole: which one is right cannot be known.
+
 Architecture Invariant: no I/O and no JSON here; bytes in, events out.
 """
 
@@ -17,6 +23,9 @@ from dataclasses import dataclass
 _HEADER_END = b"\r\n\r\n"
 _CONTENT_LENGTH = re.compile(rb"content-length", re.IGNORECASE)
 MAX_HEADER_BYTES = 8192
+#: an oversized frame is skipped exactly up to ``max(SKIP_FACTOR × limit, MIN_SKIP_BYTES)``
+SKIP_FACTOR = 16
+MIN_SKIP_BYTES = 1 << 30
 
 
 @dataclass
@@ -83,7 +92,8 @@ class FrameParser:
             assert length is not None
             if length > self.max_frame_bytes:
                 del self._buf[: end + 4]
-                self._skip = length
+                if length <= max(self.max_frame_bytes * SKIP_FACTOR, MIN_SKIP_BYTES):
+                    self._skip = length
                 out.append(
                     FrameError(
                         "FrameTooLarge",
@@ -107,6 +117,7 @@ def _could_start_header(buf: bytearray) -> bool:
 
 def _parse_header(header: bytes) -> tuple[int | None, str | None]:
     length: int | None = None
+    seen = 0
     garbage_before = b""
     lines = header.split(b"\r\n")
     for line in lines:
@@ -117,6 +128,10 @@ def _parse_header(header: bytes) -> tuple[int | None, str | None]:
             garbage_before = line
             continue
         key = name.strip().lower()
+        if key.endswith(b"content-length"):
+            seen += 1
+            if seen > 1:
+                return None, "the header block names Content-Length twice; send exactly one"
         if key == b"content-length":
             v = value.strip()
             if not v.isdigit():

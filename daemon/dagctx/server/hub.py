@@ -38,6 +38,8 @@ from dagctx.protocol import messages as m
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.version import PROTOCOL_VERSION, __version__
 
+from . import guards
+
 if TYPE_CHECKING:
     from .jsonrpc_server import DagctxProtocol
 
@@ -228,7 +230,7 @@ class Hub:
                                                                head=info.head, title=info.title, origin=origin))
 
     def _send(self, w: Watch, method: str, params: Any) -> None:
-        data = codec.encode_message(codec.Notification(method=method, params=params))
+        data = guards.encode_message_safely(codec.Notification(method=method, params=params))
         for conn in list(w.subscribers):
             conn.write_bytes(data)
 

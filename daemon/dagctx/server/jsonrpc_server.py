@@ -55,6 +55,7 @@ from dagctx.protocol.errors import INTERNAL_ERROR, DagctxError, ErrorData, Respo
 from dagctx.protocol.methods import METHODS, PRE_INITIALIZE
 from dagctx.protocol.messages import InitializeParams, LogMessageParams
 
+from . import guards
 from .framing import Body, FrameParser
 from .hub import Hub
 
@@ -149,7 +150,7 @@ class DagctxProtocol(JsonRPCProtocol):
         if not self.hub.on_loop():  # a view in the worker thread notifies
             self.hub.call_on_loop(self._write, message)
             return
-        self.write_bytes(codec.encode_message(message))
+        self.write_bytes(guards.encode_message_safely(message))
 
     def write_bytes(self, data: bytes) -> None:
         """Queue one framed message for the client (on the event loop)."""
@@ -172,11 +173,23 @@ class DagctxProtocol(JsonRPCProtocol):
     def feed(self, data: bytes) -> None:
         for event in self.parser.feed(data):
             if isinstance(event, Body):
-                self.handle_body(event.data)
+                try:  # one bad body never costs the frames behind it (SPEC §1)
+                    self.handle_body(event.data)
+                except Exception as exc:
+                    self._internal_error(None, "a message", exc)
             else:
                 self._error(None, DagctxError(event.kind, event.message))
 
     def handle_body(self, body: bytes) -> None:
+        refused = guards.check_body(body)
+        if refused is not None:
+            r = refused.refusal
+            pending = self._outgoing.get(refused.id)
+            if pending is not None and not pending.done():  # the client's answer to our request
+                pending.set_exception(DagctxError("SamplingFailed", f"the client's answer was refused: {r.message}"))
+            else:
+                self._error(refused.id, DagctxError(r.kind, r.message, path=r.path))
+            return
         try:
             env = codec.envelope_decoder.decode(body)
         except msgspec.ValidationError:
@@ -187,8 +200,8 @@ class DagctxProtocol(JsonRPCProtocol):
             return
         has_id = env.id is not msgspec.UNSET
         msg_id = env.id if has_id else None
-        if has_id and not isinstance(msg_id, (int, str)) and msg_id is not None:
-            self._error(None, DagctxError("InvalidRequest", "id must be a number or a string"))
+        if has_id and msg_id is not None and (isinstance(msg_id, bool) or not isinstance(msg_id, (int, str))):
+            self._error(None, DagctxError("InvalidRequest", "id must be a string, an integer or null (JSON-RPC 2.0)"))
             return
         if env.jsonrpc != "2.0":
             self._error(msg_id, DagctxError("InvalidRequest", 'every message needs "jsonrpc": "2.0"'))

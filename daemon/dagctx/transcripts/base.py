@@ -33,7 +33,7 @@ import base64
 import binascii
 import hashlib
 import heapq
-import json
+import os
 import re
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
@@ -44,6 +44,7 @@ from typing import Any, get_args
 import msgspec
 
 from dagctx.protocol.context_messages import ImportFormat, Skipped, Usage
+from dagctx.protocol.limits import MAX_JSON_DEPTH, too_deep
 from dagctx.protocol.nodes import ROOT_SENTINEL, SUMMARY_NAME, SYSTEM_PROMPT_NAME, NodeInput
 
 ROOT = ROOT_SENTINEL
@@ -117,8 +118,11 @@ def read_jsonl(path: Path, *, label: str = "") -> tuple[list[tuple[int, dict]], 
         if not text:
             continue
         try:
-            obj = msgspec.json.decode(text)
-        except msgspec.DecodeError:
+            obj = decode_json(text)
+        except msgspec.DecodeError as exc:
+            if str(exc) == _TOO_DEEP:
+                skipped.append(Skipped(no, f"{prefix}{_TOO_DEEP}"))
+                continue
             snippet = text[:60].decode("utf-8", errors="replace")
             skipped.append(Skipped(no, f"{prefix}not JSON: {snippet}"))
             continue
@@ -129,8 +133,19 @@ def read_jsonl(path: Path, *, label: str = "") -> tuple[list[tuple[int, dict]], 
     return rows, skipped
 
 
+_TOO_DEEP = f"nested deeper than {MAX_JSON_DEPTH} levels"
+
+
+def decode_json(data: bytes) -> Any:
+    """``msgspec.json.decode``, but a text nested deeper than ``MAX_JSON_DEPTH`` is a
+    ``DecodeError`` (SPEC §3): deeper values would fail later walks by recursion."""
+    if too_deep(data):
+        raise msgspec.DecodeError(_TOO_DEEP)
+    return msgspec.json.decode(data)
+
+
 def load_json(path: Path) -> Any:
-    return msgspec.json.decode(path.read_bytes().removeprefix(_BOM))
+    return decode_json(path.read_bytes().removeprefix(_BOM))
 
 
 def file_digest(path: Path) -> str:
@@ -180,8 +195,8 @@ def parse_arguments(raw: Any) -> tuple[dict, bool]:
         return {}, True
     if isinstance(raw, str):
         try:
-            value = json.loads(raw)
-        except ValueError:
+            value = decode_json(raw.encode("utf-8", "surrogatepass"))
+        except (msgspec.DecodeError, UnicodeError):
             return {"raw": raw}, False
         if isinstance(value, dict):
             return value, True
@@ -720,7 +735,7 @@ def detect_format(path: str | Path) -> str:
             if not text:
                 continue
             try:
-                obj = msgspec.json.decode(text)
+                obj = decode_json(text)
             except msgspec.DecodeError:
                 continue
             if isinstance(obj, dict):
@@ -791,7 +806,7 @@ def parse_path(path: str | Path, format: str = "auto", errors: list[tuple[str, s
     p = Path(path)
     if p.is_file():
         return parse_file(p, format)
-    files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in _SUFFIXES)
+    files = _transcript_files(p, errors)
     from . import claude_code
 
     folded: set[Path] = set()
@@ -804,7 +819,34 @@ def parse_path(path: str | Path, format: str = "auto", errors: list[tuple[str, s
             continue
         try:
             out.extend(parse_file(f, format))
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError, RecursionError) as exc:
             if errors is not None:
-                errors.append((str(f), str(exc)))
+                errors.append((str(f), str(exc) if not isinstance(exc, RecursionError)
+                               else f"nested deeper than {MAX_JSON_DEPTH} levels; not a transcript"))
     return out
+
+
+#: how many unreadable folders one import reports by name
+_MAX_WALK_ERRORS = 20
+
+
+def _transcript_files(root: Path, errors: list[tuple[str, str]] | None) -> list[Path]:
+    """Transcript files below ``root``, sorted; symlinked folders are not entered.
+
+    A folder that cannot be listed (``/proc/1/cwd``, a permission-denied subtree) is
+    reported in ``errors`` (the first ``_MAX_WALK_ERRORS`` by name, then a count) and
+    the walk goes on, so one unreadable corner never fails the whole import.
+    """
+    failed: list[OSError] = []
+    found: list[Path] = []
+    for folder, _dirs, names in os.walk(root, onerror=failed.append, followlinks=False):
+        for name in names:
+            f = Path(folder, name)
+            if f.suffix in _SUFFIXES and f.is_file():
+                found.append(f)
+    if errors is not None:
+        for exc in failed[:_MAX_WALK_ERRORS]:
+            errors.append((str(exc.filename or root), f"cannot list: {exc.strerror or exc}"))
+        if len(failed) > _MAX_WALK_ERRORS:
+            errors.append((str(root), f"{len(failed) - _MAX_WALK_ERRORS} more folders could not be listed"))
+    return sorted(found)

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from .messages import _Params, _Result
+from .messages import Count, FilePath, Int64, Positive, Seconds, Share, _Params, _Result
 
 #: The provider shapes a render can take (SPEC §6).
 Format = Literal["openai", "anthropic", "neutral"]
@@ -47,10 +47,10 @@ class RenderParams(_Params):
     #: with ``budget``: the tool definitions the request will carry (counted)
     tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
     #: with ``budget``: the output cap; default ``min(model max output, 16384, window / 4)``
-    max_output_tokens: int | None = None
+    max_output_tokens: Positive | None = None
     #: with ``budget``: seconds the reduction may take in all (at most 60, SPEC §8)
     reduction_timeout_seconds: float = 60.0
-    work_done_token: int | str | None = None
+    work_done_token: Int64 | str | None = None
 
 
 class TokenCounts(_Result):
@@ -139,10 +139,10 @@ class PrepareParams(_Params):
     model: str | None = None
     format: Format = "neutral"
     tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    max_output_tokens: int | None = None
+    max_output_tokens: Positive | None = None
     allow_compaction: bool = False
     prompt_mode: Literal["full", "minimal", "none"] = "full"
-    workspace: str | None = None
+    workspace: FilePath | None = None
     identity: str | None = None
     agent_prompt: str | None = None
     context_engine: str | None = None
@@ -152,7 +152,7 @@ class PrepareParams(_Params):
     memory_prefetch: str | None = None
     #: seconds reduction within the turn may take in all (at most 60, SPEC §8)
     reduction_timeout_seconds: float = 60.0
-    work_done_token: int | str | None = None
+    work_done_token: Int64 | str | None = None
 
 
 class Budget(_Result):
@@ -226,13 +226,13 @@ class CompactParams(_Params):
     session_id: str
     head: str | None = None
     model: str | None = None
-    keep_recent_tokens: int | None = None
+    keep_recent_tokens: Count | None = None
     instructions: str | None = None
     trigger: Literal["manual", "auto", "overflow"] = "manual"
     fallback: Literal["none", "structural"] = "none"
-    min_identifier_retention: float = 0.5
-    timeout_seconds: float = 120.0
-    work_done_token: int | str | None = None
+    min_identifier_retention: Share = 0.5
+    timeout_seconds: Seconds = 120.0
+    work_done_token: Int64 | str | None = None
 
 
 class CompactResult(_Result):
@@ -277,10 +277,10 @@ class Usage(_Params):
     The prompt the provider measured is ``input + cache_read + cache_write``.
     """
 
-    input: int = 0
-    output: int = 0
-    cache_read: int = 0
-    cache_write: int = 0
+    input: Count = 0
+    output: Count = 0
+    cache_read: Count = 0
+    cache_write: Count = 0
 
     @property
     def prompt(self) -> int:
@@ -319,10 +319,10 @@ class CompactionRecommended(_Result):
 
 
 class ImportParams(_Params):
-    path: str
+    path: FilePath
     format: ImportFormat = "auto"
     title: str | None = None
-    work_done_token: int | str | None = None
+    work_done_token: Int64 | str | None = None
 
 
 class ImportedSession(_Result):
@@ -353,7 +353,7 @@ class ExportParams(_Params):
     session_id: str
     head: str | None = None
     format: ExportFormat = "claude-code"
-    path: str | None = None
+    path: FilePath | None = None
 
 
 class ExportResult(_Result):
@@ -380,7 +380,7 @@ class CreateMessageParams(_Params):
     """Shaped like MCP's ``sampling/createMessage`` request."""
 
     messages: list[SamplingMessage]
-    max_tokens: int
+    max_tokens: Positive
     system_prompt: str | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
 

@@ -7,11 +7,25 @@ clients can talk to older daemons.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from .nodes import Call, NodeInput
+
+# ---------------------------------------------------------------- bounded scalars (SPEC §3)
+# Every integer the daemon stores or hands to SQLite must fit in 64 bits; a path must not
+# hold NUL (no file system accepts it); a timeout is positive and at most a day.
+
+INT64_MAX = 2**63 - 1
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=INT64_MAX)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+Positive = Annotated[int, msgspec.Meta(ge=1, le=INT64_MAX)]
+FilePath = Annotated[str, msgspec.Meta(pattern=r"^[^\u0000]*$", description="a file system path (no NUL characters)")]
+HttpUrl = Annotated[str, msgspec.Meta(pattern=r"^[hH][tT][tT][pP][sS]?://[^\u0000]+$",
+                                      description="an http:// or https:// URL")]
+Seconds = Annotated[float, msgspec.Meta(gt=0, le=86_400)]
+Share = Annotated[float, msgspec.Meta(ge=0, le=1)]
 
 
 class _Params(msgspec.Struct, rename="camel", kw_only=True):
@@ -42,33 +56,37 @@ class ModelSpec(_Params, omit_defaults=True):
     tokenizer: str | None = None
 
 
-class AgingOptions(_Params, omit_defaults=True):
-    """Overrides of the tool-result aging policy (SPEC §8); a field left out keeps its default."""
-
-    keep_recent_turns: int | None = None
-    min_age_seconds: float | None = None
-    min_tokens: int | None = None
-    protect_first: int | None = None
-    exempt_tools: list[str] | None = None
-    soft_trim_head_chars: int | None = None
-    soft_trim_tail_chars: int | None = None
-    hard_clear_after_turns: int | None = None
-    max_single_result_share: float | None = None
-    max_refs_per_result: int | None = None
-    turn_unit: Literal["user", "step"] | None = None
-    #: a current user turn of at least this many steps also ages its older steps (0: off)
-    long_turn_steps: int | None = None
-    #: ... its step boundary advancing only every this many steps
-    step_quantum: int | None = None
-
-
 class SamplingEndpoint(_Params):
     """An OpenAI-compatible endpoint for headless summaries (no client sampling)."""
 
-    base_url: str
+    base_url: HttpUrl
     model: str
     api_key_env: str | None = None
-    timeout_seconds: float = 120.0
+    timeout_seconds: Seconds = 120.0
+
+
+class AgingOptions(_Params, omit_defaults=True, forbid_unknown_fields=True):
+    """Overrides of the tool-result aging policy (SPEC §8); a field left out keeps its default.
+
+    Checked when ``initialize`` is answered, so a bad value is refused there, not at
+    every later render. Unknown names are refused too (a typo must not pass silently).
+    """
+
+    keep_recent_turns: Count | None = None
+    min_age_seconds: Annotated[float, msgspec.Meta(ge=0, le=1e12)] | None = None
+    min_tokens: Count | None = None
+    protect_first: Count | None = None
+    exempt_tools: list[str] | None = None
+    soft_trim_head_chars: Count | None = None
+    soft_trim_tail_chars: Count | None = None
+    hard_clear_after_turns: Count | None = None
+    max_single_result_share: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
+    max_refs_per_result: Count | None = None
+    turn_unit: Literal["user", "step"] | None = None
+    #: a current user turn of at least this many steps also ages its older steps (0: off)
+    long_turn_steps: Count | None = None
+    #: ... its step boundary advancing only every this many steps
+    step_quantum: Count | None = None
 
 
 class InitializationOptions(_Params):
@@ -77,15 +95,15 @@ class InitializationOptions(_Params):
     ``database`` overrides ``DAGCTX_DB`` and the default under the user's data dir.
     """
 
-    database: str | None = None
+    database: FilePath | None = None
     observe_nodes: bool = False
     log_messages: bool = False
     models: dict[str, ModelSpec] = msgspec.field(default_factory=dict)
     default_model: str | None = None
     context_engine: str | None = None
     sampling_endpoint: SamplingEndpoint | None = None
-    workspace: str | None = None
-    config_file: str | None = None
+    workspace: FilePath | None = None
+    config_file: FilePath | None = None
     #: aging policy overrides, e.g. ``{"turnUnit": "step", "keepRecentTurns": 4, "minAgeSeconds": 60}``
     aging: AgingOptions | None = None
 
@@ -113,7 +131,7 @@ class ClosingParams(_Params):
 
 
 class InitializeParams(_Params):
-    process_id: int | None = None
+    process_id: Int64 | None = None
     client_info: ClientInfo | None = None
     root_uri: str | None = None
     capabilities: dict[str, Any] = msgspec.field(default_factory=dict)
@@ -141,11 +159,11 @@ class Empty(_Params):
 
 
 class CancelParams(_Params):
-    id: int | str
+    id: Int64 | str
 
 
 class ProgressParams(_Params):
-    token: int | str
+    token: Int64 | str
     value: dict[str, Any]
 
 
@@ -175,8 +193,8 @@ class SessionCreateResult(_Result):
 
 
 class SessionListParams(_Params):
-    limit: int = 100
-    offset: int = 0
+    limit: Count = 100
+    offset: Count = 0
 
 
 class SessionListResult(_Result):
@@ -233,7 +251,7 @@ class SessionRewindParams(_Params):
 
     session_id: str
     node_id: str | None = None
-    steps: int | None = None
+    steps: Int64 | None = None
 
 
 class HeadResult(_Result):
@@ -291,8 +309,8 @@ class NodeUpdateParams(_Params):
 class OutputRange(_Params):
     """A character range of a (spilled) output, for ``node/get``."""
 
-    offset: int = 0
-    length: int | None = None
+    offset: Count = 0
+    length: Count | None = None
 
 
 class NodeGetParams(_Params):
@@ -319,7 +337,7 @@ class NodeGetResult(_Result):
 class SearchParams(_Params):
     query: str
     session_id: str | None = None
-    limit: int = 20
+    limit: Int64 = 20
     roles: list[Literal["user", "llm", "code"]] | None = None
 
 

@@ -56,7 +56,8 @@ def _note(name: str, params: type, doc: str, direction: Direction = "client-to-s
 _ALL: list[MethodSpec] = [
     # lifecycle (LSP)
     _req("initialize", m.InitializeParams, m.InitializeResult, "Open the connection; choose the database.",
-         "InvalidRequest (sent twice), InvalidParams (database cannot be opened)",
+         "InvalidRequest (sent twice), InvalidParams (database cannot be opened; configFile not a small "
+         "regular file; aging, models or samplingEndpoint out of range — with the field's path)",
          "Opens the database; the only request served before it (besides `daemon/status`, `daemon/stop`)."),
     _note("initialized", m.Empty, "The client got the initialize result."),
     _req("shutdown", m.Empty, None, "Stop serving requests; `exit` follows.", "—",
@@ -80,7 +81,7 @@ _ALL: list[MethodSpec] = [
     _req("session/delete", m.SessionRef, m.SessionDeleteResult, "Delete a session and all its nodes.",
          "SessionNotFound", "Removes the session, its nodes, search rows, usage, spills.", writes=True),
     _req("session/history", m.SessionHistoryParams, m.SessionHistoryResult, "The linear branch ending at a head.",
-         "SessionNotFound, NodeNotFound, BrokenPredecessorChain",
+         "SessionNotFound, NodeNotFound, InvalidParams (head is not a conversation node), BrokenPredecessorChain",
          "Edge walk only; oldest first; ROOT excluded; ends at the head."),
     _req("session/branches", m.SessionRef, m.SessionBranchesResult, "Every branch tip, the main lane, lengths.",
          "SessionNotFound, BrokenPredecessorChain",
@@ -127,16 +128,18 @@ _ALL: list[MethodSpec] = [
          "`callees` holds every node below the named ones by the caller edge (seq order, each once)."),
     # context
     _req("context/render", c.RenderParams, c.RenderResult, "Messages for a head in a provider format.",
-         "SessionNotFound, NodeNotFound, BrokenPredecessorChain, InvalidParams; with `budget`: BudgetExceeded; "
+         "SessionNotFound, NodeNotFound, BrokenPredecessorChain, InvalidParams (also: head is not a conversation "
+         "node); with `budget`: BudgetExceeded; "
          "RequestCancelled",
          "Never writes the ledger. Same data + same params → same bytes. With `budget` over the limit: reduction "
          "within the turn (§8), whose summaries go to the derived cache only. Runs off the event loop.", offload=True),
     _req("context/prepare", c.PrepareParams, c.PrepareResult, "Everything one turn needs.",
-         "SessionNotFound, BudgetExceeded, RequestCancelled, WorkspaceEscape never (refused files become notes)",
+         "SessionNotFound, BudgetExceeded, RequestCancelled, InvalidParams (head is not a conversation node), "
+         "WorkspaceEscape never (refused files become notes)",
          "May append one context/system_prompt node (when the prompt's hash changed); never moves HEAD; never hands "
          "out a request over its limit (§8). Runs off the event loop.", writes=True, offload=True),
     _req("context/compact", c.CompactParams, c.CompactResult, "Compact a branch into a rolling summary.",
-         "SessionNotFound, SamplingFailed (as reason)",
+         "SessionNotFound, InvalidParams (head is not a conversation node), SamplingFailed (as reason)",
          "Writes exactly one summary node or nothing; never moves HEAD. Sampling asks only the requesting client; "
          "the planning and validation run off the event loop.",
          background=True, writes=True),
