@@ -3,7 +3,7 @@ daemon alive, and a failed request writes nothing (SPEC §3).
 
 Seeded (``derandomize``) and bounded in count, so the corpus is the same on every run
 and the whole file takes a few seconds. Requests go to every client→server method
-(except ``shutdown`` and ``daemon/stop``) twice over: as raw frames written to the daemon's stdin (values
+(except ``shutdown``) twice over: as raw frames written to the daemon's stdin (values
 nested past the limit, integers beyond 64 bits, NUL and line separators in strings)
 and through the Python client. Field-aware strategies draw ids from real sessions and
 nodes, so requests reach past "session not found" into the engine; paths are confined
@@ -33,7 +33,7 @@ from dagctx.protocol.methods import METHODS
 FIELDS = {
     name: [f.encode_name for f in msgspec.structs.fields(spec.params)]
     for name, spec in METHODS.items()
-    # shutdown and daemon/stop end the daemon by design (SPEC §1.6): not fuzzed
+    # shutdown and daemon/stop end the daemon on purpose: they are tested on their own
     if spec.direction == "client-to-server" and not spec.notification and name not in ("shutdown", "daemon/stop")
 }
 METHOD_NAMES = sorted(FIELDS)
