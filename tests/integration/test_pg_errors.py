@@ -85,3 +85,25 @@ def test_the_cli_reaches_postgresql_through_the_shared_daemon(shared_env, pg_url
         s.close()
     assert "shared on postgres" in ok("sessions", "--db", pg_url)
     assert "[迁移]" in ok("search", "--db", pg_url, "迁移")
+
+
+async def test_a_url_names_the_database_through_the_socket_and_the_forwarder(shared_env, pg_url: str, tmp_path) -> None:
+    """A client's database name reaches the shared daemon as the client meant it: a
+    ``postgresql://`` URL unchanged (not made a path under the client's cwd)."""
+    from dagctx.protocol import transport
+
+    assert transport.client_database(pg_url) == pg_url
+    assert transport.client_database("rel.db").startswith("/")
+    c = await DagctxClient.connect(database=pg_url)
+    try:
+        sid = (await c.session_create("via the socket")).session_id
+        assert (await c.session_get(sid)).title == "via the socket"
+    finally:
+        await c.close()
+    # the forwarder (`dagctx serve --db URL`) names the same database
+    f = await DagctxClient.spawn(pg_url)  # `dagctx serve --db URL`, forwarding
+    try:
+        titles = [s.title for s in (await f.session_list()).sessions]
+        assert "via the socket" in titles
+    finally:
+        await f.close()
