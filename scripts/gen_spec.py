@@ -121,6 +121,14 @@ async def _examples() -> dict[str, tuple[Any, Any]]:
     await call("session/nameBranch", m.BranchNameParams(session_id=sid, head=retry.node.id, name="retry"))
     await call("session/spawn", m.SessionSpawnParams(session_id=sid, caller_id=tool.node.id, source="subagent", output="Find callers of parse_config"))
     await call("search/query", m.SearchParams(query="parse_config", limit=2))
+    other = await DagctxClient.spawn(Path(tmp) / "other.db")  # a second database to copy from
+    await other.session_create("from another database")
+    await other.close()
+    await call("database/migrate", m.DatabaseMigrateParams(source=str(Path(tmp) / "other.db")))
+    if "database/migrate" in ex and isinstance(ex["database/migrate"][1], dict):
+        req, res = ex["database/migrate"]
+        ex["database/migrate"] = (req | {"source": "/tmp/…/other.db"},
+                                  res | {"source": "/tmp/…/other.db", "target": "/tmp/…/spec.db"})
     await call("context/compact", c.CompactParams(session_id=sid, model="gpt-4o"))
     await call("session/export", c.ExportParams(session_id=sid, format="openai"))
     await call("session/delete", m.SessionRef(session_id=sid))

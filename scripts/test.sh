@@ -16,6 +16,22 @@ if ! command -v nvim >/dev/null 2>&1; then
   fi
 fi
 
+# PostgreSQL (Debian's package) for the tests that run on both storage backends; the
+# tests start their own throwaway server (initdb into a temp folder, Unix socket only).
+have_pg() {
+  command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1 && return 0
+  ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1
+}
+if ! have_pg; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  else
+    echo "note: PostgreSQL not found and cannot apt-get install it; its tests will be skipped (a failure under CI=true)" >&2
+  fi
+fi
+# (The package's own cluster, if it starts one, is never used: no TCP, a private socket folder.)
+
 "$PY" -m pip install -q --disable-pip-version-check -e ".[test]"
 
 # The TypeScript client (vscode-jsonrpc), built once; its node:test suite runs from pytest.

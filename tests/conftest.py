@@ -1,4 +1,5 @@
-"""Shared fixtures: a real daemon subprocess over stdio on a real SQLite file."""
+"""Shared fixtures: a real daemon subprocess over stdio on a real SQLite file, and a real
+PostgreSQL server (``pgserver.py``) for the tests parametrized over both backends."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from dagctx.client import DagctxClient
+
+import pgserver
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,6 +58,40 @@ def _private_daemons(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "dagctx.db"
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """One PostgreSQL server for the whole run (initdb into a temp folder, Unix socket only).
+
+    Missing PostgreSQL: a skip naming the reason locally, a failure in CI (``CI=true``).
+    """
+    reason = pgserver.missing_reason()
+    if reason is not None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI needs PostgreSQL: {reason}")
+        pytest.skip(reason)
+    server = pgserver.start_server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server):
+    """A fresh, empty database on the test server (dropped afterwards)."""
+    url = pg_server.new_database()
+    yield url
+    pg_server.drop_database(url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database name for each backend: a SQLite file path, then a PostgreSQL URL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "dagctx.db")
+    return request.getfixturevalue("pg_url")
 
 
 @pytest.fixture

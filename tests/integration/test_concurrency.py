@@ -1,4 +1,4 @@
-"""Several daemons on one file, and a daemon killed with SIGKILL mid-stream.
+"""Several daemons on one database, and a daemon killed with SIGKILL mid-stream (both backends).
 
 SPEC §4: seq assignment and HEAD moves are transactional across processes, a daemon
 notices another process's writes before it answers, and an acknowledged write
@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sqlite3
 from pathlib import Path
 
+import pytest
+
+from rawdb import RawDb
 from dagctx.client import DagctxClient, RpcError
 from dagctx.protocol import messages as m
 from dagctx.protocol.nodes import NodeInput
@@ -19,15 +21,22 @@ from dagctx.protocol.nodes import NodeInput
 TURNS = 60  # per daemon; each turn is a user node, an llm node and sometimes a tool call
 
 
-def file_state(db: Path, sid: str) -> dict:
-    con = sqlite3.connect(db)
+@pytest.fixture
+def db_path(database: str) -> str:
+    """Every test here runs on both backends: a SQLite file, then a PostgreSQL database."""
+    return database
+
+
+def file_state(db: Path | str, sid: str) -> dict:
+    con = RawDb(db)
     try:
         seqs = [r[0] for r in con.execute("SELECT seq FROM nodes WHERE session_id=? ORDER BY seq", (sid,))]
         ids = [r[0] for r in con.execute("SELECT id FROM nodes WHERE session_id=?", (sid,))]
-        node_count, next_seq, head = con.execute(
+        ((node_count, next_seq, head),) = con.execute(
             "SELECT node_count, next_seq, head FROM sessions WHERE id=?", (sid,)
-        ).fetchone()
-        fts = con.execute("SELECT count(*) FROM search WHERE session_id=?", (sid,)).fetchone()[0]
+        )
+        fts = con.execute("SELECT count(*) FROM nodes WHERE session_id=? AND search_vec IS NOT NULL" if con.pg
+                          else "SELECT count(*) FROM search WHERE session_id=?", (sid,))[0][0]
         return {"seqs": seqs, "ids": ids, "node_count": node_count, "next_seq": next_seq, "head": head, "fts": fts}
     finally:
         con.close()
@@ -89,10 +98,9 @@ async def test_two_daemons_append_to_one_session(db_path: Path) -> None:
         assert st["head"] == root
         # The two writers really interleaved in the file (seq order switches writer often).
         owner = {nid: "a" for nid in acked["a"]} | {nid: "b" for nid in acked["b"]}
-        con = sqlite3.connect(db_path)
-        order = [owner[r[0]] for r in con.execute(
-            "SELECT id FROM nodes WHERE session_id=? AND seq>0 ORDER BY seq", (sid,))]
-        con.close()
+        with RawDb(db_path) as con:
+            order = [owner[r[0]] for r in con.execute(
+                "SELECT id FROM nodes WHERE session_id=? AND seq>0 ORDER BY seq", (sid,))]
         assert sum(x != y for x, y in zip(order, order[1:])) >= 10
 
         # Each daemon sees every node, its own and the other's, before answering.

@@ -8,13 +8,13 @@ agrees with both.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 
+from rawdb import RawDb
 from dagctx.client import DagctxClient, RpcError
 from dagctx.protocol import messages as m
 from dagctx.protocol.nodes import Call
@@ -69,17 +69,21 @@ async def check(c: DagctxClient, sid: str) -> tuple[m.SessionInfo, list[Call], m
     return info, nodes, br
 
 
-def rows(db: Path) -> dict[str, Any]:
-    """What is in the file, read with sqlite3 behind the daemon's back."""
-    con = sqlite3.connect(db)
-    try:
+@pytest.fixture
+def db_path(database: str) -> str:
+    """Every test here runs on both backends: a SQLite file, then a PostgreSQL database."""
+    return database
+
+
+def rows(db: Path | str) -> dict[str, Any]:
+    """What is in the database, read behind the daemon's back."""
+    with RawDb(db) as con:
         return {
-            "nodes": con.execute("SELECT count(*) FROM nodes").fetchone()[0],
-            "sessions": con.execute("SELECT id, head, node_count, next_seq, rev FROM sessions ORDER BY id").fetchall(),
-            "search": con.execute("SELECT count(*) FROM search").fetchone()[0],
+            "nodes": con.execute("SELECT count(*) FROM nodes")[0][0],
+            "sessions": con.execute("SELECT id, head, node_count, next_seq, rev FROM sessions ORDER BY id"),
+            "search": con.execute("SELECT count(*) FROM nodes WHERE search_vec IS NOT NULL" if con.pg
+                                  else "SELECT count(*) FROM search")[0][0],
         }
-    finally:
-        con.close()
 
 
 async def expect_error(kind: str, coro) -> RpcError:
@@ -275,12 +279,12 @@ async def test_session_life(db_path: Path) -> None:
 
 def corrupt(db: Path, sid: str, node_id: str, predecessor: str | None, *, bump_node_rev: bool = True) -> None:
     """Rewrite a node's predecessor (column and msgpack body) behind the daemon's back."""
-    con = sqlite3.connect(db, isolation_level=None)
+    con = RawDb(db)
     try:
-        con.execute("BEGIN IMMEDIATE")
-        (body,) = con.execute("SELECT body FROM nodes WHERE session_id=? AND id=?", (sid, node_id)).fetchone()
+        con.begin()
+        ((body,),) = con.execute("SELECT body FROM nodes WHERE session_id=? AND id=?", (sid, node_id))
         call = msgspec.structs.replace(msgspec.msgpack.decode(body, type=Call), predecessor=predecessor)
-        (rev,) = con.execute("SELECT rev FROM sessions WHERE id=?", (sid,)).fetchone()
+        ((rev,),) = con.execute("SELECT rev FROM sessions WHERE id=?", (sid,))
         rev += 1
         con.execute(
             "UPDATE nodes SET predecessor=?, body=?" + (", rev=?" if bump_node_rev else "")
@@ -288,7 +292,7 @@ def corrupt(db: Path, sid: str, node_id: str, predecessor: str | None, *, bump_n
             (predecessor, msgspec.msgpack.encode(call), *((rev,) if bump_node_rev else ()), sid, node_id),
         )
         con.execute("UPDATE sessions SET rev=? WHERE id=?", (rev, sid))
-        con.execute("COMMIT")
+        con.commit()
     finally:
         con.close()
 
@@ -388,11 +392,9 @@ async def test_spilled_output_through_the_daemon(db_path: Path, daemon: DagctxCl
     await expect_error("InvalidParams", c.get_nodes(sid, [t.node.id], range=m.OutputRange(offset=-1)))
 
     # The stored text is in the file once, whole.
-    con = sqlite3.connect(db_path)
-    try:
-        (data,) = con.execute("SELECT data FROM blobs WHERE node_id=?", (t.node.id,)).fetchone()
-    finally:
-        con.close()
+    with RawDb(db_path) as con:
+        ((data,),) = con.execute("SELECT data FROM blobs WHERE node_id=?", (t.node.id,))
+    data = data if isinstance(data, str) else bytes(data).decode()  # PostgreSQL keeps UTF-8 bytes
     assert data == text
     # Reading twice changes nothing (the read path has no side effects).
     again = (await c.get_nodes(sid, [t.node.id])).nodes[0]

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
+
+from rawdb import RawDb
 
 MAX_FRAME = 16_384
 TIMEOUT = 10.0
@@ -147,18 +148,15 @@ class Raw:
 
 
 def snapshot(db: Path) -> dict[str, Any]:
-    con = sqlite3.connect(db)
-    try:
+    with RawDb(db) as con:
         return {
             "sessions": con.execute(
                 "SELECT id, title, head, rev, node_count, next_seq, updated_at FROM sessions ORDER BY id"
-            ).fetchall(),
-            "nodes": con.execute("SELECT session_id, id, seq, rev, status FROM nodes ORDER BY rowid").fetchall(),
-            "search": con.execute("SELECT count(*) FROM search").fetchone()[0],
-            "blobs": con.execute("SELECT count(*) FROM blobs").fetchone()[0],
+            ),
+            "nodes": con.execute("SELECT session_id, id, seq, rev, status FROM nodes ORDER BY session_id, seq"),
+            "search": con.execute("SELECT count(*) FROM search")[0][0],
+            "blobs": con.execute("SELECT count(*) FROM blobs")[0][0],
         }
-    finally:
-        con.close()
 
 
 def err(resp: dict[str, Any], code: int, kind: str | None = None, *, null_id: bool = False) -> dict[str, Any]:

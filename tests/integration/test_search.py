@@ -58,9 +58,21 @@ async def build_corpus(c: DagctxClient) -> Corpus:
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def search_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """Every search test runs on both backends: same queries, same answers."""
+    if request.param == "sqlite":
+        yield str(tmp_path_factory.mktemp("search") / "search.db")
+        return
+    server = request.getfixturevalue("pg_server")
+    url = server.new_database()
+    yield url
+    server.drop_database(url)
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def shared(tmp_path_factory: pytest.TempPathFactory):
-    client = await DagctxClient.spawn(tmp_path_factory.mktemp("search") / "search.db")
+async def shared(search_db: str):
+    client = await DagctxClient.spawn(search_db)
     try:
         yield client, await build_corpus(client)
     finally:
@@ -192,8 +204,11 @@ async def test_invalid_queries(shared: tuple[DagctxClient, Corpus]) -> None:
     assert (await c.search("zebra", limit=1)).hits
 
 
-async def test_index_follows_updates_spills_and_deletes(tmp_path: Path) -> None:
-    c = await DagctxClient.spawn(tmp_path / "writes.db")  # this test writes: its own daemon
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_index_follows_updates_spills_and_deletes(tmp_path: Path, backend: str,
+                                                        request: pytest.FixtureRequest) -> None:
+    db = str(tmp_path / "writes.db") if backend == "sqlite" else request.getfixturevalue("pg_url")
+    c = await DagctxClient.spawn(db)  # this test writes: its own daemon
     try:
         await _updates_spills_and_deletes(c)
     finally:

@@ -1,8 +1,8 @@
-"""The ledger in-process: invariants, spill, and revision-based refresh across Store objects."""
+"""The ledger in-process over both backends: invariants, spill, revision-based refresh
+across Store objects, and transactions that fail at COMMIT."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import msgspec
@@ -11,11 +11,12 @@ import pytest
 from dagctx.ledger import Store
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import Call, NodeInput
+from rawdb import RawDb
 
 
 @pytest.fixture
-def store(tmp_path: Path):
-    s = Store(tmp_path / "ledger.db")
+def store(database: str):
+    s = Store(database)
     yield s
     s.close()
 
@@ -36,15 +37,10 @@ def raises(kind: str, fn, *args, **kw) -> DagctxError:
 
 
 def rows(path: str | Path, sid: str) -> tuple[int, int, str, int]:
-    db = sqlite3.connect(path)
-    try:
-        n = db.execute("SELECT count(*) FROM nodes WHERE session_id=?", (sid,)).fetchone()[0]
-        node_count, head, rev = db.execute(
-            "SELECT node_count, head, rev FROM sessions WHERE id=?", (sid,)
-        ).fetchone()
+    with RawDb(path) as db:
+        n = db.execute("SELECT count(*) FROM nodes WHERE session_id=?", (sid,))[0][0]
+        node_count, head, rev = db.execute("SELECT node_count, head, rev FROM sessions WHERE id=?", (sid,))[0]
         return n, node_count, head, rev
-    finally:
-        db.close()
 
 
 def turn(store: Store, sid: str, pred: str, i: int) -> tuple[Call, Call]:
@@ -74,9 +70,8 @@ def test_seq_is_per_session_and_contiguous(store: Store) -> None:
     ub, _ = turn(store, b.session_id, b.root_id, 1)
     turn(store, a.session_id, store.head(a.session_id), 2)
     assert ua.seq == 1 and ub.seq == 1
-    db = sqlite3.connect(store.path)
-    seqs = [r[0] for r in db.execute("SELECT seq FROM nodes WHERE session_id=? ORDER BY seq", (a.session_id,))]
-    db.close()
+    with RawDb(store.path) as db:
+        seqs = [r[0] for r in db.execute("SELECT seq FROM nodes WHERE session_id=? ORDER BY seq", (a.session_id,))]
     assert seqs == [0, 1, 2, 3, 4]
 
 
@@ -228,18 +223,18 @@ def test_branches_main_lane_and_lengths(store: Store) -> None:
 
 def _corrupt(path: str, sid: str, node_id: str, predecessor: str | None) -> None:
     """Rewrite one node's predecessor underneath the store, as a broken writer would."""
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("BEGIN IMMEDIATE")
-    body = db.execute("SELECT body FROM nodes WHERE session_id=? AND id=?", (sid, node_id)).fetchone()[0]
+    db = RawDb(path)
+    db.begin()
+    body = db.execute("SELECT body FROM nodes WHERE session_id=? AND id=?", (sid, node_id))[0][0]
     call = msgspec.msgpack.decode(body, type=Call)
     call = msgspec.structs.replace(call, predecessor=predecessor)
-    rev = db.execute("SELECT rev FROM sessions WHERE id=?", (sid,)).fetchone()[0] + 1
+    rev = db.execute("SELECT rev FROM sessions WHERE id=?", (sid,))[0][0] + 1
     db.execute(
         "UPDATE nodes SET predecessor=?, body=?, rev=? WHERE session_id=? AND id=?",
         (predecessor, msgspec.msgpack.encode(call), rev, sid, node_id),
     )
     db.execute("UPDATE sessions SET rev=? WHERE id=?", (rev, sid))
-    db.execute("COMMIT")
+    db.commit()
     db.close()
 
 
@@ -344,8 +339,8 @@ def test_update_spills_too(store: Store) -> None:
 # ---------------------------------------------------------------- two stores, one file
 
 
-def test_second_store_sees_every_committed_write(tmp_path: Path) -> None:
-    path = tmp_path / "shared.db"
+def test_second_store_sees_every_committed_write(database: str) -> None:
+    path = database
     a, b = Store(path), Store(path)
     try:
         s = a.create_session("shared")
@@ -379,8 +374,8 @@ def test_second_store_sees_every_committed_write(tmp_path: Path) -> None:
         b.close()
 
 
-def test_recreated_session_id_is_not_served_from_a_stale_cache(tmp_path: Path) -> None:
-    path = tmp_path / "shared.db"
+def test_recreated_session_id_is_not_served_from_a_stale_cache(database: str) -> None:
+    path = database
     a, b = Store(path), Store(path)
     try:
         s = a.create_session("one", session_id="fixed")
@@ -421,3 +416,76 @@ def test_search_in_process(store: Store) -> None:
     raises("InvalidQuery", store.search, "   ")
     raises("InvalidParams", store.search, "x", limit=0)
     raises("SessionNotFound", store.search, "x", session_id="nope")
+
+
+# ---------------------------------------------------------------- a COMMIT that fails
+
+
+def _trap_commit(database: str) -> None:
+    """Install a deferred constraint that makes COMMIT itself fail for a node named 'boom'."""
+    with RawDb(database) as db:
+        if db.pg:
+            db.execute(
+                "CREATE FUNCTION dagctx.trap() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF NEW.id = 'boom' THEN RAISE EXCEPTION 'commit refused by the test trap'; END IF; "
+                "RETURN NULL; END $$"
+            )
+            db.execute(
+                "CREATE CONSTRAINT TRIGGER trap AFTER INSERT ON dagctx.nodes DEFERRABLE INITIALLY DEFERRED "
+                "FOR EACH ROW EXECUTE FUNCTION dagctx.trap()"
+            )
+        else:
+            db.execute("CREATE TABLE trap_parent(id TEXT PRIMARY KEY)")
+            db.execute("CREATE TABLE trap(ref TEXT REFERENCES trap_parent(id) DEFERRABLE INITIALLY DEFERRED)")
+            db.execute(
+                "CREATE TRIGGER trap_on_node AFTER INSERT ON nodes WHEN NEW.id = 'boom' "
+                "BEGIN INSERT INTO trap VALUES('nothing'); END"
+            )
+
+
+def test_a_failing_commit_rolls_back_and_leaves_the_cache_as_the_database(store: Store) -> None:
+    s = store.create_session()
+    sid = s.session_id
+    u1, a1 = turn(store, sid, s.root_id, 1)
+    _trap_commit(store.path)
+    before = rows(store.path, sid)
+    with pytest.raises(Exception) as info:
+        store.append(sid, U(a1.id, "doomed", id="boom"))
+    assert "trap" in str(info.value).lower() or "foreign key" in str(info.value).lower()
+    # Nothing was written, the cache agrees, and HEAD did not move.
+    assert rows(store.path, sid) == before
+    assert "boom" not in store.graph(sid).nodes and store.head(sid) == a1.id
+    assert [n.id for n in store.history(sid)[0]] == [u1.id, a1.id]
+    # The connection is not left inside a transaction: the next writes work.
+    u2 = store.append(sid, U(a1.id, "next")).node
+    assert u2.seq == 3 and store.head(sid) == u2.id
+    assert rows(store.path, sid)[:2] == (before[0] + 1, before[1] + 1)
+    other = Store(store.path)
+    try:
+        assert [n.id for n in other.history(sid)[0]] == [u1.id, a1.id, u2.id]
+    finally:
+        other.close()
+
+
+def test_nul_and_unusual_text_round_trips_exactly(store: Store) -> None:
+    """Text a client may send — NUL, emoji, CJK — comes back exactly on every backend."""
+    from dagctx.ledger import UsageRow
+    from dagctx.protocol.context_messages import Usage
+
+    odd = "a\x00b 🎉 迁移 \\ ' \" %s ?"
+    s = store.create_session(odd)
+    sid = s.session_id
+    u = store.append(sid, U("ROOT", odd, name=odd)).node
+    big = (odd + "\n") * 4000  # spilled: the blob keeps it whole
+    t = store.append(sid, NodeInput(role="code", name=odd, output=big, caller=u.id)).node
+    store.put_usage(sid, UsageRow(u.id, odd, Usage(input=1, output=2, cache_read=3, cache_write=4), None, 1.0))
+    other = Store(store.path)
+    try:
+        assert other.get_session(sid).title == odd
+        assert other.get_nodes(sid, [u.id])[0].name == odd
+        assert other.get_nodes(sid, [t.id], ranged=True)[0].output == big
+        assert other.usage(sid)[0].model == odd
+        hits = other.search("迁移", session_id=sid)
+        assert {h.node_id for h in hits} == {u.id, t.id} and all(h.name == odd for h in hits)
+    finally:
+        other.close()

@@ -330,10 +330,11 @@ def _fields(node: Call) -> dict[str, Any]:
 # ---------------------------------------------------------------- the derived summary table
 
 
-def test_reduction_summaries_are_kept_by_key(tmp_path: Any) -> None:
+def test_reduction_summaries_are_kept_by_key(database: str) -> None:
+    """On both backends (the table is a backend primitive)."""
     from dagctx.ledger import Store
 
-    store = Store(tmp_path / "s.db")
+    store = Store(database)
     try:
         assert store.reduction_summaries(["a", "b"]) == {} and store.reduction_summaries([]) == {}
         store.put_reduction_summaries([("a", "result", "short", 900, 12), ("b", "checkpoint", "cp", 9000, 40)])
@@ -346,7 +347,7 @@ def test_reduction_summaries_are_kept_by_key(tmp_path: Any) -> None:
         assert store.list_sessions()[1] == 0  # derived data: no session, no node
     finally:
         store.close()
-    again = Store(tmp_path / "s.db")  # survives a restart
+    again = Store(database)  # survives a restart
     try:
         assert again.reduction_summaries(["a"]) == {"a": ("short", 900, 12)}
     finally:

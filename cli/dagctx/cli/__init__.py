@@ -116,7 +116,7 @@ def build_parser():  # noqa: ANN201 - argparse.ArgumentParser
     sub = p.add_subparsers(dest="command")
     s = sub.add_parser("serve", help="connect stdio to the shared per-user daemon (JSON-RPC 2.0, LSP framing)")
     s.add_argument("--db", default=argparse.SUPPRESS,
-                   help="SQLite database file (default: $DAGCTX_DB or the user data dir)")
+                   help="database: a SQLite file path or a postgresql:// URL (default: $DAGCTX_DB or the user data dir)")
     s.add_argument("--standalone", action="store_true",
                    help="run the daemon in this process on stdio instead (also DAGCTX_STANDALONE=1)")
     s.add_argument("--max-frame-bytes", type=int, default=64 * 1024 * 1024,

@@ -88,7 +88,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from dagctx.protocol.context_messages import ExportFormat, Format, ImportFormat
 
     def add(name: str, fn: Callable[[argparse.Namespace], Awaitable[int]], help: str,
-            db_help: str = "SQLite database file (default: $DAGCTX_DB or the user data dir)") -> argparse.ArgumentParser:
+            db_help: str = "database: a SQLite file path or a postgresql:// URL (default: $DAGCTX_DB or the user data dir)") -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         # SUPPRESS: ``dagctx --db F cmd`` and ``dagctx cmd --db F`` both work (see build_parser).
         p.add_argument("--db", help=db_help, default=argparse.SUPPRESS)
@@ -160,6 +160,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--all-branches", action="store_true", help="claude-code: every branch, not only HEAD's")
     p.add_argument("--head")
 
+    p = sub.add_parser("migrate", help="copy every session from one database to another (idempotent)",
+                       description="copy every session exactly from one database to another: a SQLite file "
+                       "path or a postgresql:// URL on either side; running it again copies only what changed")
+    p.add_argument("--from", dest="source", required=True, metavar="PATH_OR_URL")
+    p.add_argument("--to", dest="target", required=True, metavar="PATH_OR_URL")
+    p.set_defaults(func=lambda args: run(cmd_migrate, args))
+
     p = add("demo", cmd_demo, "generate a realistic agent session through the daemon and show what dagctx does",
             db_help="database file to use (default: a new temporary one, removed afterwards unless --keep)")
     p.add_argument("--keep", action="store_true", help="keep the demo database and print its path")
@@ -201,7 +208,14 @@ async def connect(args: argparse.Namespace, **kw: Any) -> AsyncIterator[DagctxCl
         client = await DagctxClient.spawn(database_of(args), standalone=True, **kw)
     else:
         kw.pop("stderr", None)
-        client = await DagctxClient.connect(database_of(args), **kw)
+        db = database_of(args)
+        if db is not None and "://" in db:
+            # A server URL is not a path: it travels as initializationOptions.database,
+            # which the daemon takes as it is (the attach message makes paths absolute).
+            opts = {**(kw.pop("initialization_options", None) or {}), "database": db}
+            client = await DagctxClient.connect(None, initialization_options=opts, **kw)
+        else:
+            client = await DagctxClient.connect(db, **kw)
     try:
         yield client
     finally:
@@ -459,6 +473,42 @@ def _head_table(full: Table, sessions: list[tuple[str, c.ImportedSession]]) -> T
 
 
 # ---------------------------------------------------------------- sessions, history, search
+
+
+async def cmd_migrate(args: argparse.Namespace) -> int:
+    """A daemon on the target copies from the source (``database/migrate``), with progress."""
+    target = args.target
+    if "://" not in target:
+        target = os.path.abspath(os.path.expanduser(target))
+        if not os.path.isdir(os.path.dirname(target)):
+            console.print(f"[red]error[/red]: the folder of {escape(target)} does not exist")
+            return 2
+    source = args.source if "://" in args.source else os.path.abspath(os.path.expanduser(args.source))
+    client = await DagctxClient.spawn(target, standalone=True)  # a one-off copy: a private daemon
+    try:
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[note]}"),
+                      TimeElapsedColumn(), console=real_console(), transient=False) as progress:
+            task = progress.add_task("migrating", total=100, note="")
+
+            def on_progress(params: Any) -> None:
+                value = getattr(params, "value", None) or {}
+                if value.get("percentage") is not None:
+                    progress.update(task, completed=int(value["percentage"]))
+                if value.get("message"):
+                    progress.update(task, note=str(value["message"]))
+
+            client.on_notification("$/progress", on_progress)
+            res = await client.request("database/migrate", m.DatabaseMigrateParams(source=source, work_done_token="migrate"),
+                                       timeout=None)
+            progress.update(task, completed=100)
+    finally:
+        await client.close()
+    res = msgspec.convert(res, m.DatabaseMigrateResult) if not isinstance(res, m.DatabaseMigrateResult) else res
+    console.print(f"{escape(res.source)} → {escape(res.target)}: {res.sessions} sessions, copied {res.copied} "
+                  f"({res.nodes:,} nodes), unchanged {res.unchanged}, conflicts {len(res.conflicts)}")
+    for sid in res.conflicts:
+        console.print(f"[yellow]conflict[/yellow] {sid}: changed on the target since it was copied; not overwritten")
+    return 1 if res.conflicts else 0
 
 
 async def cmd_sessions(args: argparse.Namespace) -> int:

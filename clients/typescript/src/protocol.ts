@@ -264,6 +264,27 @@ export interface DaemonStopResult {
   connections: number;
 }
 
+/**
+ * Copy every session of the database ``source`` (a SQLite path or a ``postgresql://``
+ * URL, SPEC §2.1) into the database this daemon serves.
+ */
+export interface DatabaseMigrateParams {
+  source: string;
+  /** @default null */
+  workDoneToken?: number | string | null;
+}
+
+export interface DatabaseMigrateResult {
+  source: string;
+  target: string;
+  sessions: number;
+  copied: number;
+  unchanged: number;
+  nodes: number;
+  /** @default [] */
+  conflicts?: string[];
+}
+
 /** Params of methods that take none (``shutdown``, ``exit``, ``initialized``). */
 export type Empty = Record<string, never>;
 
@@ -1006,6 +1027,8 @@ export interface Methods {
   "usage/report": { params: UsageReportParams; result: UsageReportResult };
   /** Full-text search, one session or all. */
   "search/query": { params: SearchParams; result: SearchResult };
+  /** Copy every session of another database into this one (idempotent). */
+  "database/migrate": { params: DatabaseMigrateParams; result: DatabaseMigrateResult };
   /** The daemon: pid, uptime, socket, databases, clients. */
   "daemon/status": { params: Empty; result: DaemonStatus };
   /** Stop the daemon after in-flight writes finish. */
@@ -1081,6 +1104,7 @@ export const METHOD_NAMES = [
   "context/replay",
   "usage/report",
   "search/query",
+  "database/migrate",
   "daemon/status",
   "daemon/stop",
 ] as const;
@@ -1135,7 +1159,11 @@ export type ErrorKind =
   | "UnknownModel"
   | "WorkspaceEscape"
   | "ImportFailed"
-  | "InvalidQuery";
+  | "InvalidQuery"
+  | "StorageUnavailable"
+  | "StorageFull"
+  | "StorageReadOnly"
+  | "StorageCorrupt";
 
 /** `data.kind` → the JSON-RPC error code it is sent with. */
 export const ERROR_KINDS: Readonly<Record<ErrorKind, number>> = {
@@ -1162,4 +1190,8 @@ export const ERROR_KINDS: Readonly<Record<ErrorKind, number>> = {
   WorkspaceEscape: -32001,
   ImportFailed: -32001,
   InvalidQuery: -32602,
+  StorageUnavailable: -32001,
+  StorageFull: -32001,
+  StorageReadOnly: -32001,
+  StorageCorrupt: -32001,
 };

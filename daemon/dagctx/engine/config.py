@@ -1,11 +1,17 @@
 """Where the database lives, what the daemon was started with, and the files it reads
-on a client's say-so before any session exists (the model config file)."""
+on a client's say-so before any session exists (the model config file).
+
+A database is named the same way everywhere (``--db``, ``DAGCTX_DB``,
+``initializationOptions.database``; SPEC §2.1): a ``postgresql://`` (or ``postgres://``)
+URL is a PostgreSQL server, anything else is a SQLite file path.
+"""
 
 from __future__ import annotations
 
 import errno
 import os
 import stat
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,8 +53,27 @@ def contain_caches(environ: dict[str, str] | None = None) -> None:
 
 
 def env_database() -> str | None:
-    """``DAGCTX_DB``, when set: a path the user named."""
+    """``DAGCTX_DB``, when set: a path or URL the user named."""
     return os.environ.get("DAGCTX_DB") or None
+
+
+#: initialize's ``capabilities.search``: the query language of search/query (SPEC §5), the
+#: same on every backend — not the name of any engine's full-text extension.
+SEARCH_CAPABILITY = "fulltext-cjk"
+
+
+def redact_database(name: str) -> str:
+    """A database name fit for a message: a URL loses its password."""
+    if "://" not in name:
+        return name
+    try:
+        parts = urllib.parse.urlsplit(name)
+        if parts.password is None:
+            return name
+    except ValueError:  # not even a URL: show no more than its scheme
+        return name.split("://", 1)[0] + "://…"
+    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 @dataclass

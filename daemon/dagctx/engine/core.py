@@ -28,7 +28,7 @@ from dagctx.protocol.version import __version__
 from dagctx.context.aging import AgingPolicy
 from dagctx.context.models import ModelTable
 from dagctx.context.tokens import CL100K, ESTIMATE, O200K, TokenCounter, default_counter
-from dagctx.ledger import AppendOutcome, Store, spill_output
+from dagctx.ledger import AppendOutcome, Store, is_postgres_url, spill_output
 from dagctx.protocol import context_messages as c
 from dagctx.protocol import messages as m
 from dagctx.protocol.errors import DagctxError
@@ -37,8 +37,16 @@ from dagctx.protocol.methods import CLIENT_REQUESTS, PROTOCOL_VERSION, SERVER_NO
 from dagctx.context import turn_reduction as tr
 from dagctx.context.turn_reduction import Reductions
 
-from . import compaction_pipeline, exports, imports, ledger_ops, turn_reduction
-from .config import DaemonConfig, contain_caches, default_database, env_database, read_config_file
+from . import compaction_pipeline, exports, imports, ledger_ops, migration, turn_reduction
+from .config import (
+    SEARCH_CAPABILITY,
+    DaemonConfig,
+    contain_caches,
+    default_database,
+    env_database,
+    read_config_file,
+    redact_database,
+)
 from .heads import check_head
 from .lifecycle import EngineRegistry
 from .peer import NullPeer, Peer
@@ -121,19 +129,25 @@ class EngineCore:
         # is never consulted.
         env = None if self.config.shared else env_database()
         explicit = self.options.database or self.client_database or self.config.database or env
-        path = self.client_path(explicit) if explicit and explicit != ":memory:" else (explicit or default_database())
+        if explicit and explicit != ":memory:" and not is_postgres_url(explicit):
+            name = self.client_path(explicit)
+        else:
+            name = explicit or default_database()
         try:
-            # Only the default location is created; a path the user named must be in a
-            # folder that exists (a typo must not create directories anywhere).
-            self.db = self.shared.acquire(path, create_parent=not explicit)
+            # SPEC §2.1: a postgresql:// URL is a server, anything else a SQLite file. Only the
+            # default location is created; a path the user named must be in a folder that
+            # exists (a typo must not create directories anywhere).
+            self.db = self.shared.acquire(name, create_parent=not explicit)
             self._store = self.db.store
             self.views.use_caches(self.db.caches)
             self.compaction_state = self.db.compaction
+        except DagctxError:
+            raise  # the backend's own words: a bad URL, a server down, a missing file
         except Exception as exc:  # a bad path must be a clear error, not a dead daemon
             raise DagctxError(
                 "InvalidParams",
-                f"cannot open the database {path!r}: {exc}; pass a writable path in "
-                "initializationOptions.database or DAGCTX_DB",
+                f"cannot open the database {redact_database(name)!r}: {exc}; pass a writable path or a "
+                "postgresql:// URL in initializationOptions.database or DAGCTX_DB",
                 path="initializationOptions.database",
             ) from exc
         return m.InitializeResult(
@@ -142,7 +156,8 @@ class EngineCore:
             methods=list(CLIENT_REQUESTS),
             notifications=list(SERVER_NOTIFICATIONS),
             database=self._store.path,
-            capabilities={"observeNodes": True, "sampling": "client-or-endpoint", "search": "fts5-cjk"},
+            capabilities={"observeNodes": True, "sampling": "client-or-endpoint", "search": SEARCH_CAPABILITY,
+                          "storage": self._store.kind},
         )
 
     async def offload(self, fn: Callable[[], T]) -> T:
@@ -495,4 +510,5 @@ class EngineCore:
             "session/import": lambda p: imports.session_import(self, p),
             "context/compact": lambda p: compaction_pipeline.compact(self, p),
             "session/export": lambda p: exports.session_export(self, p),
+            "database/migrate": lambda p: migration.database_migrate(self, p),
         }

@@ -18,13 +18,14 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagctx.ledger import Store
+from dagctx.ledger import Store, is_postgres_url
 
 from . import compaction_pipeline
 
 
 def open_store(path: str, *, create_parent: bool) -> Store:
-    """The store of a database path (the backend factory)."""
+    """The store of a database path or ``postgresql://`` URL (SPEC §2.1; the ledger picks
+    the backend)."""
     return Store(path, create_parent=create_parent)
 
 
@@ -53,7 +54,7 @@ class OpenDatabase:
 
 
 def _key(path: str) -> str:
-    return path if path == ":memory:" else os.path.realpath(path)
+    return path if path == ":memory:" or is_postgres_url(path) else os.path.realpath(path)
 
 
 class EngineShared:

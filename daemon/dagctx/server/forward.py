@@ -122,7 +122,7 @@ def run_forwarder(database: str | None, max_frame_bytes: int | None = None) -> i
         "method": "$/dagctx/attach",
         "params": {
             "cwd": os.getcwd(),
-            "database": os.path.abspath(database) if database and database != ":memory:" else database,
+            "database": transport.client_database(database),
             "pid": os.getppid(),
             **({"maxFrameBytes": max_frame_bytes} if max_frame_bytes else {}),
         },

@@ -45,6 +45,11 @@ ERROR_KINDS: dict[str, int] = {
     "WorkspaceEscape": APPLICATION_ERROR,
     "ImportFailed": APPLICATION_ERROR,
     "InvalidQuery": INVALID_PARAMS,
+    # storage faults (SPEC §3): nothing of the request was written; reads keep working
+    "StorageUnavailable": APPLICATION_ERROR,
+    "StorageFull": APPLICATION_ERROR,
+    "StorageReadOnly": APPLICATION_ERROR,
+    "StorageCorrupt": APPLICATION_ERROR,
 }
 
 

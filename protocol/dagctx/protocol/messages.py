@@ -355,6 +355,31 @@ class SearchResult(_Result):
     hits: list[SearchHit]
 
 
+# ---------------------------------------------------------------- moving databases
+
+
+class DatabaseMigrateParams(_Params):
+    """Copy every session of the database ``source`` (a SQLite path or a ``postgresql://``
+    URL, SPEC §2.1) into the database this daemon serves."""
+
+    source: str
+    work_done_token: int | str | None = None
+
+
+class DatabaseMigrateResult(_Result):
+    source: str
+    target: str
+    #: sessions found in the source
+    sessions: int
+    #: sessions written to the target (new, or grown at the source since the last copy)
+    copied: int
+    #: sessions the target already held exactly as the source has them
+    unchanged: int
+    nodes: int
+    #: sessions not copied because the target's copy was written to after it was made
+    conflicts: list[str] = msgspec.field(default_factory=list)
+
+
 # ---------------------------------------------------------------- notifications
 
 

@@ -156,8 +156,15 @@ _ALL: list[MethodSpec] = [
          "NodeNotFound, InvalidParams (not an llm node)",
          "Stored beside the node (usage table); the node itself is not mutated."),
     _req("search/query", m.SearchParams, m.SearchResult, "Full-text search, one session or all.",
-         "InvalidQuery (-32602), SessionNotFound, RequestCancelled", "Read-only; BM25 order. Runs off the event loop.",
+         "InvalidQuery (-32602), SessionNotFound, RequestCancelled",
+         "Read-only; best match first (BM25 on SQLite, ts_rank on PostgreSQL), the same hits on both. "
+         "Runs off the event loop.",
          offload=True),
+    _req("database/migrate", m.DatabaseMigrateParams, m.DatabaseMigrateResult,
+         "Copy every session of another database into this one (idempotent).",
+         "InvalidParams (no such source, same database), StorageUnavailable (source unreachable)",
+         "Copies rows exactly (ids, seq, revisions, HEAD, names, usage, spills), one session per transaction; "
+         "idempotent; never overwrites a session changed on the target (a conflict)."),
     # the daemon
     _req("daemon/status", m.Empty, m.DaemonStatus, "The daemon: pid, uptime, socket, databases, clients.", "—",
          "Read-only; answered before `initialize` too."),

@@ -1,7 +1,7 @@
 """The one node type of the ledger, shared by the wire and the store.
 
 A session is an append-only DAG of ``Call`` nodes (SPEC §4). The same Struct
-is sent to clients and stored (msgpack-encoded) in SQLite, so there is exactly one
+is sent to clients and stored (msgpack-encoded) in the ledger, so there is exactly one
 definition of what a node is.
 """
 

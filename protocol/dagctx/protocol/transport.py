@@ -38,6 +38,15 @@ class DaemonUnavailable(OSError):
     """The per-user daemon cannot be reached or started; the message says why and what to do."""
 
 
+def client_database(name: str | None) -> str | None:
+    """The database a client names, as the daemon must see it (SPEC §2.1): a file path is
+    made absolute against the client's working directory (the daemon has its own); a
+    server URL (``postgresql://…``) and ``:memory:`` pass unchanged."""
+    if not name or name == ":memory:" or "://" in name:
+        return name
+    return os.path.abspath(name)
+
+
 def supported() -> bool:
     """Whether this platform has Unix sockets (else clients run standalone)."""
     return hasattr(socket, "AF_UNIX") and os.name == "posix"

@@ -1,0 +1,181 @@
+"""The storage interface under the ledger: a dozen primitives, two implementations.
+
+The store (``store.py``) decides what is written — by the rules in ``rules.py`` — and
+a ``Backend`` only keeps rows: sessions, nodes (msgpack bodies beside indexed
+columns), spilled blobs, usage rows and the search index. Two backends exist:
+``sqlite_backend.SqliteBackend`` (one file, the default) and
+``postgres_backend.PostgresBackend`` (a server shared by many daemons), chosen by the
+database name (SPEC §2.1: ``postgresql://…`` URLs are PostgreSQL, anything else is a
+file path).
+
+Contract every backend keeps (tests/unit/test_store.py runs over both):
+
+* ``transaction(session_id)`` is one write transaction, serialised per session against
+  every other process on the same database (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL:
+  the session row read ``FOR UPDATE`` by ``session(..., lock=True)``; a new session's
+  id is claimed by its primary key). It commits at the end and rolls back on ANY failure,
+  a failing ``COMMIT`` included, so the connection is never left inside a transaction.
+* ``session(..., lock=True)`` inside a transaction returns the latest committed row.
+* ``bodies_between(sid, lo, hi)`` returns node bodies with ``lo < rev <= hi`` in seq order.
+* storage faults surface as ``DagctxError`` with a stable kind (``StorageFull``,
+  ``StorageReadOnly``, ``StorageCorrupt``, ``StorageUnavailable``) and a message saying
+  what to do; nothing half-written stays behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgspec
+
+from dagctx.protocol.context_messages import Usage
+from dagctx.protocol.errors import DagctxError
+
+_meta_enc = msgspec.msgpack.Encoder()
+_meta_dec = msgspec.msgpack.Decoder(dict)
+
+
+def encode_meta(value: dict[str, Any]) -> bytes:
+    """Session metadata and token counts are msgpack maps in every backend."""
+    return _meta_enc.encode(value)
+
+
+def decode_meta(blob: bytes) -> dict[str, Any]:
+    return _meta_dec.decode(blob)
+
+
+@dataclass
+class SessionRow:
+    id: str
+    title: str
+    root_id: str
+    head: str
+    created_at: float
+    updated_at: float
+    next_seq: int
+    rev: int
+    node_count: int
+    source_key: str | None
+    #: msgpack-decoded session metadata (keys starting with ``_`` are the ledger's own)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class NodeRow:
+    """What a backend stores for one node; the store encodes, the backend only keeps."""
+
+    session_id: str
+    id: str
+    seq: int
+    rev: int
+    role: str
+    name: str
+    status: str
+    caller: str | None
+    predecessor: str | None
+    created_at: float
+    body: bytes
+    tokens: bytes | None
+    #: the searchable text (whole output even when spilled); None: not indexed (roots)
+    search_text: str | None
+
+
+@dataclass
+class BlobRow:
+    session_id: str
+    node_id: str
+    field: str
+    chars: int
+    lines: int
+    data: str
+
+
+@dataclass
+class UsageRow:
+    """Provider usage of one llm node as stored: the wire ``Usage`` and what the ledger adds
+    (the resolved model, the estimate it was sent with, when it was reported)."""
+
+    node_id: str
+    model: str | None
+    usage: Usage
+    estimated: int | None
+    reported_at: float
+
+    @property
+    def prompt(self) -> int:
+        return self.usage.prompt
+
+
+#: (session_id, node_id, role, score — higher is better, text, name, seq)
+SearchRow = tuple[str, str, str, float, str, str, int]
+
+
+class Backend(Protocol):
+    """The primitives the store needs; see the module docstring for the contract."""
+
+    #: ``"sqlite"`` or ``"postgresql"``
+    kind: str
+    #: what ``initialize`` reports as the database: a file path, or the URL without a password
+    location: str
+
+    def transaction(self, session_id: str) -> AbstractContextManager[None]: ...
+    def session(self, session_id: str, *, lock: bool = False) -> SessionRow | None: ...
+    def session_by_source(self, source_key: str) -> SessionRow | None: ...
+    def sessions(self, limit: int, offset: int) -> tuple[list[SessionRow], int]: ...
+    def insert_session(self, row: SessionRow) -> bool: ...
+    def save_session(self, row: SessionRow) -> None: ...
+    def delete_session(self, session_id: str) -> int: ...
+    def insert_node(self, row: NodeRow) -> None: ...
+    def fill_node(self, row: NodeRow) -> None: ...
+    def bodies_between(self, session_id: str, lo: int, hi: int) -> Iterable[bytes]: ...
+    def node_rows(self, session_id: str) -> list[NodeRow]: ...
+    def put_blob(self, blob: BlobRow) -> None: ...
+    def blob(self, session_id: str, node_id: str, field: str) -> str | None: ...
+    def blob_rows(self, session_id: str) -> list[BlobRow]: ...
+    def token_rows(self, session_id: str) -> Iterable[tuple[str, bytes]]: ...
+    def put_usage(self, session_id: str, usage: UsageRow) -> None: ...
+    def usage_rows(self, session_id: str) -> list[UsageRow]: ...
+    def search(
+        self, query: str, *, session_id: str | None, roles: Sequence[str] | None, limit: int
+    ) -> list[SearchRow]: ...
+    # derived caches that belong to no session (SPEC §8 request summaries)
+    def reduction_summaries(self, keys: Sequence[str]) -> dict[str, tuple[str, int, int]]: ...
+    def put_reduction_summaries(self, rows: Sequence[tuple[str, str, str, int, int]], now: float) -> None: ...
+    def close(self) -> None: ...
+
+
+def storage_error(kind: str, what: str, location: str) -> DagctxError:
+    """A storage fault with the advice that goes with its kind (SPEC §7)."""
+    advice = {
+        "StorageFull": "the disk (or the server's storage) is full: free space, then retry; "
+        "nothing of this request was written, reads still work",
+        "StorageReadOnly": "the database is read-only (file permissions, a read-only mount, or a "
+        "standby server): make it writable or point dagctx at another database; reads still work",
+        "StorageCorrupt": "the database is damaged: stop every daemon using it and restore it from "
+        "a backup (for a SQLite file, `sqlite3 FILE .recover` salvages what is readable)",
+        "StorageUnavailable": "the database cannot be reached right now: check that it exists and "
+        "the server is up, then retry; nothing of this request was written",
+    }[kind]
+    return DagctxError(kind, f"{what} ({location}): {advice}", details={"database": location})
+
+
+def is_postgres_url(name: str) -> bool:
+    """SPEC §2.1: ``postgresql://`` or ``postgres://`` names a server, anything else a file."""
+    low = name.strip().lower()
+    return low.startswith("postgresql://") or low.startswith("postgres://")
+
+
+def open_backend(
+    name: str, *, synchronous: str | None = None, create_parent: bool = True
+) -> Backend:
+    """The backend a database name means (SPEC §2.1)."""
+    if is_postgres_url(name):
+        from .postgres_backend import PostgresBackend
+
+        return PostgresBackend(name)
+    from .sqlite_backend import SqliteBackend
+
+    return SqliteBackend(name, synchronous=synchronous, create_parent=create_parent)

@@ -1,0 +1,129 @@
+"""The PostgreSQL schema and its forward migrations (the twin of ``schema.py``).
+
+Everything lives in the ``dagctx`` schema of the database the URL names, so dagctx can
+share a database with other applications. The tables mirror SQLite's; the search index
+is a ``tsvector`` column on ``nodes`` (GIN-indexed) with the searchable text beside it
+for snippets. Free text that a client chooses (titles, names, outputs, model names) is
+stored as UTF-8 ``BYTEA``: PostgreSQL's ``TEXT`` cannot hold a NUL character, which JSON
+strings and SQLite may, and a value must come back exactly as it was given. Migrations run under a transaction-scoped advisory lock, so many daemons
+starting at once migrate exactly once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+#: advisory lock key that serialises migrations ("dagctx" as an int)
+MIGRATION_LOCK = 0x646167637478
+
+_V1 = """
+CREATE TABLE dagctx.sessions(
+  id TEXT PRIMARY KEY,
+  title BYTEA NOT NULL,
+  root_id TEXT NOT NULL,
+  head TEXT NOT NULL,
+  created_at DOUBLE PRECISION NOT NULL,
+  updated_at DOUBLE PRECISION NOT NULL,
+  next_seq BIGINT NOT NULL,
+  rev BIGINT NOT NULL,
+  node_count BIGINT NOT NULL,
+  source_key BYTEA UNIQUE,
+  metadata BYTEA NOT NULL
+);
+CREATE TABLE dagctx.nodes(
+  session_id TEXT NOT NULL,
+  id TEXT NOT NULL,
+  seq BIGINT NOT NULL,
+  rev BIGINT NOT NULL,
+  role TEXT NOT NULL,
+  name BYTEA NOT NULL,
+  status TEXT NOT NULL,
+  caller TEXT,
+  predecessor TEXT,
+  created_at DOUBLE PRECISION NOT NULL,
+  body BYTEA NOT NULL,
+  tokens BYTEA,
+  search_text BYTEA,
+  search_vec TSVECTOR,
+  -- false: too big for the vector to keep every position; matches are checked in Python
+  search_full BOOLEAN,
+  PRIMARY KEY(session_id, id),
+  UNIQUE(session_id, seq)
+);
+CREATE INDEX nodes_rev ON dagctx.nodes(session_id, rev);
+CREATE INDEX nodes_search ON dagctx.nodes USING gin(search_vec);
+CREATE TABLE dagctx.usage(
+  session_id TEXT NOT NULL,
+  node_id TEXT NOT NULL,
+  model BYTEA,
+  input BIGINT NOT NULL,
+  output BIGINT NOT NULL,
+  cache_read BIGINT NOT NULL,
+  cache_write BIGINT NOT NULL,
+  estimated BIGINT,
+  reported_at DOUBLE PRECISION NOT NULL,
+  PRIMARY KEY(session_id, node_id)
+);
+CREATE TABLE dagctx.blobs(
+  session_id TEXT NOT NULL,
+  node_id TEXT NOT NULL,
+  field TEXT NOT NULL,
+  chars BIGINT NOT NULL,
+  lines BIGINT NOT NULL,
+  data BYTEA NOT NULL,
+  PRIMARY KEY(session_id, node_id, field)
+);
+CREATE TABLE dagctx.reduction_summaries(
+  key TEXT PRIMARY KEY,
+  kind TEXT NOT NULL,
+  text BYTEA NOT NULL,
+  input_tokens BIGINT NOT NULL,
+  output_tokens BIGINT NOT NULL,
+  created_at DOUBLE PRECISION NOT NULL
+)
+"""
+
+MIGRATIONS: dict[int, str] = {1: _V1}
+
+
+def migrate(conn: Any) -> int:
+    """Bring the ``dagctx`` schema forward to ``SCHEMA_VERSION`` in one transaction.
+
+    Returns the version found. A schema newer than this daemon is refused; a ``dagctx``
+    schema without our version table is refused rather than written into.
+    """
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        has_schema = conn.execute(
+            "SELECT 1 FROM information_schema.schemata WHERE schema_name='dagctx'"
+        ).fetchone() is not None
+        has_meta = conn.execute("SELECT to_regclass('dagctx.meta') IS NOT NULL").fetchone()[0]
+        if has_schema and not has_meta:
+            raise RuntimeError(
+                "the database has a schema named dagctx that dagctx did not create (no dagctx.meta "
+                "table); use another database, or drop that schema"
+            )
+        found = 0
+        if has_meta:
+            got = conn.execute("SELECT value FROM dagctx.meta WHERE key='schema_version'").fetchone()
+            found = int(got[0]) if got else 0
+        if found > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"database schema version {found} is newer than this dagctx "
+                f"(knows {SCHEMA_VERSION}); upgrade dagctx"
+            )
+        if not has_schema:
+            conn.execute("CREATE SCHEMA dagctx")
+            conn.execute("CREATE TABLE dagctx.meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        for version in range(found + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[version].split(";\n"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(
+                "INSERT INTO dagctx.meta(key, value) VALUES('schema_version', %s) "
+                "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                (str(version),),
+            )
+    return found

@@ -1,0 +1,394 @@
+"""The PostgreSQL backend: one server shared by many daemons on many hosts.
+
+psycopg 3 with its connection pool; every connection is in autocommit mode and a write
+is an explicit ``BEGIN`` … ``COMMIT`` on one pooled connection. A write first reads its
+session row ``FOR UPDATE``: that row lock serialises seq assignment and HEAD moves per
+session across every daemon (writes to different sessions run in parallel), and the
+row it returns is the latest committed one. A new session's id is claimed by its
+primary key (``INSERT … ON CONFLICT DO NOTHING``). Any failure — a rule, a lost connection, a failing ``COMMIT`` —
+rolls back; the connection goes back to the pool clean or is discarded.
+
+Search: ``pg_search`` turns the shared token preparation (``search.py``) into
+``tsvector`` / ``tsquery`` literals with FTS5's semantics; a GIN index serves it.
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.parse
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from dagctx.protocol.context_messages import Usage
+from dagctx.protocol.errors import DagctxError
+
+from . import pg_search
+from . import search as fts
+from .backend import BlobRow, NodeRow, SearchRow, SessionRow, UsageRow, decode_meta, encode_meta, storage_error
+from .pg_schema import migrate
+
+try:  # an optional dependency: `pip install dagctx[postgres]`
+    import psycopg
+    import psycopg_pool
+    from psycopg import pq
+except ImportError:  # pragma: no cover - exercised only without the extra
+    psycopg = None  # type: ignore[assignment]
+
+_SESSION_COLS = (
+    "id, title, root_id, head, created_at, updated_at, next_seq, rev, node_count, source_key, metadata"
+)
+
+
+def _b(text: str | None) -> bytes | None:
+    """Client text as stored (UTF-8 BYTEA: TEXT cannot hold NUL; see pg_schema)."""
+    return None if text is None else text.encode("utf-8", "surrogatepass")
+
+
+def _u(blob: bytes | None) -> str | None:
+    return None if blob is None else bytes(blob).decode("utf-8", "surrogatepass")
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and ``initialize``'s ``database``."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        if parts.password is None:
+            return url
+    except ValueError:  # not even a URL: show no more than its scheme
+        return url.split("://", 1)[0] + "://…"
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    user = urllib.parse.quote(parts.username or "", safe="")
+    return urllib.parse.urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
+
+
+def fault_kind(exc: BaseException) -> str | None:
+    """The stable kind of a PostgreSQL storage fault, or None for anything else."""
+    if psycopg is None:
+        return None
+    if isinstance(exc, psycopg_pool.PoolTimeout):
+        return "StorageUnavailable"
+    state = getattr(exc, "sqlstate", None) or ""
+    if state == "53100":
+        return "StorageFull"
+    if state == "25006":
+        return "StorageReadOnly"
+    if state in ("XX001", "XX002"):
+        return "StorageCorrupt"
+    if state.startswith(("08", "53", "57P")) or state in ("40001", "40P01"):
+        return "StorageUnavailable"
+    if isinstance(exc, psycopg.OperationalError) and not state:
+        return "StorageUnavailable"  # the connection is gone
+    return None
+
+
+class PostgresBackend:
+    kind = "postgresql"
+
+    def __init__(self, url: str, *, pool_size: int = 4, connect_timeout: float = 10.0) -> None:
+        if psycopg is None:
+            raise DagctxError(
+                "InvalidParams",
+                "a postgresql:// database needs psycopg 3: pip install 'dagctx[postgres]' "
+                "(psycopg[binary] and psycopg-pool)",
+                path="initializationOptions.database",
+            )
+        self.url = url
+        self.location = redact(url)
+        try:
+            psycopg.conninfo.conninfo_to_dict(url)
+        except psycopg.ProgrammingError as exc:
+            raise DagctxError(
+                "InvalidParams",
+                f"{self.location!r} is not a valid PostgreSQL URL ({exc}); write "
+                "postgresql://USER:PASSWORD@HOST:PORT/DATABASE or postgresql:///DATABASE?host=/socket/dir",
+                path="initializationOptions.database",
+            ) from exc
+        try:
+            # One direct connection first: its error says why (server down, wrong password,
+            # no such database), which a pool timeout would not.
+            with psycopg.connect(url, autocommit=True, connect_timeout=int(connect_timeout)) as conn:
+                migrate(conn)
+        except psycopg.Error as exc:
+            raise DagctxError(
+                "StorageUnavailable",
+                f"cannot open the PostgreSQL database {self.location}: {str(exc).strip()}; check that the "
+                "server is up and the host, port, user, password and database name in the URL",
+                details={"database": self.location},
+            ) from exc
+        except RuntimeError as exc:
+            raise DagctxError("InvalidParams", f"{self.location}: {exc}",
+                              path="initializationOptions.database") from exc
+        self.pool = psycopg_pool.ConnectionPool(
+            url, min_size=1, max_size=pool_size, kwargs={"autocommit": True}, open=False, timeout=30.0,
+            name="dagctx",
+        )
+        self.pool.open(wait=True, timeout=connect_timeout)
+        self._local = threading.local()
+
+    # ------------------------------------------------------------ faults and transactions
+
+    @contextmanager
+    def _faults(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except DagctxError:
+            raise
+        except Exception as exc:
+            kind = fault_kind(exc)
+            if kind is None:
+                raise
+            raise storage_error(kind, f"cannot {what}: {str(exc).strip()}", self.location) from exc
+
+    @contextmanager
+    def _conn(self, what: str) -> Iterator[Any]:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            yield conn
+            return
+        with self._faults(what), self.pool.connection() as conn:
+            yield conn
+
+    @contextmanager
+    def transaction(self, session_id: str) -> Iterator[None]:
+        """``BEGIN`` … ``COMMIT``; the session is locked by the first ``session(lock=True)``;
+        any failure, COMMIT's own included, rolls back."""
+        if getattr(self._local, "conn", None) is not None:
+            raise RuntimeError("write transactions do not nest")
+        with self._faults("write"), self.pool.connection() as conn:
+            conn.execute("BEGIN")
+            self._local.conn = conn
+            try:
+                yield
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except psycopg.Error:
+                        pass  # a broken connection: the pool discards it; never mask the cause
+                raise
+            finally:
+                self._local.conn = None
+
+    # ------------------------------------------------------------ sessions
+
+    @staticmethod
+    def _row(r: Sequence[Any]) -> SessionRow:
+        return SessionRow(r[0], _u(r[1]) or "", *r[2:9], _u(r[9]), metadata=decode_meta(r[10]))
+
+    def session(self, session_id: str, *, lock: bool = False) -> SessionRow | None:
+        # FOR UPDATE waits for another writer of this session and then returns the row as
+        # that writer committed it: the lock and the latest revision in one round trip.
+        sql = f"SELECT {_SESSION_COLS} FROM dagctx.sessions WHERE id=%s" + (" FOR UPDATE" if lock else "")
+        with self._conn("read a session") as c:
+            r = c.execute(sql, (session_id,)).fetchone()
+        return None if r is None else self._row(r)
+
+    def session_by_source(self, source_key: str) -> SessionRow | None:
+        with self._conn("read a session") as c:
+            r = c.execute(
+                f"SELECT {_SESSION_COLS} FROM dagctx.sessions WHERE source_key=%s", (_b(source_key),)
+            ).fetchone()
+        return None if r is None else self._row(r)
+
+    def sessions(self, limit: int, offset: int) -> tuple[list[SessionRow], int]:
+        with self._conn("list sessions") as c:
+            rows = c.execute(
+                f"SELECT {_SESSION_COLS} FROM dagctx.sessions ORDER BY updated_at DESC, id LIMIT %s OFFSET %s",
+                (limit, offset),
+            ).fetchall()
+            total = c.execute("SELECT count(*) FROM dagctx.sessions").fetchone()[0]
+        return [self._row(r) for r in rows], total
+
+    def insert_session(self, row: SessionRow) -> bool:
+        with self._conn("create a session") as c:
+            cur = c.execute(
+                f"INSERT INTO dagctx.sessions({_SESSION_COLS}) VALUES(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
+                "ON CONFLICT DO NOTHING",
+                (row.id, _b(row.title), row.root_id, row.head, row.created_at, row.updated_at, row.next_seq,
+                 row.rev, row.node_count, _b(row.source_key), encode_meta(row.metadata)),
+            )
+            return cur.rowcount == 1
+
+    def save_session(self, row: SessionRow) -> None:
+        with self._conn("write a session") as c:
+            c.execute(
+                "UPDATE dagctx.sessions SET title=%s, head=%s, next_seq=%s, rev=%s, node_count=%s, updated_at=%s, "
+                "metadata=%s WHERE id=%s",
+                (_b(row.title), row.head, row.next_seq, row.rev, row.node_count, row.updated_at,
+                 encode_meta(row.metadata), row.id),
+            )
+
+    def delete_session(self, session_id: str) -> int:
+        with self._conn("delete a session") as c:
+            n = c.execute("DELETE FROM dagctx.nodes WHERE session_id=%s", (session_id,)).rowcount
+            for table in ("usage", "blobs", "sessions"):
+                col = "id" if table == "sessions" else "session_id"
+                c.execute(f"DELETE FROM dagctx.{table} WHERE {col}=%s", (session_id,))
+        return n
+
+    # ------------------------------------------------------------ nodes
+
+    @staticmethod
+    def _vector(text: str | None) -> tuple[str | None, bool | None]:
+        return (None, None) if text is None else pg_search.document_vector(text, fts.cjk_grams(text))
+
+    def insert_node(self, r: NodeRow) -> None:
+        with self._conn("write a node") as c:
+            c.execute(
+                "INSERT INTO dagctx.nodes(session_id, id, seq, rev, role, name, status, caller, predecessor, "
+                "created_at, body, tokens, search_text, search_vec, search_full) "
+                "VALUES(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,CAST(%s AS tsvector),%s)",
+                (r.session_id, r.id, r.seq, r.rev, r.role, _b(r.name), r.status, r.caller, r.predecessor,
+                 r.created_at, r.body, r.tokens, _b(r.search_text), *self._vector(r.search_text)),
+            )
+
+    def fill_node(self, r: NodeRow) -> None:
+        with self._conn("write a node") as c:
+            c.execute(
+                "UPDATE dagctx.nodes SET status=%s, rev=%s, body=%s, tokens=COALESCE(%s, tokens), search_text=%s, "
+                "search_vec=CAST(%s AS tsvector), search_full=%s WHERE session_id=%s AND id=%s",
+                (r.status, r.rev, r.body, r.tokens, _b(r.search_text), *self._vector(r.search_text),
+                 r.session_id, r.id),
+            )
+
+    def bodies_between(self, session_id: str, lo: int, hi: int) -> Iterable[bytes]:
+        with self._conn("read nodes") as c:
+            rows = c.execute(
+                "SELECT body FROM dagctx.nodes WHERE session_id=%s AND rev>%s AND rev<=%s ORDER BY seq",
+                (session_id, lo, hi),
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def node_rows(self, session_id: str) -> list[NodeRow]:
+        with self._conn("read nodes") as c:
+            rows = c.execute(
+                "SELECT session_id, id, seq, rev, role, name, status, caller, predecessor, created_at, body, "
+                "tokens, search_text FROM dagctx.nodes WHERE session_id=%s ORDER BY seq",
+                (session_id,),
+            ).fetchall()
+        return [NodeRow(*r[:5], _u(r[5]) or "", *r[6:10], bytes(r[10]), None if r[11] is None else bytes(r[11]),
+                        _u(r[12])) for r in rows]
+
+    def put_blob(self, b: BlobRow) -> None:
+        with self._conn("write a spilled output") as c:
+            c.execute(
+                "INSERT INTO dagctx.blobs(session_id, node_id, field, chars, lines, data) VALUES(%s,%s,%s,%s,%s,%s) "
+                "ON CONFLICT(session_id, node_id, field) DO UPDATE SET chars=excluded.chars, lines=excluded.lines, "
+                "data=excluded.data",
+                (b.session_id, b.node_id, b.field, b.chars, b.lines, _b(b.data)),
+            )
+
+    def blob(self, session_id: str, node_id: str, field: str) -> str | None:
+        with self._conn("read a spilled output") as c:
+            got = c.execute(
+                "SELECT data FROM dagctx.blobs WHERE session_id=%s AND node_id=%s AND field=%s",
+                (session_id, node_id, field),
+            ).fetchone()
+        return None if got is None else _u(got[0])
+
+    def blob_rows(self, session_id: str) -> list[BlobRow]:
+        with self._conn("read spilled outputs") as c:
+            rows = c.execute(
+                "SELECT session_id, node_id, field, chars, lines, data FROM dagctx.blobs WHERE session_id=%s",
+                (session_id,),
+            ).fetchall()
+        return [BlobRow(*r[:5], _u(r[5]) or "") for r in rows]
+
+    def token_rows(self, session_id: str) -> Iterable[tuple[str, bytes]]:
+        with self._conn("read token counts") as c:
+            return c.execute(
+                "SELECT id, tokens FROM dagctx.nodes WHERE session_id=%s AND tokens IS NOT NULL", (session_id,)
+            ).fetchall()
+
+    # ------------------------------------------------------------ usage
+
+    def put_usage(self, session_id: str, u: UsageRow) -> None:
+        with self._conn("write usage") as c:
+            c.execute(
+                "INSERT INTO dagctx.usage(session_id, node_id, model, input, output, cache_read, cache_write, "
+                "estimated, reported_at) VALUES(%s,%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT(session_id, node_id) DO "
+                "UPDATE SET model=excluded.model, input=excluded.input, output=excluded.output, "
+                "cache_read=excluded.cache_read, cache_write=excluded.cache_write, estimated=excluded.estimated, "
+                "reported_at=excluded.reported_at",
+                (session_id, u.node_id, _b(u.model), u.usage.input, u.usage.output, u.usage.cache_read,
+                 u.usage.cache_write, u.estimated,
+                 u.reported_at),
+            )
+
+    def usage_rows(self, session_id: str) -> list[UsageRow]:
+        with self._conn("read usage") as c:
+            rows = c.execute(
+                "SELECT node_id, model, input, output, cache_read, cache_write, estimated, reported_at "
+                "FROM dagctx.usage WHERE session_id=%s ORDER BY reported_at",
+                (session_id,),
+            ).fetchall()
+        return [UsageRow(r[0], _u(r[1]), Usage(input=r[2], output=r[3], cache_read=r[4], cache_write=r[5]), r[6],
+                         r[7]) for r in rows]
+
+    # ------------------------------------------------------------ search
+
+    def search(
+        self, query: str, *, session_id: str | None, roles: Sequence[str] | None, limit: int
+    ) -> list[SearchRow]:
+        q = pg_search.parse(fts.fts_query(query))
+        if q.exact is None or q.relaxed is None:
+            return []
+        # Documents with every position: the exact query. Huge ones: the position-free
+        # superset, then an exact check of their whole text here (pg_search.verify).
+        sql = (
+            "SELECT n.session_id, n.id, n.role, ts_rank(n.search_vec, r, 1) AS score, n.search_text, n.name, n.seq, "
+            "n.search_full FROM dagctx.nodes n, CAST(%s AS tsquery) q, CAST(%s AS tsquery) r "
+            "WHERE ((n.search_full AND n.search_vec @@ q) OR (NOT n.search_full AND n.search_vec @@ r))"
+        )
+        args: list[Any] = [q.exact, q.relaxed]
+        if session_id is not None:
+            sql += " AND n.session_id = %s"
+            args.append(session_id)
+        if roles:
+            sql += " AND n.role = ANY(%s)"
+            args.append(list(roles))
+        sql += " ORDER BY score DESC, n.session_id, n.seq LIMIT %s OFFSET %s"
+        out: list[SearchRow] = []
+        offset = 0
+        page = max(limit, 50)
+        with self._conn("search") as c:
+            while len(out) < limit:
+                rows = c.execute(sql, [*args, page, offset]).fetchall()
+                for r in rows:
+                    text = _u(r[4]) or ""
+                    if not r[7] and not pg_search.verify(q, text, fts.cjk_grams(text)):
+                        continue
+                    out.append((r[0], r[1], r[2], float(r[3]), text, _u(r[5]) or "", r[6]))
+                    if len(out) == limit:
+                        break
+                if len(rows) < page:
+                    break
+                offset += page
+        return out
+
+    # ------------------------------------------------------------ derived caches
+
+    def reduction_summaries(self, keys: Sequence[str]) -> dict[str, tuple[str, int, int]]:
+        with self._conn("read request summaries") as c:
+            rows = c.execute(
+                "SELECT key, text, input_tokens, output_tokens FROM dagctx.reduction_summaries WHERE key = ANY(%s)",
+                (list(keys),),
+            ).fetchall()
+        return {r[0]: (_u(r[1]) or "", r[2], r[3]) for r in rows}
+
+    def put_reduction_summaries(self, rows: Sequence[tuple[str, str, str, int, int]], now: float) -> None:
+        with self._conn("write request summaries") as c, c.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO dagctx.reduction_summaries(key, kind, text, input_tokens, output_tokens, created_at) "
+                "VALUES(%s,%s,%s,%s,%s,%s) ON CONFLICT(key) DO UPDATE SET kind=excluded.kind, text=excluded.text, "
+                "input_tokens=excluded.input_tokens, output_tokens=excluded.output_tokens, "
+                "created_at=excluded.created_at",
+                [(k, kind, _b(text), tin, tout, now) for k, kind, text, tin, tout in rows],
+            )
+
+    def close(self) -> None:
+        self.pool.close()

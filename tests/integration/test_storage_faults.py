@@ -1,0 +1,174 @@
+"""Storage faults through a real daemon: every one answered with a stable kind, no write
+acknowledged that is not on disk, reads still served, the daemon alive.
+
+* the database file deleted or replaced underneath a running daemon → ``StorageUnavailable``
+  before any write (issue: 20 of 20 appends were acknowledged into an unlinked file);
+* a second daemon on that path refuses to start an empty database while the old
+  write-ahead log is still there;
+* a full disk (a small tmpfs) → ``StorageFull``; a read-only mount → ``StorageReadOnly``;
+  damaged pages → ``StorageCorrupt``.
+
+The disk tests mount a tmpfs and so need root (CI runs as root); elsewhere they skip.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dagctx.client import DagctxClient, RpcError
+
+
+async def append_user(c: DagctxClient, sid: str, text: str) -> str:
+    head = (await c.session_get(sid)).head
+    return (await c.append(sid, "user", input=text, predecessor=head)).node.id
+
+
+async def expect(kind: str, coro) -> RpcError:
+    with pytest.raises(RpcError) as info:
+        await coro
+    assert info.value.kind == kind, info.value.message
+    return info.value
+
+
+async def test_deleted_database_refuses_writes_and_a_second_daemon_refuses_to_start_fresh(db_path: Path) -> None:
+    c = await DagctxClient.spawn(db_path)
+    try:
+        sid = (await c.session_create("doomed")).session_id
+        acked = [await append_user(c, sid, f"before {i}") for i in range(3)]
+        os.unlink(db_path)
+        for i in range(5):
+            err = await expect("StorageUnavailable", append_user(c, sid, f"after {i}"))
+        assert "deleted or replaced" in err.message and "nothing was written" in err.message
+        await expect("StorageUnavailable", c.session_create("new"))
+        # Reads are still served from what the daemon has open.
+        assert [n.id for n in (await c.history(sid)).nodes] == acked
+        # A second daemon on the same path: the old write-ahead log is still there.
+        with pytest.raises(RpcError) as info:
+            await DagctxClient.spawn(db_path)
+        assert info.value.kind == "StorageUnavailable" and "-wal" in info.value.message
+        assert not db_path.exists()
+    finally:
+        await c.close()
+
+
+async def test_replaced_database_refuses_writes(tmp_path: Path) -> None:
+    db, other = tmp_path / "a.db", tmp_path / "b.db"
+    c, d = await DagctxClient.spawn(db), await DagctxClient.spawn(other)
+    try:
+        sid = (await c.session_create("a")).session_id
+        await append_user(c, sid, "one")
+        await d.close()
+        os.replace(other, db)  # another database moved over ours
+        err = await expect("StorageUnavailable", append_user(c, sid, "two"))
+        assert "replaced" in err.message
+        assert (await c.session_list()).total == 1  # alive, answering
+    finally:
+        await c.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 3 MB tmpfs (root only): a disk that really fills up and can be made read-only."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
+    got = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if got.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {got.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def fill(mnt: Path) -> Path:
+    filler = mnt / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+        except OSError:
+            pass
+    return filler
+
+
+async def test_full_disk_answers_storage_full_and_reads_keep_working(small_disk: Path) -> None:
+    db = small_disk / "dagctx.db"
+    c = await DagctxClient.spawn(db)
+    try:
+        sid = (await c.session_create("full")).session_id
+        acked = [await append_user(c, sid, f"turn {i}") for i in range(3)]
+        filler = fill(small_disk)
+        err = None
+        for i in range(40):  # until the WAL can no longer grow
+            try:
+                acked.append(await append_user(c, sid, f"big {i} " + "x" * 60_000))
+            except RpcError as exc:
+                err = exc
+                break
+        assert err is not None and err.kind == "StorageFull", err
+        assert "free space" in err.message
+        assert [n.id for n in (await c.history(sid)).nodes] == acked  # every ack is there, nothing else
+        filler.unlink()
+        acked.append(await append_user(c, sid, "after freeing space"))
+        assert [n.id for n in (await c.history(sid)).nodes] == acked
+    finally:
+        await c.close()
+    d = await DagctxClient.spawn(db)  # and it is all on disk
+    try:
+        assert [n.id for n in (await d.history(sid)).nodes] == acked
+    finally:
+        await d.close()
+
+
+async def test_read_only_mount_serves_reads_and_answers_storage_read_only(small_disk: Path) -> None:
+    db = small_disk / "dagctx.db"
+    c = await DagctxClient.spawn(db)
+    sid = (await c.session_create("ro")).session_id
+    acked = [await append_user(c, sid, f"迁移 turn {i}") for i in range(3)]
+    await c.close()
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    d = await DagctxClient.spawn(db)
+    try:
+        assert [n.id for n in (await d.history(sid)).nodes] == acked
+        assert len((await d.search("迁移")).hits) == 3
+        err = await expect("StorageReadOnly", append_user(d, sid, "refused"))
+        assert "read-only" in err.message
+        await expect("StorageReadOnly", d.session_create("refused"))
+        assert (await d.session_list()).total == 1
+    finally:
+        await d.close()
+
+
+async def test_corrupt_pages_answer_storage_corrupt(db_path: Path) -> None:
+    c = await DagctxClient.spawn(db_path)
+    sid = (await c.session_create("corrupt")).session_id
+    for i in range(30):
+        await append_user(c, sid, f"turn {i} " + "y" * 2000)
+    await c.close()
+    with open(db_path, "r+b") as f:  # keep the schema pages, scribble over the node pages
+        size = f.seek(0, 2)
+        f.seek(size // 2)
+        f.write(random.Random(1).randbytes(size - size // 2))
+    d = await DagctxClient.spawn(db_path)
+    try:
+        err = await expect("StorageCorrupt", d.history(sid))
+        assert "backup" in err.message and ".recover" in err.message
+        await expect("StorageCorrupt", append_user(d, sid, "more"))
+        assert (await d.session_get(sid)).title == "corrupt"  # what is readable is still served
+    finally:
+        await d.close()
+    # A file damaged beyond opening is refused at initialize with the same kind, never InternalError.
+    with open(db_path, "r+b") as f:
+        f.seek(100)
+        f.write(random.Random(2).randbytes(8000))
+    with pytest.raises(RpcError) as info:
+        await DagctxClient.spawn(db_path)
+    assert info.value.kind == "StorageCorrupt"
