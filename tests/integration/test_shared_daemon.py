@@ -542,3 +542,36 @@ async def test_a_cancelled_heavy_render_stops_and_frees_the_worker(shared_env, t
         assert time.monotonic() - t0 < 5
     finally:
         await a.close()
+
+
+async def test_a_slow_database_server_at_initialize_never_stalls_other_connections(shared_env, tmp_path: Path) -> None:
+    """``initialize`` opens its database in the worker (SPEC §1.4): a PostgreSQL address that
+    accepts but never answers keeps that client waiting, never the others."""
+    import socket as socketlib
+
+    silent = socketlib.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts (the kernel does) and never says a word
+    port = silent.getsockname()[1]
+    try:
+        b = await spawn(tmp_path / "b.db")
+        try:
+            a = await spawn(None, initialize=False)
+            try:
+                url = f"postgresql://dagctx@127.0.0.1:{port}/x?connect_timeout=3"
+                slow = asyncio.ensure_future(a.initialize(initialization_options={"database": url}))
+                await asyncio.sleep(0.3)  # A is now inside its connect
+                started = time.monotonic()
+                for _ in range(5):
+                    await b.session_list()
+                assert time.monotonic() - started < 1.0, "B waited for A's database"
+                with pytest.raises(RpcError) as err:
+                    await slow
+                assert err.value.kind in ("StorageUnavailable", "InvalidParams")
+            finally:
+                a.notify("exit")
+                await a.wait(10)
+        finally:
+            await b.close()
+    finally:
+        silent.close()

@@ -104,6 +104,8 @@ class DagctxProtocol(JsonRPCProtocol):
         self._cancel_tokens: dict[Any, CancelToken] = {}
         self._reads_in_flight: set[asyncio.Future[Any]] = set()
         self.initialized = False
+        #: set while ``initialize`` runs in the worker: requests sent behind it wait their turn
+        self.initializing = False
         self.shutting_down = False
         self.exit_code: int | None = None
         self.closed: asyncio.Future[int] | None = None
@@ -266,7 +268,7 @@ class DagctxProtocol(JsonRPCProtocol):
             log.warning("ignoring notification %r", method)
 
     def _handle_request(self, msg_id: Any, method: str, raw: Any) -> None:
-        if not self.initialized and method not in PRE_INITIALIZE:
+        if not self.initialized and not self.initializing and method not in PRE_INITIALIZE:
             self._error(
                 msg_id,
                 DagctxError("ServerNotInitialized", f"{method} before initialize: send initialize first"),
@@ -424,11 +426,21 @@ class DagctxProtocol(JsonRPCProtocol):
     # ------------------------------------------------------------ lifecycle handlers
 
     def _on_initialize(self, p: InitializeParams) -> Any:
-        if self.initialized:
+        if self.initialized or self.initializing:
             raise DagctxError("InvalidRequest", "initialize was already sent on this connection")
         self.client_info = p.client_info
         self.client_pid = p.process_id
-        result = self.engine.initialize(p)
+        self.initializing = True
+        return self._initialize(p)
+
+    async def _initialize(self, p: InitializeParams) -> Any:
+        """Open the database and read a ``configFile`` in the worker (SPEC §1.4): a
+        PostgreSQL server slow to answer or a slow disk never stalls the other connections.
+        ``initialize`` is ordered, so requests sent behind it run after it."""
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(self.hub.worker, self.engine.initialize, p)
+        finally:
+            self.initializing = False
         result.methods = [name for name in result.methods if name in self.handlers]
         result.connection_id = self.connection_id
         self.initialized = True
