@@ -449,3 +449,30 @@ def test_identifier_mining_reads_an_even_sample_of_long_prefixes() -> None:
     many = [f"edit src/core/engine.py then run job {i:06d} " + "filler text " * 200 for i in range(400)]
     assert distinctive_identifiers(many, top=1, sample_chars=50_000) == ["src/core/engine.py"]
     assert distinctive_identifiers(many, top=1, sample_chars=None) == ["src/core/engine.py"]
+
+
+def test_top_references_of_a_huge_result_come_from_its_head_and_tail():
+    """The citation gate's cost per result is bounded (SPEC §8): a 1 MB log is mined in
+    its first and last 32 KiB, so an identifier only in the middle is not among them."""
+    from dagctx.context.references import TOP_REFERENCE_SCAN_CHARS, top_references
+
+    filler = "plain words and more plain words\n" * (1_000_000 // 34)
+    mid = len(filler) // 2
+    text = "see src/head_module.py\n" + filler[:mid] + "middle/only_here.py\n" + filler[mid:] + "tail/last_file.py\n"
+    assert len(text) > 10 * TOP_REFERENCE_SCAN_CHARS
+    refs = top_references(text, 32)
+    assert "src/head_module.py" in refs and "tail/last_file.py" in refs
+    assert "middle/only_here.py" not in refs
+    # below the bound every occurrence counts, wherever it is
+    small = "a " * 10_000 + "middle/only_here.py " + "b " * 10_000
+    assert "middle/only_here.py" in top_references(small, 32)
+
+
+def test_paths_inside_many_urls_are_not_paths():
+    """Thousands of URLs in one result: a path inside any of them is part of the URL."""
+    from dagctx.context.references import top_references
+
+    text = " ".join(f"https://example.org/docs/page{i}.html" for i in range(3000)) + " real/file_name.py"
+    refs = top_references(text, 5000)
+    assert "real/file_name.py" in refs
+    assert not any(r.startswith("/docs/") or r == "docs/page1.html" for r in refs)

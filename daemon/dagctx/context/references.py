@@ -209,8 +209,13 @@ def _iter_references(text: str) -> Iterable[tuple[int, str]]:
         if 0 < int(m.group(1)[1:]) <= 65535:
             yield m.start(), m.group(1)
 
+    # URL matches come in order and never overlap: the span that may hold ``pos`` is the
+    # last one starting at or before it (a bisect, not a scan: texts can hold 10^5 URLs).
+    url_starts = [a for a, _ in url_spans]
+
     def in_url(pos: int) -> bool:
-        return any(a <= pos < b for a, b in url_spans)
+        i = bisect_right(url_starts, pos) - 1
+        return i >= 0 and pos < url_spans[i][1]
 
     for m in _PATH.finditer(text):
         p = m.group(1).rstrip(".")
@@ -281,8 +286,19 @@ def extract_references(text: str) -> set[str]:
     return set(_reference_counts(text)[0])
 
 
+#: A result longer than this is mined for its top references in its first and last half
+#: of this many characters only (SPEC §8): the citation gate's cost per result is bounded,
+#: whatever a tool printed (a 1 MB log costs what a 64 KB one does).
+TOP_REFERENCE_SCAN_CHARS = 64 * 1024
+
+
 def top_references(text: str, limit: int) -> list[str]:
-    """At most ``limit`` references of ``text``: most frequent first, ties by first position."""
+    """At most ``limit`` references of ``text``: most frequent first, ties by first position.
+
+    Of a text longer than ``TOP_REFERENCE_SCAN_CHARS``, its head and tail are mined."""
+    if len(text) > TOP_REFERENCE_SCAN_CHARS:
+        half = TOP_REFERENCE_SCAN_CHARS // 2
+        text = f"{text[:half]}\n{text[-half:]}"
     counts, first = _reference_counts(text)
     ranked = sorted(counts, key=lambda r: (-counts[r], first[r], r))
     return ranked[:limit] if limit >= 0 else ranked
