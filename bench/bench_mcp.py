@@ -75,7 +75,10 @@ async def main() -> int:
             await client.close()
 
         via_mcp: list[float] = []
-        params = StdioServerParameters(command=sys.executable, args=["-P", "-m", "dagctx.cli", "mcp", "--db", str(db)])
+        # The SDK hands the server only a minimal environment unless told otherwise; pass ours,
+        # so the daemon choice (standalone, a private runtime dir) is this run's, not the user's.
+        params = StdioServerParameters(command=sys.executable, args=["-P", "-m", "dagctx.cli", "mcp", "--db", str(db)],
+                                        env=dict(os.environ))
         async with stdio_client(params) as streams, ClientSession(*streams) as session:
             await session.initialize()
             for q in QUERIES:

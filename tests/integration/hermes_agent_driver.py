@@ -1,3 +1,5 @@
+# pyright: reportMissingImports=false
+# (runs inside the Hermes test virtualenv, where hermes-agent is installed)
 """Run inside the Hermes virtualenv: a real ``AIAgent`` conversation with the dagctx engine.
 
 ``context.engine: dagctx`` in ``$HERMES_HOME/config.yaml`` makes ``agent_init`` select the

@@ -1,3 +1,5 @@
+# pyright: reportMissingImports=false
+# (runs inside the Hermes test virtualenv, where hermes-agent is installed)
 """Run inside a virtualenv that has the real ``hermes-agent`` and ``dagctx-hermes``.
 
 Loads the dagctx engine the way Hermes does (plugin manager → entry point → ``register(ctx)``

@@ -8,6 +8,7 @@ daemon on a real SQLite file; the session it serves is written first by a plain
 from __future__ import annotations
 
 import json
+import os
 import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,7 +26,10 @@ SENTENCE = "我们明天开始数据库迁移脚本的评审，请先准备好�
 
 @asynccontextmanager
 async def mcp_session(db: Path):
-    params = StdioServerParameters(command=sys.executable, args=["-P", "-m", "dagctx.cli", "mcp", "--db", str(db)])
+    # The SDK hands the server only a minimal environment unless told otherwise; pass ours,
+    # so the daemon choice (standalone, a private runtime dir) is this run's, not the user's.
+    params = StdioServerParameters(command=sys.executable, args=["-P", "-m", "dagctx.cli", "mcp", "--db", str(db)],
+                                    env=dict(os.environ))
     async with stdio_client(params) as streams, ClientSession(*streams) as session:
         await session.initialize()
         yield session

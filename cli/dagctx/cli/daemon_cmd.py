@@ -118,7 +118,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default $DAGCTX_IDLE_TIMEOUT or 300; 0 = never)")
     r.add_argument("--max-queue-bytes", type=int, help="bytes queued for a client that stops reading before it is "
                    "disconnected (default $DAGCTX_MAX_QUEUE_BYTES or 64 MiB)")
-    r.add_argument("--log-level", help="default $DAGCTX_LOG_LEVEL or WARNING")
+    r.add_argument("--log-level", default=argparse.SUPPRESS, help="default $DAGCTX_LOG_LEVEL or WARNING")
     r.set_defaults(func=cmd_run)
     s = dsub.add_parser("status", help="pid, uptime, version, socket, databases and connected clients")
     s.add_argument("--json", action="store_true", help="one JSON object")
