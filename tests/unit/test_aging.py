@@ -29,6 +29,8 @@ from dagctx.context.render import SUMMARY_MARKER, View, render_view
 from dagctx.ledger.graph import SessionGraph
 from dagctx.protocol.nodes import SUMMARY_NAME, Call
 
+from graph_builder import GraphBuilder
+
 NOW = 100_000.0
 
 
@@ -42,19 +44,8 @@ def filler(tag: str, chars: int = 8000) -> str:
     return (line * (chars // len(line) + 1))[:chars]
 
 
-class Session:
+class Session(GraphBuilder):
     """A SessionGraph built in memory: turns of user → llm (tool call) → llm reply."""
-
-    def __init__(self) -> None:
-        self.g = SessionGraph("s", "root")
-        self.seq = 0
-        self.g.add(Call(id="root", seq=0, created_at=0.0, role="user"))
-        self.tip = "root"
-
-    def add(self, id: str, role: str, *, created_at: float | None = None, **kw: Any) -> str:
-        self.seq += 1
-        self.g.add(Call(id=id, seq=self.seq, created_at=float(self.seq) if created_at is None else created_at, role=role, **kw))  # type: ignore[arg-type]
-        return id
 
     def turn(
         self,

@@ -29,9 +29,11 @@ from dagctx.context.compaction_plan import (
     with_candidate,
 )
 from dagctx.context.render import SUMMARY_MARKER, Item, json_text, render_view
-from dagctx.ledger.graph import SessionGraph, is_summary
+from dagctx.ledger.graph import is_summary
 from dagctx.protocol.errors import DagctxError
-from dagctx.protocol.nodes import SUMMARY_NAME, Call
+from dagctx.protocol.nodes import SUMMARY_NAME
+
+from graph_builder import GraphBuilder
 
 
 def count(text: str) -> int:
@@ -43,18 +45,7 @@ def tok(item: Item) -> int:
     return count(body) + 4
 
 
-class Session:
-    def __init__(self) -> None:
-        self.g = SessionGraph("s", "root")
-        self.seq = 0
-        self.g.add(Call(id="root", seq=0, created_at=0.0, role="user"))
-        self.tip = "root"
-
-    def add(self, id: str, role: str, **kw: Any) -> str:
-        self.seq += 1
-        self.g.add(Call(id=id, seq=self.seq, created_at=float(self.seq), role=role, **kw))  # type: ignore[arg-type]
-        return id
-
+class Session(GraphBuilder):
     def turn(self, i: int, *, result_chars: int = 400, user: str | None = None, reply: str | None = None, tools: int = 1) -> None:
         u = self.add(f"u{i}", "user", output=user or f"request {i}: fix module_{i}.py", caller="root", predecessor=self.tip)
         a = self.add(f"a{i}", "llm", name="m", output=f"looking at step {i}", caller=u, predecessor=u)

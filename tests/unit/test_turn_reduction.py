@@ -13,9 +13,10 @@ from dagctx.context.budget import compute_budget
 from dagctx.context.formats import check_pairs, to_messages
 from dagctx.context.models import ModelInfo
 from dagctx.context.render import render_view
-from dagctx.ledger.graph import SessionGraph
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import Call
+
+from graph_builder import GraphBuilder
 
 
 def count(text: str) -> int:
@@ -26,19 +27,8 @@ def body(i: int, lines: int = 60) -> str:
     return f"# src/pkg/mod_{i}.py\n" + "\n".join(f"    line {k}: total_{i} = f(x, {k})" for k in range(lines))
 
 
-class Turn:
+class Turn(GraphBuilder):
     """One user message, then ``steps`` model calls, each with one tool call."""
-
-    def __init__(self) -> None:
-        self.g = SessionGraph("s", "root")
-        self.seq = 0
-        self.g.add(Call(id="root", seq=0, created_at=0.0, role="user"))
-        self.tip = "root"
-
-    def add(self, id: str, role: str, **kw: Any) -> str:
-        self.seq += 1
-        self.g.add(Call(id=id, seq=self.seq, created_at=float(self.seq), role=role, **kw))  # type: ignore[arg-type]
-        return id
 
     def user(self, text: str = "Fix every failing test") -> str:
         self.tip = self.add(f"u{self.seq + 1}", "user", output=text, caller="root", predecessor=self.tip)
