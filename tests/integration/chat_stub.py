@@ -13,6 +13,7 @@ import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Sequence
 from typing import Any
 
 IDENT = re.compile(r"[A-Za-z_][\w./-]*[\w]|[\u4e00-\u9fff]{2,}")
@@ -133,3 +134,44 @@ class ChatStub:
         self.server.shutdown()
         self.server.server_close()
         self._thread.join(5)
+
+
+class ChatEndpoint:
+    """A loopback OpenAI-compatible endpoint for the daemon's ``samplingEndpoint``: answers
+    the HTTP ``statuses`` first (one per request, e.g. ``[503]`` for one transient failure),
+    then 200 with ``reply(body)`` as the assistant's text. Records bodies and auth headers."""
+
+    def __init__(self, reply: Callable[[dict[str, Any]], str], statuses: Sequence[int] = ()) -> None:
+        self.statuses = list(statuses)
+        self.calls: list[dict[str, Any]] = []
+        self.auth: list[str | None] = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                stub.calls.append(body)
+                stub.auth.append(self.headers.get("Authorization"))
+                status = stub.statuses.pop(0) if stub.statuses else 200
+                if status != 200:
+                    self.send_response(status)
+                    self.end_headers()
+                    return
+                out = json.dumps({"model": body["model"], "choices": [{"message": {
+                    "role": "assistant", "content": reply(body)}}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -2,53 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
 
 from dagctx.client import DagctxClient
 
+from chat_stub import ChatEndpoint
 
-class _Stub:
-    def __init__(self, statuses: list[int]) -> None:
-        self.statuses = statuses  # status to answer per call; 200 once exhausted
-        self.calls: list[dict] = []
-        self.auth: list[str | None] = []
-        stub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                stub.calls.append(body)
-                stub.auth.append(self.headers.get("Authorization"))
-                status = stub.statuses.pop(0) if stub.statuses else 200
-                if status != 200:
-                    self.send_response(status)
-                    self.end_headers()
-                    return
-                text = "\n".join(m["content"] for m in body["messages"])
-                idents = sorted(set(re.findall(r"src/[\w/]+\.py", text)))
-                out = json.dumps({"model": body["model"], "choices": [{"message": {
-                    "role": "assistant", "content": "Summary of the work. Files: " + ", ".join(idents)}}]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
+def files_summary(body: dict) -> str:
+    """A summary naming every ``src/…py`` path it was shown (passes the fidelity gate)."""
+    text = "\n".join(m["content"] for m in body["messages"])
+    return "Summary of the work. Files: " + ", ".join(sorted(set(re.findall(r"src/[\w/]+\.py", text))))
 
 
 async def _session(c: DagctxClient) -> str:
@@ -64,7 +31,7 @@ async def _session(c: DagctxClient) -> str:
 
 @pytest.mark.parametrize(("statuses", "ok", "calls"), [([503], True, 2), ([400], False, 1), ([], True, 1)])
 async def test_endpoint_summaries_retry_only_transient_failures(tmp_path: Path, monkeypatch, statuses, ok, calls):
-    stub = _Stub(list(statuses))
+    stub = ChatEndpoint(files_summary, statuses)
     env = {**__import__("os").environ, "STUB_KEY": "sekret"}
     c = await DagctxClient.spawn(tmp_path / "e.db", env=env, initialization_options={
         "samplingEndpoint": {"baseUrl": stub.url, "model": "stub-model", "apiKeyEnv": "STUB_KEY"}})

@@ -18,8 +18,6 @@ import asyncio
 import inspect
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,8 @@ from dagctx.context.formats import check_pairs
 from dagctx.context.references import reference_counts
 from dagctx.context.turn_reduction import MAX_SUMMARY_CALLS
 from dagctx.protocol import context_messages as pc
+
+from chat_stub import ChatEndpoint
 
 SMALL = "small-32k"
 BIG = "big-128k"
@@ -483,50 +483,17 @@ async def test_no_reduction_engine_refuses_instead_of_reducing(tc: DagctxClient,
     assert d["summaryCalls"] == 0 and sampler.requests == []
 
 
-class EndpointStub:
-    """A loopback OpenAI-compatible endpoint: answers 503 first, then condensed texts."""
-
-    def __init__(self, failures: int = 1) -> None:
-        self.calls: list[dict[str, Any]] = []
-        stub = self
-        self.failures = failures
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                stub.calls.append(body)
-                if stub.failures > 0:
-                    stub.failures -= 1
-                    self.send_response(503)
-                    self.end_headers()
-                    return
-                text = "\n".join(m["content"] for m in body["messages"] if m["role"] == "user")
-                hit = re.search(r"<(result|steps)>\n(.*?)\n</\1>", text, re.S)
-                words = (hit.group(2) if hit else text).split()[:30]
-                out = json.dumps({"model": body["model"], "choices": [{"message": {
-                    "role": "assistant", "content": "condensed: " + " ".join(words)}}]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+def endpoint_condensed(body: dict[str, Any]) -> str:
+    """The endpoint's summary: the first 30 words of the result or steps it was shown."""
+    text = "\n".join(m["content"] for m in body["messages"] if m["role"] == "user")
+    hit = re.search(r"<(result|steps)>\n(.*?)\n</\1>", text, re.S)
+    return "condensed: " + " ".join((hit.group(2) if hit else text).split()[:30])
 
 
 async def test_summaries_from_the_configured_endpoint(tmp_path: Path) -> None:
     """No client sampling: the summaries come from the endpoint compaction uses; a 503
     is retried once."""
-    stub = EndpointStub(failures=1)
+    stub = ChatEndpoint(endpoint_condensed, statuses=[503])
     c = await spawn(tmp_path / "endpoint.db", None, samplingEndpoint={"baseUrl": stub.url, "model": "stub-model"})
     try:
         sid, _ = await long_turn(c, 120, tag="endpoint")
