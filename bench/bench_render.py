@@ -3,7 +3,7 @@
 Run from the repository root: python bench/bench_render.py [--nodes N] [--profile]
 
 1. builds a realistic session in a temp SQLite file through the ledger's own write
-   path (``Store.append_many`` with the per-node token counts ``EngineCore.count_node``
+   path (``Store.append_many`` with the per-node derived data ``EngineCore.derive_node``
    computes): user/llm turns, llm nodes with 1–3 tool calls (code nodes, caller =
    the llm node, ``metadata.toolCallId``), a few large (spilled) tool outputs,
    English and Chinese text, failed-call retries and abandoned user edits (forks
@@ -193,11 +193,11 @@ def build_session(path: str, target: int) -> tuple[str, str, dict[str, Any]]:
     t0 = time.perf_counter()
     nodes, head, stats = build_nodes(target)
     t1 = time.perf_counter()
-    counts = {n.id: eng.count_node(n.input, n.output) for n in nodes}
+    counts = {n.id: eng.derive_node(n.role, n.input, n.output) for n in nodes}
     t2 = time.perf_counter()
     store = eng.store
     sid = store.create_session("bench-render").session_id
-    store.append_many(sid, nodes, head=head, token_counts=counts)
+    store.append_many(sid, nodes, head=head, derived=counts)
     t3 = time.perf_counter()
     info = dict(stats, nodes=len(nodes) + 1, gen_s=t1 - t0, count_s=t2 - t1, write_s=t3 - t2,
                 db_mb=os.path.getsize(path) / 1e6)

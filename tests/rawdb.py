@@ -13,7 +13,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-_TABLE = re.compile(r"\b(FROM|UPDATE|INTO|JOIN)\s+(sessions|nodes|usage|blobs|meta)\b")
+_TABLE = re.compile(r"\b(FROM|UPDATE|INTO|JOIN|TABLE)\s+(sessions|nodes|usage|blobs|meta)\b")
 
 
 def is_pg(database: str | Path) -> bool:

@@ -302,6 +302,7 @@ async def test_default_minimum_age_keeps_fresh_results(db_path: Path, aging: dic
     ({"turnUnit": "fortnight"}, "turnUnit"),
     ({"keepRecentTurns": "x"}, "keepRecentTurns"),
     ({"exemptTools": "Bash"}, "exemptTools"),
+    ({"maxRefsPerResult": 257}, "maxRefsPerResult"),  # at most the 256 stored per result
 ])
 async def test_invalid_aging_options_are_refused(db_path: Path, aging: dict, field: str) -> None:
     """The options are the wire type ``AgingOptions``: a bad value fails at ``initialize``,

@@ -216,6 +216,42 @@ def test_a_mention_cites_the_newest_result_holding_the_reference():
     assert p2.decisions["t2"] == "cited" and p2.decisions["t5"] == SOFT_TRIM
 
 
+def test_the_gate_reads_stored_references_and_never_mines_them(monkeypatch: pytest.MonkeyPatch):
+    """With ``refs_of`` (the ledger's stored lists, SPEC §8) no result text is mined: a
+    plan over huge results costs what its other gates cost."""
+    import dagctx.context.aging as aging_mod
+    import dagctx.context.references as refs_mod
+
+    shared = "\nclass SessionLinker handles session_id\n"
+    s = session(12, {2: {"output": filler("2") + shared}, 5: {"output": filler("5") + shared},
+                     7: {"reply": "SessionLinker needs a fix"}})
+    stored = {nid: aging_mod.stored_references(n.output) for nid, n in s.g.nodes.items() if n.role == "code"}
+    expected = plan_for(s)
+
+    def refuse(*_: object) -> None:
+        raise AssertionError("a result was mined during the plan")
+
+    monkeypatch.setattr(refs_mod, "_reference_counts", refuse)
+    monkeypatch.setattr(aging_mod, "top_references", refuse)
+    v = render_view(s.g, s.tip)
+    b = boundary_after_commit(v, s.g)
+    got = plan_aging(v, s.g, now=NOW, boundary_seq=b, token_of=s.token_of, window=200_000, count=count,
+                     refs_of=stored.__getitem__)
+    assert got.decisions == expected.decisions and got.aged == expected.aged and got.cited == expected.cited
+    # what is stored is what counts: without t5's list the re-read no longer takes over
+    got = plan_aging(v, s.g, now=NOW, boundary_seq=b, token_of=s.token_of, window=200_000, count=count,
+                     refs_of=lambda nid: [] if nid == "t5" else stored[nid])
+    assert got.decisions["t2"] == "cited" and got.decisions["t5"] == SOFT_TRIM
+
+
+def test_a_policy_cannot_check_more_references_than_are_stored():
+    from dagctx.context.references import STORED_REFERENCES
+
+    assert AgingPolicy(max_refs_per_result=STORED_REFERENCES).max_refs_per_result == 256
+    with pytest.raises(ValueError, match="max_refs_per_result"):
+        AgingPolicy(max_refs_per_result=STORED_REFERENCES + 1)
+
+
 def test_current_turn_model_mentions_count_from_the_next_turn():
     out = filler("2") + "\nrelease tag 9f8e7d6c5b4a\n"
     s = session(10, {2: {"output": out}, 10: {"reply": "using 9f8e7d6c5b4a"}})

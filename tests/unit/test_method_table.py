@@ -55,4 +55,8 @@ def test_a_declared_request_without_a_handler_answers_method_not_found() -> None
 
 
 def test_the_version_module_agrees_with_the_ledger() -> None:
-    assert version.LEDGER_SCHEMA_VERSION == SCHEMA_VERSION
+    from dagctx.ledger import pg_schema
+
+    # both backends move together: the shared daemon's socket name carries this one number
+    assert version.LEDGER_SCHEMA_VERSION == SCHEMA_VERSION == pg_schema.SCHEMA_VERSION
+    assert sorted(pg_schema.MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))

@@ -40,7 +40,11 @@ one that blocks is recorded in ``AgingPlan.decisions`` under the name in bracket
    *mention*. A mention of a reference cites the newest result before it that holds
    the reference: when a later result repeats it (the file was read again, a
    project-wide name such as ``session_id`` shows up in every read), mentions after
-   that later result are attributed to it, and the old copy may age. Without this
+   that later result are attributed to it, and the old copy may age. A result's
+   references are its ranked list of ``STORED_REFERENCES`` (``stored_references``),
+   mined once when it is written and kept in the ledger beside its token counts
+   (``refs_of``): "holds" means "is in that list", so no render reads a result's
+   whole text for the gate, however many megabytes old sessions hold. Without this
    rule every old read in a coding session stays pinned forever by the names the
    agent keeps using (``bench/bench_aging.py``). Mentions are what the user or the
    model wrote after the result:
@@ -86,7 +90,8 @@ Architecture Invariant: pure functions, no I/O, no clock (``now`` is a parameter
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from bisect import bisect_right
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,7 +102,7 @@ from dagctx.ledger.graph import SessionGraph
 from dagctx.protocol.messages import AgingOptions
 from dagctx.protocol.nodes import Call
 
-from .references import MentionIndex, top_references
+from .references import STORED_REFERENCES, MentionIndex, top_references
 from .render import Item, View, blocks_text, covers_of, is_chain_member, json_text, value_blocks
 
 __all__ = [
@@ -119,6 +124,7 @@ __all__ = [
     "rebuild_aged",
     "result_text",
     "soft_trim_text",
+    "stored_references",
     "turn_numbers",
 ]
 
@@ -193,6 +199,8 @@ class AgingPolicy:
     step_quantum: int = 16
 
     def __post_init__(self) -> None:
+        if not 0 <= self.max_refs_per_result <= STORED_REFERENCES:
+            raise ValueError(f"max_refs_per_result must be between 0 and {STORED_REFERENCES}")
         if self.turn_unit not in TURN_UNITS:
             raise ValueError(f"turn_unit must be one of {TURN_UNITS}, not {self.turn_unit!r}")
         if self.long_turn_steps < 0 or self.step_quantum < 1:
@@ -295,6 +303,13 @@ class AgingPlan:
 def result_text(node: Call) -> str:
     """The plain text of a code node's stored result (images as ``[image: ref]``)."""
     return blocks_text(value_blocks(node.output))
+
+
+def stored_references(output: Any) -> list[str]:
+    """The ranked references of a code node's stored output that the ledger keeps
+    (SPEC §8): at most ``STORED_REFERENCES``, most frequent first. Mined on what the store
+    keeps (after spilling), as token counts are, so a lazily mined list equals a stored one."""
+    return top_references(blocks_text(value_blocks(output)), STORED_REFERENCES)
 
 
 def soft_trim_text(text: str, policy: AgingPolicy = DEFAULT_POLICY) -> str | None:
@@ -475,6 +490,7 @@ def plan_aging(
     window: int,
     count: Callable[[str], int],
     current_cap: int | None = None,
+    refs_of: Callable[[str], Sequence[str]] | None = None,
 ) -> AgingPlan:
     """Decide which tool results of ``view`` age, and their replacement texts.
 
@@ -484,9 +500,13 @@ def plan_aging(
 
     ``token_of(node_id)`` gives the tokens of a code node's stored (unaged) result;
     ``count(text)`` counts replacement texts with the same tokenizer; ``window`` is the
-    model's context window (for the single-result cap). The view may be rendered with
-    or without a previous ``aged`` map: decisions read stored outputs, not item texts.
+    model's context window (for the single-result cap). ``refs_of(node_id)`` gives a code
+    node's stored ranked references (``stored_references``; mined here when not given).
+    The view may be rendered with or without a previous ``aged`` map: decisions read
+    stored outputs, not item texts.
     """
+    if refs_of is None:
+        refs_of = _mining_refs_of(graph)
     items = view.items
     ordinals = _message_ordinals(items)
     units, current = turn_numbers(view, graph, policy.turn_unit)
@@ -511,9 +531,10 @@ def plan_aging(
 
     plan = AgingPlan(boundary_seq=boundary_seq)
     stats = plan.stats
-    # built on first need: mentions (what was written after each result) and sources
-    # (the results themselves, to find the next result repeating a reference)
-    indexes: tuple[MentionIndex, MentionIndex] | None = None
+    # built on first need: mentions (what was written after each result) and holders
+    # (reference → the results holding it, in order: the next result repeating it)
+    index: MentionIndex | None = None
+    holders: dict[str, list[int]] | None = None
     limit = _cap_limit(policy, window)
 
     for k, (idx, it, before) in enumerate(results):
@@ -541,17 +562,14 @@ def plan_aging(
         text: str | None = None
         if gate is None:
             text = result_text(node)
-            if indexes is None:
-                indexes = (
-                    MentionIndex(mentions),
-                    MentionIndex([result_text(graph.nodes[r[1].node_id]) for r in results]),
-                )
-            index, sources = indexes
+            if index is None or holders is None:
+                index, holders = MentionIndex(mentions), _holders(results, refs_of)
             hits = []
-            for ref in top_references(text, policy.max_refs_per_result):
+            for ref in refs_of(node.id)[: policy.max_refs_per_result]:
                 # a mention cites the newest result before it holding the reference
-                nxt = sources.first_mention(ref, k)
-                hi = results[nxt][2] if nxt is not None else len(mentions)
+                at = holders.get(ref, ())
+                j = bisect_right(at, k)
+                hi = results[at[j]][2] if j < len(at) else len(mentions)
                 if index.mentioned_between(ref, before, hi):
                     hits.append(ref)
             if hits:
@@ -596,6 +614,31 @@ def plan_aging(
         else:
             stats.capped += 1
     return plan
+
+
+def _mining_refs_of(graph: SessionGraph) -> Callable[[str], Sequence[str]]:
+    """``refs_of`` for a caller without stored references: mine each result once."""
+    memo: dict[str, list[str]] = {}
+
+    def refs_of(node_id: str) -> list[str]:
+        got = memo.get(node_id)
+        if got is None:
+            got = memo[node_id] = stored_references(graph.nodes[node_id].output)
+        return got
+
+    return refs_of
+
+
+def _holders(results: list[tuple[int, Item, int]], refs_of: Callable[[str], Sequence[str]]) -> dict[str, list[int]]:
+    """Reference → indexes (into ``results``, ascending) of the results whose stored
+    references hold it."""
+    out: dict[str, list[int]] = {}
+    for k, (_, it, _) in enumerate(results):
+        if not k & 255:
+            stop_if_cancelled()
+        for ref in refs_of(it.node_id):
+            out.setdefault(ref, []).append(k)
+    return out
 
 
 def rebuild_aged(

@@ -79,6 +79,8 @@ __all__ = [
     "extract_references",
     "occurs_in",
     "reference_counts",
+    "top_references",
+    "STORED_REFERENCES",
 ]
 
 # ---------------------------------------------------------------- patterns
@@ -290,6 +292,13 @@ def extract_references(text: str) -> set[str]:
 #: of this many characters only (SPEC §8): the citation gate's cost per result is bounded,
 #: whatever a tool printed (a 1 MB log costs what a 64 KB one does).
 TOP_REFERENCE_SCAN_CHARS = 64 * 1024
+
+
+#: How many of a tool result's ranked references are mined once, when the result is
+#: written, and kept beside its token counts (SPEC §8): the citation gate reads its
+#: first ``maxRefsPerResult`` (at most this many), and "a later result repeats the
+#: reference" means the reference is among that later result's kept ones.
+STORED_REFERENCES = 256
 
 
 def top_references(text: str, limit: int) -> list[str]:

@@ -25,10 +25,11 @@ from typing import Any, TypeVar
 import msgspec
 
 from dagctx.protocol.version import __version__
+from dagctx.context import aging
 from dagctx.context.aging import AgingPolicy
 from dagctx.context.models import ModelTable
 from dagctx.context.tokens import CL100K, ESTIMATE, O200K, TokenCounter, default_counter
-from dagctx.ledger import AppendOutcome, Store, is_postgres_url, spill_output
+from dagctx.ledger import AppendOutcome, NodeDerived, Store, is_postgres_url, spill_output
 from dagctx.protocol import context_messages as c
 from dagctx.protocol import messages as m
 from dagctx.protocol.errors import DagctxError
@@ -58,8 +59,9 @@ log = logging.getLogger("dagctx.engine")
 T = TypeVar("T")
 
 
-#: Payloads larger than this are tokenized in a worker thread, off the event loop.
-BIG_PAYLOAD_CHARS = 200_000
+#: Payloads larger than this are tokenized and mined for references (SPEC §8) in a worker
+#: thread, off the event loop: 64 KB of identifier-dense text costs about 20 ms of each.
+BIG_PAYLOAD_CHARS = 64_000
 
 
 def _no_change(session_id: str, written: frozenset[str]) -> None:
@@ -211,14 +213,20 @@ class EngineCore:
             toks.append(O200K)
         return toks
 
-    def count_node(self, input: Any, output: Any) -> dict[str, tuple[int, int]]:
-        """Tokens of what the store will keep, for every tokenizer; each value is
-        serialized once for all of them."""
-        stored, _ = spill_output(output, self.store.spill)
+    def _count_stored(self, input: Any, stored: Any) -> dict[str, tuple[int, int]]:
+        """Tokens for every tokenizer; each value is serialized once for all of them."""
         toks = self.tokenizers()
         ins = self.counter.count_values(input, toks)
         outs = self.counter.count_values(stored, toks)
         return {tok: (ins[tok], outs[tok]) for tok in toks}
+
+    def derive_node(self, role: str, input: Any, output: Any) -> NodeDerived:
+        """What the ledger keeps beside a node, computed once on what the store will keep
+        (after spilling): token counts for every tokenizer, and for a tool result its
+        ranked references (SPEC §8), so no render re-tokenizes or re-mines old output."""
+        stored, _ = spill_output(output, self.store.spill)
+        refs = aging.stored_references(stored) if role == "code" and stored is not None else None
+        return NodeDerived(tokens=self._count_stored(input, stored), refs=refs)
 
     @staticmethod
     def _payload_is_big(*values: Any) -> bool:
@@ -244,11 +252,11 @@ class EngineCore:
         return False
 
     def write_node(self, session_id: str, node: Any, *, move_head: bool | None = None,
-                   counts: dict[str, tuple[int, int]] | None = None) -> AppendOutcome:
-        """The one write path for a new node: count, append, announce, ingest."""
-        if counts is None:
-            counts = self.count_node(node.input, node.output)
-        out = self.store.append(session_id, node, move_head=move_head, token_counts=counts)
+                   derived: NodeDerived | None = None) -> AppendOutcome:
+        """The one write path for a new node: derive, append, announce, ingest."""
+        if derived is None:
+            derived = self.derive_node(node.role, node.input, node.output)
+        out = self.store.append(session_id, node, move_head=move_head, derived=derived)
         self.announce(session_id, [out.node], out.head)
         return out
 
@@ -265,10 +273,10 @@ class EngineCore:
         return self._node_append(p, None)
 
     async def _node_append_off_loop(self, p: m.NodeAppendParams) -> m.NodeResult:
-        counts = await asyncio.to_thread(self.count_node, p.node.input, p.node.output)
-        return self._node_append(p, counts)
+        derived = await asyncio.to_thread(self.derive_node, p.node.role, p.node.input, p.node.output)
+        return self._node_append(p, derived)
 
-    def _node_append(self, p: m.NodeAppendParams, counts: dict[str, tuple[int, int]]) -> m.NodeResult:
+    def _node_append(self, p: m.NodeAppendParams, derived: NodeDerived | None) -> m.NodeResult:
         node = p.node
         if p.render_id is not None:
             # An llm call records what it was sent: the render's reads and manifest.
@@ -278,16 +286,24 @@ class EngineCore:
             meta = dict(node.metadata)
             meta.setdefault("renderManifest", rec.manifest)
             node = msgspec.structs.replace(node, reads=node.reads or list(rec.reads), metadata=meta)
-        out = self.write_node(p.session_id, node, move_head=p.move_head, counts=counts)
+        out = self.write_node(p.session_id, node, move_head=p.move_head, derived=derived)
         return m.NodeResult(node=out.node, head=out.head)
 
-    def node_update(self, p: m.NodeUpdateParams) -> m.NodeResult:
-        counts = None
-        if p.output is not None:
-            old = self.store.graph(p.session_id).get(p.node_id)
-            counts = self.count_node(old.input, p.output)
+    def node_update(self, p: m.NodeUpdateParams) -> Any:
+        if p.output is None:
+            return self._node_update(p, None)
+        old = self.store.graph(p.session_id).get(p.node_id)
+        if self._payload_is_big(old.input, p.output):
+            return self._node_update_off_loop(p, old)
+        return self._node_update(p, self.derive_node(old.role, old.input, p.output))
+
+    async def _node_update_off_loop(self, p: m.NodeUpdateParams, old: Any) -> m.NodeResult:
+        derived = await asyncio.to_thread(self.derive_node, old.role, old.input, p.output)
+        return self._node_update(p, derived)
+
+    def _node_update(self, p: m.NodeUpdateParams, derived: NodeDerived | None) -> m.NodeResult:
         out = self.store.update(
-            p.session_id, p.node_id, status=p.status, output=p.output, metadata=p.metadata, token_counts=counts
+            p.session_id, p.node_id, status=p.status, output=p.output, metadata=p.metadata, derived=derived
         )
         self._observe("node/didUpdate", p.session_id, out.node, out.head)
         self.on_change(p.session_id, frozenset((out.node.id,)))

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dagctx.ledger import UsageRow
+from dagctx.ledger import NodeDerived, UsageRow
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
 from dagctx.transcripts import Transcript, iter_file, transcript_files
@@ -42,11 +42,11 @@ MAX_SKIPPED = 100
 _DONE = object()
 
 
-def _counts(engine: EngineCore, t: Transcript) -> dict[str, dict[str, tuple[int, int]]]:
+def _derived(engine: EngineCore, t: Transcript) -> dict[str, NodeDerived]:
     out = {}
     for node in t.nodes:
         if node.id is not None:
-            out[node.id] = engine.count_node(node.input, node.output)
+            out[node.id] = engine.derive_node(node.role, node.input, node.output)
     return out
 
 
@@ -165,7 +165,7 @@ async def _write(engine: EngineCore, p: c.ImportParams, t: Transcript, path: str
     if origin is not None:
         info, created = origin, False
     else:
-        counts = await asyncio.to_thread(_counts, engine, t)
+        derived = await asyncio.to_thread(_derived, engine, t)
         now = time.time()
         usage = [
             UsageRow(
@@ -178,14 +178,14 @@ async def _write(engine: EngineCore, p: c.ImportParams, t: Transcript, path: str
             for nid, u in t.usage.items()
         ]
 
-        def write(t: Transcript = t, counts: dict = counts, usage: list = usage) -> tuple[Any, bool]:
+        def write(t: Transcript = t, derived: dict = derived, usage: list = usage) -> tuple[Any, bool]:
             info, created = engine.store.import_session(
                 source_key=f"{t.format}:{t.source_key}",
                 title=p.title or safe_text(t.title),  # a title made from an undecodable file name
                 nodes=t.nodes,
                 head=t.head,
                 metadata={"importedFrom": t.format, "source": path},
-                token_counts=counts,
+                derived=derived,
                 usage=usage,
             )
             if created:

@@ -15,6 +15,7 @@ import gc
 import time
 import uuid
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -113,6 +114,8 @@ class ContextService:
         self._tokens: dict[tuple[str, str], dict[str, tuple[int, int]]] = caches.tokens
         self._cache: dict[tuple[Any, ...], CachedRender] = caches.prefixes
         self._updates_seen: dict[tuple[str, str], int] = caches.updates_seen
+        self._refs: dict[str, dict[str, list[str]]] = caches.refs
+        self._refs_seen: dict[str, int] = caches.refs_seen
         self._aging_cache: dict[tuple[Any, ...], CachedAging] = caches.aging
         self._text_tokens: OrderedDict[tuple[str, str], int] = caches.texts
 
@@ -134,6 +137,29 @@ class ContextService:
                 cache.pop(nid, None)
         self._updates_seen[key] = len(graph.updates)
         return cache
+
+    def refs_of(self, graph: SessionGraph) -> Callable[[str], list[str]]:
+        """A code node's ranked references (SPEC §8): stored at write time, loaded once per
+        session; a node without them (written before schema version 2, or finished by a
+        process that did not mine) is mined once and kept in memory."""
+        sid = graph.session_id
+        cache = self._refs.get(sid)
+        seen = self._refs_seen.get(sid, 0)
+        if cache is None or len(graph.updates) < seen:
+            cache = self.e.store.reference_lists(sid)
+            self._refs[sid] = cache
+            seen = 0
+        for nid in graph.updates[seen:]:
+            cache.pop(nid, None)  # its output changed: stale
+        self._refs_seen[sid] = len(graph.updates)
+
+        def refs_of(node_id: str) -> list[str]:
+            got = cache.get(node_id)
+            if got is None:
+                got = cache[node_id] = aging.stored_references(graph.nodes[node_id].output)
+            return got
+
+        return refs_of
 
     def counts_of(self, graph: SessionGraph, node_id: str, tokenizer: str,
                   cache: dict[str, tuple[int, int]] | None = None) -> tuple[int, int]:
@@ -553,15 +579,21 @@ class ContextService:
         stop_if_cancelled()
         boundary = aging.boundary_after_commit(view, graph, policy)
         now = _turn_start(graph, view, policy.turn_unit)
-        plan = (ager or aging.plan_aging)(
-            view, graph, now=now, boundary_seq=boundary or None, policy=policy, token_of=token_of,
-            window=model.context_window, count=lambda t: self.count_text(t, tokenizer),
-        )
+        def count(text: str) -> int:
+            return self.count_text(text, tokenizer)
+
+        if ager is None:
+            plan = aging.plan_aging(view, graph, now=now, boundary_seq=boundary or None, policy=policy,
+                                    token_of=token_of, window=model.context_window, count=count,
+                                    refs_of=self.refs_of(graph))
+        else:  # a context engine's own ager keeps the documented arguments
+            plan = ager(view, graph, now=now, boundary_seq=boundary or None, policy=policy, token_of=token_of,
+                        window=model.context_window, count=count)
         long = aging.long_turn_cap(graph, head, policy) if ager is None else None
         long_manifest = None
         if long is not None:
-            long_manifest = self._age_long_turn(graph, view, plan, policy, long, model, token_of,
-                                                lambda t: self.count_text(t, tokenizer))
+            long_manifest = self._age_long_turn(graph, view, plan, policy, long, model, token_of, count,
+                                                self.refs_of(graph))
         stats: dict[str, Any] = dict(plan.stats.as_dict())
         stats["manifest"] = plan.manifest()
         stats["longTurnCap"] = long[1] if long is not None else None
@@ -573,7 +605,7 @@ class ContextService:
 
     @staticmethod
     def _age_long_turn(graph: SessionGraph, view: View, plan: Any, policy: Any, long: tuple[int, int, str],
-                       model: ModelInfo, token_of: Any, count: Any) -> dict[str, Any]:
+                       model: ModelInfo, token_of: Any, count: Any, refs_of: Any) -> dict[str, Any]:
         """Aging within a long user turn (SPEC §8): the turn's own older steps age in step
         units, the step boundary held at the start of the current quantum of
         ``stepQuantum`` steps, so the aged prefix changes only every ``stepQuantum`` steps."""
@@ -582,7 +614,8 @@ class ContextService:
         boundary = aging.boundary_after_commit(view, graph, step_policy, current_cap=cap)
         now = graph.nodes[step_id].created_at
         splan = aging.plan_aging(view, graph, now=now, boundary_seq=boundary or None, policy=step_policy,
-                                 token_of=token_of, window=model.context_window, count=count, current_cap=cap)
+                                 token_of=token_of, window=model.context_window, count=count, current_cap=cap,
+                                 refs_of=refs_of)
         current = {it.node_id for it in view.items if it.turn == view.turn_count}
         added = 0
         for nid, text in splan.aged.items():

@@ -4,8 +4,8 @@ over a storage backend (a SQLite file or a PostgreSQL server).
 API Boundary: ``Store`` is the only way anything above reads or writes the record.
 """
 
-from .backend import UsageRow, is_postgres_url
+from .backend import NodeDerived, UsageRow, is_postgres_url
 from .graph import SessionGraph
 from .store import AppendOutcome, SpillPolicy, Store, spill_output
 
-__all__ = ["AppendOutcome", "SessionGraph", "SpillPolicy", "Store", "UsageRow", "is_postgres_url", "spill_output"]
+__all__ = ["AppendOutcome", "NodeDerived", "SessionGraph", "SpillPolicy", "Store", "UsageRow", "is_postgres_url", "spill_output"]

@@ -47,6 +47,29 @@ def decode_meta(blob: bytes) -> dict[str, Any]:
     return _meta_dec.decode(blob)
 
 
+_refs_dec = msgspec.msgpack.Decoder(list[str])
+
+
+def encode_refs(refs: Sequence[str]) -> bytes:
+    """A node's kept references are a msgpack array of strings in every backend."""
+    return _meta_enc.encode(list(refs))
+
+
+def decode_refs(blob: bytes) -> list[str]:
+    return _refs_dec.decode(blob)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDerived:
+    """What the layers above derive from a node once, when it is written, for the ledger to
+    keep in the node's row: token counts per tokenizer, and a code node's ranked references
+    (SPEC §8). Both are caches: a part that is missing is computed again by whoever needs
+    it; the ledger never interprets them."""
+
+    tokens: dict[str, tuple[int, int]] | None = None
+    refs: Sequence[str] | None = None
+
+
 @dataclass
 class SessionRow:
     id: str
@@ -79,6 +102,8 @@ class NodeRow:
     created_at: float
     body: bytes
     tokens: bytes | None
+    #: msgpack array of the node's kept references (``NodeDerived.refs``); None: not mined
+    refs: bytes | None
     #: the searchable text (whole output even when spilled); None: not indexed (roots)
     search_text: str | None
 
@@ -136,6 +161,7 @@ class Backend(Protocol):
     def blob(self, session_id: str, node_id: str, field: str) -> str | None: ...
     def blob_rows(self, session_id: str) -> list[BlobRow]: ...
     def token_rows(self, session_id: str) -> Iterable[tuple[str, bytes]]: ...
+    def ref_rows(self, session_id: str) -> Iterable[tuple[str, bytes]]: ...
     def put_usage(self, session_id: str, usage: UsageRow) -> None: ...
     def usage_rows(self, session_id: str) -> list[UsageRow]: ...
     def search(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: advisory lock key that serialises migrations ("dagctx" as an int)
 MIGRATION_LOCK = 0x646167637478
@@ -85,7 +85,12 @@ CREATE TABLE dagctx.reduction_summaries(
 )
 """
 
-MIGRATIONS: dict[int, str] = {1: _V1}
+#: Version 2 (SPEC §8): a code node's ranked references beside its token counts.
+_V2 = """
+ALTER TABLE dagctx.nodes ADD COLUMN refs BYTEA
+"""
+
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
 
 
 def migrate(conn: Any) -> int:

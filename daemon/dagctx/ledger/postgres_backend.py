@@ -240,18 +240,19 @@ class PostgresBackend:
         with self._conn("write a node") as c:
             c.execute(
                 "INSERT INTO dagctx.nodes(session_id, id, seq, rev, role, name, status, caller, predecessor, "
-                "created_at, body, tokens, search_text, search_vec, search_full) "
-                "VALUES(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,CAST(%s AS tsvector),%s)",
+                "created_at, body, tokens, refs, search_text, search_vec, search_full) "
+                "VALUES(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,CAST(%s AS tsvector),%s)",
                 (r.session_id, r.id, r.seq, r.rev, r.role, _b(r.name), r.status, r.caller, r.predecessor,
-                 r.created_at, r.body, r.tokens, _b(r.search_text), *self._vector(r.search_text)),
+                 r.created_at, r.body, r.tokens, r.refs, _b(r.search_text), *self._vector(r.search_text)),
             )
 
     def fill_node(self, r: NodeRow) -> None:
         with self._conn("write a node") as c:
             c.execute(
-                "UPDATE dagctx.nodes SET status=%s, rev=%s, body=%s, tokens=COALESCE(%s, tokens), search_text=%s, "
-                "search_vec=CAST(%s AS tsvector), search_full=%s WHERE session_id=%s AND id=%s",
-                (r.status, r.rev, r.body, r.tokens, _b(r.search_text), *self._vector(r.search_text),
+                "UPDATE dagctx.nodes SET status=%s, rev=%s, body=%s, tokens=COALESCE(%s, tokens), "
+                "refs=COALESCE(%s, refs), search_text=%s, search_vec=CAST(%s AS tsvector), search_full=%s "
+                "WHERE session_id=%s AND id=%s",
+                (r.status, r.rev, r.body, r.tokens, r.refs, _b(r.search_text), *self._vector(r.search_text),
                  r.session_id, r.id),
             )
 
@@ -267,11 +268,11 @@ class PostgresBackend:
         with self._conn("read nodes") as c:
             rows = c.execute(
                 "SELECT session_id, id, seq, rev, role, name, status, caller, predecessor, created_at, body, "
-                "tokens, search_text FROM dagctx.nodes WHERE session_id=%s ORDER BY seq",
+                "tokens, refs, search_text FROM dagctx.nodes WHERE session_id=%s ORDER BY seq",
                 (session_id,),
             ).fetchall()
         return [NodeRow(*r[:5], _u(r[5]) or "", *r[6:10], bytes(r[10]), None if r[11] is None else bytes(r[11]),
-                        _u(r[12])) for r in rows]
+                        None if r[12] is None else bytes(r[12]), _u(r[13])) for r in rows]
 
     def put_blob(self, b: BlobRow) -> None:
         with self._conn("write a spilled output") as c:
@@ -303,6 +304,13 @@ class PostgresBackend:
             return c.execute(
                 "SELECT id, tokens FROM dagctx.nodes WHERE session_id=%s AND tokens IS NOT NULL", (session_id,)
             ).fetchall()
+
+    def ref_rows(self, session_id: str) -> Iterable[tuple[str, bytes]]:
+        with self._conn("read node references") as c:
+            rows = c.execute(
+                "SELECT id, refs FROM dagctx.nodes WHERE session_id=%s AND refs IS NOT NULL", (session_id,)
+            ).fetchall()
+        return [(r[0], bytes(r[1])) for r in rows]
 
     # ------------------------------------------------------------ usage
 

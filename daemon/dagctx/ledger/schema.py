@@ -4,15 +4,16 @@ One file holds many sessions and is the backup unit: node payloads, spilled
 outputs, token counts and usage all live in it. Node payloads are msgpack-encoded
 ``Call`` Structs; ordering fields are indexed columns beside them. Edges are
 columns too but not indexed: walks run on the in-memory graph, never in SQL.
-Per-node token counts (a derived cache, ``{tokenizer: [input, output]}``) ride in
-the node's row so an append is one row write.
+Per-node token counts (a derived cache, ``{tokenizer: [input, output]}``) and a code
+node's ranked references (a msgpack array, since version 2) ride in the node's row so
+an append is one row write.
 """
 
 from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -74,8 +75,14 @@ CREATE TABLE blobs(
 ) WITHOUT ROWID;
 """
 
+#: Version 2 (SPEC §8): a code node's ranked references, mined once when it is written,
+#: ride in its row beside the token counts (NULL in older rows: mined when first needed).
+_V2 = """
+ALTER TABLE nodes ADD COLUMN refs BLOB
+"""
+
 #: version → script that brings version-1 to version.
-MIGRATIONS: dict[int, str] = {1: _V1}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
 
 
 def current_version(db: sqlite3.Connection) -> int:

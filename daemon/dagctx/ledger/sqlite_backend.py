@@ -246,9 +246,9 @@ class SqliteBackend:
     def insert_node(self, r: NodeRow) -> None:
         cur = self.db.execute(
             "INSERT INTO nodes(session_id, id, seq, rev, role, name, status, caller, predecessor, created_at, body, "
-            "tokens) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
+            "tokens, refs) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (r.session_id, r.id, r.seq, r.rev, r.role, r.name, r.status, r.caller, r.predecessor, r.created_at,
-             r.body, r.tokens),
+             r.body, r.tokens, r.refs),
         )
         if r.search_text is not None:
             self.db.execute(
@@ -261,8 +261,9 @@ class SqliteBackend:
             "SELECT rowid FROM nodes WHERE session_id=? AND id=?", (r.session_id, r.id)
         ).fetchone()[0]
         self.db.execute(
-            "UPDATE nodes SET status=?, rev=?, body=?, tokens=COALESCE(?, tokens) WHERE rowid=?",
-            (r.status, r.rev, r.body, r.tokens, rowid),
+            "UPDATE nodes SET status=?, rev=?, body=?, tokens=COALESCE(?, tokens), refs=COALESCE(?, refs) "
+            "WHERE rowid=?",
+            (r.status, r.rev, r.body, r.tokens, r.refs, rowid),
         )
         self.db.execute("DELETE FROM search WHERE rowid=?", (rowid,))
         if r.search_text is not None:
@@ -282,7 +283,7 @@ class SqliteBackend:
         with self._faults("read nodes"):
             rows = self.db.execute(
                 "SELECT n.session_id, n.id, n.seq, n.rev, n.role, n.name, n.status, n.caller, n.predecessor, "
-                "n.created_at, n.body, n.tokens, s.text FROM nodes n LEFT JOIN search s ON s.rowid = n.rowid "
+                "n.created_at, n.body, n.tokens, n.refs, s.text FROM nodes n LEFT JOIN search s ON s.rowid = n.rowid "
                 "WHERE n.session_id=? ORDER BY n.seq",
                 (session_id,),
             ).fetchall()
@@ -312,6 +313,12 @@ class SqliteBackend:
         with self._faults("read token counts"):
             return self.db.execute(
                 "SELECT id, tokens FROM nodes WHERE session_id=? AND tokens IS NOT NULL", (session_id,)
+            ).fetchall()
+
+    def ref_rows(self, session_id: str) -> Iterable[tuple[str, bytes]]:
+        with self._faults("read node references"):
+            return self.db.execute(
+                "SELECT id, refs FROM nodes WHERE session_id=? AND refs IS NOT NULL", (session_id,)
             ).fetchall()
 
     # ------------------------------------------------------------ usage

@@ -40,11 +40,23 @@ from dagctx.protocol.nodes import ROOT_SENTINEL, Call, NodeInput
 
 from . import rules
 from . import search as fts
-from .backend import Backend, BlobRow, NodeRow, SessionRow, UsageRow, decode_meta, encode_meta, open_backend
+from .backend import (
+    Backend,
+    BlobRow,
+    NodeDerived,
+    NodeRow,
+    SessionRow,
+    UsageRow,
+    decode_meta,
+    decode_refs,
+    encode_meta,
+    encode_refs,
+    open_backend,
+)
 from .graph import SessionGraph, is_spawn_root
 from .text import node_text
 
-__all__ = ["AppendOutcome", "SpillPolicy", "Store", "UsageRow", "spill_output"]
+__all__ = ["AppendOutcome", "NodeDerived", "SpillPolicy", "Store", "UsageRow", "spill_output"]
 
 #: the transaction key of writes that belong to no session (derived caches)
 _DERIVED = "\x00derived"
@@ -193,7 +205,7 @@ class Store:
         nodes: Sequence[NodeInput],
         head: str | None,
         metadata: dict[str, Any] | None = None,
-        token_counts: dict[str, dict[str, tuple[int, int]]] | None = None,
+        derived: dict[str, NodeDerived] | None = None,
         usage: Sequence[UsageRow] = (),
     ) -> tuple[SessionInfo, bool]:
         """Create a session from an imported transcript in ONE transaction.
@@ -214,10 +226,10 @@ class Store:
             self._graphs[sid] = g
             self._graph_born[sid] = row.created_at
             for inp in nodes:
-                counts = token_counts.get(inp.id) if token_counts and inp.id is not None else None
+                d = derived.get(inp.id) if derived and inp.id is not None else None
                 # An import replays history: a node keeps the time it happened at the source.
                 when = inp.metadata.get("timestamp")
-                self._append_locked(row, g, inp, False, counts, spawn_ok=True,
+                self._append_locked(row, g, inp, False, d, spawn_ok=True,
                                     created_at=float(when) if isinstance(when, (int, float)) else None)
             if head is not None:
                 target = g.get(rules.resolve(row.root_id, head) or head)
@@ -318,11 +330,11 @@ class Store:
         node: NodeInput,
         *,
         move_head: bool | None = None,
-        token_counts: dict[str, tuple[int, int]] | None = None,
+        derived: NodeDerived | None = None,
     ) -> AppendOutcome:
         with self._write(session_id):
             row, g = self._locked(session_id)
-            outcome = self._append_locked(row, g, node, move_head, token_counts)
+            outcome = self._append_locked(row, g, node, move_head, derived)
             self._finish(row, g)
         return outcome
 
@@ -332,7 +344,7 @@ class Store:
         nodes: Iterable[NodeInput],
         *,
         head: str | None = None,
-        token_counts: dict[str, dict[str, tuple[int, int]]] | None = None,
+        derived: dict[str, NodeDerived] | None = None,
     ) -> list[Call]:
         """Append a batch in one transaction (imports); HEAD moves to ``head`` if given.
 
@@ -342,10 +354,8 @@ class Store:
         with self._write(session_id):
             row, g = self._locked(session_id)
             for inp in nodes:
-                counts = None
-                if token_counts and inp.id is not None:
-                    counts = token_counts.get(inp.id)
-                out.append(self._append_locked(row, g, inp, False, counts).node)
+                d = derived.get(inp.id) if derived and inp.id is not None else None
+                out.append(self._append_locked(row, g, inp, False, d).node)
             if head is not None:
                 target = g.get(rules.resolve(row.root_id, head) or head)
                 rules.check_head_target(g, target)
@@ -359,7 +369,7 @@ class Store:
         g: SessionGraph,
         inp: NodeInput,
         move_head: bool | None,
-        token_counts: dict[str, tuple[int, int]] | None,
+        derived: NodeDerived | None,
         *,
         spawn_ok: bool = False,
         created_at: float | None = None,
@@ -395,7 +405,7 @@ class Store:
         row.next_seq += 1
         row.node_count += 1
         full = node_text(call) if spilled is None else node_text(msgspec.structs.replace(call, output=spilled["data"]))
-        self.backend.insert_node(self._node_row(row.id, call, rev=row.rev, tokens=token_counts, search_text=full))
+        self.backend.insert_node(self._node_row(row.id, call, rev=row.rev, derived=derived, search_text=full))
         if spilled is not None:
             self.backend.put_blob(self._blob(row.id, node_id, spilled))
         g.add(call)
@@ -411,12 +421,15 @@ class Store:
         call: Call,
         *,
         rev: int,
-        tokens: dict[str, tuple[int, int]] | None = None,
+        derived: NodeDerived | None = None,
         search_text: str | None,
     ) -> NodeRow:
+        tokens = derived.tokens if derived is not None else None
+        refs = derived.refs if derived is not None else None
         return NodeRow(
             sid, call.id, call.seq, rev, call.role, call.name, call.status, call.caller, call.predecessor,
-            call.created_at, self._enc.encode(call), encode_meta(tokens) if tokens else None, search_text,
+            call.created_at, self._enc.encode(call), encode_meta(tokens) if tokens else None,
+            encode_refs(refs) if refs is not None else None, search_text,
         )
 
     @staticmethod
@@ -438,8 +451,10 @@ class Store:
         status: str,
         output: Any = None,
         metadata: dict[str, Any] | None = None,
-        token_counts: dict[str, tuple[int, int]] | None = None,
+        derived: NodeDerived | None = None,
     ) -> AppendOutcome:
+        """Fill a running node (SPEC §4). ``derived`` replaces the parts of the stored
+        derived data it holds; a part it lacks is kept (an update without a new output)."""
         with self._write(session_id):
             row, g = self._locked(session_id)
             old = g.get(node_id)
@@ -453,7 +468,7 @@ class Store:
             full = node_text(call) if spilled is None else node_text(
                 msgspec.structs.replace(call, output=spilled["data"])
             )
-            self.backend.fill_node(self._node_row(session_id, call, rev=row.rev, tokens=token_counts,
+            self.backend.fill_node(self._node_row(session_id, call, rev=row.rev, derived=derived,
                                                   search_text=full))
             if spilled is not None:
                 self.backend.put_blob(self._blob(session_id, node_id, spilled))
@@ -632,6 +647,12 @@ class Store:
             if got is not None:
                 out[nid] = (got[0], got[1])
         return out
+
+    def reference_lists(self, session_id: str) -> dict[str, list[str]]:
+        """Stored ranked references of every node that has them (code nodes, SPEC §8)."""
+        with self.lock:
+            rows = list(self.backend.ref_rows(session_id))
+        return {nid: decode_refs(blob) for nid, blob in rows}
 
     def put_usage(self, session_id: str, usage: UsageRow) -> None:
         with self._write(session_id):

@@ -81,7 +81,8 @@ class AgingOptions(_Params, omit_defaults=True, forbid_unknown_fields=True):
     soft_trim_tail_chars: Count | None = None
     hard_clear_after_turns: Count | None = None
     max_single_result_share: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
-    max_refs_per_result: Count | None = None
+    #: references of a result the citation gate checks; at most the 256 kept per result
+    max_refs_per_result: Annotated[int, msgspec.Meta(ge=0, le=256)] | None = None
     turn_unit: Literal["user", "step"] | None = None
     #: a current user turn of at least this many steps also ages its older steps (0: off)
     long_turn_steps: Count | None = None
