@@ -147,6 +147,17 @@ async def test_budget_exceeded_when_protected_content_cannot_fit(tmp_path: Path)
         await c.close()
 
 
+async def test_an_unknown_model_is_budgeted_with_the_defaults_and_says_so(daemon) -> None:
+    s = await daemon.session_create()
+    await daemon.append(s.session_id, "user", output="hi", predecessor=s.head)
+    unknown = await daemon.prepare(s.session_id, model="acme-frontier-9")
+    assert unknown.budget.context_window == 128_000
+    assert any("'acme-frontier-9' is not in the model table" in n and "initializationOptions.models" in n
+               for n in unknown.notes), unknown.notes
+    known = await daemon.prepare(s.session_id, model="gpt-4o-2024-08-06")
+    assert not any("model table" in n for n in known.notes), known.notes
+
+
 async def test_workspace_escape_is_refused_not_read(daemon, tmp_path: Path) -> None:
     outside = tmp_path / "secret.txt"
     outside.write_text("TOP SECRET")

@@ -8,9 +8,13 @@ compared on both sides behind the daemons' backs.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
+import pytest
+
+from dagctx.client import DagctxClient
 from dagctx.ledger import Store
 from dagctx.protocol.nodes import NodeInput
 
@@ -25,7 +29,7 @@ def snapshot(database: str) -> dict[str, object]:
         rows, _ = s.backend.sessions(10_000, 0)
         for r in rows:
             nodes = [(n.id, n.seq, n.rev, n.role, n.name, n.status, n.caller, n.predecessor, n.created_at, n.body,
-                      n.tokens, n.search_text) for n in s.backend.node_rows(r.id)]
+                      n.tokens, n.refs, n.search_text) for n in s.backend.node_rows(r.id)]
             blobs = sorted((b.node_id, b.field, b.chars, b.lines, b.data) for b in s.backend.blob_rows(r.id))
             usage = [(u.node_id, u.model, u.usage, u.estimated, u.reported_at)
                      for u in s.backend.usage_rows(r.id)]
@@ -77,3 +81,28 @@ def test_migrate_refuses_what_it_cannot_do(tmp_path: Path) -> None:
     assert p.returncode != 0 and "same database" in p.stdout
     p = dagctx("migrate", "--from", "postgresql://nobody@127.0.0.1:1/none", "--to", str(tmp_path / "t2.db"))
     assert p.returncode != 0 and "StorageUnavailable" in p.stdout and "server is up" in p.stdout
+
+
+@pytest.mark.asyncio
+async def test_subscribers_of_a_migrated_session_hear_its_new_nodes(tmp_path: Path) -> None:
+    """A copy that brings a session forward is a write like any other (SPEC §9): the
+    target daemon's subscribers get ``node/didAppend`` for the nodes it added."""
+    a = await DagctxClient.spawn(tmp_path / "a.db", standalone=True)
+    b = await DagctxClient.spawn(tmp_path / "b.db", standalone=True)
+    try:
+        s = await a.session_create("moving")
+        u = await a.append(s.session_id, "user", output="one", predecessor=s.head)
+        await b.request("database/migrate", {"source": str(tmp_path / "a.db")})
+        assert (await b.subscribe(s.session_id)).head == u.node.id
+        reply = await a.append(s.session_id, "llm", name="gpt-4o", output="two", predecessor=u.node.id)
+        res = await b.request("database/migrate", {"source": str(tmp_path / "a.db")})
+        assert res.copied == 1 and res.nodes == 3
+        for _ in range(100):
+            got = [p for m, p in b.notifications if m == "node/didAppend" and p.node.id == reply.node.id]
+            if got:
+                break
+            await asyncio.sleep(0.02)
+        assert got and got[0].head == reply.node.id and got[0].node.output == "two"
+    finally:
+        await a.close()
+        await b.close()

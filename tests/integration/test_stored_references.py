@@ -4,8 +4,8 @@ The citation gate of aging reads them from the node's row instead of mining ever
 result at every plan, so a session of huge results costs a render with aging about what
 one without does (``bench/bench_aging_huge.py``). Checked here through a real daemon on
 both backends: what is stored at ``node/append``, ``node/update`` and import (spilled
-outputs: what the node keeps), that the gate reads the stored list, and that a database
-of schema version 1 (no such column) is migrated and ages exactly as before.
+outputs: what the node keeps), and that the gate reads the stored list. A database of
+schema version 1 (no such column): ``test_schema_migration.py``.
 """
 
 from __future__ import annotations
@@ -126,35 +126,5 @@ async def test_the_citation_gate_reads_the_stored_list(database: str) -> None:
     try:
         r = await c.render(sid, model=MODEL)
         assert tools[1] in r.manifest["agingKinds"]
-    finally:
-        await c.close()
-
-
-async def test_a_version_1_database_is_migrated_and_ages_the_same(database: str) -> None:
-    c = await DagctxClient.spawn(database, initialization_options={"aging": AGING})
-    try:
-        sid, tools = await build(c, 7, cite=2)
-        before = await c.render(sid, model=MODEL)
-        prepared = await c.prepare(sid, model=MODEL)
-    finally:
-        await c.close()
-    assert tools[2] not in before.manifest["agingKinds"] and tools[0] in before.manifest["agingKinds"]
-    # What dagctx 0.1 with schema version 1 left behind: no refs column at all.
-    with RawDb(database) as raw:
-        raw.execute("ALTER TABLE nodes DROP COLUMN refs")
-        raw.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
-    c = await DagctxClient.spawn(database, initialization_options={"aging": AGING})
-    try:
-        after = await c.render(sid, model=MODEL)
-        assert after.manifest["agingKinds"] == before.manifest["agingKinds"]
-        assert after.messages == before.messages
-        again = await c.prepare(sid, model=MODEL)
-        assert again.references_protected == prepared.references_protected == 1
-        with RawDb(database) as raw:
-            assert raw.execute("SELECT value FROM meta WHERE key='schema_version'") == [("2",)]
-            assert stored(database, sid, tools[0]) is None, "old rows are mined when needed, not rewritten"
-        head = (await c.session_get(sid)).head
-        t = await c.append(sid, "code", name="read_file", output=result(9), caller=head)
-        assert stored(database, sid, t.node.id) == stored_references(result(9))
     finally:
         await c.close()

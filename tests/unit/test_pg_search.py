@@ -52,7 +52,8 @@ def test_tokens_are_sqlites_tokens() -> None:
 QUERIES = [
     "hello", "hello world", "hello AND world", "hello OR world", "hello NOT world", '"hello world"', "hel*",
     "(hello OR world) AND foo", "a OR b AND c", "a AND b OR c NOT d", "迁移", "数据库迁移", '"迁移 脚本"', "src/app.py",
-    "NEAR(a b)", "NEAR(a b, 5)", "grams : 迁移",
+    "NEAR(a b)", "NEAR(a b, 5)", "NEAR(a b,5)", "NEAR(a b , 5)", "NEAR(a b ,5)", "(NEAR(a b, 2) OR c) d",
+    "grams : 迁移",
     # FTS5 refuses these; so must we
     "(", "foo AND (", "AND foo", "foo OR", "foo NOT", ")", "(a) b", "a (b)", "nosuch : foo",
 ]
@@ -75,6 +76,27 @@ def test_query_syntax_is_fts5s(query: str) -> None:
         assert err.kind == "InvalidQuery"
         ours = False
     assert ours == sqlite_ok, expr
+
+
+def test_near_distances_are_kept_wherever_the_comma_is(tmp_path: Path) -> None:
+    """``NEAR(a b, N)``: the comma is syntax, glued to a word or not, and N counts."""
+    store = Store(tmp_path / "near.db")
+    try:
+        sid = store.create_session("near").session_id
+        head = "ROOT"
+        for t in ("alpha delta", "alpha beta delta", "alpha beta gamma delta", "alpha 1 2 3 4 5 6 7 8 9 10 11 delta"):
+            head = store.append(sid, NodeInput(role="user", input=t, predecessor=head)).node.id
+        for query, n in (("NEAR(alpha delta, 0)", 1), ("NEAR(alpha delta,1)", 2), ("NEAR(alpha delta , 2)", 3),
+                         ("NEAR(alpha delta)", 3), ("NEAR(alpha delta, 20)", 4)):
+            hits = store.search(query, session_id=sid)
+            assert len(hits) == n, query
+            assert all("[alpha]" in h.snippet and "[delta]" in h.snippet for h in hits), hits
+        assert fts.query_terms("NEAR(alpha delta, 20)") == ["alpha", "delta"]
+        with pytest.raises(DagctxError) as err:
+            store.search("NEAR(数据 迁移, 2)", session_id=sid)
+        assert err.value.kind == "InvalidQuery" and "AND" in err.value.message
+    finally:
+        store.close()
 
 
 def corpus_texts(corpus: Path, limit: int = 1500) -> list[str]:

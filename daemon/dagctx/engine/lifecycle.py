@@ -115,6 +115,14 @@ class ContextEngine:
         system_text, system_node, notes = views.ensure_system_prompt(
             p.session_id, graph, options, workspace, assembler=self.system_prompt_assembler
         )
+        if not info.known:
+            named = p.model or host.options.default_model
+            what = f"model {named!r} is not in the model table" if named else "no model was named"
+            notes.append(
+                f"{what}: budgeted with the default window {info.context_window:,}, max output "
+                f"{info.max_output:,} and tokenizer {info.tokenizer}; name a known model, or give its "
+                "limits in initializationOptions.models or the model config file"
+            )
         graph = store.graph(p.session_id)
         where = f"node {system_node}" if system_node else "not stored (nothing to store)"
         path.append(f"system prompt ({p.prompt_mode}): {len(system_text):,} chars, {where}")

@@ -12,6 +12,9 @@ an append is one row write.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
+
+from .search import cjk_grams
 
 SCHEMA_VERSION = 2
 
@@ -76,13 +79,38 @@ CREATE TABLE blobs(
 """
 
 #: Version 2 (SPEC §8): a code node's ranked references, mined once when it is written,
-#: ride in its row beside the token counts (NULL in older rows: mined when first needed).
+#: ride in its row beside the token counts (NULL in older rows: mined when first needed);
+#: the search index is brought up to today's CJK rule (``DATA_MIGRATIONS``).
 _V2 = """
 ALTER TABLE nodes ADD COLUMN refs BLOB
 """
 
 #: version → script that brings version-1 to version.
 MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
+
+
+def _regram_glued_latin(db: sqlite3.Connection) -> None:
+    """Version 2 also brings the search index up to the rule that indexes a Latin run glued
+    to CJK text on its own (``search.cjk_grams``, SPEC §5): rows indexed before it hold
+    CJK grams only, so ``python`` missed 我用Python编程. Only a row with grams holds CJK
+    text, so only those are read, a thousand at a time."""
+    last = -1
+    while True:
+        rows = db.execute(
+            "SELECT rowid, text, grams FROM search WHERE rowid > ? AND grams != '' ORDER BY rowid LIMIT 1000",
+            (last,),
+        ).fetchall()
+        if not rows:
+            return
+        for rowid, text, grams in rows:
+            new = cjk_grams(text)
+            if new != grams:
+                db.execute("UPDATE search SET grams=? WHERE rowid=?", (new, rowid))
+        last = rows[-1][0]
+
+
+#: version → what runs in Python after its script, in the same transaction.
+DATA_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {2: _regram_glued_latin}
 
 
 def current_version(db: sqlite3.Connection) -> int:
@@ -96,7 +124,7 @@ def current_version(db: sqlite3.Connection) -> int:
 
 
 def migrate(db: sqlite3.Connection) -> int:
-    """Bring the database forward to ``SCHEMA_VERSION``, one step per transaction.
+    """Bring the database forward to ``SCHEMA_VERSION`` in one transaction.
 
     Returns the version found. A database newer than this daemon is refused rather
     than guessed at.
@@ -113,6 +141,8 @@ def migrate(db: sqlite3.Connection) -> int:
             for statement in MIGRATIONS[version].split(";\n"):
                 if statement.strip():
                     db.execute(statement)
+            if version in DATA_MIGRATIONS and found > 0:  # a new database has nothing to redo
+                DATA_MIGRATIONS[version](db)
             db.execute(
                 "INSERT INTO meta(key, value) VALUES('schema_version', ?) "
                 "ON CONFLICT(key) DO UPDATE SET value=excluded.value",

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import re
 
+from dagctx.protocol.errors import DagctxError
+
 _CJK = (
     "\u2e80-\u2fdf\u3040-\u30ff\u3100-\u312f\u3190-\u31ff\u3400-\u4dbf"
     "\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f"
@@ -91,31 +93,69 @@ def fts_query(query: str) -> str:
     their FTS5 meaning; words with punctuation are quoted; CJK runs become bigram
     phrases on the ``grams`` column. Invalid FTS5 syntax (an unbalanced parenthesis,
     a dangling operator) is left for SQLite to reject, which the store reports as
-    ``InvalidQuery``.
+    ``InvalidQuery``; CJK text inside ``NEAR(…)`` is refused here (``InvalidQuery``),
+    the same on every backend.
     """
     out: list[str] = []
-    for tok in _QUERY_TOKEN.findall(query):
-        if tok in ("(", ")") or tok in _OPERATORS:
+    tokens = _QUERY_TOKEN.findall(query)
+    depth = 0
+    near: int | None = None  # the parenthesis depth of the NEAR group we are in
+    for i, tok in enumerate(tokens):
+        if tok == "(":
+            depth += 1
             out.append(tok)
+        elif tok == ")":
+            if near == depth:
+                near = None
+            depth -= 1
+            out.append(tok)
+        elif tok in _OPERATORS:
+            out.append(tok)
+        elif tok == "NEAR" and i + 1 < len(tokens) and tokens[i + 1] == "(":
+            out.append(tok)
+            near = depth + 1
+        elif near is not None and CJK_RUN.search(tok):
+            raise DagctxError(
+                "InvalidQuery",
+                f"NEAR(…) takes Latin words and phrases only, not {tok!r} in {query!r}: CJK text is "
+                "indexed as character pairs, where a distance means nothing; join CJK words with AND",
+                path="query",
+            )
+        elif near == depth and "," in tok and not tok.startswith('"'):
+            # NEAR(a b, 5): the comma ends the phrases and comes before the distance,
+            # wherever the spaces are ("b," "5", "b" ",5", "b,5")
+            phrase, _, distance = tok.partition(",")
+            if phrase:
+                out.extend(_split_cjk(phrase))
+            out.append(",")
+            if distance:
+                out.append(distance)
         elif tok.startswith('"'):
             inner = tok[1:-1] if tok.endswith('"') and len(tok) > 1 else tok[1:]
             if CJK_RUN.search(inner):
                 out.extend(_split_cjk(inner.replace('""', '"')))
             else:
                 out.append(tok)
-        elif tok.upper().startswith("NEAR(") or tok.upper() == "NEAR":
-            out.append(tok)
         else:
             out.extend(_split_cjk(tok))
     return " ".join(out)
 
 
 def query_terms(query: str) -> list[str]:
-    """Plain terms of a query, for building snippets in Python."""
+    """Plain terms of a query, for building snippets in Python (no operators, no NEAR
+    distance: in ``NEAR(a b, 5)`` the terms are ``a`` and ``b``)."""
     terms: list[str] = []
+    distance_next = False  # a bare "," was seen: the next token is a NEAR distance
     for tok in _QUERY_TOKEN.findall(query):
-        if tok in ("(", ")") or tok.upper() in _OPERATORS or tok.upper().startswith("NEAR"):
+        if tok in ("(", ")") or tok.upper() in _OPERATORS or tok.upper() == "NEAR":
+            distance_next = False
             continue
+        if distance_next and tok.isdigit():
+            distance_next = False
+            continue
+        if not tok.startswith('"') and "," in tok:
+            tok, _, distance = tok.partition(",")
+            distance_next = not distance
         tok = tok.strip('"').rstrip("*")
         terms.extend(t for t in re.split(r"\s+", tok) if t)
     return terms
