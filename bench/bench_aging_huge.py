@@ -11,7 +11,8 @@ Run: python bench/bench_aging_huge.py [--results N] [--size BYTES] [--repeat R] 
 2. ``stored``: the database as written — each result's ranked references were mined
    once at ``node/append`` and kept in its row (SPEC §8).
    ``mined``: a copy with those references removed (as in a database written before
-   schema version 2), so the daemon mines every result while it plans aging.
+   schema version 2), so the daemon mines every result while it plans aging (and then
+   stores what it mined: the first cold plan is the one that pays).
 3. For each: start a fresh daemon (its tokenizer loaded by a one-node scratch session)
    and time the session's first ``context/render`` (cold) with ``aging: false`` and, in
    another fresh daemon, with ``aging: true``; then, in the

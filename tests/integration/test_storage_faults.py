@@ -23,6 +23,8 @@ import pytest
 
 from dagctx.client import DagctxClient, RpcError
 
+from rawdb import RawDb
+
 
 async def append_user(c: DagctxClient, sid: str, text: str) -> str:
     head = (await c.session_get(sid)).head
@@ -133,10 +135,19 @@ async def test_read_only_mount_serves_reads_and_answers_storage_read_only(small_
     c = await DagctxClient.spawn(db)
     sid = (await c.session_create("ro")).session_id
     acked = [await append_user(c, sid, f"迁移 turn {i}") for i in range(3)]
+    for i in range(3):
+        llm = await c.append(sid, "llm", name="gpt-4o", output="reading", predecessor=acked[-1])
+        await c.append(sid, "code", name="read_file", output=f"src/app_{i}.py: def main(): ...", caller=llm.node.id)
+        acked += [llm.node.id, await append_user(c, sid, f"next {i}")]
     await c.close()
+    with RawDb(db) as raw:  # rows as schema version 1 left them: aging mines them, cannot store that
+        raw.execute("UPDATE nodes SET refs=NULL")
     subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
-    d = await DagctxClient.spawn(db)
+    aging = {"minAgeSeconds": 0, "keepRecentTurns": 1, "minTokens": 1, "protectFirst": 0}
+    d = await DagctxClient.spawn(db, initialization_options={"aging": aging}, extra_args=["--log-level", "INFO"])
     try:
+        assert (await d.render(sid, model="gpt-4o")).messages, "a derived write that fails costs the render nothing"
+        assert d.stderr_tail is not None and "not stored (StorageReadOnly)" in d.stderr_tail.text(50)
         assert [n.id for n in (await d.history(sid)).nodes] == acked
         assert len((await d.search("迁移")).hits) == 3
         err = await expect("StorageReadOnly", append_user(d, sid, "refused"))

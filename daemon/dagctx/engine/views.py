@@ -12,6 +12,7 @@ append API (system-prompt nodes only).
 from __future__ import annotations
 
 import gc
+import logging
 import time
 import uuid
 from collections import OrderedDict, deque
@@ -37,6 +38,8 @@ from dagctx.protocol.nodes import SYSTEM_PROMPT_NAME, Call, NodeInput
 
 from .shared import ViewCaches
 from .render_cache import CachedAging, CachedRender, Snapshot, join_views, still_valid_prefix
+
+log = logging.getLogger("dagctx.engine")
 
 if TYPE_CHECKING:
     from .core import EngineCore
@@ -138,10 +141,10 @@ class ContextService:
         self._updates_seen[key] = len(graph.updates)
         return cache
 
-    def refs_of(self, graph: SessionGraph) -> Callable[[str], list[str]]:
+    def refs_of(self, graph: SessionGraph, mined: dict[str, list[str]] | None = None) -> Callable[[str], list[str]]:
         """A code node's ranked references (SPEC §8): stored at write time, loaded once per
-        session; a node without them (written before schema version 2, or finished by a
-        process that did not mine) is mined once and kept in memory."""
+        session; a node without them (written before schema version 2) is mined once, kept
+        in memory and added to ``mined`` for ``keep_mined`` to store."""
         sid = graph.session_id
         cache = self._refs.get(sid)
         seen = self._refs_seen.get(sid, 0)
@@ -157,9 +160,20 @@ class ContextService:
             got = cache.get(node_id)
             if got is None:
                 got = cache[node_id] = aging.stored_references(graph.nodes[node_id].output)
+                if mined is not None:
+                    mined[node_id] = got
             return got
 
         return refs_of
+
+    def keep_mined(self, session_id: str, mined: dict[str, list[str]]) -> None:
+        """Store references mined during a plan, so the next daemon does not mine them again.
+        A derived write: a read-only or failing database only costs that next daemon the
+        mining, never this render."""
+        try:
+            self.e.store.fill_references(session_id, mined)
+        except DagctxError as err:
+            log.info("references mined for %d nodes not stored (%s)", len(mined), err.kind)
 
     def counts_of(self, graph: SessionGraph, node_id: str, tokenizer: str,
                   cache: dict[str, tuple[int, int]] | None = None) -> tuple[int, int]:
@@ -582,10 +596,12 @@ class ContextService:
         def count(text: str) -> int:
             return self.count_text(text, tokenizer)
 
+        mined: dict[str, list[str]] = {}
+        refs_of = self.refs_of(graph, mined)
         if ager is None:
             plan = aging.plan_aging(view, graph, now=now, boundary_seq=boundary or None, policy=policy,
                                     token_of=token_of, window=model.context_window, count=count,
-                                    refs_of=self.refs_of(graph))
+                                    refs_of=refs_of)
         else:  # a context engine's own ager keeps the documented arguments
             plan = ager(view, graph, now=now, boundary_seq=boundary or None, policy=policy, token_of=token_of,
                         window=model.context_window, count=count)
@@ -593,7 +609,9 @@ class ContextService:
         long_manifest = None
         if long is not None:
             long_manifest = self._age_long_turn(graph, view, plan, policy, long, model, token_of, count,
-                                                self.refs_of(graph))
+                                                refs_of)
+        if mined:
+            self.keep_mined(session_id, mined)
         stats: dict[str, Any] = dict(plan.stats.as_dict())
         stats["manifest"] = plan.manifest()
         stats["longTurnCap"] = long[1] if long is not None else None

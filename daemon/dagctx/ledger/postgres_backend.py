@@ -305,6 +305,13 @@ class PostgresBackend:
                 "SELECT id, tokens FROM dagctx.nodes WHERE session_id=%s AND tokens IS NOT NULL", (session_id,)
             ).fetchall()
 
+    def fill_refs(self, session_id: str, rows: Sequence[tuple[str, bytes]]) -> None:
+        with self._conn("write node references") as c:
+            c.cursor().executemany(
+                "UPDATE dagctx.nodes SET refs=%s WHERE session_id=%s AND id=%s AND refs IS NULL",
+                [(blob, session_id, nid) for nid, blob in rows],
+            )
+
     def ref_rows(self, session_id: str) -> Iterable[tuple[str, bytes]]:
         with self._conn("read node references") as c:
             rows = c.execute(

@@ -79,7 +79,7 @@ CREATE TABLE blobs(
 """
 
 #: Version 2 (SPEC §8): a code node's ranked references, mined once when it is written,
-#: ride in its row beside the token counts (NULL in older rows: mined when first needed);
+#: ride in its row beside the token counts (NULL in older rows: mined and filled when first needed);
 #: the search index is brought up to today's CJK rule (``DATA_MIGRATIONS``).
 _V2 = """
 ALTER TABLE nodes ADD COLUMN refs BLOB

@@ -315,6 +315,12 @@ class SqliteBackend:
                 "SELECT id, tokens FROM nodes WHERE session_id=? AND tokens IS NOT NULL", (session_id,)
             ).fetchall()
 
+    def fill_refs(self, session_id: str, rows: Sequence[tuple[str, bytes]]) -> None:
+        self.db.executemany(
+            "UPDATE nodes SET refs=? WHERE session_id=? AND id=? AND refs IS NULL",
+            [(blob, session_id, nid) for nid, blob in rows],
+        )
+
     def ref_rows(self, session_id: str) -> Iterable[tuple[str, bytes]]:
         with self._faults("read node references"):
             return self.db.execute(

@@ -654,6 +654,15 @@ class Store:
             rows = list(self.backend.ref_rows(session_id))
         return {nid: decode_refs(blob) for nid, blob in rows}
 
+    def fill_references(self, session_id: str, refs: dict[str, Sequence[str]]) -> None:
+        """Keep references mined for nodes that had none stored (rows written before schema
+        version 2): one derived transaction; a node's body, revision and session row stay
+        as they are, and a list already stored is never replaced."""
+        if not refs:
+            return
+        with self.lock, self.backend.transaction(_DERIVED):
+            self.backend.fill_refs(session_id, [(nid, encode_refs(r)) for nid, r in refs.items()])
+
     def put_usage(self, session_id: str, usage: UsageRow) -> None:
         with self._write(session_id):
             self._session_row(session_id, lock=True)
