@@ -40,20 +40,27 @@ def stored(db: str, sid: str, node_id: str) -> list[str] | None:
     return None if blob is None else msgspec.msgpack.decode(bytes(blob))
 
 
-async def build(c: DagctxClient, turns: int, cite: int) -> tuple[str, list[str]]:
-    """``turns`` user turns, each reading one module; the last turn's user message names
-    the module read in turn ``cite`` (so that result is cited, the others age)."""
-    s = await c.session_create("refs")
-    head, tools = s.head, []
-    for i in range(turns):
-        ask = f"now fix src/pkg/mod_{cite}.py please" if i == turns - 1 else f"turn {i}: next one"
-        u = await c.append(s.session_id, "user", output=ask, predecessor=head)
-        llm = await c.append(s.session_id, "llm", name=MODEL, output="Reading.", predecessor=u.node.id)
-        t = await c.append(s.session_id, "code", name="read_file", input={"path": f"src/pkg/mod_{i}.py"},
+async def build(c: DagctxClient, turns: int, cite: int | None, *, sid: str | None = None,
+                start: int = 0) -> tuple[str, list[str]]:
+    """``turns`` user turns (numbered from ``start``, in a new session or after ``sid``'s
+    HEAD), each reading one module; the last turn's user message names the module read in
+    turn ``cite`` (so that result is cited, the others age)."""
+    if sid is None:
+        s = await c.session_create("refs")
+        sid, head = s.session_id, s.head
+    else:
+        head = (await c.session_get(sid)).head
+    tools = []
+    for i in range(start, start + turns):
+        last = i == start + turns - 1
+        ask = f"now fix src/pkg/mod_{cite}.py please" if last and cite is not None else f"turn {i}: next one"
+        u = await c.append(sid, "user", output=ask, predecessor=head)
+        llm = await c.append(sid, "llm", name=MODEL, output="Reading.", predecessor=u.node.id)
+        t = await c.append(sid, "code", name="read_file", input={"path": f"src/pkg/mod_{i}.py"},
                            output=result(i), caller=llm.node.id, metadata={"toolCallId": f"call_{i}"})
         tools.append(t.node.id)
         head = llm.node.id
-    return s.session_id, tools
+    return sid, tools
 
 
 async def test_references_are_stored_at_append_update_and_import(database: str, tmp_path: Path) -> None:
@@ -127,4 +134,28 @@ async def test_the_citation_gate_reads_the_stored_list(database: str) -> None:
         r = await c.render(sid, model=MODEL)
         assert tools[1] in r.manifest["agingKinds"]
     finally:
+        await c.close()
+
+
+async def test_a_running_daemon_reads_the_lists_of_nodes_written_after_it_loaded(database: str) -> None:
+    """Nodes appended after the first plan (by this daemon or another process) are read
+    from the ledger too, not mined: the second plan honours a list changed on disk."""
+    c = await DagctxClient.spawn(database, initialization_options={"aging": AGING})
+    other = await DagctxClient.spawn(database, standalone=True)
+    try:
+        plans = {}
+        for name in ("tampered", "control"):
+            sid, _ = await build(c, 2, None)
+            await c.render(sid, model=MODEL)  # this daemon has read the session's lists now
+            _, later = await build(other, 5, cite=2, sid=sid, start=2)  # written by another process
+            plans[name] = (sid, later[0])
+        sid, read_later = plans["tampered"]
+        with RawDb(database) as raw:
+            raw.execute("UPDATE nodes SET refs=? WHERE session_id=? AND id=?",
+                        (msgspec.msgpack.encode([]), sid, read_later))
+        for name, (sid, read_later) in plans.items():
+            kinds = (await c.render(sid, model=MODEL)).manifest["agingKinds"]
+            assert (read_later in kinds) == (name == "tampered"), (name, kinds)
+    finally:
+        await other.close()
         await c.close()

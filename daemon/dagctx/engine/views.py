@@ -118,7 +118,7 @@ class ContextService:
         self._cache: dict[tuple[Any, ...], CachedRender] = caches.prefixes
         self._updates_seen: dict[tuple[str, str], int] = caches.updates_seen
         self._refs: dict[str, dict[str, list[str]]] = caches.refs
-        self._refs_seen: dict[str, int] = caches.refs_seen
+        self._refs_seen: dict[str, tuple[int, int]] = caches.refs_seen
         self._aging_cache: dict[tuple[Any, ...], CachedAging] = caches.aging
         self._text_tokens: OrderedDict[tuple[str, str], int] = caches.texts
 
@@ -142,19 +142,26 @@ class ContextService:
         return cache
 
     def refs_of(self, graph: SessionGraph, mined: dict[str, list[str]] | None = None) -> Callable[[str], list[str]]:
-        """A code node's ranked references (SPEC §8): stored at write time, loaded once per
-        session; a node without them (written before schema version 2) is mined once, kept
-        in memory and added to ``mined`` for ``keep_mined`` to store."""
+        """A code node's ranked references (SPEC §8): stored at write time, read once per
+        session and then only for nodes appended or finished since (by any process); a node
+        without them (written before schema version 2) is mined once, kept in memory and
+        added to ``mined`` for ``keep_mined`` to store."""
         sid = graph.session_id
+        store = self.e.store
         cache = self._refs.get(sid)
-        seen = self._refs_seen.get(sid, 0)
-        if cache is None or len(graph.updates) < seen:
-            cache = self.e.store.reference_lists(sid)
-            self._refs[sid] = cache
-            seen = 0
-        for nid in graph.updates[seen:]:
-            cache.pop(nid, None)  # its output changed: stale
-        self._refs_seen[sid] = len(graph.updates)
+        upto, seen = self._refs_seen.get(sid, (-1, 0))
+        newest = graph.by_seq[-1].seq if graph.by_seq else -1  # before reading: re-read, never skip
+        if cache is None or len(graph.updates) < seen:  # first use, or the graph was reloaded
+            cache = self._refs[sid] = store.reference_lists(sid)
+        else:
+            if newest > upto:
+                cache.update(store.reference_lists(sid, after_seq=upto))
+            finished = graph.updates[seen:]
+            if finished:  # a running node got its output: what is stored now is its list
+                for nid in finished:
+                    cache.pop(nid, None)
+                cache.update(store.reference_lists(sid, ids=list(dict.fromkeys(finished))))
+        self._refs_seen[sid] = (newest, len(graph.updates))
 
         def refs_of(node_id: str) -> list[str]:
             got = cache.get(node_id)

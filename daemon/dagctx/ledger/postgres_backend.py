@@ -312,11 +312,15 @@ class PostgresBackend:
                 [(blob, session_id, nid) for nid, blob in rows],
             )
 
-    def ref_rows(self, session_id: str) -> Iterable[tuple[str, bytes]]:
+    def ref_rows(self, session_id: str, *, after_seq: int = -1,
+                 ids: Sequence[str] | None = None) -> Iterable[tuple[str, bytes]]:
+        sql = "SELECT id, refs FROM dagctx.nodes WHERE session_id=%s AND seq>%s AND refs IS NOT NULL"
+        args: tuple[Any, ...] = (session_id, after_seq)
+        if ids is not None:
+            sql += " AND id = ANY(%s)"
+            args += (list(ids),)
         with self._conn("read node references") as c:
-            rows = c.execute(
-                "SELECT id, refs FROM dagctx.nodes WHERE session_id=%s AND refs IS NOT NULL", (session_id,)
-            ).fetchall()
+            rows = c.execute(sql, args).fetchall()
         return [(r[0], bytes(r[1])) for r in rows]
 
     # ------------------------------------------------------------ usage

@@ -321,11 +321,18 @@ class SqliteBackend:
             [(blob, session_id, nid) for nid, blob in rows],
         )
 
-    def ref_rows(self, session_id: str) -> Iterable[tuple[str, bytes]]:
+    def ref_rows(self, session_id: str, *, after_seq: int = -1,
+                 ids: Sequence[str] | None = None) -> Iterable[tuple[str, bytes]]:
+        sql = "SELECT id, refs FROM nodes WHERE session_id=? AND seq>? AND refs IS NOT NULL"
         with self._faults("read node references"):
-            return self.db.execute(
-                "SELECT id, refs FROM nodes WHERE session_id=? AND refs IS NOT NULL", (session_id,)
-            ).fetchall()
+            if ids is None:
+                return self.db.execute(sql, (session_id, after_seq)).fetchall()
+            out: list[tuple[str, bytes]] = []
+            for k in range(0, len(ids), 500):
+                chunk = list(ids[k:k + 500])
+                marks = ",".join("?" * len(chunk))
+                out += self.db.execute(f"{sql} AND id IN ({marks})", (session_id, after_seq, *chunk)).fetchall()
+            return out
 
     # ------------------------------------------------------------ usage
 

@@ -648,10 +648,14 @@ class Store:
                 out[nid] = (got[0], got[1])
         return out
 
-    def reference_lists(self, session_id: str) -> dict[str, list[str]]:
-        """Stored ranked references of every node that has them (code nodes, SPEC §8)."""
+    def reference_lists(self, session_id: str, *, after_seq: int = -1,
+                        ids: Sequence[str] | None = None) -> dict[str, list[str]]:
+        """Stored ranked references (code nodes, SPEC §8) of the nodes that have them:
+        every one, those with ``seq > after_seq``, or those of ``ids``."""
+        if ids is not None and not ids:
+            return {}
         with self.lock:
-            rows = list(self.backend.ref_rows(session_id))
+            rows = list(self.backend.ref_rows(session_id, after_seq=after_seq, ids=ids))
         return {nid: decode_refs(blob) for nid, blob in rows}
 
     def fill_references(self, session_id: str, refs: dict[str, Sequence[str]]) -> None:
