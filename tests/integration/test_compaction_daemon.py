@@ -17,8 +17,6 @@ summary writes nothing and says why.
 from __future__ import annotations
 
 import asyncio
-import inspect
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,8 @@ from dagctx.client import DagctxClient, RpcError
 from dagctx.context.formats import check_pairs
 from dagctx.context.references import reference_counts
 from dagctx.protocol import context_messages as pc
+
+from sampling_stub import ScriptedSampler, request_text
 
 BIG = "big-128k"
 SMALL = "small-32k"
@@ -48,10 +48,6 @@ CODEX = "codex/rollout-2026-05-11T13-28-45-019e1695-0522-7c83-8b39-0dd379793f80.
 
 # ---------------------------------------------------------------- the scripted sampler
 
-
-def request_text(params: Any) -> str:
-    """Every message text of one ``sampling/createMessage`` request."""
-    return "\n".join(m.content.text for m in params.messages)
 
 
 def transcript_part(text: str) -> str:
@@ -74,34 +70,9 @@ def extractive(params: Any) -> str:
     )
 
 
-class Sampler:
-    """Answers ``sampling/createMessage``; records every request it was sent."""
-
+class Sampler(ScriptedSampler):
     def __init__(self) -> None:
-        self.requests: list[Any] = []
-        self.answer: Callable[[Any], Any] = extractive
-        self.called = asyncio.Event()
-        self.release = asyncio.Event()  # set on teardown: no slow answer outlives a test
-
-    async def __call__(self, params: Any) -> Any:
-        self.requests.append(params)
-        self.called.set()
-        out = self.answer(params)
-        if inspect.isawaitable(out):
-            out = await out
-        if isinstance(out, dict):
-            return out
-        return {"role": "assistant", "content": {"type": "text", "text": out}, "model": "scripted",
-                "stopReason": "endTurn"}
-
-    def text(self) -> str:
-        return "\n".join(request_text(p) for p in self.requests)
-
-    async def slow(self, seconds: float) -> None:
-        try:
-            await asyncio.wait_for(self.release.wait(), seconds)
-        except asyncio.TimeoutError:
-            pass
+        super().__init__(extractive)
 
 
 async def spawn(db: Path, sampler: Sampler | None, **options: Any) -> DagctxClient:

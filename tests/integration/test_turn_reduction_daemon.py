@@ -15,10 +15,7 @@ user's message verbatim, the ledger unchanged, and replay of the call byte for b
 from __future__ import annotations
 
 import asyncio
-import inspect
-import json
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +30,7 @@ from dagctx.context.turn_reduction import MAX_SUMMARY_CALLS
 from dagctx.protocol import context_messages as pc
 
 from chat_stub import ChatEndpoint
+from sampling_stub import ScriptedSampler, request_text
 
 SMALL = "small-32k"
 BIG = "big-128k"
@@ -52,9 +50,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 # ---------------------------------------------------------------- the scripted sampler
 
 
-def request_text(params: Any) -> str:
-    return "\n".join(m.content.text for m in params.messages)
-
 
 def condensed(params: Any) -> str:
     """A deterministic, always shorter answer: compaction gets the identifiers (its
@@ -69,30 +64,9 @@ def condensed(params: Any) -> str:
     return "condensed: " + " ".join(words[:30])
 
 
-class Sampler:
+class Sampler(ScriptedSampler):
     def __init__(self) -> None:
-        self.requests: list[Any] = []
-        self.answer: Callable[[Any], Any] = condensed
-        self.called = asyncio.Event()
-        self.release = asyncio.Event()
-
-    async def __call__(self, params: Any) -> Any:
-        self.requests.append(params)
-        self.called.set()
-        out = self.answer(params)
-        if inspect.isawaitable(out):
-            out = await out
-        return {"role": "assistant", "content": {"type": "text", "text": out}, "model": "scripted"}
-
-    def purposes(self) -> list[str]:
-        return [p.metadata.get("purpose") for p in self.requests]
-
-    async def slow(self, seconds: float) -> str:
-        try:
-            await asyncio.wait_for(self.release.wait(), seconds)
-        except asyncio.TimeoutError:
-            pass
-        return "late"
+        super().__init__(condensed)
 
 
 async def spawn(db: Path, sampler: Sampler | None, **options: Any) -> DagctxClient:
