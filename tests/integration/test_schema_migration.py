@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dagctx.client import DagctxClient
+from dagctx.client import DagctxClient, RpcError
 from dagctx.context.aging import stored_references
 from dagctx.ledger.search import CJK_RUN
 
@@ -86,3 +86,21 @@ async def test_version_2_reindexes_latin_words_glued_to_cjk(tmp_path: Path) -> N
         await c.close()
     with RawDb(db) as raw:
         assert raw.execute("SELECT value FROM meta WHERE key='schema_version'") == [("2",)]
+
+
+async def test_a_database_from_a_newer_dagctx_is_refused_and_left_alone(database: str) -> None:
+    c = await DagctxClient.spawn(database)
+    await c.close()
+    with RawDb(database) as raw:
+        raw.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    c = await DagctxClient.spawn(database, initialize=False)
+    try:
+        with pytest.raises(RpcError) as err:
+            await c.initialize(initialization_options={"database": database})
+        assert err.value.kind == "InvalidParams"
+        assert "schema version 99 is newer" in err.value.message and "Upgrade dagctx" in err.value.message
+    finally:
+        c.notify("exit")  # the daemon refuses shutdown before a successful initialize
+        await c.wait(5)
+    with RawDb(database) as raw:
+        assert raw.execute("SELECT value FROM meta WHERE key='schema_version'") == [("99",)]

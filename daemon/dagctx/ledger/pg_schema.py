@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .schema import refuse_newer
+
 SCHEMA_VERSION = 2
 
 #: advisory lock key that serialises migrations ("dagctx" as an int)
@@ -115,10 +117,7 @@ def migrate(conn: Any) -> int:
             got = conn.execute("SELECT value FROM dagctx.meta WHERE key='schema_version'").fetchone()
             found = int(got[0]) if got else 0
         if found > SCHEMA_VERSION:
-            raise RuntimeError(
-                f"database schema version {found} is newer than this dagctx "
-                f"(knows {SCHEMA_VERSION}); upgrade dagctx"
-            )
+            refuse_newer(found, SCHEMA_VERSION)
         if not has_schema:
             conn.execute("CREATE SCHEMA dagctx")
             conn.execute("CREATE TABLE dagctx.meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")

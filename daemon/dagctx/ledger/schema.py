@@ -14,6 +14,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
+from dagctx.protocol.errors import DagctxError
+from dagctx.protocol.version import __version__
+
 from .search import cjk_grams
 
 SCHEMA_VERSION = 2
@@ -113,6 +116,17 @@ def _regram_glued_latin(db: sqlite3.Connection) -> None:
 DATA_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {2: _regram_glued_latin}
 
 
+def refuse_newer(found: int, known: int = SCHEMA_VERSION) -> None:
+    """A database a newer dagctx wrote is refused, never guessed at (SPEC §2.1)."""
+    raise DagctxError(
+        "InvalidParams",
+        f"the database's schema version {found} is newer than this dagctx {__version__} knows "
+        f"({known}): a newer dagctx wrote it. Upgrade dagctx (every daemon that shares this "
+        "database), or name another database",
+        path="initializationOptions.database",
+    )
+
+
 def current_version(db: sqlite3.Connection) -> int:
     row = db.execute(
         "SELECT name FROM sqlite_master WHERE type='table' AND name='meta'"
@@ -133,10 +147,7 @@ def migrate(db: sqlite3.Connection) -> int:
     try:
         found = current_version(db)
         if found > SCHEMA_VERSION:
-            raise RuntimeError(
-                f"database schema version {found} is newer than this dagctx "
-                f"(knows {SCHEMA_VERSION}); upgrade dagctx"
-            )
+            refuse_newer(found)
         for version in range(found + 1, SCHEMA_VERSION + 1):
             for statement in MIGRATIONS[version].split(";\n"):
                 if statement.strip():

@@ -24,7 +24,7 @@ from dagctx.protocol.errors import DagctxError
 
 from . import search as fts
 from .backend import BlobRow, NodeRow, SearchRow, SessionRow, UsageRow, decode_meta, encode_meta, storage_error
-from .schema import SCHEMA_VERSION, current_version, migrate
+from .schema import SCHEMA_VERSION, current_version, migrate, refuse_newer
 
 _SESSION_COLS = (
     "id, title, root_id, head, created_at, updated_at, next_seq, rev, node_count, source_key, metadata"
@@ -107,6 +107,9 @@ class SqliteBackend:
         except BaseException:
             db.close()
             raise
+        if found > SCHEMA_VERSION:
+            db.close()
+            refuse_newer(found)
         if found != SCHEMA_VERSION:
             db.close()
             raise storage_error(
