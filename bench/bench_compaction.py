@@ -18,10 +18,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _stand_in import StandInPeer  # noqa: E402
 from bench_render import build_session  # noqa: E402  (same 10k-node session as the render bench)
 
 from dagctx.context.references import extract_references  # noqa: E402
@@ -32,30 +32,9 @@ from dagctx.protocol import context_messages as c  # noqa: E402
 from dagctx.protocol.messages import InitializeParams  # noqa: E402
 
 
-class StandInSampler:
-    """A peer that can sample: answers with the identifiers it was shown, instantly."""
-
-    can_sample = True
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self.calls = 0
-
-    def notify(self, method: str, params: Any) -> None:
-        pass
-
-    def progress(self, token: Any, value: Any) -> None:
-        pass
-
-    async def request(self, method: str, params: Any, result_type: type, timeout: float | None = None) -> Any:
-        t = time.perf_counter()
-        text = "\n".join(m.content.text for m in params.messages)
-        refs = sorted(extract_references(text))
-        out = c.CreateMessageResult(content=c.SamplingContent(text="Summary. Identifiers: " + ", ".join(refs)),
-                                    model="stand-in")
-        self.seconds += time.perf_counter() - t
-        self.calls += 1
-        return out
+def identifiers(text: str) -> str:
+    """The stand-in summary: every identifier it was shown (passes the fidelity gate)."""
+    return "Summary. Identifiers: " + ", ".join(sorted(extract_references(text)))
 
 
 def cold_render(path: str, sid: str, model: str) -> float:
@@ -80,7 +59,7 @@ def main() -> None:
     renders = sorted(cold_render(path, sid, args.model) for _ in range(3))
     cold = renders[1]
 
-    sampler = StandInSampler()
+    sampler = StandInPeer(identifiers)
     eng = EngineCore(DaemonConfig(database=path), peer=sampler)
     eng.initialize(InitializeParams())
     t = time.perf_counter()

@@ -41,6 +41,8 @@ from typing import Any
 
 import msgspec
 
+from _stand_in import StandInPeer
+
 from dagctx.engine import imports
 from dagctx.engine import turn_reduction as engine_reduction
 from dagctx.engine.config import DaemonConfig
@@ -57,30 +59,10 @@ SESSIONS = {
 }
 
 
-class StandIn:
-    """A peer that samples instantly: the first 30 words of the text it was sent."""
-
-    can_sample = True
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self.calls = 0
-
-    def notify(self, method: str, params: Any) -> None:
-        pass
-
-    def progress(self, token: Any, value: Any) -> None:
-        pass
-
-    async def request(self, method: str, params: Any, result_type: type, timeout: float | None = None) -> Any:
-        t = time.perf_counter()
-        text = "\n".join(x.content.text for x in params.messages)
-        hit = re.search(r"<(result|steps)>\n(.*?)\n</\1>", text, re.S)
-        words = (hit.group(2) if hit else text).split()[:30]
-        out = c.CreateMessageResult(content=c.SamplingContent(text="condensed: " + " ".join(words)), model="stand-in")
-        self.seconds += time.perf_counter() - t
-        self.calls += 1
-        return out
+def condensed(text: str) -> str:
+    """The stand-in summary: the first 30 words of what was sent (of its result or steps)."""
+    hit = re.search(r"<(result|steps)>\n(.*?)\n</\1>", text, re.S)
+    return "condensed: " + " ".join((hit.group(2) if hit else text).split()[:30])
 
 
 class ReduceTimer:
@@ -160,8 +142,8 @@ def copy_db(path: str, tag: str) -> str:
     return out
 
 
-def first_prepare(path: str, sid: str, model: str) -> tuple[float, float, int, c.PrepareResult, EngineCore, StandIn]:
-    peer = StandIn()
+def first_prepare(path: str, sid: str, model: str) -> tuple[float, float, int, c.PrepareResult, EngineCore, StandInPeer]:
+    peer = StandInPeer(condensed)
     eng = engine(path, peer)
     TIMER.seconds = 0.0
     t = time.perf_counter()

@@ -19,6 +19,7 @@ import pytest
 
 from dagctx.client import DagctxClient, RpcError
 from test_protocol_abuse import Raw, err, frame, jbody, snapshot
+from test_sampling_endpoint import long_session
 
 pytestmark = pytest.mark.asyncio
 
@@ -417,24 +418,13 @@ class _Trickle:
         self.sock.close()
 
 
-async def _long_session(c: DagctxClient) -> str:
-    s = await c.session_create()
-    head = s.head
-    for i in range(12):
-        u = await c.append(s.session_id, "user", output=f"step {i}: edit src/mod_{i}.py " + "words " * 150,
-                           predecessor=head)
-        llm = await c.append(s.session_id, "llm", name="gpt-4o", output="done " * 150, predecessor=u.head)
-        head = llm.head
-    return s.session_id
-
-
 @pytest.mark.parametrize("mode", ["trickle", "short"])
 async def test_sampling_endpoint_total_deadline_and_cut_short_body(tmp_path: Path, mode: str) -> None:
     stub = _Trickle(mode)
     c = await DagctxClient.spawn(tmp_path / "e.db", initialization_options={
         "samplingEndpoint": {"baseUrl": stub.url, "model": "m", "timeoutSeconds": 1.5}})
     try:
-        sid = await _long_session(c)
+        sid = await long_session(c)
         before = (await c.session_get(sid)).node_count
         started = time.monotonic()
         res = await c.compact(sid, model="gpt-4o", keep_recent_tokens=800)
@@ -489,7 +479,7 @@ async def test_a_client_answer_nested_too_deep_fails_the_sampling_at_once(tmp_pa
 
     c.on_request("sampling/createMessage", deep_answer)
     try:
-        sid = await _long_session(c)
+        sid = await long_session(c)
         before = (await c.session_get(sid)).node_count
         started = time.monotonic()
         res = await c.compact(sid, model="gpt-4o", keep_recent_tokens=800, timeout_seconds=60)

@@ -18,7 +18,8 @@ def files_summary(body: dict) -> str:
     return "Summary of the work. Files: " + ", ".join(sorted(set(re.findall(r"src/[\w/]+\.py", text))))
 
 
-async def _session(c: DagctxClient) -> str:
+async def long_session(c: DagctxClient) -> str:
+    """Twelve long user turns naming ``src/mod_i.py``: enough to compact."""
     s = await c.session_create()
     head = s.head
     for i in range(12):
@@ -36,7 +37,7 @@ async def test_endpoint_summaries_retry_only_transient_failures(tmp_path: Path, 
     c = await DagctxClient.spawn(tmp_path / "e.db", env=env, initialization_options={
         "samplingEndpoint": {"baseUrl": stub.url, "model": "stub-model", "apiKeyEnv": "STUB_KEY"}})
     try:
-        sid = await _session(c)
+        sid = await long_session(c)
         before = (await c.session_get(sid)).node_count
         res = await c.compact(sid, model="gpt-4o", keep_recent_tokens=800)
         assert res.ok is ok, res
