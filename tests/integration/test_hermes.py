@@ -297,6 +297,8 @@ def _cli_home(root: Path, way: str, engine: str, stub_url: str, py: Path, mcp_db
         "model:\n  default: stub-model\n  provider: custom\n"
         f"  base_url: {stub_url}\n  api_key: hermes-key\n"
         "security:\n  tirith_enabled: false\n"
+        # a loaded machine starts `dagctx mcp` slower than Hermes's 1.5 s default wait
+        "mcp_discovery_timeout: 600\n"
         "plugins:\n  enabled: [dagctx]\n"
         f"context:\n  engine: {engine}\n"
         # Hermes's own MCP client (mcp 1.26) starts `dagctx mcp` with its minimal environment
@@ -342,7 +344,7 @@ def test_hermes_cli_six_turns_with_dagctx_and_with_dagctx_unreachable(tmp_path: 
         for turn, prompt in enumerate(CLI_TURNS):
             for way, extra in ways.items():  # interleaved: the machine's load hits every way alike
                 env = {**os.environ, "HERMES_HOME": str(homes[way]), "PYTHONPATH": "", **extra}
-                argv = [str(py.parent / "hermes"), "chat", "-Q", "-t", "file,mcp-dagctx", "-q", prompt]
+                argv = [str(py.parent / "hermes"), "chat", "-Q", "-t", "file,dagctx", "-q", prompt]
                 if turn:
                     argv.append("--continue")
                 start = time.perf_counter()
