@@ -72,7 +72,8 @@ class Outage:
     Shared by every engine copy of this process (they share the connections too) and, through
     a small file in Hermes's home (``dagctx-outage.json``), by the processes of one Hermes
     install: ``hermes chat -q`` is a process per turn, and an outage is still one warning.
-    The file is removed when dagctx answers again; one older than ``MEMORY`` is forgotten.
+    The file is removed when dagctx answers again; one whose last failure is older than
+    ``MEMORY`` is forgotten (a new outage, a new warning).
     """
 
     MEMORY = 600.0
@@ -98,7 +99,8 @@ class Outage:
                 data = json.load(f)
         except (OSError, ValueError):
             return None
-        return data if isinstance(data, dict) and time.time() - float(data.get("since", 0)) < self.MEMORY else None
+        last = float(data.get("last", data.get("since", 0))) if isinstance(data, dict) else 0.0
+        return data if isinstance(data, dict) and time.time() - last < self.MEMORY else None
 
     def paused(self) -> bool:
         if time.monotonic() < self.until:
@@ -125,7 +127,8 @@ class Outage:
         try:
             os.makedirs(os.path.dirname(self.marker()), exist_ok=True)
             with open(self.marker(), "w") as f:
-                json.dump({"since": (known or {}).get("since", now), "until": now + pause, "reason": why}, f)
+                json.dump({"since": (known or {}).get("since", now), "last": now, "until": now + pause,
+                           "reason": why}, f)
         except OSError:
             pass
 
