@@ -309,7 +309,7 @@ def _cli_home(root: Path, way: str, engine: str, stub_url: str, py: Path, mcp_db
 
 def test_hermes_cli_six_turns_with_dagctx_and_with_dagctx_unreachable(tmp_path: Path) -> None:
     """Hermes's own CLI (``hermes chat -q``, a process per turn, ``--continue``) for 6 turns
-    against a loopback model, three ways in one run, turn by turn: Hermes's default engine,
+    against a loopback model, three ways side by side, turn by turn: Hermes's default engine,
     dagctx, and dagctx unreachable (its daemon command dies at once). Every turn completes
     each way; with dagctx every turn is recorded once; unreachable, the built-in compressor
     serves and Hermes logs ONE warning for the 6 turns. Hermes's own MCP client reaches
@@ -341,17 +341,26 @@ def test_hermes_cli_six_turns_with_dagctx_and_with_dagctx_unreachable(tmp_path: 
     seconds: dict[str, list[float]] = {way: [] for way in ways}
     outputs: dict[str, list[str]] = {way: [] for way in ways}
     try:
-        for turn, prompt in enumerate(CLI_TURNS):
-            for way, extra in ways.items():  # interleaved: the machine's load hits every way alike
-                env = {**os.environ, "HERMES_HOME": str(homes[way]), "PYTHONPATH": "", **extra}
-                argv = [str(py.parent / "hermes"), "chat", "-Q", "-t", "file,dagctx", "-q", prompt]
-                if turn:
-                    argv.append("--continue")
-                start = time.perf_counter()
-                proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-                seconds[way].append(time.perf_counter() - start)
-                assert proc.returncode == 0, (way, turn, proc.stdout[-2000:], proc.stderr[-3000:])
-                outputs[way].append(proc.stdout)
+        from concurrent.futures import ThreadPoolExecutor
+
+        def one(way: str, turn: int, prompt: str) -> tuple[float, subprocess.CompletedProcess[str]]:
+            env = {**os.environ, "HERMES_HOME": str(homes[way]), "PYTHONPATH": "", **ways[way]}
+            argv = [str(py.parent / "hermes"), "chat", "-Q", "-t", "file,dagctx", "-q", prompt]
+            if turn:
+                argv.append("--continue")
+            start = time.perf_counter()
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+            return time.perf_counter() - start, proc
+
+        # turn by turn, the three ways at the same time: the machine's load hits every way alike
+        with ThreadPoolExecutor(len(ways)) as pool:
+            for turn, prompt in enumerate(CLI_TURNS):
+                done = {way: pool.submit(one, way, turn, prompt) for way in ways}
+                for way, fut in done.items():
+                    took, proc = fut.result()
+                    seconds[way].append(took)
+                    assert proc.returncode == 0, (way, turn, proc.stdout[-2000:], proc.stderr[-3000:])
+                    outputs[way].append(proc.stdout)
     finally:
         for stub in stubs.values():
             stub.close()
