@@ -133,6 +133,9 @@ def build_parser():  # noqa: ANN201 - argparse.ArgumentParser
     from dagctx.cli import mcp_server  # registers `dagctx mcp`; the SDK is imported only when it runs
 
     mcp_server.register(sub)
+    from dagctx.cli import completion
+
+    completion.register(sub)
     return p
 
 
