@@ -443,6 +443,57 @@ def _summary_candidates(graph: SessionGraph) -> list[Call]:
     return [graph.nodes[nid] for nid in graph.summaries]
 
 
+@dataclass(frozen=True)
+class SummaryChoice:
+    """Which summary a branch uses (SPEC §8): the active one and its segment of the chain."""
+
+    active: Call | None = None
+    #: indexes into the chain of the first and last covered node (``-1`` when none)
+    first: int = 0
+    last: int = -1
+    #: summaries that applied to this chain but lost to the active one
+    superseded: list[str] = field(default_factory=list)
+
+
+def select_summary(
+    graph: SessionGraph,
+    chain: list[Call],
+    *,
+    before_seq: float = _INF,
+    exclude: set[str] | frozenset[str] = frozenset(),
+    protect: set[str] | frozenset[str] = frozenset(),
+) -> SummaryChoice:
+    """The active summary of the branch ``chain`` (oldest first, as ``graph.chain`` walks it).
+
+    The one place that decides which summary a head uses: the render applies it and
+    ``session/graph`` restates it. A summary applies when its ``covers_ids`` are a
+    contiguous segment of this chain (and it is completed, older than ``before_seq``,
+    not excluded, and covers none of ``protect``); the newest applicable one by seq is
+    active, the others are superseded.
+    """
+    if not chain:
+        return SummaryChoice()
+    index = {n.id: i for i, n in enumerate(chain)}
+    applicable: list[tuple[Call, int, int]] = []
+    for s in _summary_candidates(graph):
+        if s.id in exclude or s.seq >= before_seq or s.status != "completed":
+            continue
+        covers = covers_of(s)
+        if not covers:
+            continue
+        idx = [index.get(c) for c in covers]
+        if any(i is None for i in idx):
+            continue  # another branch: renders raw there
+        first = idx[0]
+        if idx != list(range(first, first + len(idx))) or protect.intersection(covers):
+            continue
+        applicable.append((s, first, first + len(idx) - 1))
+    if not applicable:
+        return SummaryChoice()
+    active, lo, hi = max(applicable, key=lambda t: t[0].seq)
+    return SummaryChoice(active, lo, hi, [s.id for s, _, _ in applicable if s is not active])
+
+
 # ---------------------------------------------------------------- renderer
 
 
@@ -886,26 +937,9 @@ def render_view(
     seg = (0, -1)
     superseded: list[str] = []
     if summary_policy == "active" and chain:
-        index = {n.id: i for i, n in enumerate(chain)}
-        protect = {path[0].id} if path else set()
-        applicable: list[tuple[Call, int, int]] = []
-        for s in _summary_candidates(graph):
-            if s.id in exclude_summaries or s.seq >= before or s.status != "completed":
-                continue
-            covers = covers_of(s)
-            if not covers:
-                continue
-            idx = [index.get(c) for c in covers]
-            if any(i is None for i in idx):
-                continue  # another branch: renders raw there
-            first = idx[0]
-            if idx != list(range(first, first + len(idx))) or protect.intersection(covers):
-                continue
-            applicable.append((s, first, first + len(idx) - 1))
-        if applicable:
-            active, lo, hi = max(applicable, key=lambda t: t[0].seq)
-            seg = (lo, hi)
-            superseded = [s.id for s, _, _ in applicable if s is not active]
+        choice = select_summary(graph, chain, before_seq=before, exclude=exclude_summaries,
+                                protect={path[0].id} if path else frozenset())
+        active, seg, superseded = choice.active, (choice.first, choice.last), choice.superseded
 
     # ---- render_range.callers on the frame
     start_at: Call | None = None
