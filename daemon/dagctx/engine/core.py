@@ -87,6 +87,9 @@ class EngineCore:
         #: runs heavy local work of async operations (compaction's planning, an import's
         #: write) where the server runs heavy views — off its event loop; None: inline
         self.heavy_runner: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None
+        #: True when the server runs every handler in a worker thread (SPEC §1.4): a big
+        #: payload is then derived right there instead of hopping to another thread
+        self.in_worker = False
         self.options = m.InitializationOptions()
         #: this connection's id, named as ``origin`` in notifications
         self.connection_id: str | None = None
@@ -268,7 +271,7 @@ class EngineCore:
         self.on_change(session_id, frozenset(n.id for n in nodes))
 
     def node_append(self, p: m.NodeAppendParams) -> Any:
-        if self._payload_is_big(p.node.input, p.node.output):
+        if not self.in_worker and self._payload_is_big(p.node.input, p.node.output):
             return self._node_append_off_loop(p)
         return self._node_append(p, None)
 
@@ -293,7 +296,7 @@ class EngineCore:
         if p.output is None:
             return self._node_update(p, None)
         old = self.store.graph(p.session_id).get(p.node_id)
-        if self._payload_is_big(old.input, p.output):
+        if not self.in_worker and self._payload_is_big(old.input, p.output):
             return self._node_update_off_loop(p, old)
         return self._node_update(p, self.derive_node(old.role, old.input, p.output))
 

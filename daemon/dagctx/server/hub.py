@@ -9,7 +9,7 @@ A per-user daemon (SPEC §1) serves many connections on one event loop. The hub
   exactly what is new — after a write of this daemon at once, and every
   ``POLL_SECONDS`` for writes of other processes on the same file (another daemon, a
   standalone CI run), so they reach subscribers within 250 ms;
-* owns the worker thread that runs heavy views off the event loop;
+* owns the work pool (``pool.FairPool``) where every request runs off the event loop;
 * arms the idle timer and stops the daemon (``daemon/stop``, SIGTERM, idle).
 
 Architecture Invariant: only the server knows JSON-RPC; the hub encodes each
@@ -26,7 +26,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +38,7 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.version import PROTOCOL_VERSION, __version__
 
 from . import guards
+from .pool import FairPool
 
 if TYPE_CHECKING:
     from .jsonrpc_server import DagctxProtocol
@@ -60,6 +60,10 @@ class Watch:
     updates_seen: int = 0
     head: str | None = None
     title: str | None = None
+    #: one diff at a time (a writer's worker, the poller's job)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: a poll of this watch is queued or running in the pool
+    polling: bool = False
 
 
 class Hub:
@@ -81,8 +85,12 @@ class Hub:
         self.connections: dict[str, DagctxProtocol] = {}
         self._ids = itertools.count(1)
         self.watches: dict[tuple[int, str], Watch] = {}
-        #: heavy views (render, prepare, search, replay) run here, one at a time
-        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dagctx-views")
+        #: work before a connection has a database (initialize, big frames of a new client)
+        self.pool = FairPool(name="dagctx-work")
+        #: every request handler runs off the loop in its database's pool, the connections
+        #: served in turn: one database's trouble holds only its own threads
+        self.pools: dict[str, FairPool] = {}
+        self._pools_lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._poller: asyncio.Task[None] | None = None
@@ -119,8 +127,30 @@ class Hub:
             self._poller.cancel()
         if self._idle is not None:
             self._idle.cancel()
-        self.worker.shutdown(wait=True, cancel_futures=True)
+        for pool in [self.pool, *self.pools.values()]:
+            pool.shutdown()
         self.shared.close_all()
+
+    def pool_for(self, database: str | None) -> FairPool:
+        """The work pool of a database (by its key), made on first use."""
+        if database is None:
+            return self.pool
+        pool = self.pools.get(database)
+        if pool is None:
+            with self._pools_lock:
+                pool = self.pools.get(database)
+                if pool is None:
+                    pool = self.pools[database] = FairPool(name=f"dagctx-db{len(self.pools) + 1}")
+        return pool
+
+    def queue_depth(self) -> tuple[int, int]:
+        """(jobs queued, jobs running) over every pool."""
+        queued = running = 0
+        for pool in [self.pool, *list(self.pools.values())]:
+            q, r = pool.depth()
+            queued += q
+            running += r
+        return queued, running
 
     # ------------------------------------------------------------ connections
 
@@ -183,13 +213,27 @@ class Hub:
         """A write of ``origin`` touched the session: tell its subscribers what is new.
 
         Nodes named in ``written`` carry ``origin``; any other new node came from
-        another process (``origin: null``). Safe to call from the worker thread.
+        another process (``origin: null``). Called in the worker that wrote, the reads
+        run there (before its answer is queued, so the writer's subscribers hear of a
+        write before its answer); called on the loop, they go to the pool: the loop
+        never reads storage.
         """
-        if not self.on_loop():
-            self.call_on_loop(self.changed, store, session_id, origin, written)
-            return
         w = self.watches.get((id(store), session_id))
-        if w is not None:
+        if w is None:
+            return
+        if self.on_loop() and self.loop is not None:
+            self._watch_pool(w).submit(("watch", id(store), session_id), lambda: self._diff_locked(w, origin, written))
+        else:
+            self._diff_locked(w, origin, written)
+
+    def _watch_pool(self, w: Watch) -> FairPool:
+        for db in self.shared.databases():
+            if db.store is w.store:
+                return self.pool_for(db.key)
+        return self.pool
+
+    def _diff_locked(self, w: Watch, origin: str | None, written: frozenset[str]) -> None:
+        with w.lock:
             self._diff(w, origin, written)
 
     def _diff(self, w: Watch, origin: str | None, written: frozenset[str]) -> None:
@@ -231,17 +275,34 @@ class Hub:
 
     def _send(self, w: Watch, method: str, params: Any) -> None:
         data = guards.encode_message_safely(codec.Notification(method=method, params=params))
-        for conn in list(w.subscribers):
+        self.call_on_loop(self._write_to, list(w.subscribers), data)
+
+    @staticmethod
+    def _write_to(conns: list[DagctxProtocol], data: bytes) -> None:
+        for conn in conns:
             conn.write_bytes(data)
 
+    def _poll(self, w: Watch) -> None:
+        try:
+            self._diff_locked(w, None, frozenset())
+        except Exception as exc:  # a bad row must not end the watch
+            log.error("watching session %s failed", w.session_id, exc_info=exc)
+        finally:
+            w.polling = False
+
     async def _poll_forever(self) -> None:
+        """Every ``POLL_SECONDS``, each watch not already being looked at is diffed in the
+        pool (a slow database delays its own watches, never the loop)."""
         while True:
             await asyncio.sleep(POLL_SECONDS)
             for w in list(self.watches.values()):
+                if w.polling:
+                    continue
+                w.polling = True
                 try:
-                    self._diff(w, None, frozenset())
-                except Exception as exc:  # a bad row must not end the poller
-                    log.error("watching session %s failed", w.session_id, exc_info=exc)
+                    self._watch_pool(w).submit(("watch", id(w.store), w.session_id), lambda w=w: self._poll(w))
+                except RuntimeError:
+                    return  # the pool is closed: the daemon is stopping
 
     # ------------------------------------------------------------ status
 
