@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from dagctx.client import DagctxClient, RpcError
+from dagctx.protocol import messages as m
 
 from test_shared_daemon import shared_env, spawn  # noqa: F401 - the fixture is used by name
 
@@ -141,3 +142,95 @@ async def test_a_cancelled_queued_render_is_answered_at_once_and_the_next_one_ru
         assert (await first).messages
     finally:
         await a.close()
+
+
+# ---------------------------------------------------------------- large answers, frame caps
+
+
+async def test_an_answer_over_the_frame_limit_is_refused_with_how_to_page(shared_env, tmp_path: Path) -> None:
+    """SPEC §1.4: the daemon never sends a frame the client cannot take; it answers
+    ResponseTooLarge naming the paging parameters, and the connection lives on."""
+    db = tmp_path / "large.db"
+    a = await spawn(db, extra_args=["--max-frame-bytes", "200000"])
+    try:
+        s = await a.session_create("large")
+        head = s.head
+        for i in range(3):
+            r = await a.append(s.session_id, "user", output=f"{i} " + "y" * 120_000, predecessor=head)
+            head = r.head
+        with pytest.raises(RpcError) as exc:
+            await a.history(s.session_id)
+        assert exc.value.kind == "ResponseTooLarge"
+        assert "offset" in str(exc.value) and "limit" in str(exc.value) and "200,000" in str(exc.value)
+        page = await a.request("session/history", {"sessionId": s.session_id, "offset": 1, "limit": 1})
+        assert page.total == 3 and len(page.nodes) == 1 and page.nodes[0].output.startswith("1 ")
+        with pytest.raises(RpcError) as exc:
+            await a.get_nodes(s.session_id, [head, page.nodes[0].id])
+        assert exc.value.kind == "ResponseTooLarge" and "range" in str(exc.value)
+        piece = await a.get_nodes(s.session_id, [head], range=m.OutputRange(offset=0, length=1000))
+        assert len(piece.nodes[0].output) == 1000
+        assert (await a.session_list()).sessions  # the connection lives on
+        assert a.process.returncode is None
+    finally:
+        await a.close()
+
+
+async def test_a_connection_cannot_lift_its_frame_limit_past_the_daemons_cap(shared_env, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DAGCTX_MAX_FRAME_CAP", "1000000")  # the daemon this test starts reads it
+    a = await spawn(tmp_path / "cap.db", extra_args=["--max-frame-bytes", "50000000"])
+    try:
+        s = await a.session_create("cap")
+        # over the cap: the frame is skipped (FrameTooLarge, id null: it was never read)
+        _, skipped = a.send_request("node/append", {"sessionId": s.session_id, "node": {
+            "role": "user", "output": "z" * 2_000_000, "predecessor": s.head}})
+        ok = await a.append(s.session_id, "user", output="z" * 500_000, predecessor=s.head)
+        assert [n.id for n in (await a.history(s.session_id)).nodes] == [ok.node.id]
+        assert not skipped.done()
+        skipped.cancel()
+        log = Path((await a.daemon_status()).log).read_text()
+        assert "capped at 1000000" in log
+    finally:
+        await a.close()
+
+
+# ---------------------------------------------------------------- memory comes back
+
+
+async def _rounds_of_big_sessions(tmp_path: Path, src: Path, tag: str, status: DagctxClient) -> m.DaemonStatus:
+    for i in range(3):
+        c = await spawn(tmp_path / f"{tag}{i}.db")
+        try:
+            sid = (await c.import_path(str(src))).sessions[0].session_id
+            assert (await c.render(sid, model="gpt-4o", aging=True)).messages
+        finally:
+            await c.close()
+    held = await status.daemon_status()
+    assert any(cache.sessions for cache in held.caches)  # the last one is still cached
+    for _ in range(300):  # released once nobody used it for DAGCTX_CACHE_IDLE_SECONDS
+        st = await status.daemon_status()
+        if not st.caches:
+            return st
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the unused databases were never closed: {st.caches}")
+
+
+async def test_memory_is_given_back_when_clients_leave(shared_env, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC §1.6: a database no client uses is closed after DAGCTX_CACHE_IDLE_SECONDS, its
+    caches with it; the daemon's memory stays bounded over rounds of big sessions instead of
+    growing with every session it ever served."""
+    monkeypatch.setenv("DAGCTX_CACHE_IDLE_SECONDS", "1")
+    src = tmp_path / "big.jsonl"
+    claude_code_transcript(src, turns=30, result_chars=100_000)
+    status = await spawn(None, initialize=False)
+    try:
+        first = await _rounds_of_big_sessions(tmp_path, src, "a", status)
+        second = await _rounds_of_big_sessions(tmp_path, src, "b", status)
+        grown = second.memory.rss_bytes - first.memory.rss_bytes
+        assert grown < 0.2 * first.memory.rss_bytes, (first.memory, second.memory)
+        assert second.memory.rss_bytes < second.memory.peak_rss_bytes
+        assert second.queue.queued == 0
+    finally:
+        status.notify("exit")
+        await status.wait(10)

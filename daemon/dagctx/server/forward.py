@@ -124,6 +124,7 @@ def run_forwarder(database: str | None, max_frame_bytes: int | None = None) -> i
             "cwd": os.getcwd(),
             "database": transport.client_database(database),
             "pid": os.getppid(),
+            "env": dict(os.environ),
             **({"maxFrameBytes": max_frame_bytes} if max_frame_bytes else {}),
         },
     }
@@ -143,8 +144,15 @@ def run_forwarder(database: str | None, max_frame_bytes: int | None = None) -> i
     finally:
         sock.close()
     if out.closing is None:
+        sock_path = transport.socket_path()
+        alive = transport.try_connect(sock_path)
+        if alive is not None:  # it lives: it dropped this connection (the log says why)
+            alive.close()
+            _say("the dagctx daemon dropped this connection without saying why (it is still running; "
+                 f"requests in flight got no answer) — its log: {transport.log_path(sock_path)}")
+            return 1
         _say("the dagctx daemon closed the connection unexpectedly (it died or was killed); "
-             f"requests in flight got no answer — its log: {transport.log_path(transport.socket_path())}; "
+             f"requests in flight got no answer — its log: {transport.log_path(sock_path)}; "
              "the next `dagctx serve` starts a fresh daemon")
         return 1
     reason = out.closing.get("reason")

@@ -47,6 +47,47 @@ log = logging.getLogger("dagctx.server")
 
 #: How often other processes' writes to a watched session are looked for.
 POLL_SECONDS = 0.1
+#: Seconds a database stays open with no connection on it before it is closed and its
+#: caches are freed (``DAGCTX_CACHE_IDLE_SECONDS``): memory returns when clients leave.
+CACHE_IDLE_SECONDS = 60.0
+
+
+def _proc_status() -> tuple[int, int]:
+    """(RSS, peak RSS) in bytes from ``/proc/self/status``; zeros where there is none."""
+    rss = peak = 0
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith("VmHWM:"):
+                    peak = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return rss, peak
+
+
+def _give_back_memory() -> None:
+    """Empty the views' memo caches (``functools.lru_cache``s of dagctx modules: they only
+    hold what can be recomputed), collect garbage and hand freed heap pages back to the
+    system (glibc ``malloc_trim``)."""
+    import functools
+    import gc
+    import sys
+
+    for name, module in list(sys.modules.items()):
+        if not name.startswith(("dagctx.context", "dagctx.engine", "dagctx.transcripts")):
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, functools._lru_cache_wrapper):
+                value.cache_clear()
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 @dataclass
@@ -96,6 +137,14 @@ class Hub:
         self._poller: asyncio.Task[None] | None = None
         self._idle: asyncio.TimerHandle | None = None
         self.stopped: asyncio.Future[str] | None = None
+        self.baseline_rss = 0
+        try:
+            self.cache_idle = float(os.environ.get("DAGCTX_CACHE_IDLE_SECONDS") or CACHE_IDLE_SECONDS)
+        except ValueError:
+            self.cache_idle = CACHE_IDLE_SECONDS
+        #: database key → when its last connection left
+        self._unused_since: dict[str, float] = {}
+        self._release: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------ running
 
@@ -105,6 +154,7 @@ class Hub:
         self._loop_thread = threading.get_ident()
         self.stopped = self.loop.create_future()
         self._poller = self.loop.create_task(self._poll_forever())
+        self.baseline_rss = _proc_status()[0]
         self._arm_idle()
 
     def on_loop(self) -> bool:
@@ -123,6 +173,8 @@ class Hub:
             self.stopped.set_result(why)
 
     async def close(self) -> None:
+        if self._release is not None:
+            self._release.cancel()
         if self._poller is not None:
             self._poller.cancel()
         if self._idle is not None:
@@ -169,6 +221,51 @@ class Hub:
             if not w.subscribers:
                 del self.watches[key]
         self._arm_idle()
+        self._arm_release()
+
+    # ------------------------------------------------------------ memory
+
+    def _arm_release(self) -> None:
+        """Look again for databases nobody uses once the youngest could have idled out."""
+        if self.loop is None or self.mode != "shared":
+            return
+        now = time.monotonic()
+        for db in self.shared.databases():
+            if db.users <= 0:
+                self._unused_since.setdefault(db.key, now)
+            else:
+                self._unused_since.pop(db.key, None)
+        if self._unused_since and self._release is None:
+            due = min(self._unused_since.values()) + self.cache_idle - now
+            self._release = self.loop.call_later(max(0.05, due), self._release_unused)
+
+    def _release_unused(self) -> None:
+        """Close every database no connection has used for ``cache_idle`` seconds: its
+        graphs, view caches, connections and pool go, and the freed memory goes back to
+        the system (the next client reopens it; the record is all in the database)."""
+        self._release = None
+        now = time.monotonic()
+        closed = []
+        for db in self.shared.databases():
+            since = self._unused_since.get(db.key)
+            if db.users > 0 or since is None or now - since < self.cache_idle:
+                continue
+            pool = self.pools.get(db.key)
+            if pool is not None and pool.depth() != (0, 0):
+                continue  # a view of a gone connection still runs: next time
+            if any(w.store is db.store for w in self.watches.values()):
+                continue
+            if self.shared.close_unused(db):
+                closed.append(db.key)
+                self._unused_since.pop(db.key, None)
+                pool = self.pools.pop(db.key, None)
+                if pool is not None:
+                    pool.shutdown()
+        if closed:
+            log.info("closed %d database(s) no client used for %g s: %s", len(closed), self.cache_idle,
+                     ", ".join(closed))
+            _give_back_memory()
+        self._arm_release()
 
     def _arm_idle(self) -> None:
         if self.mode != "shared" or self.idle_timeout is None or self.loop is None or self.connections:
@@ -308,6 +405,17 @@ class Hub:
 
     def status(self) -> m.DaemonStatus:
         now = time.time()
+        rss, peak = _proc_status()
+        queued, running = self.queue_depth()
+        mono = time.monotonic()
+        caches = []
+        for db in self.shared.databases():
+            graphs = dict(getattr(db.store, "_graphs", {}))
+            since = self._unused_since.get(db.key)
+            caches.append(m.CacheStatus(
+                database=db.key, users=db.users, sessions=len(graphs),
+                nodes=sum(len(g.nodes) for g in graphs.values()), renders=len(db.caches.renders),
+                idle_seconds=round(mono - since, 3) if since is not None and db.users <= 0 else None))
         clients = []
         for cid, conn in self.connections.items():
             clients.append(conn.client_status())
@@ -323,4 +431,8 @@ class Hub:
             idle_timeout_seconds=self.idle_timeout if self.mode == "shared" else None,
             databases=sorted(db.key for db in self.shared.databases()),
             clients=clients,
+            memory=m.MemoryStatus(rss_bytes=rss, peak_rss_bytes=peak, baseline_rss_bytes=self.baseline_rss),
+            queue=m.QueueStatus(queued=queued, running=running,
+                                threads=sum(p.threads() for p in [self.pool, *list(self.pools.values())])),
+            caches=caches,
         )

@@ -80,6 +80,20 @@ CLOSING = "$/dagctx/closing"
 SERVER_HANDLED = frozenset({"initialize", "shutdown", "daemon/status", "daemon/stop"})
 
 
+#: How to ask again for an answer that was too large (``ResponseTooLarge``), per method.
+PAGING = {
+    "session/history": "Page the branch with `offset` and `limit` (the answer's `total` is its length).",
+    "node/get": "Ask for fewer `ids` at a time, and read a long output in slices with `range` "
+                "({offset, length} in characters).",
+    "context/render": "Page the branch with `session/history` (`offset`/`limit`) and read long outputs with "
+                      "`node/get` `range`; or render less: turn `aging` on, or pass `budget: true`.",
+    "context/prepare": "Render less: keep `aging` on, or let the daemon compact the branch (`context/compact`).",
+    "context/replay": "Read the call's inputs with `node/get` (`range` for long outputs) instead.",
+    "session/export": "Export to a file with `path` instead of returning the content.",
+    "search/query": "Ask for fewer results with `limit`.",
+}
+_PAGE_ANY = "Ask for less at a time, or raise the limit with `dagctx serve --max-frame-bytes`."
+
 #: A body at least this big is checked and decoded in the pool, not on the loop.
 BIG_BODY_BYTES = 1 << 20
 
@@ -338,8 +352,15 @@ class DagctxProtocol(JsonRPCProtocol):
                 return
             self.engine.client_database = self.attach.database
             self.engine.client_cwd = self.attach.cwd
+            if self.attach.env is not None:
+                self.engine.environ = self.attach.env
+                self.attach.env = None  # kept by the engine only, never echoed by status
             if self.attach.max_frame_bytes and self.attach.max_frame_bytes > 0:
-                self.parser.max_frame_bytes = self.attach.max_frame_bytes
+                cap = self.config.max_frame_cap
+                if self.attach.max_frame_bytes > cap:
+                    log.warning("connection %s asked for frames of up to %d bytes; capped at %d (--max-frame-cap)",
+                                self.connection_id, self.attach.max_frame_bytes, cap)
+                self.parser.max_frame_bytes = min(self.attach.max_frame_bytes, cap)
         elif method == "initialized" or method.startswith("$/"):
             return
         else:
@@ -456,7 +477,7 @@ class DagctxProtocol(JsonRPCProtocol):
                 done.add_done_callback(self._in_lane.discard)
             try:
                 pool = self.pool
-                cf = pool.submit(lane, lambda: ctx.run(self._call, msg_id, handler, params), hold=not background)
+                cf = pool.submit(lane, lambda: ctx.run(self._call, msg_id, method, handler, params), hold=not background)
             except RuntimeError:  # the pool is closed: the daemon is stopping
                 done.cancel()
                 return
@@ -494,12 +515,26 @@ class DagctxProtocol(JsonRPCProtocol):
         await asyncio.wait(waits)
         start()
 
-    def _call(self, msg_id: Any, handler: Callable[[Any], Any], params: Any) -> Any:
+    def _call(self, msg_id: Any, method: str, handler: Callable[[Any], Any], params: Any) -> Any:
         """In a worker: the handler, and the framed answer when it finished here."""
         result = handler(params)
         if asyncio.iscoroutine(result):
             return result
-        return _Encoded(guards.encode_message_safely(codec.Response(id=msg_id, result=result)))
+        return _Encoded(self._answer(msg_id, method, result))
+
+    def _answer(self, msg_id: Any, method: str, result: Any) -> bytes:
+        """The framed answer, or ``ResponseTooLarge`` when it would not fit the client's
+        frame limit (SPEC §1.4): a client reading it would have to drop the connection."""
+        data = guards.encode_message_safely(codec.Response(id=msg_id, result=result))
+        limit = self.parser.max_frame_bytes
+        if len(data) <= limit:
+            return data
+        log.warning("connection %s: the answer to %s is %d bytes, over its frame limit of %d; refused",
+                    self.connection_id, method, len(data), limit)
+        err = DagctxError("ResponseTooLarge", f"the answer to {method} is {len(data):,} bytes, more than this "
+                          f"connection's frame limit of {limit:,}; nothing was sent. {PAGING.get(method, _PAGE_ANY)}",
+                          details={"bytes": len(data), "limit": limit})
+        return guards.encode_message_safely(codec.ErrorResponse(id=msg_id, error=err.to_response_error()))
 
     def _ran(self, msg_id: Any, method: str, params: Any, pool: FairPool, lane: Any, cf: Any,
              done: asyncio.Future[Any]) -> None:
@@ -556,10 +591,7 @@ class DagctxProtocol(JsonRPCProtocol):
             return
         self._wrote(method, params)
         result = done.result()
-        if isinstance(result, _Encoded):
-            self.write_bytes(result.data)
-        else:
-            self._respond(msg_id, result)
+        self.write_bytes(result.data if isinstance(result, _Encoded) else self._answer(msg_id, method, result))
 
     def _cancel(self, msg_id: Any) -> None:
         """``$/cancelRequest``: a queued job is dropped and answered at once; a running one
@@ -758,8 +790,8 @@ class DagctxProtocol(JsonRPCProtocol):
         if self._log_handler is not None:
             logging.getLogger("dagctx").removeHandler(self._log_handler)
             self._log_handler = None
+        self.engine.close()  # first: the hub then sees the database one user lighter
         self.hub.unregister(self)
-        self.engine.close()
 
     # ------------------------------------------------------------ running
 
