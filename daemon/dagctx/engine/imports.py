@@ -27,7 +27,7 @@ from dagctx.ledger import NodeDerived, UsageRow
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
 from dagctx.transcripts import Transcript, iter_file, transcript_files
-from dagctx.transcripts.base import CLIENT_ENVIRON
+from dagctx.transcripts.reading import CLIENT_ENVIRON
 from dagctx.transcripts.base import BESIDE_CHAIN_NAMES, MAX_REASON_CHARS
 from dagctx.protocol.limits import safe_text
 
