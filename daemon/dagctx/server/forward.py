@@ -23,6 +23,7 @@ import os
 import socket
 import sys
 import threading
+import time
 
 from dagctx.protocol import transport
 
@@ -204,7 +205,11 @@ def run_forwarder(database: str | None, max_frame_bytes: int | None = None) -> i
         sock.close()
     if out.closing is None:
         sock_path = transport.socket_path()
-        alive = transport.try_connect(sock_path)
+        time.sleep(0.3)  # a killed daemon's listening socket closes a moment after its streams
+        try:
+            alive = transport.try_connect(sock_path)
+        except Exception:  # noqa: BLE001 - unsure: say what we know
+            alive = None
         if alive is not None:  # it lives: it dropped this connection (the log says why)
             alive.close()
             _say("the dagctx daemon dropped this connection without saying why (it is still running; "
