@@ -70,6 +70,10 @@ KEEP_RECENT_STEPS = 2
 CHECKPOINT_QUANTUM = 8
 #: The summarizer's input is cut into segments of at most this share of the window.
 SEGMENT_SHARE = 0.5
+#: Results are summarized in chunks oldest first, each expected to free about this
+#: share of the request's limit: a reduced request keeps that much room for the next
+#: steps of the turn, so its reduced prefix stays the same for several requests.
+CHUNK_SHARE = 0.15
 
 RESULT_MARKER = "[tool result summarized for this request: {tool}, {tokens} tokens; the full output is node {node}]"
 CHECKPOINT_MARKER = "[Checkpoint: summary of the {steps} earlier steps of this turn; the full record is in the ledger]"
@@ -299,6 +303,34 @@ def result_candidates(
     return out
 
 
+def result_chunks(cands: Sequence[ResultCandidate], chunk_tokens: int) -> list[list[ResultCandidate]]:
+    """``cands`` (oldest first) in consecutive chunks whose expected saving reaches
+    ``chunk_tokens`` (the last may be smaller). A function of the results alone, so the
+    chunk boundaries stay where they are while the turn grows."""
+    out: list[list[ResultCandidate]] = []
+    cur: list[ResultCandidate] = []
+    saved = 0
+    for x in cands:
+        cur.append(x)
+        saved += max(0, expected_saving(x))
+        if saved >= chunk_tokens:
+            out.append(cur)
+            cur, saved = [], 0
+    if cur:
+        out.append(cur)
+    return out
+
+
+def results_needed(cands: Sequence[ResultCandidate], need: int) -> int:
+    """How many results (oldest first) are expected to free ``need`` tokens."""
+    saved = 0
+    for n, x in enumerate(cands, start=1):
+        saved += max(0, expected_saving(x))
+        if saved >= need:
+            return n
+    return len(cands)
+
+
 def result_summary_cap(tokens: int) -> int:
     """The summary's token cap for a result of ``tokens`` tokens."""
     return max(64, min(600, tokens // 5))
@@ -425,6 +457,24 @@ def choose_checkpoint(eligible: Sequence[str], tokens: Mapping[str, int], need: 
         k = len(eligible)
     k = min(len(eligible), math.ceil(k / CHECKPOINT_QUANTUM) * CHECKPOINT_QUANTUM)
     return max(k, min(already, len(eligible)))
+
+
+def checkpoint_segments(texts: Sequence[str], max_tokens: int, count: Callable[[str], int]) -> list[tuple[int, int]]:
+    """Steps (their ``texts``, oldest first) cut into consecutive segments ``(lo, hi)`` of
+    at most ``max_tokens`` each (a larger step is a segment alone), from the start of the
+    turn: a checkpoint of more steps shares the segments of a smaller one."""
+    out: list[tuple[int, int]] = []
+    lo = 0
+    size = 0
+    for i, t in enumerate(texts):
+        n = count(t) + 1
+        if i > lo and size + n > max_tokens:
+            out.append((lo, i))
+            lo, size = i, 0
+        size += n
+    if lo < len(texts):
+        out.append((lo, len(texts)))
+    return out
 
 
 def checkpoint_summary_cap(window: int) -> int:
@@ -601,6 +651,7 @@ def checkpoint_from_manifest(manifest: Mapping[str, Any]) -> Checkpoint | None:
 __all__ = [
     "CHECKPOINT_MARKER",
     "CHECKPOINT_QUANTUM",
+    "CHUNK_SHARE",
     "CONCURRENT_CALLS",
     "KEEP_RECENT_STEPS",
     "MAX_SECONDS",
@@ -620,6 +671,7 @@ __all__ = [
     "budget_exceeded",
     "checkpoint_from_manifest",
     "checkpoint_messages",
+    "checkpoint_segments",
     "checkpoint_steps",
     "checkpoint_summary_cap",
     "choose_checkpoint",
@@ -630,8 +682,10 @@ __all__ = [
     "protected_parts",
     "reduced_result_text",
     "result_candidates",
+    "result_chunks",
     "result_messages",
     "result_summary_cap",
+    "results_needed",
     "safety_margin",
     "split_segments",
     "step_tokens",
