@@ -253,6 +253,8 @@ class _Plan:
     blocked: str | None
     step_texts: dict[str, str]
     task: str
+    #: the newest step's finished results: summarized last, only when nothing else fits
+    newest: list[tr.ResultCandidate] = field(default_factory=list)
 
 
 def _plan(run: _Run, base: Built) -> _Plan:
@@ -266,12 +268,13 @@ def _plan(run: _Run, base: Built) -> _Plan:
         return e.views.counts_of(graph, nid, run.tokenizer, cache)[1]
 
     cands = tr.result_candidates(view, graph, shape, token_of, aged=base.aged)
+    newest = tr.result_candidates(view, graph, shape, token_of, aged=base.aged, newest_step=True)
     keys = {x.node_id: tr.summary_key("result", "\0".join((x.tool, x.arguments, x.status, x.text)), run.config)
-            for x in cands}
-    owners = {x.node_id: graph.owner(x.node_id) for x in cands}
+            for x in cands + newest}
+    owners = {x.node_id: graph.owner(x.node_id) for x in cands + newest}
     eligible, blocked = tr.checkpoint_steps(graph, view, shape)
     texts = {st: tr.steps_text(view, shape, [st]) for st in eligible}
-    return _Plan(base, shape, cands, keys, owners, eligible, blocked, texts, tr.task_text(view, shape))
+    return _Plan(base, shape, cands, keys, owners, eligible, blocked, texts, tr.task_text(view, shape), newest)
 
 
 async def _summarize_results(run: _Run, plan: _Plan, chosen: list[tr.ResultCandidate], red: Reductions) -> None:
@@ -515,6 +518,16 @@ async def reduce(engine: EngineCore, build: Callable[[Reductions], Built], *, se
         elif final is None and not plan.eligible:
             run.failures.append("checkpoint: no earlier step may be covered"
                                 + (f" ({plan.blocked})" if plan.blocked else ""))
+        # 3. last, only when nothing else made it fit: the newest step's own finished
+        #    results (their call ids, arguments and errors stay as they are)
+        if final is None and not run.stopped and plan.newest:
+            await _summarize_results(run, plan, plan.newest, red)
+            if any(x.node_id in red.results for x in plan.newest):
+                attempt = build(red)
+                if attempt.fits:
+                    final = attempt
+                else:
+                    engine.views.forget(attempt.rendering.record.render_id)
         if final is not None and run.stopped:
             # a request built after a call or time limit depends on what happened to be
             # stored already: refused, the next build goes on from the stored summaries
