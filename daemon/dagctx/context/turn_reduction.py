@@ -175,8 +175,19 @@ def protected_parts(
         )):
             user_tokens += n
         elif newest is not None and newest in owners:
-            step_tokens += n
+            # the newest step's finished plain-text results may be summarized, last
+            # (SPEC §8): what is protected of them is about a summary's size
+            if ids and all(_finished_result(graph, i) for i in ids):
+                step_tokens += min(n, sum(result_summary_cap(n) + 40 for _ in ids))
+            else:
+                step_tokens += n
     return ProtectedParts(system, tools, user_tokens, step_tokens, hooks)
+
+
+def _finished_result(graph: SessionGraph, node_id: str) -> bool:
+    node = graph.nodes.get(node_id)
+    return (node is not None and node.role == "code" and node.status in ("completed", "error", "cancelled")
+            and node.output is not None and _plain_text(node.output) is not None)
 
 
 def budget_exceeded(
@@ -266,12 +277,15 @@ def result_candidates(
     *,
     aged: Mapping[str, str],
     min_tokens: int = MIN_RESULT_TOKENS,
+    newest_step: bool = False,
 ) -> list[ResultCandidate]:
     """Tool results that may be summarized for this request, oldest first.
 
     The group has fully returned (no call of the owning step is still running, the
     result is not synthetic), the content is plain text, the result is not in the
     newest step and not already aged, and it is large enough to be worth a call.
+    ``newest_step``: the newest step's own finished results instead (the last resort,
+    SPEC §8: only its completed results, never its calls).
     """
     newest = shape.steps[-1] if shape.steps else None
     unfinished: set[str] = set()
@@ -284,10 +298,12 @@ def result_candidates(
         if not (it.kind == "tool_result" or (it.kind == "text_pair" and it.part == "result")):
             continue
         node = graph.nodes.get(it.node_id)
-        if node is None or node.role != "code" or node.id in seen or node.id in aged:
+        if node is None or node.role != "code" or node.id in seen or (node.id in aged and not newest_step):
             continue
         seen.add(node.id)
-        if owner == newest or owner in unfinished or node.status not in ("completed", "error", "cancelled"):
+        if (owner == newest) != newest_step or node.status not in ("completed", "error", "cancelled"):
+            continue
+        if owner in unfinished and not newest_step:
             continue
         if node.output is None:
             continue
@@ -612,9 +628,10 @@ class Reductions:
         return bool(self.results) or self.checkpoint is not None
 
     def aged_overlay(self, aged: Mapping[str, str]) -> dict[str, str]:
-        """``aged`` plus the summarized results (an aging decision wins)."""
-        out = {k: r.text for k, r in self.results.items() if k not in aged}
-        out.update(aged)
+        """``aged`` plus the summarized results. Only results aging left whole are chosen,
+        except the newest step's (capped by aging at most), whose summary replaces the cap."""
+        out = dict(aged)
+        out.update({k: r.text for k, r in self.results.items()})
         return out
 
     def tokens_saved(self, aged: Mapping[str, str]) -> int:

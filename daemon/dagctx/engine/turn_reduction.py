@@ -44,7 +44,7 @@ from dagctx.context.turn_reduction import Checkpoint, ReducedText, Reductions
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
 
-from .sampling import create_message
+from .sampling import create_message, summarizer_model, summary_limits
 
 if TYPE_CHECKING:
     from dagctx.context.models import ModelInfo
@@ -123,6 +123,21 @@ class _Run:
     failures: list[str] = field(default_factory=list)
     #: the segment size after the summarizer reported a context overflow (kept for the build)
     seg_limit: int | None = None
+    #: the model that writes the summaries (the session's unless another is configured)
+    summarizer: Any = None
+
+    def __post_init__(self) -> None:
+        if self.summarizer is None:
+            self.summarizer = summarizer_model(self.engine, self.info)
+
+    def segment_budget(self, max_tokens: int) -> int:
+        """Tokens of summarized text one request carries: half the summarizer's window,
+        never more than its input limit leaves after the answer and the prompt."""
+        cap, input_limit = summary_limits(self.summarizer.context_window, self.summarizer.max_output)
+        budget = min(int(self.summarizer.context_window * tr.SEGMENT_SHARE) - min(max_tokens, cap) - 600,
+                     input_limit - 2 * min(max_tokens, cap) - 600)
+        budget = max(64, budget)
+        return budget if self.seg_limit is None else min(budget, self.seg_limit)
 
     def count(self, text: str) -> int:
         return self.engine.counter.count(text, self.tokenizer)
@@ -142,12 +157,19 @@ class _Run:
         if remaining <= 0:
             self.stopped = "timeLimit"
             raise _Stop(self.stopped)
+        # the request must fit the summarizing model (SPEC §8): a larger one is never
+        # sent, it is cut into smaller segments like a context-overflow answer
+        cap, input_limit = summary_limits(self.summarizer.context_window, self.summarizer.max_output)
+        max_tokens = max(64, min(max_tokens, cap))
+        if estimate_tokens(system) + estimate_tokens(user) + 8 > input_limit + (cap - max_tokens):
+            raise _Overflow(f"the request does not fit the summarizer's window of "
+                            f"{self.summarizer.context_window:,} tokens")
         self.report.summary_calls += 1
         self.report.summary_input_tokens += estimate_tokens(system) + estimate_tokens(user)
         params = c.CreateMessageParams(
             messages=[c.SamplingMessage(role="user", content=c.SamplingContent(text=user))],
             system_prompt=system,
-            max_tokens=max(64, min(max_tokens, self.info.max_output)),
+            max_tokens=max_tokens,
             metadata={"purpose": purpose, "sessionId": self.session_id},
         )
         for retry in (False, True):
@@ -175,9 +197,7 @@ class _Run:
                         purpose: str) -> tuple[str, int]:
         """``text`` summarized in budget-sized segments (rolling); smaller segments after
         the summarizer reports a context overflow. Returns (summary, segments)."""
-        seg_budget = max(256, int(self.info.context_window * tr.SEGMENT_SHARE) - max_tokens - 600)
-        if self.seg_limit is not None:
-            seg_budget = min(seg_budget, self.seg_limit)
+        seg_budget = self.segment_budget(max_tokens)
         for _attempt in range(4):
             segments = tr.split_segments(text, seg_budget, estimate_tokens)
             summary: str | None = None
@@ -189,9 +209,10 @@ class _Run:
                         break
                 return summary or "", len(segments)
             except _Overflow:
-                seg_budget = max(128, seg_budget // 2)
+                seg_budget = max(64, seg_budget // 2)
                 self.seg_limit = seg_budget
-        raise DagctxError("SamplingFailed", "the summarizer overflowed even on small segments")
+        raise DagctxError("SamplingFailed", f"the summarizer {self.summarizer.name} (window "
+                          f"{self.summarizer.context_window:,} tokens) overflowed even on small segments")
 
     def progress(self, message: str) -> None:
         pct = int(self.done * 100 / self.planned) if self.planned else 0
@@ -232,6 +253,8 @@ class _Plan:
     blocked: str | None
     step_texts: dict[str, str]
     task: str
+    #: the newest step's finished results: summarized last, only when nothing else fits
+    newest: list[tr.ResultCandidate] = field(default_factory=list)
 
 
 def _plan(run: _Run, base: Built) -> _Plan:
@@ -245,12 +268,13 @@ def _plan(run: _Run, base: Built) -> _Plan:
         return e.views.counts_of(graph, nid, run.tokenizer, cache)[1]
 
     cands = tr.result_candidates(view, graph, shape, token_of, aged=base.aged)
+    newest = tr.result_candidates(view, graph, shape, token_of, aged=base.aged, newest_step=True)
     keys = {x.node_id: tr.summary_key("result", "\0".join((x.tool, x.arguments, x.status, x.text)), run.config)
-            for x in cands}
-    owners = {x.node_id: graph.owner(x.node_id) for x in cands}
+            for x in cands + newest}
+    owners = {x.node_id: graph.owner(x.node_id) for x in cands + newest}
     eligible, blocked = tr.checkpoint_steps(graph, view, shape)
     texts = {st: tr.steps_text(view, shape, [st]) for st in eligible}
-    return _Plan(base, shape, cands, keys, owners, eligible, blocked, texts, tr.task_text(view, shape))
+    return _Plan(base, shape, cands, keys, owners, eligible, blocked, texts, tr.task_text(view, shape), newest)
 
 
 async def _summarize_results(run: _Run, plan: _Plan, chosen: list[tr.ResultCandidate], red: Reductions) -> None:
@@ -379,22 +403,21 @@ async def _checkpoint(run: _Run, plan: _Plan, k: int) -> Checkpoint | None:
     covers = tuple(steps)
     texts = [plan.step_texts[st] for st in steps]
     for _attempt in range(4):
-        seg_budget = max(256, int(run.info.context_window * tr.SEGMENT_SHARE) - cap - 600)
-        if run.seg_limit is not None:
-            seg_budget = min(seg_budget, run.seg_limit)
+        seg_budget = run.segment_budget(cap)
         segments = tr.checkpoint_segments(texts, seg_budget, estimate_tokens)
         try:
             got = await _checkpoint_segments(run, plan, steps, segments, cap, words)
         except _Overflow:
             # the summarizer is smaller than a segment: cut the turn into smaller ones
-            run.seg_limit = max(128, seg_budget // 2)
+            run.seg_limit = max(64, seg_budget // 2)
             continue
         if got is None:
             return None
         summary, key, calls = got
         break
     else:
-        run.failures.append("checkpoint failed: the summarizer overflowed even on small segments")
+        run.failures.append(f"checkpoint failed: the summarizer {run.summarizer.name} (window "
+                            f"{run.summarizer.context_window:,} tokens) overflowed even on small segments")
         return None
     tokens = tr.step_tokens(plan.shape, e.store.graph(run.session_id), plan.base.rendering.node_ids,
                             plan.base.rendering.per_message)
@@ -495,6 +518,16 @@ async def reduce(engine: EngineCore, build: Callable[[Reductions], Built], *, se
         elif final is None and not plan.eligible:
             run.failures.append("checkpoint: no earlier step may be covered"
                                 + (f" ({plan.blocked})" if plan.blocked else ""))
+        # 3. last, only when nothing else made it fit: the newest step's own finished
+        #    results (their call ids, arguments and errors stay as they are)
+        if final is None and not run.stopped and plan.newest:
+            await _summarize_results(run, plan, plan.newest, red)
+            if any(x.node_id in red.results for x in plan.newest):
+                attempt = build(red)
+                if attempt.fits:
+                    final = attempt
+                else:
+                    engine.views.forget(attempt.rendering.record.render_id)
         if final is not None and run.stopped:
             # a request built after a call or time limit depends on what happened to be
             # stored already: refused, the next build goes on from the stored summaries
