@@ -57,6 +57,8 @@ export interface AttachParams {
   pid?: number | null;
   /** @default null */
   maxFrameBytes?: number | null;
+  /** @default null */
+  env?: Record<string, string> | null;
 }
 
 export interface BranchInfo {
@@ -91,6 +93,21 @@ export interface Budget {
   source?: "calibrated" | "estimate" | "provider";
   /** @default 0 */
   safetyMargin?: number;
+}
+
+/** One open database and what its caches hold. */
+export interface CacheStatus {
+  database: string;
+  /** @default 0 */
+  users?: number;
+  /** @default 0 */
+  sessions?: number;
+  /** @default 0 */
+  nodes?: number;
+  /** @default 0 */
+  renders?: number;
+  /** @default null */
+  idleSeconds?: number | null;
 }
 
 /**
@@ -257,6 +274,10 @@ export interface DaemonStatus {
   idleTimeoutSeconds: number | null;
   databases: string[];
   clients: ClientStatus[];
+  memory?: MemoryStatus;
+  queue?: QueueStatus;
+  /** @default [] */
+  caches?: CacheStatus[];
 }
 
 export interface DaemonStopResult {
@@ -483,6 +504,16 @@ export interface LogMessageParams {
   message: string;
 }
 
+/** The daemon's memory (Linux ``/proc``; 0 where unknown). */
+export interface MemoryStatus {
+  /** @default 0 */
+  rssBytes?: number;
+  /** @default 0 */
+  peakRssBytes?: number;
+  /** @default 0 */
+  baselineRssBytes?: number;
+}
+
 /**
  * Settings for one model name (``initializationOptions.models``, the config file).
  *
@@ -667,6 +698,16 @@ export interface PrepareResult {
 export interface ProgressParams {
   token: number | string;
   value: Record<string, unknown>;
+}
+
+/** The work pools (SPEC §1.4): jobs waiting, jobs running, threads. */
+export interface QueueStatus {
+  /** @default 0 */
+  queued?: number;
+  /** @default 0 */
+  running?: number;
+  /** @default 0 */
+  threads?: number;
 }
 
 /** One tool result summarized for this request (SPEC §8, reduction within a turn). */
@@ -907,15 +948,25 @@ export interface SessionGraphResult {
   heads?: GraphHead[];
 }
 
+/**
+ * ``session/history``; ``offset``/``limit`` page the branch (oldest first), for a
+ * branch whose nodes would not fit one answer (``ResponseTooLarge``).
+ */
 export interface SessionHistoryParams {
   sessionId: string;
   /** @default null */
   head?: string | null;
+  /** @default 0 */
+  offset?: number;
+  /** @default null */
+  limit?: number | null;
 }
 
 export interface SessionHistoryResult {
   nodes: Call[];
   head: string;
+  /** @default 0 */
+  total?: number;
 }
 
 export interface SessionInfo {
@@ -1254,6 +1305,7 @@ export type ErrorKind =
   | "ShutdownInProgress"
   | "RequestCancelled"
   | "FrameTooLarge"
+  | "ResponseTooLarge"
   | "SessionNotFound"
   | "NodeNotFound"
   | "DuplicateNode"
@@ -1284,6 +1336,7 @@ export const ERROR_KINDS: Readonly<Record<ErrorKind, number>> = {
   ShutdownInProgress: -32600,
   RequestCancelled: -32800,
   FrameTooLarge: -32600,
+  ResponseTooLarge: -32001,
   SessionNotFound: -32001,
   NodeNotFound: -32001,
   DuplicateNode: -32001,
