@@ -57,6 +57,8 @@ export interface AttachParams {
   pid?: number | null;
   /** @default null */
   maxFrameBytes?: number | null;
+  /** @default null */
+  env?: Record<string, string> | null;
 }
 
 export interface BranchInfo {
@@ -91,6 +93,21 @@ export interface Budget {
   source?: "calibrated" | "estimate" | "provider";
   /** @default 0 */
   safetyMargin?: number;
+}
+
+/** One open database and what its caches hold. */
+export interface CacheStatus {
+  database: string;
+  /** @default 0 */
+  users?: number;
+  /** @default 0 */
+  sessions?: number;
+  /** @default 0 */
+  nodes?: number;
+  /** @default 0 */
+  renders?: number;
+  /** @default null */
+  idleSeconds?: number | null;
 }
 
 /**
@@ -257,6 +274,10 @@ export interface DaemonStatus {
   idleTimeoutSeconds: number | null;
   databases: string[];
   clients: ClientStatus[];
+  memory?: MemoryStatus;
+  queue?: QueueStatus;
+  /** @default [] */
+  caches?: CacheStatus[];
 }
 
 export interface DaemonStopResult {
@@ -322,6 +343,69 @@ export interface ExportResult {
   path?: string | null;
   /** @default null */
   content?: string | null;
+}
+
+/** A head of ``session/graph`` and the summary its render uses (null: none). */
+export interface GraphHead {
+  head: string;
+  /** @default null */
+  summaryId?: string | null;
+}
+
+/**
+ * One row of ``session/graph``: a node's edges and what the graph draws on it.
+ *
+ * Every statement about coverage restates stored data (SPEC §4.1): ``coversIds`` only on
+ * a summary active for one of the answer's heads (its ``metadata.covers_ids`` plus the
+ * caller subtrees of the covered nodes, ids that no longer exist left out),
+ * ``supersededSummary`` on a summary active for none of the branches whose chain holds
+ * its covered segment.
+ */
+export interface GraphNode {
+  id: string;
+  seq: number;
+  role: string;
+  createdAt: number;
+  /** @default "" */
+  name?: string;
+  /** @default "completed" */
+  status?: string;
+  /** @default null */
+  caller?: string | null;
+  /** @default null */
+  predecessor?: string | null;
+  /** @default "" */
+  preview?: string;
+  /** @default false */
+  conversation?: boolean;
+  /** @default 0 */
+  callees?: number;
+  /** @default null */
+  toolCallId?: string | null;
+  /** @default false */
+  spawnRoot?: boolean;
+  /** @default null */
+  spawnedFrom?: string | null;
+  /** @default false */
+  summary?: boolean;
+  /** @default false */
+  systemPrompt?: boolean;
+  /** @default null */
+  coversIds?: string[] | null;
+  /** @default null */
+  activeFor?: string[] | null;
+  /** @default false */
+  supersededSummary?: boolean;
+  /** @default null */
+  spilledChars?: number | null;
+  /** @default null */
+  agedBy?: string | null;
+  /** @default false */
+  replayable?: boolean;
+  /** @default 0 */
+  agedCalls?: number;
+  /** @default 0 */
+  spilledCalls?: number;
 }
 
 export interface HeadResult {
@@ -418,6 +502,16 @@ export interface InitializeResult {
 export interface LogMessageParams {
   type: number;
   message: string;
+}
+
+/** The daemon's memory (Linux ``/proc``; 0 where unknown). */
+export interface MemoryStatus {
+  /** @default 0 */
+  rssBytes?: number;
+  /** @default 0 */
+  peakRssBytes?: number;
+  /** @default 0 */
+  baselineRssBytes?: number;
 }
 
 /**
@@ -606,6 +700,16 @@ export interface ProgressParams {
   value: Record<string, unknown>;
 }
 
+/** The work pools (SPEC §1.4): jobs waiting, jobs running, threads. */
+export interface QueueStatus {
+  /** @default 0 */
+  queued?: number;
+  /** @default 0 */
+  running?: number;
+  /** @default 0 */
+  threads?: number;
+}
+
 /** One tool result summarized for this request (SPEC §8, reduction within a turn). */
 export interface ReducedResult {
   nodeId: string;
@@ -681,6 +785,16 @@ export interface ReplayResult {
   reads: string[];
   manifest: Record<string, unknown>;
   exact: boolean;
+  /** @default null */
+  tokens?: TokenCounts | null;
+  /** @default [] */
+  messageNodes?: string[][];
+  /** @default null */
+  contextWindow?: number | null;
+  /** @default null */
+  outputReserve?: number | null;
+  /** @default null */
+  usage?: Usage | null;
 }
 
 /** The turn's earlier steps replaced by one task summary for this request. */
@@ -802,15 +916,57 @@ export interface SessionDeleteResult {
   nodesRemoved: number;
 }
 
+/**
+ * ``session/graph``: a session's nodes as a graph an editor can draw (SPEC §4.1).
+ *
+ * Paged by seq: a page holds the nodes with ``seq > afterSeq`` (ROOT is seq 0), at most
+ * ``limit`` of them; ``nextAfterSeq`` of the answer asks for the next page.
+ */
+export interface SessionGraphParams {
+  sessionId: string;
+  /** @default -1 */
+  afterSeq?: number;
+  /** @default 2000 */
+  limit?: number;
+  /** @default false */
+  conversationOnly?: boolean;
+  /** @default null */
+  heads?: string[] | null;
+}
+
+export interface SessionGraphResult {
+  sessionId: string;
+  rootId: string;
+  head: string;
+  nodes: GraphNode[];
+  total: number;
+  /** @default null */
+  nextAfterSeq?: number | null;
+  /** @default [] */
+  branches?: BranchInfo[];
+  /** @default [] */
+  heads?: GraphHead[];
+}
+
+/**
+ * ``session/history``; ``offset``/``limit`` page the branch (oldest first), for a
+ * branch whose nodes would not fit one answer (``ResponseTooLarge``).
+ */
 export interface SessionHistoryParams {
   sessionId: string;
   /** @default null */
   head?: string | null;
+  /** @default 0 */
+  offset?: number;
+  /** @default null */
+  limit?: number | null;
 }
 
 export interface SessionHistoryResult {
   nodes: Call[];
   head: string;
+  /** @default 0 */
+  total?: number;
 }
 
 export interface SessionInfo {
@@ -993,6 +1149,8 @@ export interface Methods {
   "session/history": { params: SessionHistoryParams; result: SessionHistoryResult };
   /** Every branch tip, the main lane, lengths. */
   "session/branches": { params: SessionRef; result: SessionBranchesResult };
+  /** A session's nodes, edges, branches and active summaries, paged by seq, for drawing. */
+  "session/graph": { params: SessionGraphParams; result: SessionGraphResult };
   /** Move HEAD to a conversation node. */
   "session/checkout": { params: SessionCheckoutParams; result: HeadResult };
   /** Move HEAD back along the current branch. */
@@ -1087,6 +1245,7 @@ export const METHOD_NAMES = [
   "session/delete",
   "session/history",
   "session/branches",
+  "session/graph",
   "session/checkout",
   "session/rewind",
   "session/spawn",
@@ -1146,6 +1305,7 @@ export type ErrorKind =
   | "ShutdownInProgress"
   | "RequestCancelled"
   | "FrameTooLarge"
+  | "ResponseTooLarge"
   | "SessionNotFound"
   | "NodeNotFound"
   | "DuplicateNode"
@@ -1176,6 +1336,7 @@ export const ERROR_KINDS: Readonly<Record<ErrorKind, number>> = {
   ShutdownInProgress: -32600,
   RequestCancelled: -32800,
   FrameTooLarge: -32600,
+  ResponseTooLarge: -32001,
   SessionNotFound: -32001,
   NodeNotFound: -32001,
   DuplicateNode: -32001,

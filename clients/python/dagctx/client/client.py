@@ -138,7 +138,7 @@ class DagctxClient:
         client.daemon_log = transport.log_path(socket_path or transport.socket_path())
         db = os.fspath(database) if database is not None else os.environ.get("DAGCTX_DB") or None
         client.notify("$/dagctx/attach", m.AttachParams(
-            cwd=os.getcwd(), database=transport.client_database(db), pid=os.getpid()))
+            cwd=os.getcwd(), database=transport.client_database(db), pid=os.getpid(), env=dict(os.environ)))
         if initialize:
             await client.initialize(initialization_options=initialization_options, capabilities=capabilities)
         return client
@@ -365,6 +365,12 @@ class DagctxClient:
 
     async def branches(self, session_id: str) -> m.SessionBranchesResult:
         return await self.request("session/branches", m.SessionRef(session_id=session_id))
+
+    async def graph(self, session_id: str, *, after_seq: int = -1, limit: int = 2_000,
+                    conversation_only: bool = False, heads: list[str] | None = None) -> m.SessionGraphResult:
+        """One page of ``session/graph``; pass ``nextAfterSeq`` as ``after_seq`` for the next."""
+        return await self.request("session/graph", m.SessionGraphParams(
+            session_id=session_id, after_seq=after_seq, limit=limit, conversation_only=conversation_only, heads=heads))
 
     async def checkout(self, session_id: str, node_id: str) -> m.HeadResult:
         return await self.request("session/checkout", m.SessionCheckoutParams(session_id=session_id, node_id=node_id))
