@@ -93,6 +93,34 @@ export interface Budget {
   safetyMargin?: number;
 }
 
+/** ``error.data.details`` of ``BudgetExceeded`` (SPEC §7, §8): the numbers. */
+export interface BudgetExceededDetails {
+  contextWindow: number;
+  outputReserve: number;
+  inputBudget: number;
+  safetyMargin: number;
+  limit: number;
+  protectedTokens: number;
+  systemPrompt: number;
+  toolsSchema: number;
+  userMessages: number;
+  newestStep: number;
+  inputUsed: number;
+  overBy: number;
+  /** @default null */
+  model?: string | null;
+  /** @default 0 */
+  newestUserTurn?: number;
+  /** @default "estimate" */
+  source?: "calibrated" | "estimate" | "provider";
+  /** @default 0 */
+  summaryCalls?: number;
+  /** @default [] */
+  failures?: string[];
+  /** @default [] */
+  systemPromptLayers?: PromptLayer[];
+}
+
 /**
  * One node: a user message, an LLM call, or a function/tool call.
  *
@@ -604,6 +632,17 @@ export interface PrepareResult {
 export interface ProgressParams {
   token: number | string;
   value: Record<string, unknown>;
+}
+
+/** One layer of the assembled system prompt (SPEC §7): a section of its text. */
+export interface PromptLayer {
+  name: string;
+  chars: number;
+  tokens: number;
+  /** @default null */
+  source?: string | null;
+  /** @default false */
+  truncated?: boolean;
 }
 
 /** One tool result summarized for this request (SPEC §8, reduction within a turn). */

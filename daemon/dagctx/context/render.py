@@ -832,6 +832,7 @@ def render_view(
     system_node_id: str | None = None,
     before_seq: int | None = None,
     start_after: str | None = None,
+    pending_system: tuple[str, str] | None = None,
 ) -> View:
     """The neutral view of ``head``'s branch (or of a running function ``frame``).
 
@@ -842,6 +843,10 @@ def render_view(
     suffix an incremental re-render appends to a cached prefix. It is refused
     (``InvalidParams``) when the active summary's segment reaches into the suffix;
     turn numbers of a suffix view are relative to its start.
+
+    ``pending_system`` ``(node id, text)``: the system prompt of a request whose prompt
+    node is written only when the request is handed out (SPEC §7); it replaces the
+    stored selection.
     """
     if expose_default not in ("io", "full"):
         raise _invalid(f"expose must be 'io' or 'full', not {expose_default!r}")
@@ -942,14 +947,19 @@ def render_view(
 
     # ---- system prompt
     sys_node: Call | None
-    if system_node_id is not None:
+    if pending_system is not None:
+        sys_node = None
+    elif system_node_id is not None:
         sys_node = graph.get(system_node_id)
         if sys_node.name != SYSTEM_PROMPT_NAME:
             raise _invalid(f"node {system_node_id!r} is not a {SYSTEM_PROMPT_NAME} node", system_node_id)
     else:
         sys_node = select_system_node(graph, min(ref_seq, before - 1))
     system_text: str | None = None
-    if sys_node is not None and sys_node.output is not None:
+    system_id = sys_node.id if sys_node is not None else None
+    if pending_system is not None:
+        system_id, system_text = pending_system
+    elif sys_node is not None and sys_node.output is not None:
         out = sys_node.output
         system_text = out if isinstance(out, str) else blocks_text(message_blocks(out))
 
@@ -964,7 +974,7 @@ def render_view(
         covered=covers_of(active) if active is not None else [],
         superseded=superseded,
         system=system_text,
-        system_node=sys_node.id if sys_node is not None else None,
+        system_node=system_id,
         aged=r.aged_used,
         repairs=r.repairs,
         expose_default=expose_default,

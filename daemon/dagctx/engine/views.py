@@ -12,6 +12,7 @@ append API (system-prompt nodes only).
 from __future__ import annotations
 
 import gc
+import hashlib
 import logging
 import sys
 import time
@@ -51,6 +52,8 @@ LONG_TEXT = 2_000
 TEXTS_REMEMBERED = 2_048
 RENDERS_PER_SESSION = 8
 SESSIONS_REMEMBERED = 64
+#: pending system-prompt nodes kept for requests not yet handed out
+PENDING_PROMPTS = 64
 
 
 @dataclass
@@ -93,6 +96,8 @@ class ContextService:
     def __init__(self, engine: EngineCore, caches: ViewCaches | None = None) -> None:
         self.e = engine
         self.use_caches(caches or ViewCaches())
+        #: render id → the pending system-prompt node of a built request not yet handed out
+        self._pending_system: OrderedDict[str, NodeInput] = OrderedDict()
         #: incremental renders served from the cache (observability and tests)
         self.cache_hits = 0
 
@@ -258,6 +263,7 @@ class ContextService:
         remember: bool = True,
         use_cache: bool = True,
         checkpoint: Checkpoint | None = None,
+        pending_system: NodeInput | None = None,
     ) -> Rendering:
         # A render allocates ~15 containers per message, all acyclic and freed by
         # reference counting; letting the cyclic GC run in the middle of it rescans the
@@ -269,7 +275,7 @@ class ContextService:
                 session_id, head=head, fmt=fmt, model=model, frame=frame, expose=expose,
                 include_system=include_system, system_node_id=system_node_id, before_seq=before_seq,
                 aged=aged, extra_manifest=extra_manifest, exclude_summaries=exclude_summaries,
-                remember=remember, use_cache=use_cache, checkpoint=checkpoint,
+                remember=remember, use_cache=use_cache, checkpoint=checkpoint, pending_system=pending_system,
             )
         finally:
             if enabled:
@@ -293,6 +299,7 @@ class ContextService:
         remember: bool,
         use_cache: bool,
         checkpoint: Checkpoint | None = None,
+        pending_system: NodeInput | None = None,
     ) -> Rendering:
         store = self.e.store
         graph = store.graph(session_id)
@@ -301,7 +308,7 @@ class ContextService:
         tokenizer = info.tokenizer or self.e.counter.tokenizer_for(info.name)
         aged_map = dict(aged or {})
         cacheable = (use_cache and frame is None and before_seq is None and not exclude_summaries
-                     and checkpoint is None)
+                     and checkpoint is None and pending_system is None)
         key = (session_id, fmt, tokenizer, expose, include_system)
         hit = self._extend_cached(graph, h, key, aged_map, system_node_id, fmt, tokenizer) if cacheable else None
         if hit is not None:
@@ -316,6 +323,7 @@ class ContextService:
                 system_node_id=system_node_id,
                 before_seq=before_seq,
                 exclude_summaries=exclude_summaries,
+                pending_system=None if pending_system is None else (pending_system.id, pending_system.output),
             )
             stop_if_cancelled()
             synthetic = None
@@ -362,6 +370,8 @@ class ContextService:
         stable = self._stable_prefix(record)
         if remember:
             self._remember(record)
+        if pending_system is not None:
+            self.hold_system_prompt(render_id, pending_system)
         return Rendering(view, system, messages, node_ids, per_message, system_tokens, total, tokenizer,
                          info, manifest, record, stable)
 
@@ -433,6 +443,7 @@ class ContextService:
     def forget(self, render_id: str) -> None:
         """Drop a render that was built but not handed out (a reduction attempt), so it is
         neither a ``renderId`` nor the previous render ``stablePrefix`` compares with."""
+        self._pending_system.pop(render_id, None)
         rec = self._renders.pop(render_id, None)
         if rec is None:
             return
@@ -693,33 +704,73 @@ class ContextService:
     # ------------------------------------------------------------ system prompt
 
     def ensure_system_prompt(self, session_id: str, graph: SessionGraph, options: PromptOptions,
-                             workspace: str | None, *, assembler: Any = None) -> tuple[str, str | None, list[str]]:
-        """Assemble the prompt; append a ``context/system_prompt`` node when its hash changed."""
+                             workspace: str | None, *, assembler: Any = None) -> SystemPrompt:
+        """Assemble the prompt and decide its node: the newest ``context/system_prompt``
+        node when its hash is the same, else a *pending* node, written only when a request
+        that uses it is handed out (``commit_system_prompt``; SPEC §7: a refused request
+        writes nothing). The pending id is a function of the session, the hash and the
+        node it follows, so every build of one request — and a retry — names the same id."""
         assembled = (assembler or assemble_system_prompt)(workspace, options)
         if not assembled.text:
-            return "", None, list(assembled.notes)
+            return SystemPrompt("", None, list(assembled.notes), list(assembled.sections))
         newest: Call | None = None
-        for n in reversed(graph.by_seq):
-            if n.name == SYSTEM_PROMPT_NAME:
-                newest = n
-                break
+        for nid in reversed(graph.system_prompts):
+            newest = graph.nodes[nid]
+            break
         if newest is not None and newest.metadata.get("hash") == assembled.hash:
-            return assembled.text, newest.id, list(assembled.notes)
-        out = self.e.write_node(
-            session_id,
-            NodeInput(
-                role="code",
-                name=SYSTEM_PROMPT_NAME,
-                caller=graph.root_id,
-                output=assembled.text,
-                metadata={
-                    "hash": assembled.hash,
-                    "files": list(assembled.files),
-                    "sections": [msgspec.to_builtins(s) for s in assembled.sections],
-                },
-            ),
+            return SystemPrompt(assembled.text, newest.id, list(assembled.notes), list(assembled.sections))
+        after = newest.id if newest is not None else ""
+        node_id = "sp-" + hashlib.sha256(f"{session_id}\x00{assembled.hash}\x00{after}".encode()).hexdigest()[:32]
+        if node_id in graph.nodes:  # written meanwhile (another connection handed it out)
+            return SystemPrompt(assembled.text, node_id, list(assembled.notes), list(assembled.sections))
+        pending = NodeInput(
+            role="code",
+            id=node_id,
+            name=SYSTEM_PROMPT_NAME,
+            caller=graph.root_id,
+            output=assembled.text,
+            metadata={
+                "hash": assembled.hash,
+                "files": list(assembled.files),
+                "sections": [msgspec.to_builtins(s) for s in assembled.sections],
+            },
         )
-        return assembled.text, out.node.id, list(assembled.notes)
+        return SystemPrompt(assembled.text, node_id, list(assembled.notes), list(assembled.sections), pending)
+
+    def hold_system_prompt(self, render_id: str, pending: NodeInput) -> None:
+        """Keep a pending prompt node until the request rendered with it is handed out."""
+        self._pending_system[render_id] = pending
+        while len(self._pending_system) > PENDING_PROMPTS:
+            self._pending_system.popitem(last=False)
+
+    def commit_system_prompt(self, session_id: str, render_id: str) -> None:
+        """The request ``render_id`` is handed out: write the prompt node it was rendered
+        with, if that node is new (SPEC §7). A node another request wrote meanwhile (the
+        id is deterministic) is not written twice."""
+        pending = self._pending_system.pop(render_id, None)
+        if pending is None:
+            return
+        graph = self.e.store.graph(session_id)
+        if pending.id in graph.nodes:
+            return
+        try:
+            self.e.write_node(session_id, pending)
+        except DagctxError as err:
+            if err.kind != "DuplicateNode":
+                raise
+
+
+@dataclass
+class SystemPrompt:
+    """The prompt a request is built with (``ContextService.ensure_system_prompt``)."""
+
+    text: str
+    #: the node the render names: stored, or ``pending`` (written when handed out)
+    node_id: str | None
+    notes: list[str]
+    #: the assembler's sections (layers), for ``BudgetExceeded``
+    sections: list[Any]
+    pending: NodeInput | None = None
 
 
 def _interned(lists: dict[str, list[str]]) -> dict[str, list[str]]:

@@ -170,6 +170,19 @@ class Budget(_Result):
     safety_margin: int = 0
 
 
+class PromptLayer(_Result):
+    """One layer of the assembled system prompt (SPEC §7): a section of its text."""
+
+    #: ``prepend``, ``identity``, ``AGENTS.md`` …, ``agent_prompt``, ``skills``, ``memory``, ``append``
+    name: str
+    chars: int
+    tokens: int
+    #: the workspace-relative file it came from (``skills`` for the index), null for inline text
+    source: str | None = None
+    #: cut by the assembler's per-file or total cap
+    truncated: bool = False
+
+
 class BudgetExceededDetails(_Result):
     """``error.data.details`` of ``BudgetExceeded`` (SPEC §7, §8): the numbers."""
 
@@ -194,6 +207,9 @@ class BudgetExceededDetails(_Result):
     source: TokenSource = "estimate"
     summary_calls: int = 0
     failures: list[str] = msgspec.field(default_factory=list)
+    #: the system prompt's layers and their sizes (``context/prepare``, and a render with
+    #: ``budget`` whose prompt node records them), largest problem first in the message
+    system_prompt_layers: list[PromptLayer] = msgspec.field(default_factory=list)
 
 
 class PrepareResult(_Result):
