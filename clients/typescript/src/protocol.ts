@@ -591,6 +591,8 @@ export interface PrepareParams {
   prependContext?: string | null;
   /** @default null */
   memoryPrefetch?: string | null;
+  /** @default "provider" */
+  reasoning?: "all" | "none" | "provider";
   /** @default 60 */
   reductionTimeoutSeconds?: number;
   /** @default null */
@@ -645,6 +647,33 @@ export interface PromptLayer {
   truncated?: boolean;
 }
 
+/**
+ * One reasoning block of an llm call, kept as the provider returned it, in order, in
+ * the llm node's ``metadata.reasoning`` (a list of these; SPEC §4).
+ *
+ * * Anthropic ``thinking``: ``text`` (the thinking) and ``signature``;
+ *   ``redacted_thinking``: ``data``. Sent back unchanged (SPEC §6).
+ * * OpenAI Responses / Codex ``reasoning`` items: ``id``, ``summary`` (the summary
+ *   texts), ``text`` (reasoning content, if any) and ``encryptedContent``.
+ * * Plain reasoning text (OpenHands ``reasoning_content``, DeepSeek-style models):
+ *   ``type: "reasoning"`` with ``text`` only.
+ */
+export interface ReasoningBlock {
+  type: "reasoning" | "redacted_thinking" | "thinking";
+  /** @default null */
+  text?: string | null;
+  /** @default null */
+  signature?: string | null;
+  /** @default null */
+  data?: string | null;
+  /** @default null */
+  id?: string | null;
+  /** @default null */
+  summary?: string[] | null;
+  /** @default null */
+  encryptedContent?: string | null;
+}
+
 /** One tool result summarized for this request (SPEC §8, reduction within a turn). */
 export interface ReducedResult {
   nodeId: string;
@@ -679,6 +708,8 @@ export interface RenderParams {
   includeSystem?: boolean;
   /** @default true */
   aging?: boolean;
+  /** @default "provider" */
+  reasoning?: "all" | "none" | "provider";
   /** @default false */
   budget?: boolean;
   /** @default [] */

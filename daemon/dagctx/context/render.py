@@ -133,7 +133,7 @@ import msgspec
 
 from dagctx.ledger.graph import SessionGraph, is_spawn_root, is_summary
 from dagctx.protocol.errors import DagctxError
-from dagctx.protocol.nodes import SUMMARY_MARKER, SUMMARY_NAME, SYSTEM_PROMPT_NAME, Call
+from dagctx.protocol.nodes import REASONING_KEY, SUMMARY_MARKER, SUMMARY_NAME, SYSTEM_PROMPT_NAME, Call
 
 #: Bumped whenever the rule above changes what a model sees (recorded in manifests).
 RENDER_POLICY_VERSION = 1
@@ -147,7 +147,7 @@ ItemKind = Literal["user", "assistant", "tool_call", "tool_result", "text_pair",
 _IMAGE_TYPES = frozenset({"image", "image_url", "input_image"})
 _FILE_TYPES = frozenset({"file", "document", "input_file"})
 #: Blocks in a stored llm output that are not replayed as text: tool calls are their
-#: own code nodes, reasoning is not sent back.
+#: own code nodes; reasoning is sent only from ``metadata.reasoning`` (``Item.reasoning``).
 _SKIP_TYPES = frozenset(
     {"tool_use", "tool_call", "function_call", "tool_result", "thinking", "redacted_thinking", "reasoning"}
 )
@@ -189,6 +189,9 @@ class Item:
     turn: int = 0
     aged: bool = False
     synthetic: bool = False
+    #: an assistant item of a top-level llm node: its reasoning blocks (``metadata.reasoning``,
+    #: SPEC §6), which the formatter sends or not by the render's reasoning mode
+    reasoning: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -373,6 +376,14 @@ def _meta(node: Call, *keys: str) -> Any:
 def tool_call_id_of(node: Call) -> str | None:
     tid = _meta(node, "toolCallId", "tool_call_id")
     return str(tid) if tid not in (None, "") else None
+
+
+def reasoning_of(node: Call) -> list[dict[str, Any]]:
+    """The reasoning blocks of an llm node (``metadata.reasoning``, SPEC §4), as stored."""
+    got = node.metadata.get(REASONING_KEY) if node.role == "llm" else None
+    if not isinstance(got, list):
+        return []
+    return [b for b in got if isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking", "reasoning")]
 
 
 def covers_of(node: Call) -> list[str]:
@@ -576,8 +587,9 @@ class _Renderer:
                 by_tid[tid] = len(tools)
                 tools.append(c)
         tools.sort(key=lambda n: n.seq)
+        reasoning = reasoning_of(node) if not nested else []
 
-        if blocks or tools:
+        if blocks or tools or reasoning:
             self.emit_blocks(
                 "assistant",
                 node,
@@ -586,6 +598,7 @@ class _Renderer:
                 name=node.name,
                 status=node.status,
                 depth=depth,
+                reasoning=reasoning,
             )
         for t in tools:
             self.emit(

@@ -372,7 +372,7 @@ def _step_blocked(graph: SessionGraph, step: str, items: Sequence[Item]) -> str 
     node = graph.nodes.get(step)
     if node is None:
         return "unknown"
-    if _signed_reasoning(node.output):
+    if _signed_reasoning(node.output) or _signed_reasoning(node.metadata.get("reasoning")):
         return "signedReasoning"
     for it in items:
         if it.synthetic or it.status == "running":
@@ -389,7 +389,8 @@ def _signed_reasoning(value: Any) -> bool:
     if isinstance(value, list):
         return any(
             isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking", "reasoning")
-            and (b.get("signature") or b.get("type") == "redacted_thinking" or b.get("encrypted_content"))
+            and (b.get("signature") or b.get("type") == "redacted_thinking" or b.get("encrypted_content")
+                 or b.get("encryptedContent"))
             for b in value
         )
     return False

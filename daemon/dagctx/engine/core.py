@@ -327,6 +327,7 @@ class EngineCore:
         r = self.views.render(
             p.session_id, head=head, fmt=p.format, model=p.model, frame=p.frame, expose=p.expose,
             include_system=p.include_system, aged=aged, extra_manifest=stats.get("manifest"),
+            reasoning=p.reasoning,
         )
         return self.views.render_result(r)
 

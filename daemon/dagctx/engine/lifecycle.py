@@ -149,6 +149,7 @@ class ContextEngine:
             remember=remember,
             checkpoint=reductions.checkpoint,
             pending_system=prompt.pending,
+            reasoning=p.reasoning,
         )
         messages = apply_turn_hooks(r.messages, hooks, p.format)
         hook_tokens = sum(counter.count(v, r.tokenizer) for v in hooks.values())

@@ -27,7 +27,7 @@ import msgspec
 from dagctx.context import aging
 from dagctx.context import budget as budget_mod
 from dagctx.context.cancel import stop_if_cancelled
-from dagctx.context.formats import to_messages
+from dagctx.context.formats import reasoning_payload, to_messages
 from dagctx.context.models import ModelInfo
 from dagctx.context.render import RENDER_POLICY_VERSION, View, added_text, render_view
 from dagctx.context.system_prompt import PromptOptions, assemble_system_prompt
@@ -264,6 +264,7 @@ class ContextService:
         use_cache: bool = True,
         checkpoint: Checkpoint | None = None,
         pending_system: NodeInput | None = None,
+        reasoning: str = "provider",
     ) -> Rendering:
         # A render allocates ~15 containers per message, all acyclic and freed by
         # reference counting; letting the cyclic GC run in the middle of it rescans the
@@ -276,6 +277,7 @@ class ContextService:
                 include_system=include_system, system_node_id=system_node_id, before_seq=before_seq,
                 aged=aged, extra_manifest=extra_manifest, exclude_summaries=exclude_summaries,
                 remember=remember, use_cache=use_cache, checkpoint=checkpoint, pending_system=pending_system,
+                reasoning=reasoning,
             )
         finally:
             if enabled:
@@ -300,6 +302,7 @@ class ContextService:
         use_cache: bool,
         checkpoint: Checkpoint | None = None,
         pending_system: NodeInput | None = None,
+        reasoning: str = "provider",
     ) -> Rendering:
         store = self.e.store
         graph = store.graph(session_id)
@@ -309,8 +312,9 @@ class ContextService:
         aged_map = dict(aged or {})
         cacheable = (use_cache and frame is None and before_seq is None and not exclude_summaries
                      and checkpoint is None and pending_system is None)
-        key = (session_id, fmt, tokenizer, expose, include_system)
-        hit = self._extend_cached(graph, h, key, aged_map, system_node_id, fmt, tokenizer) if cacheable else None
+        key = (session_id, fmt, tokenizer, expose, include_system, reasoning)
+        hit = (self._extend_cached(graph, h, key, aged_map, system_node_id, fmt, tokenizer, reasoning)
+               if cacheable else None)
         if hit is not None:
             view, system, messages, node_ids, per_message, repairs = hit
         else:
@@ -330,11 +334,13 @@ class ContextService:
             if checkpoint is not None:
                 view = apply_checkpoint(view, graph, checkpoint)
                 synthetic = {checkpoint.id: checkpoint.text}
-            rendered = to_messages(view, fmt, include_system=include_system)  # type: ignore[arg-type]
+            rendered = to_messages(view, fmt, include_system=include_system,  # type: ignore[arg-type]
+                                   reasoning=reasoning)
             stop_if_cancelled()
             system, messages, node_ids = rendered
             repairs = list(rendered.repairs)
             per_message = self.count_messages(graph, messages, node_ids, tokenizer, aged_map, synthetic)
+            self._add_reasoning_tokens(messages, per_message, tokenizer)
         if cacheable:
             self._cache[key] = CachedRender(
                 key, Snapshot.of(graph, view.chain), view, aged_map, system, messages, node_ids,
@@ -355,6 +361,7 @@ class ContextService:
             "model": info.name,
             "tokenizer": tokenizer,
             "includeSystem": include_system,
+            "reasoning": reasoning,
             "repairs": list(repairs),
             "agedText": {k: aged_map[k] for k in sorted(aged_map)},
             "tokens": total,
@@ -375,8 +382,17 @@ class ContextService:
         return Rendering(view, system, messages, node_ids, per_message, system_tokens, total, tokenizer,
                          info, manifest, record, stable)
 
+    def _add_reasoning_tokens(self, messages: list[Any], per_message: list[int], tokenizer: str) -> None:
+        """Reasoning blocks a render sends are counted (SPEC §6): they are not part of any
+        node's stored counts, so their text is counted here (long texts once, cached)."""
+        for k, msg in enumerate(messages):
+            if isinstance(msg, dict) and msg.get("role") == "assistant":
+                for text in reasoning_payload(msg):
+                    per_message[k] += self.count_text(text, tokenizer)
+
     def _extend_cached(self, graph: SessionGraph, head: str, key: tuple[Any, ...], aged: dict[str, str],
-                       system_node_id: str | None, fmt: str, tokenizer: str) -> tuple[Any, ...] | None:
+                       system_node_id: str | None, fmt: str, tokenizer: str,
+                       reasoning: str = "provider") -> tuple[Any, ...] | None:
         """Render only what follows the cached render of this branch, or None (render fully)."""
         cached = self._cache.get(key)
         if cached is None or cached.aged != aged:
@@ -397,7 +413,10 @@ class ContextService:
             return None
         if suffix.system_node != cached.view.system_node or suffix.summary_id != cached.view.summary_id:
             return None
-        more = to_messages(suffix, fmt, include_system=False)  # type: ignore[arg-type]
+        if reasoning != "none" and (any(it.reasoning for it in suffix.items)
+                                    or any(it.reasoning for it in cached.view.items)):
+            return None  # which reasoning is sent depends on the whole branch (the current tool loop)
+        more = to_messages(suffix, fmt, include_system=False, reasoning=reasoning)  # type: ignore[arg-type]
         _, msgs, ids = more
         if msgs and cached.messages and fmt == "anthropic":
             # Anthropic merges same-role neighbours and may open with a placeholder:
@@ -573,6 +592,8 @@ class ContextService:
             exclude_summaries=excluded,
             remember=False,
             checkpoint=checkpoint_from_manifest(manifest),
+            # renders made before reasoning was kept sent none
+            reasoning=manifest.get("reasoning") or "none",
         )
         messages = apply_turn_hooks(r.messages, manifest.get("turnHooks") or {}, r.manifest["format"])
         exact = list(r.view.reads) == list(node.reads or manifest.get("reads") or r.view.reads) and (

@@ -380,6 +380,7 @@ class Store:
         caller = rules.resolve(row.root_id, inp.caller)
         # Errors name the client's id, never one made up for a node that was not written.
         rules.check_edges(g, row.head, inp.id, inp, predecessor, caller, spawn_ok=spawn_ok)
+        rules.check_reasoning(inp.role, inp.metadata)
 
         output, spilled = spill_output(inp.output, self.spill, name=inp.name)
         metadata = dict(inp.metadata)
@@ -459,6 +460,7 @@ class Store:
             row, g = self._locked(session_id)
             old = g.get(node_id)
             rules.check_update(session_id, old, status)
+            rules.check_reasoning(old.role, metadata or {}, "metadata.reasoning")
             new_output, spilled = spill_output(output if output is not None else old.output, self.spill,
                                                name=old.name)
             meta = {**old.metadata, **(metadata or {})}

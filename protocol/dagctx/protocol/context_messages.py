@@ -17,6 +17,10 @@ ImportFormat = Literal["auto", "claude-code", "codex", "openclaw", "swe-agent", 
 #: Transcript formats ``session/export`` writes.
 ExportFormat = Literal["claude-code", "openai"]
 Expose = Literal["io", "full"]
+#: Which reasoning blocks of llm nodes (``metadata.reasoning``, SPEC §6) a render sends:
+#: ``provider`` the format's documented rule, ``all`` every block the format can carry,
+#: ``none`` none.
+ReasoningMode = Literal["provider", "all", "none"]
 TokenSource = Literal["provider", "calibrated", "estimate"]
 
 
@@ -39,6 +43,10 @@ class RenderParams(_Params):
     expose: Expose = "io"
     include_system: bool = True
     aging: bool = True
+    #: reasoning blocks sent (SPEC §6): ``provider`` (Anthropic and neutral: the blocks of
+    #: the current tool loop's assistant turns, unchanged, first in their message; OpenAI
+    #: Chat Completions: none), ``all``, ``none``; their tokens are counted
+    reasoning: ReasoningMode = "provider"
     #: check the render against the model's input budget (SPEC §8, reduction within a
     #: turn): over the budget, tool results of the turn are summarized for this request
     #: (and, if that is not enough, a request checkpoint replaces the turn's earlier
@@ -150,6 +158,8 @@ class PrepareParams(_Params):
     append_system_context: str | None = None
     prepend_context: str | None = None
     memory_prefetch: str | None = None
+    #: reasoning blocks sent, as in ``context/render`` (SPEC §6)
+    reasoning: ReasoningMode = "provider"
     #: seconds reduction within the turn may take in all (at most 60, SPEC §8)
     reduction_timeout_seconds: float = 60.0
     work_done_token: Int64 | str | None = None
