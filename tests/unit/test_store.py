@@ -318,9 +318,21 @@ def test_large_output_spills_once_and_reads_back_whole(store: Store) -> None:
 def test_outputs_below_the_size_limit_stay_inline(store: Store, text: str) -> None:
     s = store.create_session()
     u = store.append(s.session_id, U("ROOT"), move_head=None).node
-    n = store.append(s.session_id, L(u.id, text)).node
+    a = store.append(s.session_id, L(u.id)).node
+    n = store.append(s.session_id, NodeInput(role="code", name="cat", caller=a.id, output=text)).node
     assert len(text) < store.spill.min_chars
     assert n.output == text and "spill" not in n.metadata
+
+
+def test_messages_are_never_spilled(store: Store) -> None:
+    """SPEC §4: only function and tool results spill; a user's message and a model's reply
+    are the conversation itself, kept whole however long."""
+    s = store.create_session()
+    text = "requirement must hold " * 5_000
+    u = store.append(s.session_id, NodeInput(role="user", output=text, predecessor="ROOT")).node
+    a = store.append(s.session_id, L(u.id, text)).node
+    for n in (u, a):
+        assert n.output == text and "spill" not in n.metadata
 
 
 @pytest.mark.parametrize("text", ["z" * 32_000, big_output(lines=100, width=400), ("w" * 99 + " ") * 5_000],

@@ -224,7 +224,7 @@ class EngineCore:
         """What the ledger keeps beside a node, computed once on what the store will keep
         (after spilling): token counts for every tokenizer, and for a tool result its
         ranked references (SPEC §8), so no render re-tokenizes or re-mines old output."""
-        stored, _ = spill_output(output, self.store.spill, name=name)
+        stored, _ = spill_output(output, self.store.spill, role=role, name=name)
         refs = aging.stored_references(stored) if role == "code" and stored is not None else None
         return NodeDerived(tokens=self._count_stored(input, stored), refs=refs)
 

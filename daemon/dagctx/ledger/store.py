@@ -64,9 +64,9 @@ _DERIVED = "\x00derived"
 
 @dataclass(frozen=True)
 class SpillPolicy:
-    """Text outputs of at least ``min_chars`` characters, whatever their line count, are
-    stored whole in ``blobs`` and the node keeps head + tail with a marker (write path,
-    once, deterministic; SPEC §4). A system prompt is never spilled."""
+    """Function and tool results of at least ``min_chars`` characters, whatever their
+    line count, are stored whole in ``blobs`` and the node keeps head + tail with a marker
+    (write path, once, deterministic; SPEC §4). A system prompt is never spilled."""
 
     min_chars: int = 32_000
     head_chars: int = 6_000
@@ -382,7 +382,7 @@ class Store:
         rules.check_edges(g, row.head, inp.id, inp, predecessor, caller, spawn_ok=spawn_ok)
         rules.check_reasoning(inp.role, inp.metadata)
 
-        output, spilled = spill_output(inp.output, self.spill, name=inp.name)
+        output, spilled = spill_output(inp.output, self.spill, role=inp.role, name=inp.name)
         metadata = dict(inp.metadata)
         if spilled is not None:
             metadata["spill"] = {k: v for k, v in spilled.items() if k != "data"}
@@ -462,7 +462,7 @@ class Store:
             rules.check_update(session_id, old, status)
             rules.check_reasoning(old.role, metadata or {}, "metadata.reasoning")
             new_output, spilled = spill_output(output if output is not None else old.output, self.spill,
-                                               name=old.name)
+                                               role=old.role, name=old.name)
             meta = {**old.metadata, **(metadata or {})}
             if spilled is not None:
                 meta["spill"] = {k: v for k, v in spilled.items() if k != "data"}
@@ -699,16 +699,20 @@ class Store:
             return self.backend.usage_rows(session_id)
 
 
-def spill_output(output: Any, policy: SpillPolicy, *, name: str = "") -> tuple[Any, dict[str, Any] | None]:
+def spill_output(output: Any, policy: SpillPolicy, *, role: str = "code",
+                 name: str = "") -> tuple[Any, dict[str, Any] | None]:
     """What the node keeps of ``output``, and the spill record (``data`` = the whole text).
 
     Pure and deterministic, so the engine can count the tokens of exactly what the
     store will keep before it appends. Size alone decides (SPEC §4: a 50 MB output on
-    one line spills like a 50 MB log); a ``context/system_prompt`` node (``name``) is
-    kept whole, however long: it is sent whole, so it is stored and counted whole.
+    one line spills like a 50 MB log). Only function and tool results (``role`` code)
+    spill: a user's message and a model's reply are what the conversation is, and a
+    ``context/system_prompt`` node (``name``) is sent whole, so it is stored and counted
+    whole, however long.
     """
     p = policy
-    if not isinstance(output, str) or len(output) < p.min_chars or name == SYSTEM_PROMPT_NAME:
+    if (role != "code" or name == SYSTEM_PROMPT_NAME or not isinstance(output, str)
+            or len(output) < p.min_chars):
         return output, None
     lines = output.count("\n") + 1
     chars = len(output)

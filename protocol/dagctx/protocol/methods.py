@@ -125,7 +125,7 @@ _ALL: list[MethodSpec] = [
     _req("node/append", m.NodeAppendParams, m.NodeResult, "Append one node; HEAD moves only when it extends HEAD.",
          "SessionNotFound, NodeNotFound, DuplicateNode, PredecessorMissing, InvalidEdge, InvalidParams",
          "Append-only; HEAD moves only when the node extends HEAD (or moveHead=true); a refused append writes nothing. "
-         "A text output of ≥ 32,000 characters is spilled (§4): the answer carries what the node keeps.",
+         "A function/tool result of ≥ 32,000 characters is spilled (§4): the answer carries what the node keeps.",
          writes=True),
     _req("node/update", m.NodeUpdateParams, m.NodeResult, "Finish a running node (the only mutation).",
          "NodeNotFound, NotRunning, InvalidParams",
