@@ -273,7 +273,10 @@ async def test_real_sessions_with_auto_compaction_fit_at_32k(tc: DagctxClient, s
     assert p.compaction is not None, p.decision_path
     if p.compaction["ok"] and p.compaction.get("summaryId"):
         assert p.summary_id == p.compaction["summaryId"]
-    assert any(x.startswith("dagctx/turn-") for x in sampler.purposes()) or p.reduction is None
+    # reduced by this prepare's own summaries, or by ones an earlier test of this module's
+    # database already cached (the same results, keyed by content)
+    assert (any(x.startswith("dagctx/turn-") for x in sampler.purposes()) or p.reduction is None
+            or p.reduction.cache_hits > 0), p.decision_path
 
 
 async def test_a_fresh_daemon_reuses_the_cached_summaries(tmp_path: Path, sampler: Sampler) -> None:
