@@ -209,3 +209,40 @@ async def test_agents_record_reasoning_through_node_append(database: str) -> Non
         assert (await c.session_get(s.session_id)).node_count == before
     finally:
         await c.close()
+
+
+async def test_reduction_within_the_turn_never_alters_reasoning(tmp_path: Path) -> None:
+    """A long tool loop with signed thinking at a 32k window: tool results are summarized,
+    no checkpoint covers a step with signed reasoning, and every block of the loop is sent
+    unchanged (SPEC §4, §8)."""
+    from sampling_stub import ScriptedSampler
+
+    sampler = ScriptedSampler(lambda params: "condensed: " + " ".join(
+        "\n".join(m.content.text for m in params.messages).split()[:30]))
+    c = await DagctxClient.spawn(tmp_path / "loop.db", capabilities={"sampling": {}},
+                                 initialization_options={"models": {"small-32k": {"contextWindow": 32000,
+                                                                                  "maxOutput": 4000}}})
+    c.on_request("sampling/createMessage", sampler)
+    try:
+        s = await c.session_create("thinking loop")
+        prev = (await c.append(s.session_id, "user", output="Fix every failing test under src/pkg",
+                               predecessor=s.head)).node.id
+        stored: list[dict] = []
+        for i in range(60):
+            block = {"type": "thinking", "text": f"Step {i}: read module {i} next.", "signature": f"sig-{i:03d}=="}
+            stored.append(block)
+            llm = await c.append(s.session_id, "llm", name="claude-sonnet-4-5", output=f"Reading mod_{i}.py.",
+                                 predecessor=prev, metadata={"reasoning": [block]})
+            body = "\n".join(f"line {k}: total_{i} = accumulate(values, step={k % 7})" for k in range(60))
+            await c.append(s.session_id, "code", name="read_file", input={"path": f"src/pkg/mod_{i}.py"},
+                           output=body, caller=llm.node.id, metadata={"toolCallId": f"toolu_{i:03d}"})
+            prev = llm.node.id
+        p = await c.prepare(s.session_id, model="small-32k", format="anthropic", prompt_mode="none")
+        assert p.reduction is not None and p.reduction.results, p.decision_path
+        assert p.reduction.checkpoint is None
+        sent = [b for m in p.messages if m["role"] == "assistant" for b in m["content"] if b["type"] == "thinking"]
+        assert sent == [{"type": "thinking", "thinking": b["text"], "signature": b["signature"]} for b in stored]
+        assert p.budget.input_used <= p.budget.input_budget - p.budget.safety_margin
+        assert check_pairs(p.messages, "anthropic") == []
+    finally:
+        await c.close()
