@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dagctx.context import compaction_plan
-from dagctx.context.render import Item, covers_of, render_view
+from dagctx.context.render import Item, covers_of, render_view, summary_applies
 from dagctx.context.tokens import estimate_tokens
 from dagctx.ledger.graph import is_summary
 from dagctx.protocol import context_messages as c
@@ -288,6 +288,12 @@ def _validate(engine: EngineCore, graph: Any, plan: Any, text: str | None, head:
         text, plan, tokens_before=tokens_before, candidate_tokens_after=after, max_chars=max_chars,
         identifiers=identifiers, min_retention=min_retention,
     )
+    # what the gate measured rides on the node (SPEC §8), so a viewer can show it later:
+    # both token figures are the same estimate (neutral format, same aging)
+    node_input["metadata"]["stats"] = {
+        "tokensBefore": tokens_before, "tokensAfter": after,
+        "identifiersChecked": list(identifiers), "identifiersMissing": list(validation.missing),
+    }
     return validation, node_input
 
 
@@ -314,8 +320,8 @@ def _touched(now: Any, snapshot: dict[str, tuple[Any, Any, Any]], known: set[str
         return True
     summaries = [n for n in new if is_summary(n) and covers_of(n)]
     if summaries:
-        chain = {n.id for n in now.chain(head)}
-        return any(set(covers_of(n)) <= chain for n in summaries)
+        chain = now.chain(head)
+        return any(summary_applies(now, n, chain) for n in summaries)
     return False
 
 
