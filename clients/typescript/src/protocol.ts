@@ -57,6 +57,8 @@ export interface AttachParams {
   pid?: number | null;
   /** @default null */
   maxFrameBytes?: number | null;
+  /** @default null */
+  env?: Record<string, string> | null;
 }
 
 export interface BranchInfo {
@@ -119,6 +121,21 @@ export interface BudgetExceededDetails {
   failures?: string[];
   /** @default [] */
   systemPromptLayers?: PromptLayer[];
+}
+
+/** One open database and what its caches hold. */
+export interface CacheStatus {
+  database: string;
+  /** @default 0 */
+  users?: number;
+  /** @default 0 */
+  sessions?: number;
+  /** @default 0 */
+  nodes?: number;
+  /** @default 0 */
+  renders?: number;
+  /** @default null */
+  idleSeconds?: number | null;
 }
 
 /**
@@ -285,6 +302,10 @@ export interface DaemonStatus {
   idleTimeoutSeconds: number | null;
   databases: string[];
   clients: ClientStatus[];
+  memory?: MemoryStatus;
+  queue?: QueueStatus;
+  /** @default [] */
+  caches?: CacheStatus[];
 }
 
 export interface DaemonStopResult {
@@ -511,6 +532,16 @@ export interface LogMessageParams {
   message: string;
 }
 
+/** The daemon's memory (Linux ``/proc``; 0 where unknown). */
+export interface MemoryStatus {
+  /** @default 0 */
+  rssBytes?: number;
+  /** @default 0 */
+  peakRssBytes?: number;
+  /** @default 0 */
+  baselineRssBytes?: number;
+}
+
 /**
  * Settings for one model name (``initializationOptions.models``, the config file).
  *
@@ -708,6 +739,16 @@ export interface PromptLayer {
   source?: string | null;
   /** @default false */
   truncated?: boolean;
+}
+
+/** The work pools (SPEC §1.4): jobs waiting, jobs running, threads. */
+export interface QueueStatus {
+  /** @default 0 */
+  queued?: number;
+  /** @default 0 */
+  running?: number;
+  /** @default 0 */
+  threads?: number;
 }
 
 /**
@@ -977,15 +1018,25 @@ export interface SessionGraphResult {
   heads?: GraphHead[];
 }
 
+/**
+ * ``session/history``; ``offset``/``limit`` page the branch (oldest first), for a
+ * branch whose nodes would not fit one answer (``ResponseTooLarge``).
+ */
 export interface SessionHistoryParams {
   sessionId: string;
   /** @default null */
   head?: string | null;
+  /** @default 0 */
+  offset?: number;
+  /** @default null */
+  limit?: number | null;
 }
 
 export interface SessionHistoryResult {
   nodes: Call[];
   head: string;
+  /** @default 0 */
+  total?: number;
 }
 
 export interface SessionInfo {
@@ -1324,6 +1375,7 @@ export type ErrorKind =
   | "ShutdownInProgress"
   | "RequestCancelled"
   | "FrameTooLarge"
+  | "ResponseTooLarge"
   | "SessionNotFound"
   | "NodeNotFound"
   | "DuplicateNode"
@@ -1354,6 +1406,7 @@ export const ERROR_KINDS: Readonly<Record<ErrorKind, number>> = {
   ShutdownInProgress: -32600,
   RequestCancelled: -32800,
   FrameTooLarge: -32600,
+  ResponseTooLarge: -32001,
   SessionNotFound: -32001,
   NodeNotFound: -32001,
   DuplicateNode: -32001,

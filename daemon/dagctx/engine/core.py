@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import msgspec
@@ -59,6 +59,11 @@ log = logging.getLogger("dagctx.engine")
 T = TypeVar("T")
 
 
+#: The longest path and file name a path the client names may have (Linux ``PATH_MAX``,
+#: ``NAME_MAX``): longer ones are refused as InvalidParams before any system call.
+PATH_MAX = 4096
+NAME_MAX = 255
+
 #: Payloads larger than this are tokenized and mined for references (SPEC §8) in a worker
 #: thread, off the event loop: 64 KB of identifier-dense text costs about 20 ms of each.
 BIG_PAYLOAD_CHARS = 64_000
@@ -81,12 +86,18 @@ class EngineCore:
         self.client_database: str | None = None
         #: the client's working directory, when it differs from the daemon's (forwarded)
         self.client_cwd: str | None = None
+        #: the client's environment (SPEC §1.3): this process's own when standalone; in the
+        #: shared daemon only what the forwarder attached (the daemon's own is never read)
+        self.environ: Mapping[str, str] = {} if self.config.shared else os.environ
         #: called after every write with the session and the ids of nodes written
         #: (the server tells subscribers); a no-op in-process
         self.on_change: Callable[[str, frozenset[str]], None] = _no_change
         #: runs heavy local work of async operations (compaction's planning, an import's
         #: write) where the server runs heavy views — off its event loop; None: inline
         self.heavy_runner: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None
+        #: True when the server runs every handler in a worker thread (SPEC §1.4): a big
+        #: payload is then derived right there instead of hopping to another thread
+        self.in_worker = False
         self.options = m.InitializationOptions()
         #: this connection's id, named as ``origin`` in notifications
         self.connection_id: str | None = None
@@ -112,7 +123,7 @@ class EngineCore:
         self.options = p.initialization_options or m.InitializationOptions()
         self.client_capabilities = p.capabilities
         if self.options.config_file:
-            cfg = self.client_path(self.options.config_file)
+            cfg = self.client_path(self.options.config_file, "initializationOptions.configFile")
             try:
                 raw = read_config_file(cfg)
             except FileNotFoundError:
@@ -132,7 +143,7 @@ class EngineCore:
         env = None if self.config.shared else env_database()
         explicit = self.options.database or self.client_database or self.config.database or env
         if explicit and explicit != ":memory:" and not is_postgres_url(explicit):
-            name = self.client_path(explicit)
+            name = self.client_path(explicit, "initializationOptions.database")
         else:
             name = explicit or default_database()
         try:
@@ -168,12 +179,21 @@ class EngineCore:
             return fn()
         return await self.heavy_runner(fn)
 
-    def client_path(self, path: str) -> str:
+    def client_path(self, path: str, field: str = "path") -> str:
         """A path the client named, as the client meant it: ``~`` expanded, and relative to
-        the client's working directory (the shared daemon's own is ``/``)."""
+        the client's working directory (the shared daemon's own is ``/``). A path no file
+        system can hold (longer than ``PATH_MAX``, or a name longer than ``NAME_MAX``) is
+        ``InvalidParams`` naming ``field``."""
         path = os.path.expanduser(path)
         if self.client_cwd and not os.path.isabs(path):
             path = os.path.join(self.client_cwd, path)
+        raw = os.fsencode(path)
+        longest = max((len(part) for part in raw.split(b"/")), default=0)
+        if len(raw) >= PATH_MAX or longest > NAME_MAX:
+            what = (f"is {len(raw):,} bytes long (at most {PATH_MAX - 1:,})" if len(raw) >= PATH_MAX
+                    else f"has a name of {longest:,} bytes (at most {NAME_MAX})")
+            raise DagctxError("InvalidParams", f"the path in {field} {what}; name an existing, shorter path",
+                              path=field)
         return path
 
     def close(self) -> None:
@@ -268,7 +288,7 @@ class EngineCore:
         self.on_change(session_id, frozenset(n.id for n in nodes))
 
     def node_append(self, p: m.NodeAppendParams) -> Any:
-        if self._payload_is_big(p.node.input, p.node.output):
+        if not self.in_worker and self._payload_is_big(p.node.input, p.node.output):
             return self._node_append_off_loop(p)
         return self._node_append(p, None)
 
@@ -294,7 +314,7 @@ class EngineCore:
         if p.output is None:
             return self._node_update(p, None)
         old = self.store.graph(p.session_id).get(p.node_id)
-        if self._payload_is_big(old.input, p.output):
+        if not self.in_worker and self._payload_is_big(old.input, p.output):
             return self._node_update_off_loop(p, old)
         return self._node_update(p, self.derive_node(old.role, old.input, p.output, old.name))
 

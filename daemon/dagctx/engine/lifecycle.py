@@ -100,8 +100,8 @@ class ContextEngine:
             + ("" if info.known else " (unknown model: default limits)")
         )
         workspace = p.workspace or host.options.workspace
-        if workspace:
-            workspace = host.client_path(workspace)  # the client's folder, not the daemon's
+        if workspace:  # the client's folder, not the daemon's
+            workspace = host.client_path(workspace, "workspace" if p.workspace else "initializationOptions.workspace")
         options = PromptOptions(
             mode=p.prompt_mode,
             identity=p.identity,

@@ -42,8 +42,8 @@ def cjk_grams(text: str) -> str:
     ``text`` column: the ``Python`` glued inside is indexed again here, on its own, and an
     unqualified query word matches either column (SPEC §5).
     """
-    if CJK_RUN.search(text) is None:
-        return ""  # one scan at C speed: most documents (code, logs, English) have no CJK
+    if text.isascii() or CJK_RUN.search(text) is None:  # no CJK (most tool output): nothing to add
+        return ""
     parts: list[str] = []
     for run in CJK_RUN.findall(text):
         parts.extend(run)
