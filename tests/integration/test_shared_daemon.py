@@ -479,8 +479,9 @@ async def test_relative_database_is_the_clients(shared_env, tmp_path: Path) -> N
 # ---------------------------------------------------------------- heavy work stays off the loop
 
 
-async def _heavy_session(c: DagctxClient, results: int = 40, chars: int = 200_000) -> str:
-    """Big one-line tool results (never spilled): aging caps each, a tokenization apiece."""
+async def _heavy_session(c: DagctxClient, results: int = 200, chars: int = 31_000) -> str:
+    """Many one-line tool results just under the spill threshold (SPEC §4: 32,000
+    characters), so each stays whole: aging caps each, a tokenization apiece."""
     s = await c.session_create("heavy")
     head = s.head
     body = " ".join(f"w{k} src/mod_{k % 50}.py total {k * 7}" for k in range(chars // 30))

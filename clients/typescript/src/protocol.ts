@@ -95,6 +95,34 @@ export interface Budget {
   safetyMargin?: number;
 }
 
+/** ``error.data.details`` of ``BudgetExceeded`` (SPEC §7, §8): the numbers. */
+export interface BudgetExceededDetails {
+  contextWindow: number;
+  outputReserve: number;
+  inputBudget: number;
+  safetyMargin: number;
+  limit: number;
+  protectedTokens: number;
+  systemPrompt: number;
+  toolsSchema: number;
+  userMessages: number;
+  newestStep: number;
+  inputUsed: number;
+  overBy: number;
+  /** @default null */
+  model?: string | null;
+  /** @default 0 */
+  newestUserTurn?: number;
+  /** @default "estimate" */
+  source?: "calibrated" | "estimate" | "provider";
+  /** @default 0 */
+  summaryCalls?: number;
+  /** @default [] */
+  failures?: string[];
+  /** @default [] */
+  systemPromptLayers?: PromptLayer[];
+}
+
 /** One open database and what its caches hold. */
 export interface CacheStatus {
   database: string;
@@ -657,6 +685,8 @@ export interface PrepareParams {
   prependContext?: string | null;
   /** @default null */
   memoryPrefetch?: string | null;
+  /** @default "provider" */
+  reasoning?: "all" | "none" | "provider";
   /** @default 60 */
   reductionTimeoutSeconds?: number;
   /** @default null */
@@ -700,6 +730,17 @@ export interface ProgressParams {
   value: Record<string, unknown>;
 }
 
+/** One layer of the assembled system prompt (SPEC §7): a section of its text. */
+export interface PromptLayer {
+  name: string;
+  chars: number;
+  tokens: number;
+  /** @default null */
+  source?: string | null;
+  /** @default false */
+  truncated?: boolean;
+}
+
 /** The work pools (SPEC §1.4): jobs waiting, jobs running, threads. */
 export interface QueueStatus {
   /** @default 0 */
@@ -708,6 +749,33 @@ export interface QueueStatus {
   running?: number;
   /** @default 0 */
   threads?: number;
+}
+
+/**
+ * One reasoning block of an llm call, kept as the provider returned it, in order, in
+ * the llm node's ``metadata.reasoning`` (a list of these; SPEC §4).
+ *
+ * * Anthropic ``thinking``: ``text`` (the thinking) and ``signature``;
+ *   ``redacted_thinking``: ``data``. Sent back unchanged (SPEC §6).
+ * * OpenAI Responses / Codex ``reasoning`` items: ``id``, ``summary`` (the summary
+ *   texts), ``text`` (reasoning content, if any) and ``encryptedContent``.
+ * * Plain reasoning text (OpenHands ``reasoning_content``, DeepSeek-style models):
+ *   ``type: "reasoning"`` with ``text`` only.
+ */
+export interface ReasoningBlock {
+  type: "reasoning" | "redacted_thinking" | "thinking";
+  /** @default null */
+  text?: string | null;
+  /** @default null */
+  signature?: string | null;
+  /** @default null */
+  data?: string | null;
+  /** @default null */
+  id?: string | null;
+  /** @default null */
+  summary?: string[] | null;
+  /** @default null */
+  encryptedContent?: string | null;
 }
 
 /** One tool result summarized for this request (SPEC §8, reduction within a turn). */
@@ -744,6 +812,8 @@ export interface RenderParams {
   includeSystem?: boolean;
   /** @default true */
   aging?: boolean;
+  /** @default "provider" */
+  reasoning?: "all" | "none" | "provider";
   /** @default false */
   budget?: boolean;
   /** @default [] */

@@ -240,11 +240,11 @@ class EngineCore:
         outs = self.counter.count_values(stored, toks)
         return {tok: (ins[tok], outs[tok]) for tok in toks}
 
-    def derive_node(self, role: str, input: Any, output: Any) -> NodeDerived:
+    def derive_node(self, role: str, input: Any, output: Any, name: str = "") -> NodeDerived:
         """What the ledger keeps beside a node, computed once on what the store will keep
         (after spilling): token counts for every tokenizer, and for a tool result its
         ranked references (SPEC §8), so no render re-tokenizes or re-mines old output."""
-        stored, _ = spill_output(output, self.store.spill)
+        stored, _ = spill_output(output, self.store.spill, role=role, name=name)
         refs = aging.stored_references(stored) if role == "code" and stored is not None else None
         return NodeDerived(tokens=self._count_stored(input, stored), refs=refs)
 
@@ -275,7 +275,7 @@ class EngineCore:
                    derived: NodeDerived | None = None) -> AppendOutcome:
         """The one write path for a new node: derive, append, announce, ingest."""
         if derived is None:
-            derived = self.derive_node(node.role, node.input, node.output)
+            derived = self.derive_node(node.role, node.input, node.output, node.name)
         out = self.store.append(session_id, node, move_head=move_head, derived=derived)
         self.announce(session_id, [out.node], out.head)
         return out
@@ -293,7 +293,8 @@ class EngineCore:
         return self._node_append(p, None)
 
     async def _node_append_off_loop(self, p: m.NodeAppendParams) -> m.NodeResult:
-        derived = await asyncio.to_thread(self.derive_node, p.node.role, p.node.input, p.node.output)
+        derived = await asyncio.to_thread(self.derive_node, p.node.role, p.node.input, p.node.output,
+                                        p.node.name)
         return self._node_append(p, derived)
 
     def _node_append(self, p: m.NodeAppendParams, derived: NodeDerived | None) -> m.NodeResult:
@@ -315,10 +316,10 @@ class EngineCore:
         old = self.store.graph(p.session_id).get(p.node_id)
         if not self.in_worker and self._payload_is_big(old.input, p.output):
             return self._node_update_off_loop(p, old)
-        return self._node_update(p, self.derive_node(old.role, old.input, p.output))
+        return self._node_update(p, self.derive_node(old.role, old.input, p.output, old.name))
 
     async def _node_update_off_loop(self, p: m.NodeUpdateParams, old: Any) -> m.NodeResult:
-        derived = await asyncio.to_thread(self.derive_node, old.role, old.input, p.output)
+        derived = await asyncio.to_thread(self.derive_node, old.role, old.input, p.output, old.name)
         return self._node_update(p, derived)
 
     def _node_update(self, p: m.NodeUpdateParams, derived: NodeDerived | None) -> m.NodeResult:
@@ -346,6 +347,7 @@ class EngineCore:
         r = self.views.render(
             p.session_id, head=head, fmt=p.format, model=p.model, frame=p.frame, expose=p.expose,
             include_system=p.include_system, aged=aged, extra_manifest=stats.get("manifest"),
+            reasoning=p.reasoning,
         )
         return self.views.render_result(r)
 
@@ -407,15 +409,21 @@ class EngineCore:
                 )
                 compact = False
         if not compact and tr.fits(result.budget):
-            return result
+            return self._handed_out(p, result)
         return self._prepare_async(p, result, compact)
+
+    def _handed_out(self, p: c.PrepareParams, result: c.PrepareResult) -> c.PrepareResult:
+        """The request is handed out: only now is its new system-prompt node written
+        (SPEC §7: a refused request writes nothing)."""
+        self.views.commit_system_prompt(p.session_id, result.render_id)
+        return result
 
     async def _prepare_async(self, p: c.PrepareParams, result: c.PrepareResult, compact: bool) -> c.PrepareResult:
         if compact:
             result = await self._prepare_after_compaction(p, result)
             if tr.fits(result.budget):
-                return result
-        return await self._reduce_prepare(p, result)
+                return self._handed_out(p, result)
+        return self._handed_out(p, await self._reduce_prepare(p, result))
 
     async def _reduce_prepare(self, p: c.PrepareParams, first: c.PrepareResult) -> c.PrepareResult:
         """Reduce a prepared request within the turn (SPEC §8), or refuse it."""

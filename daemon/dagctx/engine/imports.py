@@ -47,7 +47,7 @@ def _derived(engine: EngineCore, t: Transcript) -> dict[str, NodeDerived]:
     out = {}
     for node in t.nodes:
         if node.id is not None:
-            out[node.id] = engine.derive_node(node.role, node.input, node.output)
+            out[node.id] = engine.derive_node(node.role, node.input, node.output, node.name)
     return out
 
 
