@@ -435,6 +435,16 @@ export interface ModelSpec {
   tokenizer?: string | null;
 }
 
+/** Several nodes of one session appended as one unit: all of them or none. */
+export interface NodeAppendBatchParams {
+  sessionId: string;
+  nodes: NodeInput[];
+  /** @default null */
+  moveHead?: boolean | null;
+  /** @default null */
+  renderId?: string | null;
+}
+
 export interface NodeAppendParams {
   sessionId: string;
   node: NodeInput;
@@ -442,6 +452,11 @@ export interface NodeAppendParams {
   moveHead?: boolean | null;
   /** @default null */
   renderId?: string | null;
+}
+
+export interface NodeBatchResult {
+  nodes: Call[];
+  head: string;
 }
 
 /**
@@ -1011,6 +1026,8 @@ export interface Methods {
   "session/unsubscribe": { params: SessionRef; result: SubscribeResult };
   /** Append one node; HEAD moves only when it extends HEAD. */
   "node/append": { params: NodeAppendParams; result: NodeResult };
+  /** Append several nodes of one session at once (a whole turn, an importer's run): all or none. */
+  "node/appendBatch": { params: NodeAppendBatchParams; result: NodeBatchResult };
   /** Finish a running node (the only mutation). */
   "node/update": { params: NodeUpdateParams; result: NodeResult };
   /** Nodes by id. */
@@ -1096,6 +1113,7 @@ export const METHOD_NAMES = [
   "session/subscribe",
   "session/unsubscribe",
   "node/append",
+  "node/appendBatch",
   "node/update",
   "node/get",
   "context/render",
@@ -1163,7 +1181,8 @@ export type ErrorKind =
   | "StorageUnavailable"
   | "StorageFull"
   | "StorageReadOnly"
-  | "StorageCorrupt";
+  | "StorageCorrupt"
+  | "StorageBusy";
 
 /** `data.kind` → the JSON-RPC error code it is sent with. */
 export const ERROR_KINDS: Readonly<Record<ErrorKind, number>> = {
@@ -1194,4 +1213,5 @@ export const ERROR_KINDS: Readonly<Record<ErrorKind, number>> = {
   StorageFull: -32001,
   StorageReadOnly: -32001,
   StorageCorrupt: -32001,
+  StorageBusy: -32001,
 };

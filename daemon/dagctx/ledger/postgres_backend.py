@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from dagctx.protocol.context_messages import Usage
@@ -87,7 +87,8 @@ def fault_kind(exc: BaseException) -> str | None:
 class PostgresBackend:
     kind = "postgresql"
 
-    def __init__(self, url: str, *, pool_size: int = 4, connect_timeout: float = 10.0) -> None:
+    def __init__(self, url: str, *, pool_size: int = 4, connect_timeout: float = 10.0,
+                 timeout: float | None = None) -> None:
         if psycopg is None:
             raise DagctxError(
                 "InvalidParams",
@@ -151,25 +152,41 @@ class PostgresBackend:
         with self._faults(what), self.pool.connection() as conn:
             yield conn
 
+    #: a server's database is never replaced under us the way a file is
+    generation = 0
+
+    def vanished(self) -> bool:
+        return False
+
+    def reopen(self) -> None:
+        return None
+
+    def fault_kind(self, exc: BaseException) -> str | None:
+        """The storage-fault kind of an exception raised inside a transaction, or None."""
+        return fault_kind(exc)
+
     @contextmanager
-    def transaction(self, session_id: str) -> Iterator[None]:
+    def transaction(self, session_id: str, guard: AbstractContextManager[Any] | None = None) -> Iterator[None]:
         """``BEGIN`` … ``COMMIT``; the session is locked by the first ``session(lock=True)``;
-        any failure, COMMIT's own included, rolls back."""
+        ``guard`` is held from ``BEGIN`` until the transaction ends; any failure, COMMIT's
+        own included, rolls back."""
         if getattr(self._local, "conn", None) is not None:
             raise RuntimeError("write transactions do not nest")
         with self._faults("write"), self.pool.connection() as conn:
             conn.execute("BEGIN")
             self._local.conn = conn
             try:
-                yield
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                with guard if guard is not None else nullcontext():
                     try:
-                        conn.execute("ROLLBACK")
-                    except psycopg.Error:
-                        pass  # a broken connection: the pool discards it; never mask the cause
-                raise
+                        yield
+                        conn.execute("COMMIT")
+                    except BaseException:
+                        if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                            try:
+                                conn.execute("ROLLBACK")
+                            except psycopg.Error:
+                                pass  # a broken connection: the pool discards it; never mask the cause
+                        raise
             finally:
                 self._local.conn = None
 

@@ -297,6 +297,23 @@ class NodeResult(_Result):
     head: str
 
 
+class NodeAppendBatchParams(_Params):
+    """Several nodes of one session appended as one unit: all of them or none."""
+
+    session_id: str
+    nodes: list[NodeInput]
+    #: as ``node/append``'s, for each conversation node of the batch (nested calls never move HEAD)
+    move_head: bool | None = None
+    #: the render the batch's ``llm`` nodes were sent (their reads and manifest)
+    render_id: str | None = None
+
+
+class NodeBatchResult(_Result):
+    #: the nodes as stored, in the order given (consecutive seq)
+    nodes: list[Call]
+    head: str
+
+
 class NodeUpdateParams(_Params):
     """Fill a ``running`` node on exit: the ledger's only mutation."""
 
