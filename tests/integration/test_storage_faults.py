@@ -201,6 +201,7 @@ async def test_corrupt_pages_answer_storage_corrupt(db_path: Path) -> None:
         err = await expect("StorageCorrupt", d.history(sid))
         assert "backup" in err.message and ".recover" in err.message
         await expect("StorageCorrupt", append_user(d, sid, "more"))
+        await expect("StorageCorrupt", d.search("turn", session_id=sid))  # not InternalError
         assert (await d.session_get(sid)).title == "corrupt"  # what is readable is still served
     finally:
         await d.close()

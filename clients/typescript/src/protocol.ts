@@ -257,6 +257,8 @@ export interface DaemonStatus {
   idleTimeoutSeconds: number | null;
   databases: string[];
   clients: ClientStatus[];
+  /** @default [] */
+  warnings?: string[];
 }
 
 export interface DaemonStopResult {
@@ -388,6 +390,8 @@ export interface InitializationOptions {
   configFile?: string | null;
   /** @default null */
   aging?: AgingOptions | null;
+  /** @default null */
+  storageTimeoutSeconds?: number | null;
 }
 
 export interface InitializeParams {

@@ -139,7 +139,8 @@ class EngineCore:
             # SPEC §2.1: a postgresql:// URL is a server, anything else a SQLite file. Only the
             # default location is created; a path the user named must be in a folder that
             # exists (a typo must not create directories anywhere).
-            self.db = self.shared.acquire(name, create_parent=not explicit)
+            self.db = self.shared.acquire(name, create_parent=not explicit,
+                                          timeout=self.options.storage_timeout_seconds)
             self._store = self.db.store
             self.views.use_caches(self.db.caches)
             self.compaction_state = self.db.compaction

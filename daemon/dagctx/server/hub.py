@@ -262,4 +262,5 @@ class Hub:
             idle_timeout_seconds=self.idle_timeout if self.mode == "shared" else None,
             databases=sorted(db.key for db in self.shared.databases()),
             clients=clients,
+            warnings=self.shared.warnings(),
         )

@@ -107,6 +107,9 @@ class InitializationOptions(_Params):
     config_file: FilePath | None = None
     #: aging policy overrides, e.g. ``{"turnUnit": "step", "keepRecentTurns": 4, "minAgeSeconds": 60}``
     aging: AgingOptions | None = None
+    #: how long a request may wait for its database (SPEC §2.1; default 10 s); the first
+    #: connection that opens a database in a daemon sets it there
+    storage_timeout_seconds: Annotated[float, msgspec.Meta(ge=0.5, le=300)] | None = None
 
 
 class AttachParams(_Params):
@@ -465,6 +468,8 @@ class DaemonStatus(_Result):
     idle_timeout_seconds: float | None
     databases: list[str]
     clients: list[ClientStatus]
+    #: things the user should fix, e.g. an open database other users can read (SPEC §2.1)
+    warnings: list[str] = msgspec.field(default_factory=list)
 
 
 class DaemonStopResult(_Result):
