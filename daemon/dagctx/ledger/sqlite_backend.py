@@ -289,7 +289,8 @@ class SqliteBackend:
         return fault_kind(exc) if isinstance(exc, sqlite3.Error) else None
 
     @contextmanager
-    def transaction(self, session_id: str, guard: AbstractContextManager[Any] | None = None) -> Iterator[None]:
+    def transaction(self, session_id: str, guard: AbstractContextManager[Any] | None = None, *,
+                    group: bool = False) -> Iterator[None]:
         """``BEGIN IMMEDIATE`` … ``COMMIT`` on the writer's connection; ``guard`` is held from
         the moment the write lock is ours until the transaction ends (the wait for another
         process's lock holds nothing of ours). Any failure, COMMIT's own included, rolls back."""
@@ -334,6 +335,17 @@ class SqliteBackend:
         with self._faults("read a session"):
             row = self._c().execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE id=?", (session_id,)).fetchone()
         return None if row is None else self._row(row)
+
+    def lock_sessions(self, session_ids: Sequence[str]) -> dict[str, SessionRow]:
+        """Inside a transaction: the rows of ``session_ids`` (the write lock is the file's)."""
+        out: dict[str, SessionRow] = {}
+        with self._faults("read sessions"):
+            for k in range(0, len(session_ids), 500):
+                part = list(session_ids[k:k + 500])
+                marks = ",".join("?" * len(part))
+                for r in self._c().execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE id IN ({marks})", part):
+                    out[r[0]] = self._row(r)
+        return out
 
     def session_by_source(self, source_key: str) -> SessionRow | None:
         with self._faults("read a session"):

@@ -164,12 +164,12 @@ class Store:
             yield
 
     @contextmanager
-    def _write_many(self, session_ids: Sequence[str]) -> Iterator[None]:
+    def _write_many(self, session_ids: Sequence[str], *, group: bool = False) -> Iterator[None]:
         """One write transaction touching ``session_ids``; a failure drops their graphs
         before the store's lock is released."""
         with self._wlock:
             self.ensure_file()
-            with self.backend.transaction(session_ids[0], guard=self._dropping(session_ids)):
+            with self.backend.transaction(session_ids[0], guard=self._dropping(session_ids), group=group):
                 yield
 
     @contextmanager
@@ -444,16 +444,22 @@ class Store:
             sids = sorted({units[i].session_id for i in todo})
             done: dict[int, list[AppendOutcome] | BaseException] = {}
             try:
-                with self._write_many(sids):
+                with self._write_many(sids, group=True):
                     state: dict[str, tuple[SessionRow, SessionGraph, int] | BaseException] = {}
-                    for sid in sids:  # sorted: PostgreSQL row locks are always taken in one order
-                        try:
-                            row, g = self._locked(sid)
-                            state[sid] = (row, g, row.rev)
-                        except DagctxError as err:
-                            if err.kind != "SessionNotFound":
-                                raise
-                            state[sid] = err
+                    # every session of the group locked in one round trip, in id order
+                    locked = self.backend.lock_sessions(sids)
+                    for sid in sids:
+                        row = locked.get(sid)
+                        if row is None:
+                            self._graphs.pop(sid, None)
+                            state[sid] = DagctxError(
+                                "SessionNotFound",
+                                f"session {sid!r} does not exist; list sessions with session/list "
+                                "or create one with session/create",
+                                session_id=sid,
+                            )
+                        else:
+                            state[sid] = (row, self._refresh(row), row.rev)
                     for i in todo:
                         done[i] = self._apply_unit(i, units[i], state[units[i].session_id])
                     for st in state.values():
