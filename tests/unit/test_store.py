@@ -538,3 +538,20 @@ def test_a_group_whose_commit_fails_for_one_row_commits_the_others(store: Store)
     assert isinstance(got[1], BaseException)
     assert [n.id for n in store.history(sid)[0]] == ["x1", "x2"]
     assert rows(store.path, sid) == (3, 3, "x2", 3)
+
+
+def test_cached_graphs_are_weighed_and_can_be_evicted(store: Store) -> None:
+    s = store.create_session()
+    sid = s.session_id
+    turn(store, sid, s.root_id, 1)
+    other = Store(store.path)
+    try:
+        g = other.graph(sid)
+        ((got_sid, nbytes, used),) = other.cached_graphs()
+        assert got_sid == sid and nbytes > 0 and used > 0 and other.cache_bytes() == nbytes
+        assert other.evict(sid) and other.cached_graphs() == [] and not other.evict(sid)
+        again = other.graph(sid)  # rebuilt from the database, the same nodes
+        assert again is not g and list(again.nodes) == list(g.nodes)
+        assert other.cache_bytes() == nbytes
+    finally:
+        other.close()

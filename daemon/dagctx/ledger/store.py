@@ -363,13 +363,32 @@ class Store:
             # read is loaded by the next refresh, never half now.
             for body in self.backend.bodies_between(row.id, g.rev, row.rev):
                 g.add(dec(body))
+                g.nbytes += len(body)
                 loaded += 1
             g.rev = row.rev
             if loaded >= 1000:
                 # A big load is long-lived data: keep the cyclic GC from re-scanning it on
                 # every render (it was a third of a warm render's time on 10k nodes).
                 gc.freeze()
+        g.used_at = time.monotonic()
         return g
+
+    def cached_graphs(self) -> list[tuple[str, int, float]]:
+        """``(session id, bytes, last used)`` of every cached session graph: what a bound on
+        the daemon's memory weighs (bytes are the stored bodies the graph decoded; the
+        objects weigh a small multiple of that), for ``evict`` to act on."""
+        with self.lock:
+            return [(sid, g.nbytes, g.used_at) for sid, g in self._graphs.items()]
+
+    def cache_bytes(self) -> int:
+        with self.lock:
+            return sum(g.nbytes for g in self._graphs.values())
+
+    def evict(self, session_id: str) -> bool:
+        """Drop a session's cached graph (the next read rebuilds it from the database)."""
+        with self.lock:
+            self._graph_born.pop(session_id, None)
+            return self._graphs.pop(session_id, None) is not None
 
     def forget(self, session_id: str) -> None:
         """Drop a session's cached graph (after rows were written around the rules: a copy)."""
