@@ -1,4 +1,4 @@
-"""Group commit (SPEC §4.1): appends from many connections of one shared daemon, committed
+"""Group commit (SPEC §4.2): appends from many connections of one shared daemon, committed
 together, keep every rule of a lone append — on both backends.
 
 * seq stays contiguous per session and each connection's appends keep their order;

@@ -491,7 +491,7 @@ def test_nul_and_unusual_text_round_trips_exactly(store: Store) -> None:
         other.close()
 
 
-# ---------------------------------------------------------------- group commit (SPEC §4.1)
+# ---------------------------------------------------------------- group commit (SPEC §4.2)
 
 
 def test_a_group_keeps_the_rules_of_lone_appends_and_isolates_failures(store: Store) -> None:

@@ -538,6 +538,40 @@ def summary_applies(graph: SessionGraph, summary: Call, chain: list[Call]) -> bo
     return active_summary(graph, chain, [summary]) is not None
 
 
+@dataclass(frozen=True)
+class SummaryChoice:
+    """Which summary a branch uses (SPEC §8): the active one and its segment of the chain."""
+
+    active: Call | None = None
+    #: indexes into the chain of the first and last covered node (``-1`` when none)
+    first: int = 0
+    last: int = -1
+    #: summaries that applied to this chain but lost to the active one
+    superseded: list[str] = field(default_factory=list)
+
+
+def select_summary(
+    graph: SessionGraph,
+    chain: list[Call],
+    *,
+    before_seq: float = _INF,
+    exclude: set[str] | frozenset[str] = frozenset(),
+    protect: set[str] | frozenset[str] = frozenset(),
+) -> SummaryChoice:
+    """``active_summary`` over the session's summaries, as ``render_view`` chooses them:
+    what ``session/graph`` restates per head (SPEC §4.1), so the graph follows the render's
+    rule whatever it is."""
+    if not chain:
+        return SummaryChoice()
+    candidates = [s for s in _summary_candidates(graph)
+                  if s.id not in exclude and s.seq < before_seq and not protect.intersection(covers_of(s))]
+    picked = active_summary(graph, chain, candidates)
+    if picked is None:
+        return SummaryChoice()
+    active, (lo, hi), superseded = picked
+    return SummaryChoice(active, lo, hi, superseded)
+
+
 # ---------------------------------------------------------------- renderer
 
 

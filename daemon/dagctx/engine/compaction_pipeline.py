@@ -297,6 +297,12 @@ def _validate(engine: EngineCore, graph: Any, plan: Any, text: str | None, head:
         text, plan, tokens_before=tokens_before, candidate_tokens_after=after, max_chars=max_chars,
         identifiers=identifiers, min_retention=min_retention,
     )
+    # what the gate measured rides on the node (SPEC §8), so a viewer can show it later:
+    # both token figures are the same estimate (neutral format, same aging)
+    node_input["metadata"]["stats"] = {
+        "tokensBefore": tokens_before, "tokensAfter": after,
+        "identifiersChecked": list(identifiers), "identifiersMissing": list(validation.missing),
+    }
     return validation, node_input
 
 

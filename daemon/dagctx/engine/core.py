@@ -317,7 +317,7 @@ class EngineCore:
 
     async def _node_append_batch(self, p: m.NodeAppendBatchParams) -> m.NodeBatchResult:
         """A whole turn (or an importer's run of nodes) in one unit of the next group
-        commit: all or none (SPEC §5.3)."""
+        commit: all or none (SPEC §4.2)."""
         if not p.nodes:
             raise DagctxError("InvalidParams", "nodes is empty: give at least one node", path="nodes")
         nodes = [self._with_render(p.session_id, p.render_id, n, "renderId") if p.render_id is not None
@@ -550,6 +550,7 @@ class EngineCore:
             "session/delete": self.session_delete,
             "session/history": s(ledger_ops.session_history),
             "session/branches": s(ledger_ops.session_branches),
+            "session/graph": s(ledger_ops.session_graph),
             "session/checkout": w(ledger_ops.session_checkout),
             "session/rewind": w(ledger_ops.session_rewind),
             "session/spawn": self.session_spawn,

@@ -446,7 +446,7 @@ class Store:
         return out
 
     def append_group(self, units: Sequence[AppendRequest]) -> list[list[AppendOutcome] | BaseException]:
-        """Group commit (SPEC §4.1): every unit in ONE transaction (one sync), each unit
+        """Group commit (SPEC §4.2): every unit in ONE transaction (one sync), each unit
         all or nothing, failures isolated per unit, in the order given.
 
         Each unit meets the rules exactly as a lone ``append`` would, after the units before
@@ -735,14 +735,19 @@ class Store:
             g = self._refresh(row)
         names: dict[str, str] = row.metadata.get("_branches", {})
         main = g.main_tip()
+        spans = g.chain_spans()  # lengths in one pass, not one walk per tip
         out = []
         for tip in g.tips():
-            chain = g.chain(tip)
-            first = chain[0] if chain else None
+            if tip in spans:
+                length, first_id = spans[tip]
+                first: Call | None = g.nodes[first_id]
+            else:  # ROOT, or a broken chain: the walk says which (BrokenPredecessorChain)
+                chain = g.chain(tip)
+                length, first = len(chain), (chain[0] if chain else None)
             out.append(
                 BranchInfo(
                     head=tip,
-                    length=len(chain),
+                    length=length,
                     main=tip == main,
                     current=tip == row.head,
                     spawn=bool(first is not None and is_spawn_root(first)),

@@ -1,5 +1,5 @@
 """The writer of one database: one thread that runs every write of this daemon to it,
-committing appends in groups (SPEC §4.1).
+committing appends in groups (SPEC §4.2).
 
 Appends that arrive while a commit is in flight — from any connection — wait in the
 queue and are committed together by the next group: one transaction, one sync, each

@@ -86,6 +86,14 @@ _ALL: list[MethodSpec] = [
     _req("session/branches", m.SessionRef, m.SessionBranchesResult, "Every branch tip, the main lane, lengths.",
          "SessionNotFound, BrokenPredecessorChain",
          "Tips are conversation nodes without conversation children; `main` follows first children from ROOT."),
+    _req("session/graph", m.SessionGraphParams, m.SessionGraphResult,
+         "A session's nodes, edges, branches and active summaries, paged by seq, for drawing.",
+         "SessionNotFound, NodeNotFound (a head), InvalidParams (a head that is not a conversation node), "
+         "BrokenPredecessorChain",
+         "Read-only. Every statement about coverage restates stored data: the summary each head's render uses "
+         "(the render's own rule, SPEC §8), `metadata.covers_ids` with the covered nodes' caller subtrees, "
+         "`renderManifest.aged` of recorded requests; no seq arithmetic. Runs off the event loop.",
+         offload=True),
     _req("session/checkout", m.SessionCheckoutParams, m.HeadResult, "Move HEAD to a conversation node.",
          "SessionNotFound, NodeNotFound, InvalidEdge (not a conversation node), BrokenPredecessorChain",
          "The only effect is HEAD = nodeId.", writes=True),
@@ -133,7 +141,7 @@ _ALL: list[MethodSpec] = [
          "Each node meets the rules of `node/append` after the nodes before it (a node may name an earlier "
          "node of the batch as its predecessor or caller); consecutive seq; HEAD follows each conversation node "
          "that extends it (or every one with moveHead=true; nested calls never move HEAD). One refused node: "
-         "nothing of the batch is written. Committed in one group with other appends (SPEC §4.1).",
+         "nothing of the batch is written. Committed in one group with other appends (SPEC §4.2).",
          writes=True),
     _req("node/update", m.NodeUpdateParams, m.NodeResult, "Finish a running node (the only mutation).",
          "NodeNotFound, NotRunning, InvalidParams",
