@@ -111,7 +111,7 @@ class TurnReduction(_Result):
     summary_input_tokens: int = 0
     summary_output_tokens: int = 0
     duration_ms: float = 0.0
-    #: reductions carried over from the previous request of the branch (prompt-cache stable)
+    #: reductions applied whose summaries were all found in the stored summary table (no call)
     reused: int = 0
     #: why a summary was not used: ``empty``, ``notSmaller``, ``failed: …``, ``callLimit``, ``timeLimit``
     failures: list[str] = msgspec.field(default_factory=list)
