@@ -193,7 +193,7 @@ def build_session(path: str, target: int) -> tuple[str, str, dict[str, Any]]:
     t0 = time.perf_counter()
     nodes, head, stats = build_nodes(target)
     t1 = time.perf_counter()
-    counts = {n.id: eng.derive_node(n.role, n.input, n.output) for n in nodes}
+    counts = {n.id: eng.derive_node(n.role, n.input, n.output, n.name) for n in nodes}
     t2 = time.perf_counter()
     store = eng.store
     sid = store.create_session("bench-render").session_id

@@ -312,16 +312,53 @@ def test_large_output_spills_once_and_reads_back_whole(store: Store) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    [big_output(lines=100, width=400), "y" * 31_700 + "\n" * 200, big_output(lines=300, width=50)],
-    ids=["exactly-100-lines", "just-under-chars", "many-short-lines"],
+    ["y" * 31_999, "y" * 31_700 + "\n" * 299, big_output(lines=300, width=50)],
+    ids=["one-char-short", "just-under-chars-many-lines", "many-short-lines"],
 )
-def test_outputs_below_either_limit_stay_inline(store: Store, text: str) -> None:
+def test_outputs_below_the_size_limit_stay_inline(store: Store, text: str) -> None:
     s = store.create_session()
     u = store.append(s.session_id, U("ROOT"), move_head=None).node
-    n = store.append(s.session_id, L(u.id, text)).node
-    if len(text) >= 32_000 and text.count("\n") + 1 > 100:
-        pytest.fail("case is not below a limit")
+    a = store.append(s.session_id, L(u.id)).node
+    n = store.append(s.session_id, NodeInput(role="code", name="cat", caller=a.id, output=text)).node
+    assert len(text) < store.spill.min_chars
     assert n.output == text and "spill" not in n.metadata
+
+
+def test_messages_are_never_spilled(store: Store) -> None:
+    """SPEC §4: only function and tool results spill; a user's message and a model's reply
+    are the conversation itself, kept whole however long."""
+    s = store.create_session()
+    text = "requirement must hold " * 5_000
+    u = store.append(s.session_id, NodeInput(role="user", output=text, predecessor="ROOT")).node
+    a = store.append(s.session_id, L(u.id, text)).node
+    for n in (u, a):
+        assert n.output == text and "spill" not in n.metadata
+
+
+@pytest.mark.parametrize("text", ["z" * 32_000, big_output(lines=100, width=400), ("w" * 99 + " ") * 5_000],
+                         ids=["exactly-the-limit-one-line", "exactly-100-lines", "500k-one-line"])
+def test_size_alone_decides_a_spill(store: Store, text: str) -> None:
+    """SPEC §4: an output of at least 32,000 characters spills whatever its line count."""
+    s = store.create_session()
+    sid = s.session_id
+    u = store.append(sid, U("ROOT")).node
+    a = store.append(sid, L(u.id)).node
+    n = store.append(sid, NodeInput(role="code", name="cat", caller=a.id, output=text)).node
+    sp = n.metadata["spill"]
+    assert sp["chars"] == len(text) and sp["lines"] == text.count("\n") + 1
+    assert len(n.output) < 10_000 and n.output.startswith(text[:6_000]) and n.output.endswith(text[-3_000:])
+    assert store.get_nodes(sid, [n.id], ranged=True)[0].output == text
+
+
+def test_a_system_prompt_is_never_spilled(store: Store) -> None:
+    """SPEC §4, §7: a ``context/system_prompt`` node keeps its whole text, however long."""
+    s = store.create_session()
+    prompt = "\n".join(f"- skill-{i}: does thing {i} " + "d" * 300 for i in range(400))
+    assert len(prompt) > 100_000
+    n = store.append(s.session_id, NodeInput(role="code", name="context/system_prompt", caller="ROOT",
+                                             output=prompt)).node
+    assert n.output == prompt and "spill" not in n.metadata
+    assert store.get_nodes(s.session_id, [n.id])[0].output == prompt
 
 
 def test_update_spills_too(store: Store) -> None:

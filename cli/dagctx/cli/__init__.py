@@ -130,10 +130,20 @@ def build_parser():  # noqa: ANN201 - argparse.ArgumentParser
 
     commands.register(sub)
     daemon_cmd.register(sub)
-    from dagctx.cli import mcp_server  # registers `dagctx mcp`; the SDK is imported only when it runs
-
-    mcp_server.register(sub)
+    # `dagctx mcp` is declared here, its module (tool table, SDK) imported only when it runs:
+    # every other command starts without it
+    mc = sub.add_parser("mcp", help="serve the recorded history as MCP tools on stdio (for Claude Code, Codex, …)",
+                        description="``dagctx mcp``: the daemon's history as MCP tools, for any MCP-capable agent.")
+    mc.add_argument("--db", default=argparse.SUPPRESS,
+                    help="SQLite database file (default: $DAGCTX_DB or the user data dir)")
+    mc.set_defaults(func=_mcp)
     return p
+
+
+def _mcp(args) -> int:  # noqa: ANN001 - argparse.Namespace
+    from dagctx.cli.mcp_server import cmd_mcp
+
+    return cmd_mcp(args)
 
 
 def main(argv: list[str] | None = None) -> int:

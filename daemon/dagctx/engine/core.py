@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import msgspec
@@ -59,6 +59,11 @@ log = logging.getLogger("dagctx.engine")
 T = TypeVar("T")
 
 
+#: The longest path and file name a path the client names may have (Linux ``PATH_MAX``,
+#: ``NAME_MAX``): longer ones are refused as InvalidParams before any system call.
+PATH_MAX = 4096
+NAME_MAX = 255
+
 #: Payloads larger than this are tokenized and mined for references (SPEC §8) in a worker
 #: thread, off the event loop: 64 KB of identifier-dense text costs about 20 ms of each.
 BIG_PAYLOAD_CHARS = 64_000
@@ -81,12 +86,18 @@ class EngineCore:
         self.client_database: str | None = None
         #: the client's working directory, when it differs from the daemon's (forwarded)
         self.client_cwd: str | None = None
+        #: the client's environment (SPEC §1.3): this process's own when standalone; in the
+        #: shared daemon only what the forwarder attached (the daemon's own is never read)
+        self.environ: Mapping[str, str] = {} if self.config.shared else os.environ
         #: called after every write with the session and the ids of nodes written
         #: (the server tells subscribers); a no-op in-process
         self.on_change: Callable[[str, frozenset[str]], None] = _no_change
         #: runs heavy local work of async operations (compaction's planning, an import's
         #: write) where the server runs heavy views — off its event loop; None: inline
         self.heavy_runner: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None
+        #: True when the server runs every handler in a worker thread (SPEC §1.4): a big
+        #: payload is then derived right there instead of hopping to another thread
+        self.in_worker = False
         self.options = m.InitializationOptions()
         #: this connection's id, named as ``origin`` in notifications
         self.connection_id: str | None = None
@@ -112,7 +123,7 @@ class EngineCore:
         self.options = p.initialization_options or m.InitializationOptions()
         self.client_capabilities = p.capabilities
         if self.options.config_file:
-            cfg = self.client_path(self.options.config_file)
+            cfg = self.client_path(self.options.config_file, "initializationOptions.configFile")
             try:
                 raw = read_config_file(cfg)
             except FileNotFoundError:
@@ -132,7 +143,7 @@ class EngineCore:
         env = None if self.config.shared else env_database()
         explicit = self.options.database or self.client_database or self.config.database or env
         if explicit and explicit != ":memory:" and not is_postgres_url(explicit):
-            name = self.client_path(explicit)
+            name = self.client_path(explicit, "initializationOptions.database")
         else:
             name = explicit or default_database()
         try:
@@ -169,12 +180,21 @@ class EngineCore:
             return fn()
         return await self.heavy_runner(fn)
 
-    def client_path(self, path: str) -> str:
+    def client_path(self, path: str, field: str = "path") -> str:
         """A path the client named, as the client meant it: ``~`` expanded, and relative to
-        the client's working directory (the shared daemon's own is ``/``)."""
+        the client's working directory (the shared daemon's own is ``/``). A path no file
+        system can hold (longer than ``PATH_MAX``, or a name longer than ``NAME_MAX``) is
+        ``InvalidParams`` naming ``field``."""
         path = os.path.expanduser(path)
         if self.client_cwd and not os.path.isabs(path):
             path = os.path.join(self.client_cwd, path)
+        raw = os.fsencode(path)
+        longest = max((len(part) for part in raw.split(b"/")), default=0)
+        if len(raw) >= PATH_MAX or longest > NAME_MAX:
+            what = (f"is {len(raw):,} bytes long (at most {PATH_MAX - 1:,})" if len(raw) >= PATH_MAX
+                    else f"has a name of {longest:,} bytes (at most {NAME_MAX})")
+            raise DagctxError("InvalidParams", f"the path in {field} {what}; name an existing, shorter path",
+                              path=field)
         return path
 
     def close(self) -> None:
@@ -221,11 +241,11 @@ class EngineCore:
         outs = self.counter.count_values(stored, toks)
         return {tok: (ins[tok], outs[tok]) for tok in toks}
 
-    def derive_node(self, role: str, input: Any, output: Any) -> NodeDerived:
+    def derive_node(self, role: str, input: Any, output: Any, name: str = "") -> NodeDerived:
         """What the ledger keeps beside a node, computed once on what the store will keep
         (after spilling): token counts for every tokenizer, and for a tool result its
         ranked references (SPEC §8), so no render re-tokenizes or re-mines old output."""
-        stored, _ = spill_output(output, self.store.spill)
+        stored, _ = spill_output(output, self.store.spill, role=role, name=name)
         refs = aging.stored_references(stored) if role == "code" and stored is not None else None
         return NodeDerived(tokens=self._count_stored(input, stored), refs=refs)
 
@@ -257,7 +277,7 @@ class EngineCore:
         """The one write path for a new node, for callers already off the event loop (a
         view in a worker thread): derive, append, announce, ingest."""
         if derived is None:
-            derived = self.derive_node(node.role, node.input, node.output)
+            derived = self.derive_node(node.role, node.input, node.output, node.name)
         out = self.store.append(session_id, node, move_head=move_head, derived=derived)
         self.announce(session_id, [out.node], out.head)
         return out
@@ -267,7 +287,7 @@ class EngineCore:
         """``write_node`` from the event loop: the append goes to the database's writer
         thread and is committed with the other appends waiting there (group commit)."""
         if derived is None:
-            derived = await self._derive(node.role, node.input, node.output)
+            derived = await self._derive(node.role, node.input, node.output, node.name)
         out = await self._db().calls.append(session_id, node, move_head=move_head, derived=derived)
         self.announce(session_id, [out.node], out.head)
         return out
@@ -277,10 +297,10 @@ class EngineCore:
             raise DagctxError("ServerNotInitialized", "send initialize first")
         return self.db
 
-    async def _derive(self, role: str, input: Any, output: Any) -> NodeDerived:
+    async def _derive(self, role: str, input: Any, output: Any, name: str = "") -> NodeDerived:
         if self._payload_is_big(input, output):
-            return await asyncio.to_thread(self.derive_node, role, input, output)
-        return self.derive_node(role, input, output)
+            return await asyncio.to_thread(self.derive_node, role, input, output, name)
+        return self.derive_node(role, input, output, name)
 
     def write(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]:
         """A store write from the event loop, run by the database's writer thread."""
@@ -323,9 +343,10 @@ class EngineCore:
         nodes = [self._with_render(p.session_id, p.render_id, n, "renderId") if p.render_id is not None
                  and n.role == "llm" else n for n in p.nodes]
         if self._payload_is_big(*[n.input for n in nodes], *[n.output for n in nodes]):
-            derived = await asyncio.to_thread(lambda: [self.derive_node(n.role, n.input, n.output) for n in nodes])
+            derived = await asyncio.to_thread(
+                lambda: [self.derive_node(n.role, n.input, n.output, n.name) for n in nodes])
         else:
-            derived = [self.derive_node(n.role, n.input, n.output) for n in nodes]
+            derived = [self.derive_node(n.role, n.input, n.output, n.name) for n in nodes]
         outs = await self._db().calls.append_batch(p.session_id, nodes, move_head=p.move_head, derived=derived)
         head = outs[-1].head
         self.announce(p.session_id, [o.node for o in outs], head)
@@ -339,7 +360,7 @@ class EngineCore:
         if p.output is not None:
             old = await asyncio.get_running_loop().run_in_executor(
                 self._db().executor, lambda: self.store.graph(p.session_id).get(p.node_id))
-            derived = await self._derive(old.role, old.input, p.output)
+            derived = await self._derive(old.role, old.input, p.output, old.name)
         out = await self.write(lambda: self.store.update(
             p.session_id, p.node_id, status=p.status, output=p.output, metadata=p.metadata, derived=derived
         ))
@@ -364,6 +385,7 @@ class EngineCore:
         r = self.views.render(
             p.session_id, head=head, fmt=p.format, model=p.model, frame=p.frame, expose=p.expose,
             include_system=p.include_system, aged=aged, extra_manifest=stats.get("manifest"),
+            reasoning=p.reasoning,
         )
         return self.views.render_result(r)
 
@@ -425,15 +447,21 @@ class EngineCore:
                 )
                 compact = False
         if not compact and tr.fits(result.budget):
-            return result
+            return self._handed_out(p, result)
         return self._prepare_async(p, result, compact)
+
+    def _handed_out(self, p: c.PrepareParams, result: c.PrepareResult) -> c.PrepareResult:
+        """The request is handed out: only now is its new system-prompt node written
+        (SPEC §7: a refused request writes nothing)."""
+        self.views.commit_system_prompt(p.session_id, result.render_id)
+        return result
 
     async def _prepare_async(self, p: c.PrepareParams, result: c.PrepareResult, compact: bool) -> c.PrepareResult:
         if compact:
             result = await self._prepare_after_compaction(p, result)
             if tr.fits(result.budget):
-                return result
-        return await self._reduce_prepare(p, result)
+                return self._handed_out(p, result)
+        return self._handed_out(p, await self._reduce_prepare(p, result))
 
     async def _reduce_prepare(self, p: c.PrepareParams, first: c.PrepareResult) -> c.PrepareResult:
         """Reduce a prepared request within the turn (SPEC §8), or refuse it."""

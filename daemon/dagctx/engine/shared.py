@@ -199,6 +199,18 @@ class EngineShared:
                                f"run chmod 600 {path}")
         return out
 
+    def close_unused(self, db: OpenDatabase) -> bool:
+        """Close ``db`` when no connection uses it (its caches go with it); the next
+        ``acquire`` opens it afresh. False when someone acquired it meanwhile."""
+        with self._lock:
+            if db.users > 0 or self._open.get(db.key) is not db:
+                return False
+            del self._open[db.key]
+        with db.store.lock:
+            db.store.close()
+        db.caches = ViewCaches()
+        return True
+
     def databases(self) -> list[OpenDatabase]:
         with self._lock:
             return list(self._open.values())

@@ -37,7 +37,7 @@ import msgspec
 
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.messages import BranchInfo, SearchHit, SessionInfo
-from dagctx.protocol.nodes import ROOT_SENTINEL, Call, NodeInput
+from dagctx.protocol.nodes import ROOT_SENTINEL, SYSTEM_PROMPT_NAME, Call, NodeInput
 
 from . import rules
 from . import search as fts
@@ -67,11 +67,11 @@ _DERIVED = "\x00derived"
 
 @dataclass(frozen=True)
 class SpillPolicy:
-    """Outputs longer than both limits are stored whole in ``blobs`` and the node keeps
-    head + tail with a marker (write path, once, deterministic)."""
+    """Function and tool results of at least ``min_chars`` characters, whatever their
+    line count, are stored whole in ``blobs`` and the node keeps head + tail with a marker
+    (write path, once, deterministic; SPEC §4). A system prompt is never spilled."""
 
     min_chars: int = 32_000
-    min_lines: int = 100
     head_chars: int = 6_000
     tail_chars: int = 3_000
 
@@ -552,8 +552,9 @@ class Store:
         caller = rules.resolve(row.root_id, inp.caller)
         # Errors name the client's id, never one made up for a node that was not written.
         rules.check_edges(g, row.head, inp.id, inp, predecessor, caller, spawn_ok=spawn_ok)
+        rules.check_reasoning(inp.role, inp.metadata)
 
-        output, spilled = spill_output(inp.output, self.spill)
+        output, spilled = spill_output(inp.output, self.spill, role=inp.role, name=inp.name)
         metadata = dict(inp.metadata)
         if spilled is not None:
             metadata["spill"] = {k: v for k, v in spilled.items() if k != "data"}
@@ -631,7 +632,9 @@ class Store:
             row, g = self._locked(session_id)
             old = g.get(node_id)
             rules.check_update(session_id, old, status)
-            new_output, spilled = spill_output(output if output is not None else old.output, self.spill)
+            rules.check_reasoning(old.role, metadata or {}, "metadata.reasoning")
+            new_output, spilled = spill_output(output if output is not None else old.output, self.spill,
+                                               role=old.role, name=old.name)
             meta = {**old.metadata, **(metadata or {})}
             if spilled is not None:
                 meta["spill"] = {k: v for k, v in spilled.items() if k != "data"}
@@ -875,18 +878,22 @@ class Store:
             return self.backend.usage_rows(session_id)
 
 
-def spill_output(output: Any, policy: SpillPolicy) -> tuple[Any, dict[str, Any] | None]:
+def spill_output(output: Any, policy: SpillPolicy, *, role: str = "code",
+                 name: str = "") -> tuple[Any, dict[str, Any] | None]:
     """What the node keeps of ``output``, and the spill record (``data`` = the whole text).
 
     Pure and deterministic, so the engine can count the tokens of exactly what the
-    store will keep before it appends.
+    store will keep before it appends. Size alone decides (SPEC §4: a 50 MB output on
+    one line spills like a 50 MB log). Only function and tool results (``role`` code)
+    spill: a user's message and a model's reply are what the conversation is, and a
+    ``context/system_prompt`` node (``name``) is sent whole, so it is stored and counted
+    whole, however long.
     """
     p = policy
-    if not isinstance(output, str) or len(output) < p.min_chars:
+    if (role != "code" or name == SYSTEM_PROMPT_NAME or not isinstance(output, str)
+            or len(output) < p.min_chars):
         return output, None
     lines = output.count("\n") + 1
-    if lines <= p.min_lines:
-        return output, None
     chars = len(output)
     head = output[: p.head_chars]
     tail = output[chars - p.tail_chars :]

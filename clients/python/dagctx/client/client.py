@@ -138,7 +138,7 @@ class DagctxClient:
         client.daemon_log = transport.log_path(socket_path or transport.socket_path())
         db = os.fspath(database) if database is not None else os.environ.get("DAGCTX_DB") or None
         client.notify("$/dagctx/attach", m.AttachParams(
-            cwd=os.getcwd(), database=transport.client_database(db), pid=os.getpid()))
+            cwd=os.getcwd(), database=transport.client_database(db), pid=os.getpid(), env=dict(os.environ)))
         if initialize:
             await client.initialize(initialization_options=initialization_options, capabilities=capabilities)
         return client
