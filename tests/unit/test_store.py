@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from dagctx.ledger import Store
+from dagctx.ledger import AppendRequest, Store
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import Call, NodeInput
 from rawdb import RawDb
@@ -524,5 +524,71 @@ def test_nul_and_unusual_text_round_trips_exactly(store: Store) -> None:
         assert other.usage(sid)[0].model == odd
         hits = other.search("迁移", session_id=sid)
         assert {h.node_id for h in hits} == {u.id, t.id} and all(h.name == odd for h in hits)
+    finally:
+        other.close()
+
+
+# ---------------------------------------------------------------- group commit (SPEC §4.2)
+
+
+def test_a_group_keeps_the_rules_of_lone_appends_and_isolates_failures(store: Store) -> None:
+    s1, s2 = store.create_session(), store.create_session()
+    a, b = s1.session_id, s2.session_id
+    units = [
+        AppendRequest(a, [U(s1.root_id, id="a1")]),
+        AppendRequest(a, [L("nope", id="bad")]),  # refused before writing
+        AppendRequest(b, [U(s2.root_id, id="b1"), L("b1", id="b2"), L("missing", id="b3")], batch=True),
+        AppendRequest(a, [L("a1", id="a2")]),  # follows a1 of the same group
+        AppendRequest(b, [U(s2.root_id, id="b4")]),
+        AppendRequest(a, [U(s1.root_id, id="a1")]),  # a duplicate of a group-mate
+        AppendRequest("no-such-session", [U(None)]),
+    ]
+    got = store.append_group(units)
+    assert [o.node.id for o in got[0]] == ["a1"] and got[0][0].node.seq == 1
+    assert isinstance(got[1], DagctxError) and got[1].kind == "NodeNotFound"
+    assert isinstance(got[2], DagctxError) and got[2].path == "nodes[2].predecessor"
+    assert [o.node.seq for o in got[3]] == [2] and got[3][0].head == "a2"
+    assert [o.node.seq for o in got[4]] == [1] and got[4][0].head == "b4"  # b1..b3 were rolled back
+    assert isinstance(got[5], DagctxError) and got[5].kind == "DuplicateNode"
+    assert isinstance(got[6], DagctxError) and got[6].kind == "SessionNotFound"
+    assert rows(store.path, a) == (3, 3, "a2", 3)
+    assert rows(store.path, b) == (2, 2, "b4", 2)
+    assert "b1" not in store.graph(b).nodes
+    other = Store(store.path)
+    try:
+        assert [n.id for n in other.history(a)[0]] == ["a1", "a2"]
+        assert [n.id for n in other.history(b)[0]] == ["b4"]
+    finally:
+        other.close()
+
+
+def test_a_group_whose_commit_fails_for_one_row_commits_the_others(store: Store) -> None:
+    s = store.create_session()
+    sid = s.session_id
+    _trap_commit(store.path)
+    got = store.append_group([
+        AppendRequest(sid, [U(s.root_id, id="x1")]),
+        AppendRequest(sid, [U(s.root_id, id="boom")]),
+        AppendRequest(sid, [L("x1", id="x2")]),
+    ])
+    assert not isinstance(got[0], BaseException) and not isinstance(got[2], BaseException)
+    assert isinstance(got[1], BaseException)
+    assert [n.id for n in store.history(sid)[0]] == ["x1", "x2"]
+    assert rows(store.path, sid) == (3, 3, "x2", 3)
+
+
+def test_cached_graphs_are_weighed_and_can_be_evicted(store: Store) -> None:
+    s = store.create_session()
+    sid = s.session_id
+    turn(store, sid, s.root_id, 1)
+    other = Store(store.path)
+    try:
+        g = other.graph(sid)
+        ((got_sid, nbytes, used),) = other.cached_graphs()
+        assert got_sid == sid and nbytes > 0 and used > 0 and other.cache_bytes() == nbytes
+        assert other.evict(sid) and other.cached_graphs() == [] and not other.evict(sid)
+        again = other.graph(sid)  # rebuilt from the database, the same nodes
+        assert again is not g and list(again.nodes) == list(g.nodes)
+        assert other.cache_bytes() == nbytes
     finally:
         other.close()

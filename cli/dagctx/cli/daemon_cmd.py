@@ -99,6 +99,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         sessions = f", watching {', '.join(s[:12] for s in c.sessions)}" if c.sessions else ""
         print(f"    {c.connection_id}: {who}{extra}, db {c.database or '(not initialized)'}, "
               f"{c.in_flight} in flight{sessions}")
+    for w in st.warnings:
+        print(f"  warning   {w}")
     return 0
 
 

@@ -306,6 +306,8 @@ export interface DaemonStatus {
   queue?: QueueStatus;
   /** @default [] */
   caches?: CacheStatus[];
+  /** @default [] */
+  warnings?: string[];
 }
 
 export interface DaemonStopResult {
@@ -500,6 +502,8 @@ export interface InitializationOptions {
   configFile?: string | null;
   /** @default null */
   aging?: AgingOptions | null;
+  /** @default null */
+  storageTimeoutSeconds?: number | null;
 }
 
 export interface InitializeParams {
@@ -557,6 +561,16 @@ export interface ModelSpec {
   tokenizer?: string | null;
 }
 
+/** Several nodes of one session appended as one unit: all of them or none. */
+export interface NodeAppendBatchParams {
+  sessionId: string;
+  nodes: NodeInput[];
+  /** @default null */
+  moveHead?: boolean | null;
+  /** @default null */
+  renderId?: string | null;
+}
+
 export interface NodeAppendParams {
   sessionId: string;
   node: NodeInput;
@@ -564,6 +578,11 @@ export interface NodeAppendParams {
   moveHead?: boolean | null;
   /** @default null */
   renderId?: string | null;
+}
+
+export interface NodeBatchResult {
+  nodes: Call[];
+  head: string;
 }
 
 /**
@@ -1239,6 +1258,8 @@ export interface Methods {
   "session/unsubscribe": { params: SessionRef; result: SubscribeResult };
   /** Append one node; HEAD moves only when it extends HEAD. */
   "node/append": { params: NodeAppendParams; result: NodeResult };
+  /** Append several nodes of one session at once (a whole turn, an importer's run): all or none. */
+  "node/appendBatch": { params: NodeAppendBatchParams; result: NodeBatchResult };
   /** Finish a running node (the only mutation). */
   "node/update": { params: NodeUpdateParams; result: NodeResult };
   /** Nodes by id. */
@@ -1325,6 +1346,7 @@ export const METHOD_NAMES = [
   "session/subscribe",
   "session/unsubscribe",
   "node/append",
+  "node/appendBatch",
   "node/update",
   "node/get",
   "context/render",
@@ -1393,7 +1415,8 @@ export type ErrorKind =
   | "StorageUnavailable"
   | "StorageFull"
   | "StorageReadOnly"
-  | "StorageCorrupt";
+  | "StorageCorrupt"
+  | "StorageBusy";
 
 /** `data.kind` → the JSON-RPC error code it is sent with. */
 export const ERROR_KINDS: Readonly<Record<ErrorKind, number>> = {
@@ -1425,4 +1448,5 @@ export const ERROR_KINDS: Readonly<Record<ErrorKind, number>> = {
   StorageFull: -32001,
   StorageReadOnly: -32001,
   StorageCorrupt: -32001,
+  StorageBusy: -32001,
 };

@@ -150,7 +150,8 @@ class EngineCore:
             # SPEC §2.1: a postgresql:// URL is a server, anything else a SQLite file. Only the
             # default location is created; a path the user named must be in a folder that
             # exists (a typo must not create directories anywhere).
-            self.db = self.shared.acquire(name, create_parent=not explicit)
+            self.db = self.shared.acquire(name, create_parent=not explicit,
+                                          timeout=self.options.storage_timeout_seconds)
             self._store = self.db.store
             self.views.use_caches(self.db.caches)
             self.compaction_state = self.db.compaction
@@ -273,12 +274,37 @@ class EngineCore:
 
     def write_node(self, session_id: str, node: Any, *, move_head: bool | None = None,
                    derived: NodeDerived | None = None) -> AppendOutcome:
-        """The one write path for a new node: derive, append, announce, ingest."""
+        """The one write path for a new node, for callers already off the event loop (a
+        view in a worker thread): derive, append, announce, ingest."""
         if derived is None:
             derived = self.derive_node(node.role, node.input, node.output, node.name)
         out = self.store.append(session_id, node, move_head=move_head, derived=derived)
         self.announce(session_id, [out.node], out.head)
         return out
+
+    async def write_node_async(self, session_id: str, node: Any, *, move_head: bool | None = None,
+                               derived: NodeDerived | None = None) -> AppendOutcome:
+        """``write_node`` from the event loop: the append goes to the database's writer
+        thread and is committed with the other appends waiting there (group commit)."""
+        if derived is None:
+            derived = await self._derive(node.role, node.input, node.output, node.name)
+        out = await self._db().calls.append(session_id, node, move_head=move_head, derived=derived)
+        self.announce(session_id, [out.node], out.head)
+        return out
+
+    def _db(self) -> OpenDatabase:
+        if self.db is None:
+            raise DagctxError("ServerNotInitialized", "send initialize first")
+        return self.db
+
+    async def _derive(self, role: str, input: Any, output: Any, name: str = "") -> NodeDerived:
+        if self._payload_is_big(input, output):
+            return await asyncio.to_thread(self.derive_node, role, input, output, name)
+        return self.derive_node(role, input, output, name)
+
+    def write(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]:
+        """A store write from the event loop, run by the database's writer thread."""
+        return self._db().calls.write(fn, *args)
 
     def announce(self, session_id: str, nodes: list[Any], head: str) -> None:
         """Nodes were written (by ``write_node`` or in bulk by an import): tell this
@@ -287,51 +313,63 @@ class EngineCore:
             self._observe("node/didAppend", session_id, node, head)
         self.on_change(session_id, frozenset(n.id for n in nodes))
 
-    def node_append(self, p: m.NodeAppendParams) -> Any:
-        if not self.in_worker and self._payload_is_big(p.node.input, p.node.output):
-            return self._node_append_off_loop(p)
-        return self._node_append(p, None)
+    def node_append(self, p: m.NodeAppendParams) -> Awaitable[m.NodeResult]:
+        return self._node_append(p)
 
-    async def _node_append_off_loop(self, p: m.NodeAppendParams) -> m.NodeResult:
-        derived = await asyncio.to_thread(self.derive_node, p.node.role, p.node.input, p.node.output,
-                                        p.node.name)
-        return self._node_append(p, derived)
-
-    def _node_append(self, p: m.NodeAppendParams, derived: NodeDerived | None) -> m.NodeResult:
+    async def _node_append(self, p: m.NodeAppendParams) -> m.NodeResult:
         node = p.node
         if p.render_id is not None:
-            # An llm call records what it was sent: the render's reads and manifest.
-            rec = self.views.lookup_render(p.render_id)
-            if rec.session_id != p.session_id:
-                raise DagctxError("InvalidParams", "renderId belongs to another session", path="renderId")
-            meta = dict(node.metadata)
-            meta.setdefault("renderManifest", rec.manifest)
-            node = msgspec.structs.replace(node, reads=node.reads or list(rec.reads), metadata=meta)
-        out = self.write_node(p.session_id, node, move_head=p.move_head, derived=derived)
+            node = self._with_render(p.session_id, p.render_id, node, "renderId")
+        out = await self.write_node_async(p.session_id, node, move_head=p.move_head)
         return m.NodeResult(node=out.node, head=out.head)
 
-    def node_update(self, p: m.NodeUpdateParams) -> Any:
-        if p.output is None:
-            return self._node_update(p, None)
-        old = self.store.graph(p.session_id).get(p.node_id)
-        if not self.in_worker and self._payload_is_big(old.input, p.output):
-            return self._node_update_off_loop(p, old)
-        return self._node_update(p, self.derive_node(old.role, old.input, p.output, old.name))
+    def _with_render(self, session_id: str, render_id: str, node: Any, path: str) -> Any:
+        """An llm call records what it was sent: the render's reads and manifest."""
+        rec = self.views.lookup_render(render_id)
+        if rec.session_id != session_id:
+            raise DagctxError("InvalidParams", "renderId belongs to another session", path=path)
+        meta = dict(node.metadata)
+        meta.setdefault("renderManifest", rec.manifest)
+        return msgspec.structs.replace(node, reads=node.reads or list(rec.reads), metadata=meta)
 
-    async def _node_update_off_loop(self, p: m.NodeUpdateParams, old: Any) -> m.NodeResult:
-        derived = await asyncio.to_thread(self.derive_node, old.role, old.input, p.output, old.name)
-        return self._node_update(p, derived)
+    def node_append_batch(self, p: m.NodeAppendBatchParams) -> Awaitable[m.NodeBatchResult]:
+        return self._node_append_batch(p)
 
-    def _node_update(self, p: m.NodeUpdateParams, derived: NodeDerived | None) -> m.NodeResult:
-        out = self.store.update(
+    async def _node_append_batch(self, p: m.NodeAppendBatchParams) -> m.NodeBatchResult:
+        """A whole turn (or an importer's run of nodes) in one unit of the next group
+        commit: all or none (SPEC §4.2)."""
+        if not p.nodes:
+            raise DagctxError("InvalidParams", "nodes is empty: give at least one node", path="nodes")
+        nodes = [self._with_render(p.session_id, p.render_id, n, "renderId") if p.render_id is not None
+                 and n.role == "llm" else n for n in p.nodes]
+        if self._payload_is_big(*[n.input for n in nodes], *[n.output for n in nodes]):
+            derived = await asyncio.to_thread(
+                lambda: [self.derive_node(n.role, n.input, n.output, n.name) for n in nodes])
+        else:
+            derived = [self.derive_node(n.role, n.input, n.output, n.name) for n in nodes]
+        outs = await self._db().calls.append_batch(p.session_id, nodes, move_head=p.move_head, derived=derived)
+        head = outs[-1].head
+        self.announce(p.session_id, [o.node for o in outs], head)
+        return m.NodeBatchResult(nodes=[o.node for o in outs], head=head)
+
+    def node_update(self, p: m.NodeUpdateParams) -> Awaitable[m.NodeResult]:
+        return self._node_update(p)
+
+    async def _node_update(self, p: m.NodeUpdateParams) -> m.NodeResult:
+        derived = None
+        if p.output is not None:
+            old = await asyncio.get_running_loop().run_in_executor(
+                self._db().executor, lambda: self.store.graph(p.session_id).get(p.node_id))
+            derived = await self._derive(old.role, old.input, p.output, old.name)
+        out = await self.write(lambda: self.store.update(
             p.session_id, p.node_id, status=p.status, output=p.output, metadata=p.metadata, derived=derived
-        )
+        ))
         self._observe("node/didUpdate", p.session_id, out.node, out.head)
         self.on_change(p.session_id, frozenset((out.node.id,)))
         return m.NodeResult(node=out.node, head=out.head)
 
-    def session_spawn(self, p: m.SessionSpawnParams) -> m.SessionSpawnResult:
-        res = ledger_ops.session_spawn(self.store, p)
+    async def session_spawn(self, p: m.SessionSpawnParams) -> m.SessionSpawnResult:
+        res = await self.write(ledger_ops.session_spawn, self.store, p)
         self.announce(p.session_id, [res.node], res.head)
         return res
 
@@ -375,20 +413,20 @@ class EngineCore:
     def context_replay(self, p: c.ReplayParams) -> c.ReplayResult:
         return self.views.replay(p)
 
-    def usage_report(self, p: c.UsageReportParams) -> c.UsageReportResult:
-        result, note = self.views.usage_report(p)
+    async def usage_report(self, p: c.UsageReportParams) -> c.UsageReportResult:
+        result, note = await self.write(self.views.usage_report, p)
         if note is not None:
             self.peer.notify("context/compactionRecommended", note)
         self.lifecycle("after_turn", p.session_id, p.node_id, p)
         return result
 
-    def session_create(self, p: m.SessionCreateParams) -> m.SessionCreateResult:
-        res = ledger_ops.session_create(self.store, p)
+    async def session_create(self, p: m.SessionCreateParams) -> m.SessionCreateResult:
+        res = await self.write(ledger_ops.session_create, self.store, p)
         self.lifecycle("session_start", res.session_id)
         return res
 
-    def session_delete(self, p: m.SessionRef) -> m.SessionDeleteResult:
-        res = ledger_ops.session_delete(self.store, p)
+    async def session_delete(self, p: m.SessionRef) -> m.SessionDeleteResult:
+        res = await self.write(ledger_ops.session_delete, self.store, p)
         self.lifecycle("session_end", p.session_id)
         return res
 
@@ -502,21 +540,23 @@ class EngineCore:
     def handlers(self) -> dict[str, Callable[[Any], Any]]:
         """Protocol method → callable(params) returning a result (or an awaitable)."""
         s = lambda fn: (lambda p: fn(self.store, p))  # noqa: E731 - bind the store late
+        w = lambda fn: (lambda p: self.write(fn, self.store, p))  # noqa: E731 - in the writer thread
         return {
             "session/create": self.session_create,
             "session/list": s(ledger_ops.session_list),
             "session/get": s(ledger_ops.session_get),
-            "session/rename": s(ledger_ops.session_rename),
+            "session/rename": w(ledger_ops.session_rename),
             "session/delete": self.session_delete,
             "session/history": s(ledger_ops.session_history),
             "session/branches": s(ledger_ops.session_branches),
             "session/graph": s(ledger_ops.session_graph),
-            "session/checkout": s(ledger_ops.session_checkout),
-            "session/rewind": s(ledger_ops.session_rewind),
+            "session/checkout": w(ledger_ops.session_checkout),
+            "session/rewind": w(ledger_ops.session_rewind),
             "session/spawn": self.session_spawn,
-            "session/nameBranch": s(ledger_ops.session_name_branch),
+            "session/nameBranch": w(ledger_ops.session_name_branch),
             "node/append": self.node_append,
             "node/update": self.node_update,
+            "node/appendBatch": self.node_append_batch,
             "node/get": s(ledger_ops.node_get),
             "search/query": s(ledger_ops.search_query),
             "context/render": self.context_render,

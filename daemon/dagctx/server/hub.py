@@ -435,4 +435,5 @@ class Hub:
             queue=m.QueueStatus(queued=queued, running=running,
                                 threads=sum(p.threads() for p in [self.pool, *list(self.pools.values())])),
             caches=caches,
+            warnings=self.shared.warnings(),
         )

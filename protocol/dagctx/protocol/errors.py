@@ -52,6 +52,7 @@ ERROR_KINDS: dict[str, int] = {
     "StorageFull": APPLICATION_ERROR,
     "StorageReadOnly": APPLICATION_ERROR,
     "StorageCorrupt": APPLICATION_ERROR,
+    "StorageBusy": APPLICATION_ERROR,
 }
 
 

@@ -107,6 +107,9 @@ class InitializationOptions(_Params):
     config_file: FilePath | None = None
     #: aging policy overrides, e.g. ``{"turnUnit": "step", "keepRecentTurns": 4, "minAgeSeconds": 60}``
     aging: AgingOptions | None = None
+    #: how long a request may wait for its database (SPEC §2.1; default 10 s); the first
+    #: connection that opens a database in a daemon sets it there
+    storage_timeout_seconds: Annotated[float, msgspec.Meta(ge=0.5, le=300)] | None = None
 
 
 class AttachParams(_Params):
@@ -395,6 +398,23 @@ class NodeResult(_Result):
     head: str
 
 
+class NodeAppendBatchParams(_Params):
+    """Several nodes of one session appended as one unit: all of them or none."""
+
+    session_id: str
+    nodes: list[NodeInput]
+    #: as ``node/append``'s, for each conversation node of the batch (nested calls never move HEAD)
+    move_head: bool | None = None
+    #: the render the batch's ``llm`` nodes were sent (their reads and manifest)
+    render_id: str | None = None
+
+
+class NodeBatchResult(_Result):
+    #: the nodes as stored, in the order given (consecutive seq)
+    nodes: list[Call]
+    head: str
+
+
 class NodeUpdateParams(_Params):
     """Fill a ``running`` node on exit: the ledger's only mutation."""
 
@@ -580,6 +600,8 @@ class DaemonStatus(_Result):
     memory: MemoryStatus = msgspec.field(default_factory=MemoryStatus)
     queue: QueueStatus = msgspec.field(default_factory=QueueStatus)
     caches: list[CacheStatus] = msgspec.field(default_factory=list)
+    #: things the user should fix, e.g. an open database other users can read (SPEC §2.1)
+    warnings: list[str] = msgspec.field(default_factory=list)
 
 
 class DaemonStopResult(_Result):

@@ -135,6 +135,15 @@ _ALL: list[MethodSpec] = [
          "Append-only; HEAD moves only when the node extends HEAD (or moveHead=true); a refused append writes nothing. "
          "A function/tool result of ≥ 32,000 characters is spilled (§4): the answer carries what the node keeps.",
          writes=True),
+    _req("node/appendBatch", m.NodeAppendBatchParams, m.NodeBatchResult,
+         "Append several nodes of one session at once (a whole turn, an importer's run): all or none.",
+         "SessionNotFound, NodeNotFound, DuplicateNode, PredecessorMissing, InvalidEdge, InvalidParams (an "
+         "empty batch; an error about one node names it by index: `nodes[2].predecessor`)",
+         "Each node meets the rules of `node/append` after the nodes before it (a node may name an earlier "
+         "node of the batch as its predecessor or caller); consecutive seq; HEAD follows each conversation node "
+         "that extends it (or every one with moveHead=true; nested calls never move HEAD). One refused node: "
+         "nothing of the batch is written. Committed in one group with other appends (SPEC §4.2).",
+         writes=True),
     _req("node/update", m.NodeUpdateParams, m.NodeResult, "Finish a running node (the only mutation).",
          "NodeNotFound, NotRunning, InvalidParams",
          "The ledger's only mutation: a running node gets its output/status once.", writes=True),
