@@ -68,7 +68,7 @@ async def test_a_small_render_of_another_client_finishes_before_a_cold_heavy_ren
     answered while A's cold render of a big session (aging on) is still running."""
     db = tmp_path / "fair.db"
     src = tmp_path / "big.jsonl"
-    claude_code_transcript(src, turns=60, result_chars=150_000)
+    claude_code_transcript(src, turns=300, result_chars=31_000)  # under the spill threshold: kept whole, so the render is heavy
     a = await spawn(db)
     try:
         imported = await a.import_path(str(src))
@@ -128,7 +128,7 @@ async def test_a_cancelled_queued_render_is_answered_at_once_and_the_next_one_ru
     cancelling the queued one answers RequestCancelled before the running one finishes."""
     db = tmp_path / "cancel.db"
     src = tmp_path / "big.jsonl"
-    claude_code_transcript(src, turns=40, result_chars=150_000)
+    claude_code_transcript(src, turns=200, result_chars=31_000)  # under the spill threshold: kept whole
     a = await spawn(db)
     try:
         big = (await a.import_path(str(src))).sessions[0].session_id
