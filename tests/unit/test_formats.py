@@ -448,3 +448,95 @@ def test_a_new_user_message_ends_the_tool_loop() -> None:
     for fmt in ("anthropic", "neutral"):
         assert "sig-1" not in json.dumps(to_messages(view, fmt).messages)
         assert "sig-1" in json.dumps(to_messages(view, fmt, reasoning="all").messages)
+
+
+# ---------------------------------------------------------------- the registry of formats
+
+
+def test_the_registry_is_the_wire_literal():
+    from typing import get_args
+
+    from dagctx.context import formats
+    from dagctx.protocol.context_messages import Format
+
+    assert set(formats.FORMATS) == set(get_args(Format)) == set(FORMATS)
+    for name, fmt in formats.FORMATS.items():
+        assert fmt.name == name
+
+
+def test_turn_hooks_go_before_the_newest_user_text_in_every_format():
+    from dagctx.context.formats import apply_turn_hooks
+
+    b = tool_session()
+    b.llm("l3", "Reading again.", "u2")
+    b.tool("t3", "l3", "cat", {"path": "b.py"}, "print(2)")
+    view = render_view(b.g, "l3")
+    hooks = {"memoryPrefetch": "<memory>tea</memory>", "prependContext": "cwd: /w"}
+    for fmt in FORMATS:
+        _, messages, _ = to_messages(view, fmt)
+        hooked = apply_turn_hooks(messages, hooks, fmt)
+        assert check_pairs(hooked, fmt) == [], fmt
+        changed = [i for i, (a, b2) in enumerate(zip(messages, hooked)) if a != b2]
+        assert len(changed) == 1, fmt
+        text = json.dumps(hooked[changed[0]])
+        # the user's own message "thanks" carries it — never the tool results after it
+        assert "thanks" in text and text.index("tea") < text.index("cwd: /w") < text.index("thanks"), (fmt, text)
+
+
+def test_a_user_message_a_format_cannot_prefix_is_an_error_never_a_silent_no_op():
+    from dagctx.context.formats import apply_turn_hooks
+
+    parts_shaped = [{"role": "user", "parts": [{"text": "hello"}]}]
+    with pytest.raises(ValueError, match="turn hooks"):
+        apply_turn_hooks(parts_shaped, {"prependContext": "cwd: /w"}, "openai")
+
+
+def test_a_new_format_is_one_module(monkeypatch: pytest.MonkeyPatch):
+    """A Gemini-style ``contents`` format written as a module would be: one RenderFormat
+    subclass; rendering, pairing, turn hooks and token text then work through the registry."""
+    from dagctx.context import formats
+    from dagctx.context.formats import RenderFormat, apply_turn_hooks, message_tokens
+
+    class Contents(RenderFormat):
+        name = "contents-test"
+
+        def build(self, view, msgs, repairs, *, include_system):
+            out, ids = [], []
+            for m in msgs:
+                parts = []
+                for blk in m.blocks:
+                    if blk["type"] == "text" and blk.get("text"):
+                        parts.append({"text": blk["text"]})
+                    elif blk["type"] == "tool_call":
+                        parts.append({"functionCall": {"name": blk["name"], "args": blk["input"], "id": blk["id"]}})
+                    elif blk["type"] == "tool_result":
+                        parts.append({"functionResponse": {"id": blk["toolCallId"], "response": blk["content"]}})
+                if parts:
+                    out.append({"role": "model" if m.role == "assistant" else "user", "parts": parts})
+                    ids.append(list(m.node_ids))
+            return out, ids
+
+        def check_pairs(self, messages):
+            calls = [p["functionCall"]["id"] for m in messages for p in m["parts"] if "functionCall" in p]
+            answers = [p["functionResponse"]["id"] for m in messages for p in m["parts"] if "functionResponse" in p]
+            return [] if sorted(calls) == sorted(answers) else ["unanswered call"]
+
+        def prepend_to_newest_user(self, messages, prefix):
+            out = list(messages)
+            for i in range(len(out) - 1, -1, -1):
+                if out[i]["role"] == "user" and any("text" in p for p in out[i]["parts"]):
+                    out[i] = {**out[i], "parts": [{"text": prefix}, *out[i]["parts"]]}
+                    break
+            return out
+
+        def message_text(self, message):
+            return json.dumps(message["parts"])  # names, arguments and responses are billed
+
+    monkeypatch.setitem(formats.FORMATS, Contents.name, Contents())
+    view = render_view(tool_session().g, "u2")
+    system, messages, ids = to_messages(view, "contents-test")
+    assert system == "You are helpful." and len(messages) == len(ids)
+    assert check_pairs(messages, "contents-test") == []
+    hooked = apply_turn_hooks(messages, {"prependContext": "cwd: /w"}, "contents-test")
+    assert hooked[-1]["parts"][0] == {"text": "cwd: /w"} and hooked[-1]["parts"][1] == {"text": "thanks"}
+    assert all(n > 0 for n in message_tokens(messages, len, format="contents-test"))

@@ -30,7 +30,8 @@ from dagctx.protocol import context_messages as c
 
 from .heads import check_head
 from .turn_reduction import Built
-from .views import apply_turn_hooks
+from dagctx.context import formats
+from dagctx.context.formats import apply_turn_hooks
 
 if TYPE_CHECKING:
     from .core import EngineCore
@@ -217,7 +218,7 @@ def protected_of(graph: Any, r: Any, system_tokens: int, tools_tokens: int, hook
     """The protected part of a built request (SPEC §8): system, tools, the turn's user
     messages, the newest step and the turn hooks."""
     shape = tr.turn_shape(r.view, graph)
-    in_messages = bool(r.messages) and isinstance(r.messages[0], dict) and r.messages[0].get("role") == "system"
+    in_messages = formats.get(r.record.format).leads_with_system(r.messages)
     return tr.protected_parts(graph, shape, r.node_ids, r.per_message, system=system_tokens, tools=tools_tokens,
                               hooks=hook_tokens, system_in_messages=in_messages)
 

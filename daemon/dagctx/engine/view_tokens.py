@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from dagctx.context import aging
+from dagctx.context import aging, formats
 from dagctx.context.render import added_text
 from dagctx.ledger import SessionGraph
 from dagctx.ledger.graph import is_summary
@@ -153,10 +153,12 @@ class TokenAccounting:
         return own
 
     def count_messages(self, graph: SessionGraph, messages: list[Any], node_ids: list[list[str]],
-                       tokenizer: str, aged: dict[str, str], synthetic: dict[str, str] | None = None) -> list[int]:
+                       tokenizer: str, aged: dict[str, str], synthetic: dict[str, str] | None = None,
+                       *, fmt: str = "neutral") -> list[int]:
         """Per-message tokens from stored per-node counts (no re-tokenizing) + framing."""
         cache = self.node_tokens(graph, tokenizer)
         overhead = self.e.counter.message_overhead(tokenizer)
+        text_of = formats.get(fmt).message_text  # a message of no node: its own text
         out = []
         for msg, ids in zip(messages, node_ids):
             assistant = isinstance(msg, dict) and msg.get("role") == "assistant"
@@ -164,7 +166,7 @@ class TokenAccounting:
             for nid in ids:
                 n += self._part_tokens(graph, nid, assistant, tokenizer, cache, aged, synthetic)
             if not ids and isinstance(msg, dict):
-                n += self.e.counter.count(_message_text(msg), tokenizer)
+                n += self.e.counter.count(text_of(msg), tokenizer)
             out.append(n)
         return out
 
@@ -176,13 +178,4 @@ def _interned(lists: dict[str, list[str]]) -> dict[str, list[str]]:
     intern = sys.intern
     return {nid: [intern(r) for r in refs] for nid, refs in lists.items()}
 
-
-
-def _message_text(msg: dict[str, Any]) -> str:
-    content = msg.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(b.get("text", "") for b in content if isinstance(b, dict))
-    return ""
 

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from dagctx.context import budget as budget_mod
 from dagctx.context.cancel import stop_if_cancelled
-from dagctx.context.formats import reasoning_payload, to_messages
+from dagctx.context import formats
+from dagctx.context.formats import apply_turn_hooks, reasoning_payload, to_messages
 from dagctx.context.models import ModelInfo
 from dagctx.context.render import RENDER_POLICY_VERSION, View, render_view
 from dagctx.context.turn_reduction import Checkpoint, apply_checkpoint, checkpoint_from_manifest
@@ -197,12 +198,11 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
             if checkpoint is not None:
                 view = apply_checkpoint(view, graph, checkpoint)
                 synthetic = {checkpoint.id: checkpoint.text}
-            rendered = to_messages(view, fmt, include_system=include_system,  # type: ignore[arg-type]
-                                   reasoning=reasoning)
+            rendered = to_messages(view, fmt, include_system=include_system, reasoning=reasoning)
             stop_if_cancelled()
             system, messages, node_ids = rendered
             repairs = list(rendered.repairs)
-            per_message = self.count_messages(graph, messages, node_ids, tokenizer, aged_map, synthetic)
+            per_message = self.count_messages(graph, messages, node_ids, tokenizer, aged_map, synthetic, fmt=fmt)
             self._add_reasoning_tokens(messages, per_message, tokenizer)
         if cacheable:
             self._cache[key] = CachedRender(
@@ -211,8 +211,8 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
             )
         per_message = list(per_message)
         system_tokens = self.e.counter.count(system or "", tokenizer) if system else 0
-        # OpenAI puts the system prompt in the messages; the others return it beside them.
-        system_in_messages = bool(messages) and isinstance(messages[0], dict) and messages[0].get("role") == "system"
+        # a format either puts the system prompt in the messages or returns it beside them
+        system_in_messages = formats.get(fmt).leads_with_system(messages)
         if system_in_messages:
             per_message[0] = system_tokens + self.e.counter.message_overhead(tokenizer)
         total = sum(per_message) + (0 if system_in_messages or not system else system_tokens)
@@ -279,14 +279,11 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
         if reasoning != "none" and (any(it.reasoning for it in suffix.items)
                                     or any(it.reasoning for it in cached.view.items)):
             return None  # which reasoning is sent depends on the whole branch (the current tool loop)
-        more = to_messages(suffix, fmt, include_system=False, reasoning=reasoning)  # type: ignore[arg-type]
+        more = to_messages(suffix, fmt, include_system=False, reasoning=reasoning)
         _, msgs, ids = more
-        if msgs and cached.messages and fmt == "anthropic":
-            # Anthropic merges same-role neighbours and may open with a placeholder:
-            # only a clean assistant → user boundary can be stitched.
-            if cached.messages[-1].get("role") != "assistant" or suffix.items[0].role != "user":
-                return None
-        per = self.count_messages(graph, msgs, ids, tokenizer, aged)
+        if msgs and cached.messages and not formats.get(fmt).can_stitch(cached.messages, suffix.items[0].role):
+            return None
+        per = self.count_messages(graph, msgs, ids, tokenizer, aged, fmt=fmt)
         view = join_views(cached.view, suffix, new_chain)
         return (view, cached.system, cached.messages + msgs, cached.node_ids + ids, cached.per_message + per,
                 cached.repairs + list(more.repairs))
@@ -418,26 +415,3 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
             "usage": usage,
         }
 
-
-def apply_turn_hooks(messages: list[Any], hooks: dict[str, Any], fmt: str) -> list[Any]:
-    """Put ``prependContext`` / ``memoryPrefetch`` at the start of the newest user message.
-
-    Recorded in the manifest (``turnHooks``) so replay re-applies exactly what was sent.
-    """
-    prefix_parts = [hooks.get("memoryPrefetch"), hooks.get("prependContext")]
-    prefix = "\n\n".join(p for p in prefix_parts if p)
-    if not prefix:
-        return messages
-    out = list(messages)
-    for i in range(len(out) - 1, -1, -1):
-        msg = out[i]
-        if isinstance(msg, dict) and msg.get("role") == "user":
-            msg = dict(msg)
-            content = msg.get("content")
-            if isinstance(content, str):
-                msg["content"] = prefix + "\n\n" + content
-            elif isinstance(content, list):
-                msg["content"] = [{"type": "text", "text": prefix}, *content]
-            out[i] = msg
-            break
-    return out

@@ -1,0 +1,150 @@
+"""Neutral ``View`` → provider messages (OpenAI Chat Completions, Anthropic Messages,
+neutral), always pair-valid: the registry of render formats.
+
+Each format is one module of this package defining ``FORMAT``, a ``RenderFormat``
+(``_assembly.py``) that owns everything format-specific: building the messages, the
+pairing check, whether a cached render can be extended, where turn hooks go and the text
+a message bills. The registry finds the modules itself; a test keeps it equal to the
+wire ``Format`` literal.
+
+``to_messages(view, format)`` returns ``(system, messages, node_ids)`` -- a tuple
+subclass (``Rendered``) that also carries ``.repairs``: every change made to keep the
+list valid, for the render manifest.
+
+Pair validity (SPEC §6; OpenClaw #3243/#4839/#7865 crashed on each of these):
+
+- a tool result whose call is not in the open call group right before it is an
+  *orphan* and is dropped (``repairs``: ``dropped orphan tool result …``);
+- a call without a result gets the synthetic result ``[no result recorded]``
+  (render already does this for unfinished calls; this catches any other view);
+- results are emitted in call order, right after their assistant message;
+- a tool call id already used earlier in the conversation is renamed
+  ``<id>_2`` (``_3``, …) together with its result.
+
+Formats:
+
+``openai``
+    ``{"role": "system"}`` first when ``include_system`` and there is a system text;
+    user ``content`` is a string, or a parts list (``text`` / ``image_url``) when
+    images are present; assistant ``content`` is a string or ``None`` with
+    ``tool_calls: [{id, type: "function", function: {name, arguments}}]``, where
+    ``arguments`` is the stored input as compact JSON in stored key order (a stored
+    string that already is a JSON object is passed through); one ``{"role": "tool",
+    "tool_call_id", "content": str}`` per result. Consecutive same-role messages are
+    allowed by the API and kept apart (their node ids stay separable).
+``anthropic``
+    The system text is returned separately, never in ``messages``. Content is always
+    a block list: ``text``, ``image{source}``, ``tool_use{id, name, input}``,
+    ``tool_result{tool_use_id, content, is_error?}`` (results open the next user
+    message, before any text). Consecutive same-role messages are merged, empty text
+    blocks are dropped, and when the first message would be an assistant message a
+    placeholder user message ``[conversation start]`` is inserted (recorded in
+    ``repairs``; this happens only when a branch starts with a function call or a
+    model reply, e.g. imported transcripts).
+``neutral``
+    ``{"role": "user"|"assistant"|"tool", "content": [blocks], "nodeIds": [...]}``;
+    blocks ``text``, ``image{url|path|source…}``, ``file{…}``,
+    ``tool_call{id, name, input}``, ``tool_result{toolCallId, content, isError}``.
+    All results of one call group share one ``tool`` message. System is returned
+    separately (as with Anthropic).
+
+Reasoning (``Item.reasoning``, SPEC §6): ``to_messages(..., reasoning=)`` picks the llm
+nodes whose blocks are sent (``reasoning_owners``); they open their assistant message.
+Anthropic gets signed ``thinking`` / ``redacted_thinking`` blocks unchanged, OpenAI a
+``reasoning_content`` string (mode ``all`` only), neutral the stored blocks.
+
+Images stay references: OpenAI gets ``image_url.url`` = the stored url, a
+``data:`` URL for an inline base64 source, or the stored path as is (the sending
+layer resolves paths); Anthropic gets ``source`` as stored, or ``{"type": "url"}`` /
+``{"type": "path"}`` built from a url / path reference.
+
+Deterministic: the same view gives equal lists (and the same bytes once encoded).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from dagctx.context.render import View
+
+from ._assembly import (
+    REASONING_TYPES,
+    Rendered,
+    RenderFormat,
+    assemble,
+    reasoning_owners,
+    reasoning_payload,
+    reasoning_text,
+)
+from .anthropic import PLACEHOLDER_USER
+
+
+def _discover() -> dict[str, RenderFormat]:
+    found: dict[str, RenderFormat] = {}
+    for mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if mod.name.startswith("_"):
+            continue
+        fmt = importlib.import_module(f"{__name__}.{mod.name}").FORMAT
+        found[fmt.name] = fmt
+    return found
+
+
+#: every render format by wire name
+FORMATS: dict[str, RenderFormat] = _discover()
+
+
+def get(name: str) -> RenderFormat:
+    fmt = FORMATS.get(name)
+    if fmt is None:
+        raise ValueError(f"unknown format {name!r}: use {', '.join(repr(n) for n in FORMATS)}")
+    return fmt
+
+
+def to_messages(view: View, format: str = "neutral", *, include_system: bool = True,  # noqa: A002
+                reasoning: str = "provider") -> Rendered:
+    """Provider messages for a view; see the module docstring. Never raises on data.
+
+    ``reasoning`` (``provider`` | ``all`` | ``none``) picks the llm nodes whose reasoning
+    blocks are sent (``reasoning_owners``), first in their message."""
+    fmt = get(format)
+    msgs, repairs = assemble(view, reasoning_owners(view, fmt, reasoning))
+    messages, ids = fmt.build(view, msgs, repairs, include_system=include_system)
+    return Rendered(view.system, messages, ids, repairs)
+
+
+def check_pairs(messages: Sequence[dict[str, Any]], format: str) -> list[str]:  # noqa: A002
+    """Problems that a provider would reject (or that break pairing); empty = valid."""
+    return get(format).check_pairs(messages)
+
+
+def apply_turn_hooks(messages: list[Any], hooks: dict[str, Any], format: str) -> list[Any]:  # noqa: A002
+    """Put ``memoryPrefetch`` then ``prependContext`` before the newest user-written text.
+
+    Recorded in the manifest (``turnHooks``) so replay re-applies exactly what was sent.
+    """
+    prefix = "\n\n".join(p for p in (hooks.get("memoryPrefetch"), hooks.get("prependContext")) if p)
+    if not prefix:
+        return messages
+    return get(format).prepend_to_newest_user(messages, prefix)
+
+
+def message_text(message: dict[str, Any], format: str = "neutral") -> str:  # noqa: A002
+    """Every string a provider bills for in one message, newline-joined."""
+    return get(format).message_text(message)
+
+
+def message_tokens(
+    messages: Sequence[dict[str, Any]], count: Callable[[str], int], *, overhead: int = 0, format: str = "neutral",  # noqa: A002
+) -> list[int]:
+    """Per-message token counts with a caller-supplied counter (e.g. a bound
+    ``TokenCounter.count``) plus a fixed per-message framing overhead."""
+    fmt = get(format)
+    return [count(fmt.message_text(m)) + overhead for m in messages]
+
+
+__all__ = ["FORMATS", "PLACEHOLDER_USER", "REASONING_TYPES", "RenderFormat", "Rendered", "apply_turn_hooks",
+           "check_pairs", "get", "message_text", "message_tokens", "reasoning_owners", "reasoning_payload",
+           "reasoning_text", "to_messages"]

@@ -1,0 +1,83 @@
+"""``neutral``: dagctx's own blocks (``text``, ``image``, ``tool_call``, ``tool_result``),
+each message naming its ``nodeIds``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dagctx.context.render import View
+
+from ._assembly import Msg, RenderFormat
+
+
+def _build(msgs: list[Msg]) -> tuple[list[dict[str, Any]], list[list[str]]]:
+    out: list[dict[str, Any]] = []
+    ids: list[list[str]] = []
+    for m in msgs:
+        blocks = [dict(b) for b in m.blocks if not (b.get("type") == "text" and not b.get("text"))]
+        if not blocks:
+            continue
+        out.append({"role": m.role, "content": blocks, "nodeIds": list(m.node_ids)})
+        ids.append(list(m.node_ids))
+    return out, ids
+
+
+def _check(messages: Sequence[dict[str, Any]]) -> list[str]:
+    problems: list[str] = []
+    seen: set[str] = set()
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        role = m.get("role")
+        blocks = m.get("content") or []
+        if not blocks:
+            problems.append(f"message {i}: empty content")
+        if role == "tool":
+            problems.append(f"message {i}: tool message does not follow an assistant tool call")
+            i += 1
+            continue
+        calls = [b.get("id") for b in blocks if b.get("type") == "tool_call"]
+        if any(b.get("type") == "tool_result" for b in blocks):
+            problems.append(f"message {i}: tool_result outside a tool message")
+        if calls and role != "assistant":
+            problems.append(f"message {i}: tool_call in a {role} message")
+        for cid in calls:
+            if cid in seen:
+                problems.append(f"message {i}: duplicate tool call id {cid!r}")
+            seen.add(cid)
+        if not calls:
+            i += 1
+            continue
+        j = i + 1
+        answered: list[str] = []
+        while j < len(messages) and messages[j].get("role") == "tool":
+            for b in messages[j].get("content") or []:
+                tid = b.get("toolCallId")
+                if b.get("type") != "tool_result":
+                    problems.append(f"message {j}: {b.get('type')!r} block in a tool message")
+                elif tid not in calls:
+                    problems.append(f"message {j}: tool result {tid!r} answers no call of message {i}")
+                elif tid in answered:
+                    problems.append(f"message {j}: second result for tool call {tid!r}")
+                answered.append(tid)
+            j += 1
+        for cid in calls:
+            if cid not in answered:
+                problems.append(f"message {i}: tool call {cid!r} has no result")
+        i = j
+    return problems
+
+
+class NeutralFormat(RenderFormat):
+    name = "neutral"
+
+    def build(self, view: View, msgs: list[Msg], repairs: list[str], *,
+              include_system: bool) -> tuple[list[dict[str, Any]], list[list[str]]]:
+        return _build(msgs)
+
+    def check_pairs(self, messages: Sequence[dict[str, Any]]) -> list[str]:
+        return _check(messages)
+
+
+FORMAT = NeutralFormat()
