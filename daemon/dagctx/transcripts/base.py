@@ -33,7 +33,9 @@ call also gets ``metadata["endTimestamp"]`` when its result arrives.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, get_args
 
 
@@ -171,3 +173,39 @@ def check_transcript(t: Transcript) -> list[str]:
         if n is None or n.role != "llm":
             problems.append(f"usage for {k!r}, which is not an llm node")
     return problems
+
+
+# --------------------------------------------------------------------------- readers
+
+#: A detection rank: lower wins. A whole-JSON match ranks by (index of the first item
+#: that matched, the rule's rank), so the first telling item of a list decides.
+Rank = tuple[int, int]
+
+
+def _no_match(value: Any) -> Rank | None:
+    return None
+
+
+def _no_companions(path: Path) -> Iterable[Path]:
+    return ()
+
+
+@dataclass(frozen=True)
+class Reader:
+    """One transcript format: each parser module defines ``READER`` and the registry
+    (``readers.py``) finds it; its ``name`` is a value of the wire ``ImportFormat``."""
+
+    #: the wire name (``ImportFormat``)
+    name: str
+    #: how people call it, for messages ("Claude Code")
+    label: str
+    #: every transcript of one file, one at a time
+    read: Callable[[Path], Iterator[Transcript]]
+    #: the rank of the rule a JSON Lines record matched, or None
+    detect_line: Callable[[dict], Rank | None] = _no_match
+    #: the rank of the rule a whole-JSON document matched, or None
+    detect_json: Callable[[Any], Rank | None] = _no_match
+    #: files below a folder that this file brings in itself (not read on their own)
+    companions: Callable[[Path], Iterable[Path]] = _no_companions
+    #: a file with this suffix is in this format, whatever it holds
+    suffix: str | None = None

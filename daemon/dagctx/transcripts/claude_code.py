@@ -42,6 +42,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ import msgspec
 from dagctx.protocol.context_messages import Skipped
 from dagctx.protocol.nodes import SUMMARY_NAME
 
-from .base import is_spawn_root, quote, ROOT, Transcript
+from .base import is_spawn_root, quote, Rank, Reader, ROOT, Transcript
 from .builder import Builder, stable_topo
 from .reading import decode_json, iter_lines, read_jsonl
 from .values import content_blocks, content_output, parse_arguments, text_of_blocks, to_epoch
@@ -665,3 +666,33 @@ def _on_spawn_branch(b: Builder, node_id: str) -> bool:
             return True
         cur = n.predecessor
     return False
+
+
+# --------------------------------------------------------------------------- the reader
+
+
+_LINE_TYPES = frozenset(
+    {"user", "assistant", "system", "summary", "progress", "file-history-snapshot", "queue-operation", "attachment"}
+)
+
+
+def _detect_line(obj: dict) -> Rank | None:
+    if "sessionId" in obj or "parentUuid" in obj:
+        return (0, 50)
+    if obj.get("type") in _LINE_TYPES and ("uuid" in obj or "leafUuid" in obj or "messageId" in obj):
+        return (0, 50)
+    return None
+
+
+def _companions(path: Path) -> list[Path]:
+    """A session's subagent and compaction-summarizer files: read with it, never alone."""
+    if path.suffix != ".jsonl" or is_agent_file(path):
+        return []
+    return [*subagent_files(path), *compaction_files(path)]
+
+
+def _read(path: Path) -> Iterator[Transcript]:
+    yield parse(path)
+
+
+READER = Reader("claude-code", "Claude Code", _read, detect_line=_detect_line, companions=_companions)

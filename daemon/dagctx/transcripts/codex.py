@@ -28,12 +28,13 @@ Ids: ``codex-<line>`` for messages and llm nodes, the ``call_id`` for tool calls
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from dagctx.protocol.context_messages import Skipped
 
-from .base import quote, ROOT, Transcript, UNKNOWN_MODEL
+from .base import quote, Rank, Reader, ROOT, Transcript, UNKNOWN_MODEL
 from .builder import Builder
 from .reading import read_jsonl
 from .values import (
@@ -320,3 +321,20 @@ def _output(raw: Any) -> tuple[Any, bool]:
     if isinstance(raw, list):
         return content_output(raw), False
     return ("" if raw is None else raw), False
+
+
+# --------------------------------------------------------------------------- the reader
+
+
+_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
+
+
+def _detect_line(obj: dict) -> Rank | None:
+    return (0, 20) if obj.get("type") in _TYPES and "payload" in obj else None
+
+
+def _read(path: Path) -> Iterator[Transcript]:
+    yield parse(path)
+
+
+READER = Reader("codex", "Codex", _read, detect_line=_detect_line)

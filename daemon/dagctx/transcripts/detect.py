@@ -1,4 +1,5 @@
-"""Which transcript format a file is in, from its suffix and its first records.
+"""Which transcript format a file is in, from its suffix and its first records: each
+reader says which records it recognises and how surely (``base.Reader``); the surest wins.
 """
 
 from __future__ import annotations
@@ -9,72 +10,25 @@ from typing import Any
 import msgspec
 
 
+from .base import Rank
+from .readers import readers
 from .reading import _BOM, RecordTooLarge, decode_json, iter_lines, load_json
 
 
 # --------------------------------------------------------------------------- detection
 
-_CODEX_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
-_CLAUDE_TYPES = frozenset(
-    {"user", "assistant", "system", "summary", "progress", "file-history-snapshot", "queue-operation", "attachment"}
-)
 
-
-def _is_event(item: Any) -> bool:
-    if isinstance(item, list):  # an [action, observation] pair of older OpenHands output
-        return any(_is_event(x) for x in item)
-    return isinstance(item, dict) and "source" in item and ("action" in item or "observation" in item)
-
-
-def _openhands_history(value: dict) -> bool:
-    """``{"history": [...events]}`` is OpenHands; SWE-agent's history holds chat messages."""
-    history = value.get("history")
-    if not isinstance(history, list):
-        return False
-    items = [h for h in history[:20] if h]
-    return bool(items) and any(_is_event(h) for h in items)
+def _best(ranks: list[tuple[Rank, str]]) -> str | None:
+    return min(ranks)[1] if ranks else None
 
 
 def _detect_line(obj: dict) -> str | None:
-    t = obj.get("type")
-    if "instance_id" in obj and isinstance(obj.get("history"), list):
-        return "openhands"  # evaluation output: one run a line
-    if t in _CODEX_TYPES and "payload" in obj:
-        return "codex"
-    if t == "session" and ("version" in obj or "cwd" in obj) and "id" in obj:
-        return "openclaw"
-    if t in ("message", "compaction", "branch_summary", "model_change", "thinking_level_change") and "parentId" in obj:
-        return "openclaw"
-    if isinstance(obj.get("conversations"), list):
-        return "sharegpt"
-    if "sessionId" in obj or "parentUuid" in obj or (t in _CLAUDE_TYPES and ("uuid" in obj or "leafUuid" in obj or "messageId" in obj)):
-        return "claude-code"
-    if isinstance(obj.get("messages"), list) and "type" not in obj:
-        return "sharegpt"
-    return None
+    """The reader whose rule of lowest rank this record matches."""
+    return _best([(r, name) for name, rd in readers().items() if (r := rd.detect_line(obj)) is not None])
 
 
 def _detect_json(value: Any) -> str | None:
-    if isinstance(value, dict):
-        if _openhands_history(value):
-            return "openhands"
-        if "history" in value or "trajectory" in value:
-            return "swe-agent"
-        if isinstance(value.get("events"), list):
-            return "openhands"
-        if isinstance(value.get("conversations"), list) or isinstance(value.get("messages"), list):
-            return "sharegpt"
-        return None
-    if isinstance(value, list):
-        for item in value[:20]:
-            if not isinstance(item, dict):
-                continue
-            if "source" in item and ("action" in item or "observation" in item):
-                return "openhands"
-            if isinstance(item.get("conversations"), list) or isinstance(item.get("messages"), list):
-                return "sharegpt"
-        return None
-    return None
+    return _best([(r, name) for name, rd in readers().items() if (r := rd.detect_json(value)) is not None])
 
 
 def detect_format(path: str | Path) -> str:
@@ -82,8 +36,9 @@ def detect_format(path: str | Path) -> str:
     p = Path(path)
     if p.is_dir():
         raise ValueError(f"{p} is a directory; use parse_path")
-    if p.suffix == ".traj":
-        return "swe-agent"
+    for name, rd in readers().items():
+        if rd.suffix is not None and p.suffix == rd.suffix:
+            return name
     with p.open("rb") as fh:
         first_chunk = fh.read(4096).removeprefix(_BOM).lstrip()
     if first_chunk[:1] == b"[" or (p.suffix == ".json" and first_chunk[:1] == b"{"):
@@ -111,7 +66,8 @@ def detect_format(path: str | Path) -> str:
         seen += 1
         if seen >= 200:
             break
+    labels = [rd.label for rd in readers().values()]
     raise ValueError(
-        f"cannot tell which transcript format {p} is in (not Claude Code, Codex, OpenClaw, SWE-agent, OpenHands "
-        "or ShareGPT); pass --format / format if it is one of them"
+        f"cannot tell which transcript format {p} is in (not {', '.join(labels[:-1])} or {labels[-1]}); "
+        "pass --format / format if it is one of them"
     )

@@ -8,11 +8,11 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-
 from dagctx.protocol.limits import MAX_JSON_DEPTH
 
-from .base import FORMATS, Transcript
+from .base import Transcript
 from .detect import detect_format
+from .readers import reader, readers
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -39,32 +39,7 @@ def iter_file(path: str | Path, format: str = "auto") -> Iterator[Transcript]:  
 
 
 def _iter_as(p: Path, fmt: str) -> Iterator[Transcript]:
-    if fmt == "claude-code":
-        from . import claude_code
-
-        yield claude_code.parse(p)
-    elif fmt == "codex":
-        from . import codex
-
-        yield codex.parse(p)
-    elif fmt == "openclaw":
-        from . import openclaw
-
-        yield openclaw.parse(p)
-    elif fmt == "swe-agent":
-        from . import swe_agent
-
-        yield swe_agent.parse(p)
-    elif fmt == "openhands":
-        from . import openhands
-
-        yield from openhands.iter_parse(p)
-    elif fmt == "sharegpt":
-        from . import sharegpt
-
-        yield from sharegpt.iter_parse(p)
-    else:
-        raise ValueError(f"unknown transcript format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    yield from reader(fmt).read(p)
 
 
 _SUFFIXES = (".jsonl", ".json", ".traj")
@@ -89,13 +64,10 @@ def transcript_files(path: str | Path, errors: list[tuple[str, str]] | None = No
     """
     p = Path(path)
     files = _transcript_files(p, errors)
-    from . import claude_code
-
     folded: set[Path] = set()
-    for f in files:
-        if f.suffix == ".jsonl" and not claude_code.is_agent_file(f):
-            folded.update(claude_code.subagent_files(f))
-            folded.update(claude_code.compaction_files(f))
+    for rd in readers().values():
+        for f in files:
+            folded.update(rd.companions(f))
     return [f for f in files if f not in folded]
 
 

@@ -28,13 +28,14 @@ Node ids are the entry ids; tool calls use the toolCall id.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from dagctx.protocol.context_messages import Skipped
 from dagctx.protocol.nodes import NodeInput
 
-from .base import quote, ROOT, Transcript
+from .base import quote, Rank, Reader, ROOT, Transcript
 from .builder import Builder, stable_topo
 from .reading import read_jsonl
 from .values import content_blocks, content_output, parse_arguments, to_epoch
@@ -246,3 +247,25 @@ def _bash_node(node_id: str, msg: dict, pn: str, ts: float | None, cancelled: bo
         predecessor=pn,
         metadata=md,
     )
+
+
+# --------------------------------------------------------------------------- the reader
+
+
+_ENTRY_TYPES = ("message", "compaction", "branch_summary", "model_change", "thinking_level_change")
+
+
+def _detect_line(obj: dict) -> Rank | None:
+    t = obj.get("type")
+    if t == "session" and ("version" in obj or "cwd" in obj) and "id" in obj:
+        return (0, 30)
+    if t in _ENTRY_TYPES and "parentId" in obj:
+        return (0, 30)
+    return None
+
+
+def _read(path: Path) -> Iterator[Transcript]:
+    yield parse(path)
+
+
+READER = Reader("openclaw", "OpenClaw", _read, detect_line=_detect_line)

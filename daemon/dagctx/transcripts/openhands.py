@@ -42,7 +42,7 @@ import msgspec
 
 from dagctx.protocol.context_messages import Skipped
 
-from .base import quote, ROOT, Transcript
+from .base import quote, Rank, Reader, ROOT, Transcript
 from .builder import Builder
 from .reading import _TOO_DEEP, decode_json, file_digest, iter_lines, load_json, text_digest, too_large
 from .values import content_output, parse_arguments, scrub_block, text_of_blocks, to_epoch
@@ -310,3 +310,36 @@ class _Parser:
         gone_nodes = {self.node_by_event[e] for e in gone if e in self.node_by_event}
         covers = [n for n in self.b.chain_ids(self.tip) if n in gone_nodes]
         self.b.summary(self.b.unique(f"oh-{eid}"), summary, covers, key[0] + 1, key=key, timestamp=ts)
+
+
+# --------------------------------------------------------------------------- the reader
+
+
+def _is_event(item: Any) -> bool:
+    if isinstance(item, list):  # an [action, observation] pair of older OpenHands output
+        return any(_is_event(x) for x in item)
+    return isinstance(item, dict) and "source" in item and ("action" in item or "observation" in item)
+
+
+def _detect_line(obj: dict) -> Rank | None:
+    if "instance_id" in obj and isinstance(obj.get("history"), list):
+        return (0, 10)  # evaluation output: one run a line
+    return None
+
+
+def _detect_json(value: Any) -> Rank | None:
+    if isinstance(value, dict):
+        # ``{"history": [...events]}`` is OpenHands; SWE-agent's history holds chat messages
+        history = value.get("history")
+        if isinstance(history, list) and any(_is_event(h) for h in history[:20] if h):
+            return (0, 10)
+        if isinstance(value.get("events"), list):
+            return (0, 30)
+    elif isinstance(value, list):
+        for i, item in enumerate(value[:20]):
+            if isinstance(item, dict) and _is_event(item):
+                return (i, 10)
+    return None
+
+
+READER = Reader("openhands", "OpenHands", iter_parse, detect_line=_detect_line, detect_json=_detect_json)

@@ -28,7 +28,7 @@ import msgspec
 
 from dagctx.protocol.context_messages import Skipped
 
-from .base import quote, ROOT, Transcript
+from .base import quote, Rank, Reader, ROOT, Transcript
 from .builder import Builder
 from .reading import _TOO_DEEP, decode_json, file_digest, iter_lines, load_json, text_digest, too_large
 from .values import parse_arguments
@@ -190,3 +190,31 @@ def _conversation(no: int, conv: dict, source_key: str) -> Transcript:
             b.skipped.append(Skipped(no, f"turn {j}: unknown speaker {quote(who)}"))
     b.counts["messages"] = len(turns)
     return b.finish(source_key, None)
+
+
+# --------------------------------------------------------------------------- the reader
+
+
+def _chat(obj: dict) -> bool:
+    return isinstance(obj.get("conversations"), list) or isinstance(obj.get("messages"), list)
+
+
+def _detect_line(obj: dict) -> Rank | None:
+    if isinstance(obj.get("conversations"), list):
+        return (0, 40)
+    if isinstance(obj.get("messages"), list) and "type" not in obj:
+        return (0, 60)  # weaker than Claude Code's markers
+    return None
+
+
+def _detect_json(value: Any) -> Rank | None:
+    if isinstance(value, dict):
+        return (0, 40) if _chat(value) else None
+    if isinstance(value, list):
+        for i, item in enumerate(value[:20]):
+            if isinstance(item, dict) and _chat(item):
+                return (i, 40)
+    return None
+
+
+READER = Reader("sharegpt", "ShareGPT", iter_parse, detect_line=_detect_line, detect_json=_detect_json)

@@ -19,6 +19,7 @@ model saw, with ``tool_calls`` on assistant messages and ``tool`` messages carry
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ import msgspec
 
 from dagctx.protocol.context_messages import Skipped
 
-from .base import quote, ROOT, Transcript
+from .base import quote, Rank, Reader, ROOT, Transcript
 from .builder import Builder
 from .reading import file_digest, load_json
 from .values import content_output, parse_arguments, text_of_blocks
@@ -124,3 +125,19 @@ def parse(path: Path) -> Transcript:
             b.skipped.append(Skipped(i + 1, f"history[{i}]: unknown role {quote(role)}"))
     b.counts["messages"] = len(history)
     return b.finish(file_digest(path), path.stem)
+
+
+# --------------------------------------------------------------------------- the reader
+
+
+def _detect_json(value: Any) -> Rank | None:
+    if isinstance(value, dict) and ("history" in value or "trajectory" in value):
+        return (0, 20)
+    return None
+
+
+def _read(path: Path) -> Iterator[Transcript]:
+    yield parse(path)
+
+
+READER = Reader("swe-agent", "SWE-agent", _read, detect_json=_detect_json, suffix=".traj")
