@@ -29,7 +29,7 @@ from dagctx.context import aging
 from dagctx.context.aging import AgingPolicy
 from dagctx.context.models import ModelTable
 from dagctx.context.tokens import CL100K, ESTIMATE, O200K, TokenCounter, default_counter
-from dagctx.ledger import AppendOutcome, NodeDerived, Store, is_postgres_url, spill_output
+from dagctx.ledger import AppendOutcome, NodeDerived, Store, names_a_file, spill_output
 from dagctx.protocol import context_messages as c
 from dagctx.protocol import messages as m
 from dagctx.protocol.errors import DagctxError
@@ -142,7 +142,7 @@ class EngineCore:
         # is never consulted.
         env = None if self.config.shared else env_database()
         explicit = self.options.database or self.client_database or self.config.database or env
-        if explicit and explicit != ":memory:" and not is_postgres_url(explicit):
+        if explicit and names_a_file(explicit):
             name = self.client_path(explicit, "initializationOptions.database")
         else:
             name = explicit or default_database()

@@ -12,7 +12,7 @@ import asyncio
 import os
 from typing import TYPE_CHECKING
 
-from dagctx.ledger import Store, is_postgres_url
+from dagctx.ledger import Store, names_a_file
 from dagctx.ledger.copy import CopyStats, copy_session, session_ids
 from dagctx.protocol import messages as m
 from dagctx.protocol.errors import DagctxError
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 def _open_source(source: str) -> Store:
-    if not is_postgres_url(source) and not os.path.isfile(os.path.expanduser(source)):
+    if (names_a_file(source) or source == ":memory:") and not os.path.isfile(os.path.expanduser(source)):
         raise DagctxError(
             "InvalidParams",
             f"no database file at {source!r}: give the path of an existing dagctx database or a "
@@ -32,7 +32,7 @@ def _open_source(source: str) -> Store:
             path="source",
         )
     try:
-        return Store(source if is_postgres_url(source) else os.path.expanduser(source), create_parent=False)
+        return Store(os.path.expanduser(source) if names_a_file(source) else source, create_parent=False)
     except DagctxError:
         raise
     except Exception as exc:
@@ -44,7 +44,7 @@ async def database_migrate(engine: EngineCore, p: m.DatabaseMigrateParams) -> m.
     src = _open_source(p.source)
     try:
         if src.path == dst.path or (
-            not is_postgres_url(p.source) and os.path.abspath(os.path.expanduser(p.source)) == os.path.abspath(dst.path)
+            names_a_file(p.source) and os.path.abspath(os.path.expanduser(p.source)) == os.path.abspath(dst.path)
         ):
             raise DagctxError("InvalidParams", "source and target are the same database", path="source")
         token = p.work_done_token

@@ -28,8 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from dagctx.ledger import AppendOutcome, AppendRequest, NodeDerived, Store, is_postgres_url
-from dagctx.ledger.backend import open_backend
+from dagctx.ledger import AppendOutcome, AppendRequest, NodeDerived, Store, names_a_file
+from dagctx.ledger.backends import open_backend
 from dagctx.ledger.writer import Done, Writer
 from dagctx.protocol.nodes import NodeInput
 
@@ -151,7 +151,7 @@ class OpenDatabase:
 
 
 def _key(path: str) -> str:
-    return path if path == ":memory:" or is_postgres_url(path) else os.path.realpath(path)
+    return os.path.realpath(path) if names_a_file(path) else path
 
 
 class EngineShared:

@@ -4,8 +4,10 @@ over a storage backend (a SQLite file or a PostgreSQL server).
 API Boundary: ``Store`` is the only way anything above reads or writes the record.
 """
 
-from .backend import NodeDerived, UsageRow, is_postgres_url
+from .backend import NodeDerived, UsageRow
+from .backends import BACKENDS, backend_for, names_a_file
 from .graph import SessionGraph
 from .store import AppendOutcome, AppendRequest, SpillPolicy, Store, spill_output
 
-__all__ = ["AppendOutcome", "AppendRequest", "NodeDerived", "SessionGraph", "SpillPolicy", "Store", "UsageRow", "is_postgres_url", "spill_output"]
+__all__ = ["BACKENDS", "AppendOutcome", "AppendRequest", "NodeDerived", "SessionGraph", "SpillPolicy", "Store", "UsageRow",
+           "backend_for", "names_a_file", "spill_output"]

@@ -1,4 +1,4 @@
-"""The storage interface under the ledger: a dozen primitives, two implementations.
+"""The storage interface under the ledger: the ``Backend`` primitives its implementations keep.
 
 The store (``store.py``) decides what is written — by the rules in ``rules.py`` — and
 a ``Backend`` only keeps rows: sessions, nodes (msgpack bodies beside indexed
@@ -6,7 +6,7 @@ columns), spilled blobs, usage rows and the search index. Two backends exist:
 ``sqlite_backend.SqliteBackend`` (one file, the default) and
 ``postgres_backend.PostgresBackend`` (a server shared by many daemons), chosen by the
 database name (SPEC §2.1: ``postgresql://…`` URLs are PostgreSQL, anything else is a
-file path).
+file path) through ``backends.BACKENDS``, where a new backend is one registration.
 
 Contract every backend keeps (tests/unit/test_store.py runs over both):
 
@@ -209,23 +209,3 @@ def busy_error(location: str, waited: float) -> DagctxError:
     """A write that waited ``waited`` seconds for another process's lock (SPEC §7)."""
     return storage_error("StorageBusy", f"cannot write: the database stayed locked by another process for "
                          f"{waited:g} s", location)
-
-
-def is_postgres_url(name: str) -> bool:
-    """SPEC §2.1: ``postgresql://`` or ``postgres://`` names a server, anything else a file."""
-    low = name.strip().lower()
-    return low.startswith("postgresql://") or low.startswith("postgres://")
-
-
-def open_backend(
-    name: str, *, synchronous: str | None = None, create_parent: bool = True, timeout: float | None = None
-) -> Backend:
-    """The backend a database name means (SPEC §2.1). ``timeout``: how long a request may wait
-    for its database (another process's lock; a PostgreSQL server slow or silent)."""
-    if is_postgres_url(name):
-        from .postgres_backend import PostgresBackend
-
-        return PostgresBackend(name, timeout=timeout)
-    from .sqlite_backend import SqliteBackend
-
-    return SqliteBackend(name, synchronous=synchronous, create_parent=create_parent, lock_timeout=timeout)

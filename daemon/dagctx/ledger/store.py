@@ -52,8 +52,8 @@ from .backend import (
     decode_refs,
     encode_meta,
     encode_refs,
-    open_backend,
 )
+from .backends import open_backend
 from .graph import SessionGraph, is_spawn_root
 from .text import node_text
 

@@ -145,6 +145,10 @@ class InitializeParams(_Params):
     initialization_options: InitializationOptions | None = None
 
 
+#: ``capabilities.storage`` of the ``initialize`` result: the backend the database name chose (SPEC §2.1)
+StorageKind = Literal["sqlite", "postgresql"]
+
+
 class ServerInfo(_Result):
     name: str
     version: str

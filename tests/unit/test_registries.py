@@ -1,0 +1,34 @@
+"""Every variation point is one registry, and each registry names exactly what the wire
+``Literal`` allows: a name added on one side only fails here."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+from dagctx.protocol import messages as m
+
+
+def test_transcript_readers_are_the_wire_import_formats() -> None:
+    from dagctx.protocol.context_messages import ImportFormat
+    from dagctx.transcripts import FORMATS
+    from dagctx.transcripts.readers import readers
+
+    assert set(readers()) == set(get_args(ImportFormat)) - {"auto"} == set(FORMATS)
+    for name, reader in readers().items():
+        assert reader.name == name and reader.label
+
+
+def test_storage_backends_are_the_wire_storage_kinds() -> None:
+    from dagctx.ledger import BACKENDS, backend_for, names_a_file
+    from dagctx.ledger.postgres_backend import PostgresBackend
+    from dagctx.ledger.sqlite_backend import SqliteBackend
+
+    assert [b.name for b in BACKENDS] == ["postgresql", "sqlite"]
+    assert {b.name for b in BACKENDS} == set(get_args(m.StorageKind))
+    assert PostgresBackend.kind == "postgresql" and SqliteBackend.kind == "sqlite"
+    for name, kind, is_file in (("postgresql://u@h/db", "postgresql", False), (" POSTGRES://h/db", "postgresql", False),
+                                ("/tmp/x.db", "sqlite", True), ("x.db", "sqlite", True), (":memory:", "sqlite", False),
+                                ("postgresql.db", "sqlite", True)):
+        assert backend_for(name).name == kind, name
+        assert names_a_file(name) is is_file, name
+    assert backend_for(":memory:").open(":memory:", None, True, None).kind == "sqlite"
