@@ -1,0 +1,94 @@
+"""Every importer on a small transcript written by hand for this test (tests/fixtures/
+transcripts/, never copied from the corpus), so the importers are tested without the
+shared corpus: detection, the ledger's rules, tool pairs, compactions, branches and
+spawned subagents. The corpus tests (``test_importers.py``) check real sessions besides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dagctx.protocol.nodes import SUMMARY_NAME, SYSTEM_PROMPT_NAME
+from dagctx.transcripts import Transcript, check_transcript, detect_format, parse_file, parse_path
+from dagctx.transcripts.readers import readers
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts"
+
+#: file → (format, transcripts, tool pairs of each, compactions of each, HEAD of the first)
+EXPECTED = {
+    "claude-code/fx-cc.jsonl": ("claude-code", 1, [3], [1], "a4"),
+    "codex/rollout-fx.jsonl": ("codex", 1, [1], [1], "codex-11"),
+    "openclaw/fx-openclaw.jsonl": ("openclaw", 1, [1], [1], "e8"),
+    "openhands/output.jsonl": ("openhands", 2, [1, 1], [0, 0], "oh-1-llm"),
+    "sharegpt/fx.jsonl": ("sharegpt", 2, [1, 0], [0, 0], "sg1-4"),
+    "swe-agent/fx.traj": ("swe-agent", 1, [2], [0], "swe-4"),
+}
+
+
+def test_every_reader_has_a_fixture() -> None:
+    assert {fmt for fmt, *_ in EXPECTED.values()} == set(readers())
+
+
+@pytest.mark.parametrize("rel", sorted(EXPECTED))
+def test_a_fixture_is_detected_and_parsed_within_the_ledger_rules(rel: str) -> None:
+    fmt, n, pairs, compactions, head = EXPECTED[rel]
+    path = FIXTURES / rel
+    assert detect_format(path) == fmt
+    got = parse_file(path)
+    assert parse_file(path, format=fmt) == got  # naming the format changes nothing
+    assert len(got) == n
+    for t, p, k in zip(got, pairs, compactions, strict=True):
+        assert t.format == fmt and check_transcript(t) == [], check_transcript(t)
+        assert (t.counts["toolPairs"], t.counts["compactions"], t.counts["skipped"]) == (p, k, 0)
+        assert t.source_path == str(path)
+    assert got[0].head == head
+    assert parse_file(path) == got  # deterministic: same bytes, same nodes and ids
+
+
+def _by_name(t: Transcript, name: str) -> list:
+    return [n for n in t.nodes if n.name == name]
+
+
+def test_claude_code_brings_its_subagent_and_its_compaction() -> None:
+    [t] = parse_file(FIXTURES / "claude-code/fx-cc.jsonl")
+    assert t.counts["spawnBranches"] == 1
+    [root] = [n for n in t.nodes if n.metadata.get("spawn_branch_root")]
+    assert t.node(root.caller).name == "Task"  # the subagent hangs off the call that spawned it
+    assert "sa-a2" in {n.id for n in t.nodes}
+    [summary] = _by_name(t, SUMMARY_NAME)
+    assert "setup.py names the package demo" in summary.output
+    assert set(summary.metadata["covers_ids"]) >= {"u1", "a3"}
+
+
+def test_a_folder_walk_folds_subagent_files_into_their_session() -> None:
+    errors: list[tuple[str, str]] = []
+    got = parse_path(FIXTURES, errors=errors)
+    assert errors == []
+    assert sorted(t.format for t in got) == sorted(
+        fmt for fmt, n, *_ in EXPECTED.values() for _ in range(n))  # the subagent file is not a session of its own
+
+
+def test_codex_keeps_instructions_usage_and_the_call_output() -> None:
+    [t] = parse_file(FIXTURES / "codex/rollout-fx.jsonl")
+    [prompt] = _by_name(t, SYSTEM_PROMPT_NAME)
+    assert prompt.output == "You are Codex, a coding agent."
+    [call] = [n for n in t.nodes if n.metadata.get("toolCallId") == "call_fx_1"]
+    assert call.name == "shell" and "3 passed" in str(call.output)
+    [usage] = t.usage.values()
+    assert (usage.input, usage.output, usage.cache_read) == (600, 40, 300)
+
+
+def test_openclaw_keeps_the_abandoned_branch_and_the_newest_is_head() -> None:
+    [t] = parse_file(FIXTURES / "openclaw/fx-openclaw.jsonl")
+    ids = {n.id for n in t.nodes}
+    assert {"e7", "e8"} <= ids and t.head == "e8"  # two branches from e4; the newer one is HEAD
+    [summary] = _by_name(t, SUMMARY_NAME)
+    assert summary.output.startswith("The user asked about notes.txt")
+
+
+def test_sharegpt_pairs_a_function_call_with_its_observation() -> None:
+    first, second = parse_file(FIXTURES / "sharegpt/fx.jsonl")
+    [call] = [n for n in first.nodes if n.role == "code" and n.name == "weather"]
+    assert call.input == {"city": "北京"} and "晴" in str(call.output)
+    assert [n.output for n in second.nodes if n.role == "llm"] == ["Hi!"]
