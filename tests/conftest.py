@@ -25,12 +25,35 @@ def corpus_dir() -> Path | None:
     return path if path.is_dir() else None
 
 
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def require_corpus(path: Path | None = None) -> Path:
+    """The corpus folder (or ``path`` in it): a skip naming the reason locally, a failure
+    under ``CI=true`` — CI must never pass by skipping what it was meant to run."""
+    root = corpus_dir()
+    target = root if path is None or root is None else root / path
+    if root is None or not target.exists():
+        reason = corpus_missing_reason() if root is None else f"{target} is not in the corpus"
+        if in_ci():
+            pytest.fail(f"CI needs the shared transcript corpus: {reason}", pytrace=False)
+        pytest.skip(reason)
+    return target
+
+
 def corpus_missing_reason() -> str:
     """Why a corpus test is skipped, and how to make it run."""
     env = os.environ.get("DAGCTX_CORPUS")
     where = f"DAGCTX_CORPUS={env}" if env else f"the default location {DEFAULT_CORPUS.resolve()}"
     return (f"the shared transcript corpus is not at {where}: point DAGCTX_CORPUS at the folder "
             "that holds claude-code/, codex/, sharegpt-zh/ … (e.g. DAGCTX_CORPUS=../shared/corpus)")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``@pytest.mark.corpus``: the test reads the shared corpus (see ``require_corpus``)."""
+    if item.get_closest_marker("corpus") is not None:
+        require_corpus()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -106,7 +129,4 @@ async def daemon(db_path: Path):
 
 @pytest.fixture
 def corpus() -> Path:
-    path = corpus_dir()
-    if path is None:
-        pytest.skip(corpus_missing_reason())
-    return path
+    return require_corpus()

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import corpus_dir, corpus_missing_reason
+from conftest import corpus_dir
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -102,7 +102,7 @@ def test_commands_on_the_demo_database(tmp_path: Path) -> None:
     assert missing.returncode == 1 and "SessionNotFound" in missing.stdout
 
 
-@pytest.mark.skipif(corpus_dir() is None, reason=corpus_missing_reason())
+@pytest.mark.corpus
 def test_import_reports_sessions_and_skipped_lines(tmp_path: Path) -> None:
     corpus = corpus_dir()
     assert corpus is not None

@@ -18,10 +18,10 @@ from dagctx.client import DagctxClient, RpcError
 from dagctx.context.formats import check_pairs
 from dagctx.transcripts import parse_path
 
-from conftest import corpus_dir, corpus_missing_reason
+from conftest import corpus_dir
 
 CORPUS = corpus_dir()
-pytestmark = pytest.mark.skipif(CORPUS is None, reason=corpus_missing_reason())
+pytestmark = pytest.mark.corpus
 
 CC_SPAWN = "claude-code/0ccf1a04-1b4c-43b6-8aa5-79e41db43a68.jsonl"
 CC_COMPACT = "claude-code/ae4a77f8-aedd-4bc1-888f-c94edc91af04.jsonl"

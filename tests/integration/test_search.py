@@ -276,11 +276,9 @@ async def test_recall_on_real_chinese_conversations(tmp_path: Path) -> None:
     text and for 2- and 3-character Chinese words."""
     import re
 
-    from conftest import corpus_dir
+    from conftest import require_corpus
 
-    root = corpus_dir()
-    if root is None:
-        pytest.skip("the shared corpus is not available (DAGCTX_CORPUS)")
+    root = require_corpus()
     c = await DagctxClient.spawn(tmp_path / "zh.db")
     try:
         await c.import_path(str(root / "sharegpt-zh"))

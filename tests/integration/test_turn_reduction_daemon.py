@@ -374,11 +374,15 @@ async def test_partial_success_fits_or_is_refused_never_over(tc: DagctxClient, s
 
 async def test_timeout_refuses_within_the_time_limit(tc: DagctxClient, sampler: Sampler) -> None:
     sid, _ = await long_turn(tc, 80, tag="slow")
-    sampler.answer = lambda p: sampler.slow(5)
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
+
+    async def never(params: Any) -> str:  # answers only at teardown: the limit must not wait for it
+        await sampler.release.wait()
+        return "late"
+
+    sampler.answer = never
     d = await expect_refused(tc, sid, reduction_timeout_seconds=0.5)
-    assert loop.time() - t0 < 3.0 and any("timeLimit" in f for f in d["failures"]), d["failures"]
+    assert sampler.requests and not sampler.release.is_set()  # refused while every summary was still pending
+    assert any("timeLimit" in f for f in d["failures"]), d["failures"]
     with pytest.raises(RpcError) as err:
         await tc.prepare(sid, model=SMALL, reduction_timeout_seconds=0)
     assert err.value.kind == "InvalidParams" and err.value.data["path"] == "params.reductionTimeoutSeconds"

