@@ -24,6 +24,8 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "dagctx.context": ("dagctx.engine", "dagctx.server", "dagctx.transcripts", "dagctx.ledger.store"),
     "dagctx.transcripts": ("dagctx.context", "dagctx.engine", "dagctx.server", "dagctx.ledger"),
     "dagctx.engine": ("dagctx.server",),
+    # the server reaches the record only through the engine
+    "dagctx.server": ("dagctx.ledger", "dagctx.transcripts"),
 }
 
 #: What each top-level area may import of ours (prefixes).

@@ -53,6 +53,7 @@ from .lifecycle import EngineRegistry
 from .peer import NullPeer, Peer
 from .shared import EngineShared, OpenDatabase
 from .views import ContextService
+from .watch import SessionWatch
 
 log = logging.getLogger("dagctx.engine")
 
@@ -173,6 +174,17 @@ class EngineCore:
             capabilities={"observeNodes": True, "sampling": "client-or-endpoint", "search": SEARCH_CAPABILITY,
                           "storage": self._store.kind},
         )
+
+    @property
+    def database_key(self) -> str:
+        """The open database's key (its real path or URL): what connections on it share."""
+        if self.db is None:
+            raise DagctxError("ServerNotInitialized", "send initialize first")
+        return self.db.key
+
+    def watch(self, session_id: str) -> SessionWatch:
+        """A cursor over what changes in a session, for subscribers (SPEC §1.5)."""
+        return SessionWatch.open(self.store, session_id)
 
     async def offload(self, fn: Callable[[], T]) -> T:
         """``fn()``, run by ``heavy_runner`` when the server set one (SPEC §1.4)."""

@@ -143,6 +143,10 @@ class OpenDatabase:
         self.calls = StoreCalls(self.store)
         self.executor = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="dagctx-db")
 
+    def cached_counts(self) -> tuple[int, int]:
+        """``(sessions, nodes)`` whose graphs this database holds in memory (daemon/status)."""
+        return self.store.cached_counts()
+
     def close(self) -> None:
         self.calls.close()
         self.executor.shutdown(wait=True, cancel_futures=True)

@@ -380,6 +380,11 @@ class Store:
         with self.lock:
             return [(sid, g.nbytes, g.used_at) for sid, g in self._graphs.items()]
 
+    def cached_counts(self) -> tuple[int, int]:
+        """``(sessions, nodes)`` of the session graphs held in memory (daemon/status)."""
+        with self.lock:
+            return len(self._graphs), sum(len(g.nodes) for g in self._graphs.values())
+
     def cache_bytes(self) -> int:
         with self.lock:
             return sum(g.nbytes for g in self._graphs.values())

@@ -19,7 +19,6 @@ notification once and hands the same bytes to every subscriber.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import itertools
 import logging
 import os
@@ -30,11 +29,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dagctx.engine.shared import EngineShared
-from dagctx.ledger import Store
-from dagctx.ledger.graph import is_summary
+from dagctx.engine.watch import SessionWatch
 from dagctx.protocol import codec
 from dagctx.protocol import messages as m
-from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.version import PROTOCOL_VERSION, __version__
 
 from . import guards
@@ -92,19 +89,20 @@ def _give_back_memory() -> None:
 
 @dataclass
 class Watch:
-    """What the subscribers of one session have been told so far."""
+    """The subscribers of one session of one database and the engine's cursor of what
+    they were told (``SessionWatch``)."""
 
-    store: Store
-    session_id: str
+    database: str
+    cursor: SessionWatch
     subscribers: set[DagctxProtocol] = field(default_factory=set)
-    seq_seen: int = 0
-    updates_seen: int = 0
-    head: str | None = None
-    title: str | None = None
     #: one diff at a time (a writer's worker, the poller's job)
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: a poll of this watch is queued or running in the pool
     polling: bool = False
+
+    @property
+    def session_id(self) -> str:
+        return self.cursor.session_id
 
 
 class Hub:
@@ -253,7 +251,7 @@ class Hub:
             pool = self.pools.get(db.key)
             if pool is not None and pool.depth() != (0, 0):
                 continue  # a view of a gone connection still runs: next time
-            if any(w.store is db.store for w in self.watches.values()):
+            if any(w.database == db.key for w in self.watches.values()):
                 continue
             if self.shared.close_unused(db):
                 closed.append(db.key)
@@ -281,20 +279,20 @@ class Hub:
 
     # ------------------------------------------------------------ subscriptions
 
-    def subscribe(self, conn: DagctxProtocol, store: Store, session_id: str) -> m.SubscribeResult:
-        info = store.get_session(session_id)  # SessionNotFound for a bad id
-        key = (id(store), session_id)
+    def subscribe(self, conn: DagctxProtocol, database: str, session_id: str,
+                  open_cursor: Callable[[str], SessionWatch]) -> m.SubscribeResult:
+        """Watch ``session_id`` of ``database`` (its key) for ``conn``; ``open_cursor`` is the
+        engine's (``EngineCore.watch``): SessionNotFound for a bad id."""
+        key = (database, session_id)
         w = self.watches.get(key)
         if w is None:
-            g = store.graph(session_id)
-            w = Watch(store, session_id, seq_seen=g.by_seq[-1].seq if g.by_seq else 0,
-                      updates_seen=len(g.updates), head=info.head, title=info.title)
+            w = Watch(database, open_cursor(session_id))
             self.watches[key] = w
         w.subscribers.add(conn)
-        return m.SubscribeResult(session_id=session_id, subscribed=True, head=info.head)
+        return m.SubscribeResult(session_id=session_id, subscribed=True, head=w.cursor.head)
 
-    def unsubscribe(self, conn: DagctxProtocol, store: Store, session_id: str) -> m.SubscribeResult:
-        key = (id(store), session_id)
+    def unsubscribe(self, conn: DagctxProtocol, database: str, session_id: str) -> m.SubscribeResult:
+        key = (database, session_id)
         w = self.watches.get(key)
         if w is not None:
             w.subscribers.discard(conn)
@@ -305,7 +303,7 @@ class Hub:
     def sessions_of(self, conn: DagctxProtocol) -> list[str]:
         return sorted(w.session_id for w in self.watches.values() if conn in w.subscribers)
 
-    def changed(self, store: Store, session_id: str, origin: str | None,
+    def changed(self, database: str, session_id: str, origin: str | None,
                 written: frozenset[str] = frozenset()) -> None:
         """A write of ``origin`` touched the session: tell its subscribers what is new.
 
@@ -315,60 +313,24 @@ class Hub:
         write before its answer); called on the loop, they go to the pool: the loop
         never reads storage.
         """
-        w = self.watches.get((id(store), session_id))
+        w = self.watches.get((database, session_id))
         if w is None:
             return
         if self.on_loop() and self.loop is not None:
-            self._watch_pool(w).submit(("watch", id(store), session_id), lambda: self._diff_locked(w, origin, written))
+            self.pool_for(database).submit(("watch", database, session_id),
+                                           lambda: self._diff_locked(w, origin, written))
         else:
             self._diff_locked(w, origin, written)
-
-    def _watch_pool(self, w: Watch) -> FairPool:
-        for db in self.shared.databases():
-            if db.store is w.store:
-                return self.pool_for(db.key)
-        return self.pool
 
     def _diff_locked(self, w: Watch, origin: str | None, written: frozenset[str]) -> None:
         with w.lock:
             self._diff(w, origin, written)
 
     def _diff(self, w: Watch, origin: str | None, written: frozenset[str]) -> None:
-        sid = w.session_id
-        try:
-            info = w.store.get_session(sid)
-            g = w.store.graph(sid)
-        except DagctxError as err:
-            if err.kind != "SessionNotFound":
-                raise
-            self._send(w, "session/didChange", m.SessionChange(session_id=sid, change="deleted", origin=origin))
-            self.watches.pop((id(w.store), sid), None)
-            return
-
-        def who(node_id: str) -> str | None:
-            return origin if not written or node_id in written else None
-
-        start = bisect.bisect_right(g.by_seq, w.seq_seen, key=lambda n: n.seq)
-        for node in g.by_seq[start:]:
-            self._send(w, "node/didAppend", m.NodeNotification(session_id=sid, node=node, head=info.head,
-                                                               origin=who(node.id)))
-            if is_summary(node):
-                self._send(w, "session/didChange", m.SessionChange(session_id=sid, change="summary",
-                                                                   head=info.head, node_id=node.id,
-                                                                   origin=who(node.id)))
-            w.seq_seen = node.seq
-        for nid in g.updates[w.updates_seen:]:
-            self._send(w, "node/didUpdate", m.NodeNotification(session_id=sid, node=g.nodes[nid], head=info.head,
-                                                               origin=who(nid)))
-        w.updates_seen = len(g.updates)
-        if info.head != w.head:
-            w.head = info.head
-            self._send(w, "session/didChange", m.SessionChange(session_id=sid, change="head", head=info.head,
-                                                               origin=origin))
-        if info.title != w.title:
-            w.title = info.title
-            self._send(w, "session/didChange", m.SessionChange(session_id=sid, change="renamed",
-                                                               head=info.head, title=info.title, origin=origin))
+        for method, params in w.cursor.changes(origin, written):
+            self._send(w, method, params)
+        if w.cursor.deleted:
+            self.watches.pop((w.database, w.session_id), None)
 
     def _send(self, w: Watch, method: str, params: Any) -> None:
         data = guards.encode_message_safely(codec.Notification(method=method, params=params))
@@ -397,7 +359,7 @@ class Hub:
                     continue
                 w.polling = True
                 try:
-                    self._watch_pool(w).submit(("watch", id(w.store), w.session_id), lambda w=w: self._poll(w))
+                    self.pool_for(w.database).submit(("watch", w.database, w.session_id), lambda w=w: self._poll(w))
                 except RuntimeError:
                     return  # the pool is closed: the daemon is stopping
 
@@ -410,11 +372,10 @@ class Hub:
         mono = time.monotonic()
         caches = []
         for db in self.shared.databases():
-            graphs = dict(getattr(db.store, "_graphs", {}))
+            sessions, nodes = db.cached_counts()
             since = self._unused_since.get(db.key)
             caches.append(m.CacheStatus(
-                database=db.key, users=db.users, sessions=len(graphs),
-                nodes=sum(len(g.nodes) for g in graphs.values()), renders=len(db.caches.renders),
+                database=db.key, users=db.users, sessions=sessions, nodes=nodes, renders=len(db.caches.renders),
                 idle_seconds=round(mono - since, 3) if since is not None and db.users <= 0 else None))
         clients = []
         for cid, conn in self.connections.items():

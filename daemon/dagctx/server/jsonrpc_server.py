@@ -642,16 +642,15 @@ class DagctxProtocol(JsonRPCProtocol):
         return result
 
     def _changed(self, session_id: str, written: frozenset[str]) -> None:
-        store = self.engine.db.store if self.engine.db is not None else None
-        if store is not None:
-            self.hub.changed(store, session_id, self.connection_id, written)
+        if self.engine.db is not None:
+            self.hub.changed(self.engine.db.key, session_id, self.connection_id, written)
 
     def _wrote(self, method: str, params: Any) -> None:
         """After a request that may write: subscribers of its session hear what changed."""
         if METHODS[method].writes and self.engine.db is not None:
             sid = getattr(params, "session_id", None)
             if isinstance(sid, str):
-                self.hub.changed(self.engine.db.store, sid, self.connection_id)
+                self.hub.changed(self.engine.db.key, sid, self.connection_id)
 
     def _async_done(self, msg_id: Any, method: str, task: asyncio.Future[Any], params: Any = None) -> None:
         self._request_futures.pop(msg_id, None)
@@ -716,13 +715,13 @@ class DagctxProtocol(JsonRPCProtocol):
         return None
 
     def _on_subscribe(self, p: m.SessionRef) -> m.SubscribeResult:
-        res = self.hub.subscribe(self, self.engine.store, p.session_id)
+        res = self.hub.subscribe(self, self.engine.database_key, p.session_id, self.engine.watch)
         self.engine.subscribed.add(p.session_id)  # type: ignore[union-attr]
         return res
 
     def _on_unsubscribe(self, p: m.SessionRef) -> m.SubscribeResult:
         self.engine.subscribed.discard(p.session_id)  # type: ignore[union-attr]
-        return self.hub.unsubscribe(self, self.engine.store, p.session_id)
+        return self.hub.unsubscribe(self, self.engine.database_key, p.session_id)
 
     def _on_stop(self, p: Any) -> m.DaemonStopResult:
         n = len(self.hub.connections)
