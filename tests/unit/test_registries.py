@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from typing import get_args
 
+from dagctx.engine import summary_sources
 from dagctx.protocol import messages as m
+
+
+def test_summary_sources_are_the_wire_names() -> None:
+    assert set(summary_sources.SOURCES) == set(get_args(m.SummarySourceName))
+    assert set(summary_sources.DEFAULT_ORDER) == set(summary_sources.SOURCES)
+    for name, source in summary_sources.SOURCES.items():
+        assert source.name == name and source.missing
 
 
 def test_transcript_readers_are_the_wire_import_formats() -> None:

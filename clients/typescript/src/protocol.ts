@@ -443,6 +443,19 @@ export interface HeadResult {
   previous: string;
 }
 
+/**
+ * ``capabilities.sampling.completion``: the client answers ``sampling/createMessage``
+ * with its host's own completion function (OpenClaw's ``llm.complete``, Hermes'
+ * auxiliary client) rather than MCP sampling, and says which one (SPEC §2).
+ */
+export interface HostCompletion {
+  identity: string;
+  /** @default null */
+  contextWindow?: number | null;
+  /** @default null */
+  maxOutputTokens?: number | null;
+}
+
 export interface ImportParams {
   /** a file system path (no NUL characters) */
   path: string;
@@ -504,6 +517,8 @@ export interface InitializationOptions {
   aging?: AgingOptions | null;
   /** @default null */
   storageTimeoutSeconds?: number | null;
+  /** @default null */
+  summarySources?: ("client" | "endpoint" | "host")[] | null;
 }
 
 export interface InitializeParams {
@@ -904,6 +919,12 @@ export interface ResponseError {
   message: string;
   /** @default null */
   data?: ErrorData | null;
+}
+
+/** ``capabilities.sampling`` of ``initialize``: the client answers ``sampling/createMessage``. */
+export interface SamplingCapability {
+  /** @default null */
+  completion?: HostCompletion | null;
 }
 
 export interface SamplingContent {

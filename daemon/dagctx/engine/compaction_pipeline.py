@@ -35,7 +35,8 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import NodeInput
 
 from .heads import check_head
-from .sampling import check_fits, create_message, summarizer_model, summary_limits
+from .sampling import check_fits, summary_limits
+from .summary_sources import create_message, summarizer_model
 
 if TYPE_CHECKING:
     from .core import EngineCore

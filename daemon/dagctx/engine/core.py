@@ -38,7 +38,7 @@ from dagctx.protocol.methods import CLIENT_REQUESTS, PROTOCOL_VERSION, SERVER_NO
 from dagctx.context import turn_reduction as tr
 from dagctx.context.turn_reduction import Reductions
 
-from . import compaction_pipeline, exports, imports, ledger_ops, migration, turn_reduction
+from . import compaction_pipeline, exports, imports, ledger_ops, migration, summary_sources, turn_reduction
 from .config import (
     SEARCH_CAPABILITY,
     DaemonConfig,
@@ -123,6 +123,7 @@ class EngineCore:
     def initialize(self, p: m.InitializeParams) -> m.InitializeResult:
         self.options = p.initialization_options or m.InitializationOptions()
         self.client_capabilities = p.capabilities
+        summary_sources.check_options(self)
         if self.options.config_file:
             cfg = self.client_path(self.options.config_file, "initializationOptions.configFile")
             try:

@@ -1,8 +1,9 @@
-"""Where a summary's completion comes from: the client, or a configured endpoint.
+"""The size limits of one summary request (``summary_limits``, ``check_fits``, SPEC §8) and
+the configured endpoint's HTTP client: one OpenAI-compatible ``/chat/completions`` call.
 
-dagctx holds no API keys unless configured to. When it needs an LLM it
-asks its client (``sampling/createMessage``, MCP-shaped), or, for headless use, an
-OpenAI-compatible ``/chat/completions`` endpoint named in
+dagctx holds no API keys unless configured to. Which source a summary comes from (the
+host's completion function, the client's sampling, this endpoint) is
+``summary_sources.py``; for headless use the endpoint is named in
 ``initializationOptions.samplingEndpoint`` (the key comes from an environment
 variable, never from the protocol).
 
@@ -12,7 +13,6 @@ for a configured endpoint.
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import json
 import os
@@ -21,49 +21,14 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
 
-if TYPE_CHECKING:
-    from .core import EngineCore
-
-
-async def create_message(engine: EngineCore, params: c.CreateMessageParams, *, timeout: float) -> tuple[str, str]:
-    """Return ``(text, model)`` of one completion, or raise ``SamplingFailed``."""
-    endpoint = engine.options.sampling_endpoint
-    if engine.peer.can_sample:
-        try:
-            result: c.CreateMessageResult = await engine.peer.request(
-                "sampling/createMessage", params, c.CreateMessageResult, timeout=timeout
-            )
-        except asyncio.TimeoutError as exc:
-            raise DagctxError("SamplingFailed", f"the client did not answer sampling/createMessage within {timeout:g} s") from exc
-        return result.content.text, result.model
-    if endpoint is not None:
-        return await asyncio.to_thread(_chat_completion, endpoint, params, timeout, engine.environ)
-    raise DagctxError(
-        "SamplingFailed",
-        "no summarizer: the client did not declare capabilities.sampling and no "
-        "initializationOptions.samplingEndpoint is configured (or pass fallback: \"structural\")",
-    )
-
 
 #: A summary request never asks for more than this many output tokens.
 SUMMARY_MAX_TOKENS = 8192
-
-
-def summarizer_model(engine: EngineCore, session_model: Any) -> Any:
-    """The model that writes summaries (SPEC §8, summary requests fit the summarizer):
-    the configured endpoint's model when the endpoint answers (the client does not
-    sample) and the model table knows it, else the session's model."""
-    endpoint = engine.options.sampling_endpoint
-    if not engine.peer.can_sample and endpoint is not None:
-        info = engine.models.get(endpoint.model)
-        if info.known:
-            return info
-    return session_model
 
 
 def summary_limits(window: int, max_output: int) -> tuple[int, int]:
@@ -94,8 +59,8 @@ def check_fits(system: str, texts: list[str], max_tokens: int, window: int, mode
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 
 
-def _chat_completion(endpoint: Any, params: c.CreateMessageParams, timeout: float,
-                     environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+def chat_completion(endpoint: Any, params: c.CreateMessageParams, timeout: float,
+                    environ: Mapping[str, str] | None = None) -> tuple[str, str]:
     """One ``POST {baseUrl}/chat/completions`` within a total deadline (SPEC §2).
 
     ``timeout`` bounds the whole exchange — connect, headers and body — not each socket

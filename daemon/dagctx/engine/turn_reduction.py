@@ -14,8 +14,8 @@ against ``input budget − safety margin`` and, when it is over, call ``reduce``
 What a request reduces is a pure function of the request (SPEC §8): nothing of an
 earlier request is kept in memory; the stored summaries make it cheap.
 
-Summaries come through ``sampling.create_message`` — the client's
-``sampling/createMessage`` or the configured endpoint, the same path compaction uses —
+Summaries come through ``summary_sources.create_message`` — the connection's preferred
+summary source (host completion, client sampling, endpoint), the same path compaction uses —
 at most ``MAX_SUMMARY_CALLS`` calls and ``MAX_SECONDS`` per build, never through a
 prepare (no recursion), metered in the report apart from the request. Each summary is
 kept in the ledger's derived table ``reduction_summaries`` under a hash of its content
@@ -44,7 +44,9 @@ from dagctx.context.turn_reduction import Checkpoint, ReducedText, Reductions
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
 
-from .sampling import create_message, summarizer_model, summary_limits
+from . import summary_sources
+from .sampling import summary_limits
+from .summary_sources import create_message, summarizer_model
 
 if TYPE_CHECKING:
     from dagctx.context.models import ModelInfo
@@ -146,9 +148,8 @@ class _Run:
         """One summarizer call within the per-build limits."""
         if self.stopped:
             raise _Stop(self.stopped)
-        if not self.engine.peer.can_sample and self.engine.options.sampling_endpoint is None:
-            self.stopped = ("no summarizer: the client did not declare capabilities.sampling and no "
-                            "initializationOptions.samplingEndpoint is configured")
+        if summary_sources.choose(self.engine) is None:
+            self.stopped = summary_sources.unavailable(self.engine)
             raise _Stop(self.stopped)
         if self.report.summary_calls >= tr.MAX_SUMMARY_CALLS:
             self.stopped = "callLimit"
@@ -221,9 +222,7 @@ class _Run:
 
 def _config(engine: EngineCore, info: ModelInfo) -> dict[str, Any]:
     """The model configuration a cached summary belongs to."""
-    ep = engine.options.sampling_endpoint
-    summarizer = "client" if engine.peer.can_sample else (f"endpoint:{ep.model}" if ep is not None else "none")
-    return {"summarizer": summarizer, "model": info.name, "window": info.context_window}
+    return {"summarizer": summary_sources.identity(engine), "model": info.name, "window": info.context_window}
 
 
 def _ratio(built: Built) -> float:

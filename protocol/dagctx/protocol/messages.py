@@ -65,6 +65,31 @@ class SamplingEndpoint(_Params):
     timeout_seconds: Seconds = 120.0
 
 
+#: Where a summary's completion may come from, in ``initializationOptions.summarySources``
+#: (SPEC §2): the host's own completion function declared by the client, the client's
+#: MCP-shaped sampling, a configured endpoint.
+SummarySourceName = Literal["host", "client", "endpoint"]
+
+
+class HostCompletion(_Params, forbid_unknown_fields=True):
+    """``capabilities.sampling.completion``: the client answers ``sampling/createMessage``
+    with its host's own completion function (OpenClaw's ``llm.complete``, Hermes'
+    auxiliary client) rather than MCP sampling, and says which one (SPEC §2)."""
+
+    #: names the host's model: summaries cached under one identity are reused only by it
+    identity: Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\u0000]*$")]
+    #: the host model's window: inputs are cut to fit it
+    context_window: Positive | None = None
+    #: the most a completion may write
+    max_output_tokens: Positive | None = None
+
+
+class SamplingCapability(_Params):
+    """``capabilities.sampling`` of ``initialize``: the client answers ``sampling/createMessage``."""
+
+    completion: HostCompletion | None = None
+
+
 class AgingOptions(_Params, omit_defaults=True, forbid_unknown_fields=True):
     """Overrides of the tool-result aging policy (SPEC §8); a field left out keeps its default.
 
@@ -110,6 +135,8 @@ class InitializationOptions(_Params):
     #: how long a request may wait for its database (SPEC §2.1; default 10 s); the first
     #: connection that opens a database in a daemon sets it there
     storage_timeout_seconds: Annotated[float, msgspec.Meta(ge=0.5, le=300)] | None = None
+    #: where summaries come from, most preferred first (default ``["host", "client", "endpoint"]``)
+    summary_sources: list[SummarySourceName] | None = None
 
 
 class AttachParams(_Params):

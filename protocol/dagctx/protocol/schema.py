@@ -15,6 +15,7 @@ import msgspec
 from . import codec
 from .errors import ERROR_KINDS, ErrorData, ResponseError
 from .context_messages import BudgetExceededDetails
+from .messages import SamplingCapability
 from .methods import METHODS, PROTOCOL_VERSION
 from .nodes import Call, NodeInput, ReasoningBlock
 
@@ -23,7 +24,9 @@ SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
 def build_schema() -> dict[str, Any]:
     specs = list(METHODS.values())
-    types: list[Any] = [Call, NodeInput, ReasoningBlock, ErrorData, ResponseError, BudgetExceededDetails]
+    # SamplingCapability: what ``initialize``'s free-form capabilities hold under ``sampling``
+    types: list[Any] = [Call, NodeInput, ReasoningBlock, ErrorData, ResponseError, BudgetExceededDetails,
+                        SamplingCapability]
     for spec in specs:
         types.append(spec.params)
         if spec.result is not None:
