@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from dagctx.cli import build_parser
 from dagctx.cli.completion import script, tree
 from dagctx.client import DagctxClient
 
@@ -38,12 +39,12 @@ def _env() -> dict[str, str]:
 
 
 def test_the_tree_is_the_parser() -> None:
-    root = tree()
+    root = tree(build_parser())
     assert {"show", "history", "search", "mcp", "daemon", "completion"} <= set(root.subcommands)
     assert set(root.subcommands["daemon"].subcommands) == {"run", "status", "stop"}
     assert any("--json" in opts for opts, _, _ in root.subcommands["show"].options)
     for shell in ("bash", "zsh", "fish"):
-        text = script(shell)
+        text = script(shell, build_parser())
         assert all(name in text for name in root.subcommands), shell
 
 

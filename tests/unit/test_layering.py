@@ -198,3 +198,76 @@ def test_the_version_is_declared_once_in_code_and_matches_the_package() -> None:
 
     meta = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     assert meta["project"]["version"] == __version__
+
+
+def _edges() -> dict[str, set[str]]:
+    """Module → the modules of ours it imports, at run time or for types alike (a
+    ``TYPE_CHECKING`` import still ties the two files together for a reader)."""
+    edges: dict[str, set[str]] = {}
+    for module, path in SOURCES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        out: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                out.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+                else:
+                    base = node.module or ""
+                named = {f"{base}.{a.name}" for a in node.names} & SOURCES.keys()
+                out.update(named)
+                if len(named) < len(node.names):  # names defined in ``base`` itself
+                    out.add(base)
+        edges[module] = {m for m in out if m in SOURCES and m != module}
+    return edges
+
+
+def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_module_of_ours_imports_itself_back() -> None:
+    """Zero import circles (ARCHITECTURE.md): a helper types against a port
+    (``engine/ports.py``), never against the module that composes it."""
+    circles = _circles(_edges())
+    detail = [" ↔ ".join(c) for c in circles]
+    assert circles == [], "import circles:\n" + "\n".join(detail)
+
+
+def test_the_circle_detector_sees_a_circle() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []

@@ -17,12 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
-
-def standalone_requested(argv: list[str] | None = None) -> bool:
-    """``--standalone`` on the command line or ``DAGCTX_STANDALONE=1`` in the environment."""
-    if argv is not None and "--standalone" in argv:
-        return True
-    return os.environ.get("DAGCTX_STANDALONE", "").strip().lower() in ("1", "true", "yes", "on")
+from dagctx.cli.options import standalone_requested
 
 
 def _fast_serve(argv: list[str]) -> int | None:
@@ -144,7 +139,7 @@ def build_parser():  # noqa: ANN201 - argparse.ArgumentParser
     mc.set_defaults(func=_mcp)
     from dagctx.cli import completion
 
-    completion.register(sub)
+    completion.register(sub, p)
     return p
 
 

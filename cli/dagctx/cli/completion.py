@@ -59,10 +59,9 @@ def walk(parser: argparse.ArgumentParser, path: list[str], help_text: str = "") 
     return cmd
 
 
-def tree() -> Command:
-    from dagctx.cli import build_parser
-
-    return walk(build_parser(), ["dagctx"])
+def tree(parser: argparse.ArgumentParser) -> Command:
+    """The command tree of ``dagctx``'s parser (``dagctx.cli.build_parser()``)."""
+    return walk(parser, ["dagctx"])
 
 
 def _all(cmd: Command) -> list[Command]:
@@ -226,8 +225,8 @@ def fish(root: Command) -> str:
     return "\n".join(lines) + "\n"
 
 
-def script(shell: str) -> str:
-    return {"bash": bash, "zsh": zsh, "fish": fish}[shell](tree())
+def script(shell: str, parser: argparse.ArgumentParser) -> str:
+    return {"bash": bash, "zsh": zsh, "fish": fish}[shell](tree(parser))
 
 
 def session_ids(args: argparse.Namespace, limit: int = 50, timeout: float = 5.0) -> list[str]:
@@ -264,11 +263,13 @@ def cmd_completion(args: argparse.Namespace) -> int:
     if args.shell is None:
         sys.stderr.write(f"dagctx completion: name a shell: {', '.join(SHELLS)} (e.g. `dagctx completion bash`)\n")
         return 2
-    sys.stdout.write(script(args.shell))
+    sys.stdout.write(script(args.shell, args.root_parser))
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction, root: argparse.ArgumentParser) -> None:
+    """``dagctx completion``; ``root`` is the whole command line's parser, which the script
+    is generated from (passed in: this module never imports the command line back)."""
     p = sub.add_parser("completion", help="print a shell completion script (bash, zsh, fish)",
                        description="Print a completion script for SHELL. Install: dagctx completion bash > "
                                    "~/.local/share/bash-completion/completions/dagctx; dagctx completion zsh > "
@@ -278,4 +279,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--session-ids", action="store_true",
                    help="print the newest session ids, one a line (what the scripts complete session arguments "
                         "with; from a running daemon only)")
-    p.set_defaults(func=cmd_completion)
+    p.set_defaults(func=cmd_completion, root_parser=root)

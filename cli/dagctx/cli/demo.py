@@ -519,7 +519,7 @@ async def run_demo(args: argparse.Namespace) -> int:
     summarizer = StandInSummarizer()
     counts: Counter[str] = Counter()
 
-    from dagctx.cli import standalone_requested
+    from dagctx.cli.options import standalone_requested
 
     client = await DagctxClient.spawn(db, initialization_options={"observeNodes": True}, capabilities={"sampling": {}},
                                       standalone=bool(getattr(args, "standalone", False)) or standalone_requested())

@@ -70,7 +70,7 @@ class Target:
 
 def choose_target(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Target:
     """The daemon and database, from the arguments, then the environment, then the defaults."""
-    from dagctx.cli import standalone_requested
+    from dagctx.cli.options import standalone_requested
     from dagctx.protocol import transport
 
     env = os.environ if environ is None else environ

@@ -86,7 +86,7 @@ def database_of(args: argparse.Namespace) -> str | None:
 async def connect(args: argparse.Namespace, **kw: Any) -> AsyncIterator[DagctxClient]:
     """A client of the shared per-user daemon (straight to its socket), or of a private
     standalone daemon with ``--standalone`` / ``DAGCTX_STANDALONE=1``."""
-    from dagctx.cli import standalone_requested
+    from dagctx.cli.options import standalone_requested
     from dagctx.protocol import transport
 
     if getattr(args, "standalone", False) or standalone_requested() or not transport.supported():

@@ -35,11 +35,12 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import NodeInput
 
 from .heads import check_head
+from .shared import AutoState, CompactionState
 from .sampling import check_fits, summary_limits
 from .summary_sources import create_message, summarizer_model
 
 if TYPE_CHECKING:
-    from .core import EngineCore
+    from .ports import Host
 
 #: After this many consecutive failed auto compactions of a session, auto pauses.
 AUTO_FAILURE_LIMIT = 3
@@ -51,23 +52,7 @@ STAGE_INPUT_SHARE = 0.5
 MIN_STAGE_TOKENS = 256
 
 
-@dataclass
-class AutoState:
-    failures: int = 0
-    paused_until: float = 0.0
-    last_error: str | None = None
-
-
-@dataclass
-class CompactionState:
-    auto: dict[str, AutoState] = field(default_factory=dict)
-
-    def auto_paused(self, session_id: str) -> float:
-        st = self.auto.get(session_id)
-        return max(0.0, st.paused_until - time.time()) if st else 0.0
-
-
-def _item_tokens(engine: EngineCore, graph: Any, tokenizer: str, aged: dict[str, str]) -> Any:
+def _item_tokens(engine: Host, graph: Any, tokenizer: str, aged: dict[str, str]) -> Any:
     cache = engine.views.node_tokens(graph, tokenizer)
     counter = engine.counter
 
@@ -89,7 +74,7 @@ def _item_tokens(engine: EngineCore, graph: Any, tokenizer: str, aged: dict[str,
     return token_of_item
 
 
-async def compact(engine: EngineCore, p: c.CompactParams) -> c.CompactResult:
+async def compact(engine: Host, p: c.CompactParams) -> c.CompactResult:
     started = time.monotonic()
     state: CompactionState = engine.compaction_state
     result = await _compact(engine, p, started)
@@ -106,7 +91,7 @@ async def compact(engine: EngineCore, p: c.CompactParams) -> c.CompactResult:
     return result
 
 
-async def _compact(engine: EngineCore, p: c.CompactParams, started: float) -> c.CompactResult:
+async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.CompactResult:
     store = engine.store
     views = engine.views
     sid = p.session_id
@@ -277,7 +262,7 @@ def _prompt_overhead(plan: Any, instructions: str | None, max_chars: int) -> int
     return estimate_tokens(system) + sum(estimate_tokens(m["content"]["text"]) for m in messages) + 64
 
 
-async def _sample(engine: EngineCore, p: c.CompactParams, system: str, messages: list[dict[str, Any]], info: Any,
+async def _sample(engine: Host, p: c.CompactParams, system: str, messages: list[dict[str, Any]], info: Any,
                   max_tokens: int) -> str:
     """One completion with retries and backoff on transport failures; a request the
     summarizer ``info`` cannot take is refused before it is sent."""
@@ -307,7 +292,7 @@ async def _sample(engine: EngineCore, p: c.CompactParams, system: str, messages:
     raise last
 
 
-def _validate(engine: EngineCore, graph: Any, plan: Any, text: str | None, head: str, aged: dict[str, str],
+def _validate(engine: Host, graph: Any, plan: Any, text: str | None, head: str, aged: dict[str, str],
               info: Any, tokens_before: int, identifiers: list[str], max_chars: int | None,
               min_retention: float) -> tuple[Any, dict[str, Any]]:
     node_input = compaction_plan.summary_node_input(plan, text or "", model=info.name)

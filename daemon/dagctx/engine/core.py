@@ -51,7 +51,7 @@ from .config import (
 from .heads import check_head
 from .lifecycle import EngineRegistry
 from .peer import NullPeer, Peer
-from .shared import EngineShared, OpenDatabase
+from .shared import CompactionState, EngineShared, OpenDatabase
 from .views import ContextService
 from .watch import SessionWatch
 
@@ -109,7 +109,7 @@ class EngineCore:
         self.views = ContextService(self)
         self.context_engines = EngineRegistry()
         self.aging_policy = AgingPolicy()
-        self.compaction_state = compaction_pipeline.CompactionState()
+        self.compaction_state = CompactionState()
         self.turn_reducer = turn_reduction.TurnReducer(self)
 
     # ------------------------------------------------------------ lifecycle

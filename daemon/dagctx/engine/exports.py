@@ -81,7 +81,7 @@ from dagctx.protocol.messages import SessionInfo
 from dagctx.protocol.nodes import ROOT_SENTINEL, Call
 
 if TYPE_CHECKING:
-    from .core import EngineCore
+    from .ports import Host
 
 #: Namespace of the UUIDv5 ids of exported sessions and helper lines.
 EXPORT_NAMESPACE = uuid.UUID("6d0c6a35-55a4-4d59-9b53-0a6f9e0b8c11")
@@ -91,7 +91,7 @@ _ID_LESS_CALL = re.compile(r"^(.+):(\d+)$")
 _TOOL_ID_OK = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
-async def session_export(engine: EngineCore, p: c.ExportParams) -> c.ExportResult:
+async def session_export(engine: Host, p: c.ExportParams) -> c.ExportResult:
     store = engine.store
     info = store.get_session(p.session_id)
     graph = store.graph(p.session_id)
@@ -185,7 +185,7 @@ def iso_timestamp(ts: float) -> str:
 class ClaudeCodeExport:
     """Builds the JSONL objects of one branch (see the module docstring)."""
 
-    def __init__(self, engine: EngineCore, info: SessionInfo, graph: SessionGraph, head: str,
+    def __init__(self, engine: Host, info: SessionInfo, graph: SessionGraph, head: str,
                  all_branches: bool = False) -> None:
         self.all_branches = all_branches
         self.store = engine.store

@@ -32,7 +32,7 @@ from dagctx.transcripts.base import BESIDE_CHAIN_NAMES, MAX_REASON_CHARS
 from dagctx.protocol.limits import safe_text
 
 if TYPE_CHECKING:
-    from .core import EngineCore
+    from .ports import Record
 
 #: Skipped-line entries listed per file, and in all; the rest are counted in
 #: ``ImportResult.skippedMore`` (SPEC §9): a wrong format must not answer with
@@ -43,7 +43,7 @@ MAX_SKIPPED = 100
 _DONE = object()
 
 
-def _derived(engine: EngineCore, t: Transcript) -> dict[str, NodeDerived]:
+def _derived(engine: Record, t: Transcript) -> dict[str, NodeDerived]:
     out = {}
     for node in t.nodes:
         if node.id is not None:
@@ -109,7 +109,7 @@ def _not_imported(t: Transcript, fmt: str, records: int) -> str:
     return f"no conversation found{where}: {why}{hint}; nothing was imported from it"
 
 
-async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResult:
+async def session_import(engine: Record, p: c.ImportParams) -> c.ImportResult:
     CLIENT_ENVIRON.set(engine.environ)  # this task's context: its reads use the client's limits
     path = engine.client_path(p.path)
     if not os.path.exists(path):
@@ -162,7 +162,7 @@ async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResul
     return c.ImportResult(sessions=sessions, skipped=report.entries, skipped_more=report.more)
 
 
-async def _write(engine: EngineCore, p: c.ImportParams, t: Transcript, path: str) -> c.ImportedSession:
+async def _write(engine: Record, p: c.ImportParams, t: Transcript, path: str) -> c.ImportedSession:
     origin = _origin_session(engine, t)
     if origin is not None:
         info, created = origin, False
@@ -215,7 +215,7 @@ async def _write(engine: EngineCore, p: c.ImportParams, t: Transcript, path: str
     )
 
 
-def _origin_session(engine: EngineCore, t: Transcript) -> Any:
+def _origin_session(engine: Record, t: Transcript) -> Any:
     """The session a dagctx export came from, when it is in this database (SPEC §9)."""
     sid = t.origin.get("sessionId") if isinstance(t.origin, dict) else None
     if not isinstance(sid, str) or not sid:

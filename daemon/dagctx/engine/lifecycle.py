@@ -29,12 +29,11 @@ from dagctx.context.turn_reduction import Reductions
 from dagctx.protocol import context_messages as c
 
 from .heads import check_head
-from .turn_reduction import Built
-from dagctx.context import formats
+from .turn_reduction import Built, protected_of
 from dagctx.context.formats import apply_turn_hooks
 
 if TYPE_CHECKING:
-    from .core import EngineCore
+    from .ports import Host
 
 log = logging.getLogger("dagctx.engine")
 
@@ -50,7 +49,7 @@ class ContextEngine:
     #: whether a request over its limit is reduced within the turn (SPEC §8)
     turn_reduction = True
 
-    def __init__(self, host: EngineCore) -> None:
+    def __init__(self, host: Host) -> None:
         self.host = host
         self.token_counter = host.counter
         self.budget_allocator = budget_mod
@@ -214,15 +213,6 @@ class ContextEngine:
         return Built(rendering=r, result=result, budget=b, estimate=estimate, parts=parts, aged=aged)
 
 
-def protected_of(graph: Any, r: Any, system_tokens: int, tools_tokens: int, hook_tokens: int) -> tr.ProtectedParts:
-    """The protected part of a built request (SPEC §8): system, tools, the turn's user
-    messages, the newest step and the turn hooks."""
-    shape = tr.turn_shape(r.view, graph)
-    in_messages = formats.get(r.record.format).leads_with_system(r.messages)
-    return tr.protected_parts(graph, shape, r.node_ids, r.per_message, system=system_tokens, tools=tools_tokens,
-                              hooks=hook_tokens, system_in_messages=in_messages)
-
-
 class NoReductionEngine(ContextEngine):
     """Built-in ablation engine: the same lifecycle with aging and reduction within the
     turn switched off (a request over its limit is refused, never reduced)."""
@@ -255,7 +245,7 @@ class EngineRegistry:
     def names(self) -> list[str]:
         return sorted({*self._classes, *self._entry_points})
 
-    def get(self, name: str, host: EngineCore) -> tuple[ContextEngine, str | None]:
+    def get(self, name: str, host: Host) -> tuple[ContextEngine, str | None]:
         """The engine called ``name``, or the default one and a note saying why not."""
         inst = self._instances.get(name)
         if inst is not None:

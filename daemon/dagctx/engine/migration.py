@@ -20,7 +20,7 @@ from dagctx.protocol.errors import DagctxError
 from .config import redact_database
 
 if TYPE_CHECKING:
-    from .core import EngineCore
+    from .ports import Record
 
 
 def _open_source(source: str) -> Store:
@@ -39,7 +39,7 @@ def _open_source(source: str) -> Store:
         raise DagctxError("InvalidParams", f"cannot open {redact_database(source)!r}: {exc}", path="source") from exc
 
 
-async def database_migrate(engine: EngineCore, p: m.DatabaseMigrateParams) -> m.DatabaseMigrateResult:
+async def database_migrate(engine: Record, p: m.DatabaseMigrateParams) -> m.DatabaseMigrateResult:
     dst = engine.store
     src = _open_source(p.source)
     try:

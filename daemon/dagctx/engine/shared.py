@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +34,6 @@ from dagctx.ledger.backends import open_backend
 from dagctx.ledger.writer import Done, Writer
 from dagctx.protocol.nodes import NodeInput
 
-from . import compaction_pipeline
 
 T = TypeVar("T")
 
@@ -109,6 +109,26 @@ class StoreCalls:
 
 
 @dataclass
+class AutoState:
+    """Automatic compaction of one session: consecutive failures and the pause they cause."""
+
+    failures: int = 0
+    paused_until: float = 0.0
+    last_error: str | None = None
+
+
+@dataclass
+class CompactionState:
+    """The automatic-compaction cooldowns of one database's sessions (``compaction_pipeline``)."""
+
+    auto: dict[str, AutoState] = field(default_factory=dict)
+
+    def auto_paused(self, session_id: str) -> float:
+        st = self.auto.get(session_id)
+        return max(0.0, st.paused_until - time.time()) if st else 0.0
+
+
+@dataclass
 class ViewCaches:
     """The rebuildable caches of ``ContextService`` for one database (see views.py)."""
 
@@ -132,7 +152,7 @@ class OpenDatabase:
     key: str
     store: Store
     caches: ViewCaches = field(default_factory=ViewCaches)
-    compaction: compaction_pipeline.CompactionState = field(default_factory=compaction_pipeline.CompactionState)
+    compaction: CompactionState = field(default_factory=CompactionState)
     users: int = 0
     #: the writes (group commit), awaitable; see the module docstring
     calls: StoreCalls = field(init=False)

@@ -30,7 +30,7 @@ from .sampling import chat_completion
 if TYPE_CHECKING:
     from dagctx.context.models import ModelInfo
 
-    from .core import EngineCore
+    from .ports import Sampling
 
 #: the order when the client names none: the host's own function, then the client's
 #: MCP-shaped sampling, then a configured endpoint
@@ -51,22 +51,22 @@ class SummarySource(Protocol):
     #: why it is unavailable, in words for an error message
     missing: ClassVar[str]
 
-    def available(self, engine: EngineCore) -> bool: ...
+    def available(self, engine: Sampling) -> bool: ...
 
-    def identity(self, engine: EngineCore) -> str: ...
+    def identity(self, engine: Sampling) -> str: ...
 
-    def limits(self, engine: EngineCore) -> Limits: ...
+    def limits(self, engine: Sampling) -> Limits: ...
 
-    def model(self, engine: EngineCore, session_model: ModelInfo) -> ModelInfo:
+    def model(self, engine: Sampling, session_model: ModelInfo) -> ModelInfo:
         """The model that writes this source's summaries, given the session's."""
         ...
 
-    async def complete(self, engine: EngineCore, params: c.CreateMessageParams, timeout: float) -> tuple[str, str]:
+    async def complete(self, engine: Sampling, params: c.CreateMessageParams, timeout: float) -> tuple[str, str]:
         """``(text, model)`` of one completion, or ``SamplingFailed``."""
         ...
 
 
-def sampling_capability(engine: EngineCore) -> m.SamplingCapability | None:
+def sampling_capability(engine: Sampling) -> m.SamplingCapability | None:
     """The client's ``capabilities.sampling``, typed (checked at ``initialize``)."""
     raw = engine.client_capabilities.get("sampling")
     if raw is None:
@@ -74,7 +74,7 @@ def sampling_capability(engine: EngineCore) -> m.SamplingCapability | None:
     return msgspec.convert(raw if isinstance(raw, dict) else {}, m.SamplingCapability, from_attributes=False)
 
 
-async def _ask_client(engine: EngineCore, params: c.CreateMessageParams, timeout: float) -> tuple[str, str]:
+async def _ask_client(engine: Sampling, params: c.CreateMessageParams, timeout: float) -> tuple[str, str]:
     try:
         result: c.CreateMessageResult = await engine.peer.request(
             "sampling/createMessage", params, c.CreateMessageResult, timeout=timeout
@@ -92,24 +92,24 @@ class HostCompletionSource:
     name: ClassVar[str] = "host"
     missing: ClassVar[str] = "the client declared no capabilities.sampling.completion"
 
-    def _declared(self, engine: EngineCore) -> m.HostCompletion | None:
+    def _declared(self, engine: Sampling) -> m.HostCompletion | None:
         cap = sampling_capability(engine) if engine.peer.can_sample else None
         return cap.completion if cap is not None else None
 
-    def available(self, engine: EngineCore) -> bool:
+    def available(self, engine: Sampling) -> bool:
         return self._declared(engine) is not None
 
-    def identity(self, engine: EngineCore) -> str:
+    def identity(self, engine: Sampling) -> str:
         declared = self._declared(engine)
         return f"host:{declared.identity}" if declared is not None else "host"
 
-    def limits(self, engine: EngineCore) -> Limits:
+    def limits(self, engine: Sampling) -> Limits:
         declared = self._declared(engine)
         if declared is None:
             return Limits()
         return Limits(declared.context_window, declared.max_output_tokens)
 
-    def model(self, engine: EngineCore, session_model: ModelInfo) -> ModelInfo:
+    def model(self, engine: Sampling, session_model: ModelInfo) -> ModelInfo:
         # the host's function, sized by what it declared (the session's model where it did not)
         declared = self._declared(engine)
         if declared is None:
@@ -119,7 +119,7 @@ class HostCompletionSource:
             context_window=declared.context_window or session_model.context_window,
             max_output=declared.max_output_tokens or session_model.max_output)
 
-    async def complete(self, engine: EngineCore, params: c.CreateMessageParams, timeout: float) -> tuple[str, str]:
+    async def complete(self, engine: Sampling, params: c.CreateMessageParams, timeout: float) -> tuple[str, str]:
         return await _ask_client(engine, params, timeout)
 
 
@@ -129,22 +129,22 @@ class ClientSamplingSource:
     name: ClassVar[str] = "client"
     missing: ClassVar[str] = "the client did not declare capabilities.sampling"
 
-    def available(self, engine: EngineCore) -> bool:
+    def available(self, engine: Sampling) -> bool:
         if not engine.peer.can_sample:
             return False
         cap = sampling_capability(engine)
         return cap is None or cap.completion is None  # a declared host function is the "host" source
 
-    def identity(self, engine: EngineCore) -> str:
+    def identity(self, engine: Sampling) -> str:
         return "client"
 
-    def limits(self, engine: EngineCore) -> Limits:
+    def limits(self, engine: Sampling) -> Limits:
         return Limits()
 
-    def model(self, engine: EngineCore, session_model: ModelInfo) -> ModelInfo:
+    def model(self, engine: Sampling, session_model: ModelInfo) -> ModelInfo:
         return session_model  # the client samples with its own (the session's) model
 
-    async def complete(self, engine: EngineCore, params: c.CreateMessageParams, timeout: float) -> tuple[str, str]:
+    async def complete(self, engine: Sampling, params: c.CreateMessageParams, timeout: float) -> tuple[str, str]:
         return await _ask_client(engine, params, timeout)
 
 
@@ -154,17 +154,17 @@ class EndpointSource:
     name: ClassVar[str] = "endpoint"
     missing: ClassVar[str] = "no initializationOptions.samplingEndpoint is configured"
 
-    def available(self, engine: EngineCore) -> bool:
+    def available(self, engine: Sampling) -> bool:
         return engine.options.sampling_endpoint is not None
 
-    def identity(self, engine: EngineCore) -> str:
+    def identity(self, engine: Sampling) -> str:
         ep = engine.options.sampling_endpoint
         return f"endpoint:{ep.model}" if ep is not None else "endpoint"
 
-    def limits(self, engine: EngineCore) -> Limits:
+    def limits(self, engine: Sampling) -> Limits:
         return Limits()
 
-    def model(self, engine: EngineCore, session_model: ModelInfo) -> ModelInfo:
+    def model(self, engine: Sampling, session_model: ModelInfo) -> ModelInfo:
         # the endpoint's model when the model table knows it, else the session's
         endpoint = engine.options.sampling_endpoint
         if endpoint is not None:
@@ -173,7 +173,7 @@ class EndpointSource:
                 return info
         return session_model
 
-    async def complete(self, engine: EngineCore, params: c.CreateMessageParams, timeout: float) -> tuple[str, str]:
+    async def complete(self, engine: Sampling, params: c.CreateMessageParams, timeout: float) -> tuple[str, str]:
         endpoint = engine.options.sampling_endpoint
         if endpoint is None:
             raise DagctxError("SamplingFailed", self.missing)
@@ -185,12 +185,12 @@ class EndpointSource:
 SOURCES: dict[str, SummarySource] = {s.name: s for s in (HostCompletionSource(), ClientSamplingSource(), EndpointSource())}
 
 
-def order(engine: EngineCore) -> tuple[str, ...]:
+def order(engine: Sampling) -> tuple[str, ...]:
     names = engine.options.summary_sources
     return DEFAULT_ORDER if names is None else tuple(names)
 
 
-def check_options(engine: EngineCore) -> None:
+def check_options(engine: Sampling) -> None:
     """At ``initialize``: the order names each source once, the sampling capability is well formed."""
     names = engine.options.summary_sources
     if names is not None and len(set(names)) != len(names):
@@ -205,7 +205,7 @@ def check_options(engine: EngineCore) -> None:
                           path="capabilities.sampling") from exc
 
 
-def choose(engine: EngineCore) -> SummarySource | None:
+def choose(engine: Sampling) -> SummarySource | None:
     """The first available source in this connection's order, or None."""
     for name in order(engine):
         source = SOURCES[name]
@@ -214,7 +214,7 @@ def choose(engine: EngineCore) -> SummarySource | None:
     return None
 
 
-def unavailable(engine: EngineCore) -> str:
+def unavailable(engine: Sampling) -> str:
     """Why no source answers, in words."""
     names = order(engine)
     if not names:
@@ -223,25 +223,25 @@ def unavailable(engine: EngineCore) -> str:
     return f"no summarizer ({why})"
 
 
-def identity(engine: EngineCore) -> str:
+def identity(engine: Sampling) -> str:
     """The one cache identity of this connection's summaries: the chosen source's."""
     source = choose(engine)
     return source.identity(engine) if source is not None else "none"
 
 
-def limits(engine: EngineCore) -> Limits:
+def limits(engine: Sampling) -> Limits:
     source = choose(engine)
     return source.limits(engine) if source is not None else Limits()
 
 
-def summarizer_model(engine: EngineCore, session_model: ModelInfo) -> ModelInfo:
+def summarizer_model(engine: Sampling, session_model: ModelInfo) -> ModelInfo:
     """The model that writes summaries (SPEC §8, summary requests fit the summarizer): the
     preferred available source's (``SummarySource.model``), else the session's."""
     source = choose(engine)
     return source.model(engine, session_model) if source is not None else session_model
 
 
-async def create_message(engine: EngineCore, params: c.CreateMessageParams, *, timeout: float) -> tuple[str, str]:
+async def create_message(engine: Sampling, params: c.CreateMessageParams, *, timeout: float) -> tuple[str, str]:
     """Return ``(text, model)`` of one completion from the preferred source, or raise ``SamplingFailed``."""
     source = choose(engine)
     if source is None:

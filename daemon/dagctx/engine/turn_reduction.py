@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from dagctx.context import budget as budget_mod
+from dagctx.context import formats
 from dagctx.context import turn_reduction as tr
 from dagctx.context.tokens import estimate_tokens
 from dagctx.context.turn_reduction import Checkpoint, ReducedText, Reductions
@@ -51,8 +52,8 @@ from .summary_sources import create_message, summarizer_model
 if TYPE_CHECKING:
     from dagctx.context.models import ModelInfo
 
-    from .core import EngineCore
-    from .views import Rendering
+    from .ports import Host
+    from .records import Rendering
 
 
 @dataclass
@@ -79,7 +80,7 @@ class TurnReducer:
     request, one connection). Nothing of an earlier request is kept: what a request
     reuses is found in the ledger's derived summary table (SPEC §8)."""
 
-    def __init__(self, engine: EngineCore) -> None:
+    def __init__(self, engine: Host) -> None:
         self.e = engine
         self._last: Built | None = None
 
@@ -109,7 +110,7 @@ class _Overflow(Exception):
 
 @dataclass
 class _Run:
-    engine: EngineCore
+    engine: Host
     info: ModelInfo
     tokenizer: str
     session_id: str
@@ -220,7 +221,7 @@ class _Run:
         self.engine.peer.progress(self.token, {"kind": "report", "message": message, "percentage": min(pct, 99)})
 
 
-def _config(engine: EngineCore, info: ModelInfo) -> dict[str, Any]:
+def _config(engine: Host, info: ModelInfo) -> dict[str, Any]:
     """The model configuration a cached summary belongs to."""
     return {"summarizer": summary_sources.identity(engine), "model": info.name, "window": info.context_window}
 
@@ -456,7 +457,7 @@ def time_limit(seconds: float, path: str) -> float:
     return min(float(seconds), tr.MAX_SECONDS)
 
 
-async def reduce(engine: EngineCore, build: Callable[[Reductions], Built], *, session_id: str, head: str,
+async def reduce(engine: Host, build: Callable[[Reductions], Built], *, session_id: str, head: str,
                  info: ModelInfo, token: int | str | None, seconds: float = tr.MAX_SECONDS,
                  first: Built | None = None) -> tuple[Built, c.TurnReduction]:
     """Build the request, reducing it within the turn until it fits, or raise ``BudgetExceeded``.
@@ -552,7 +553,7 @@ async def reduce(engine: EngineCore, build: Callable[[Reductions], Built], *, se
 # ---------------------------------------------------------------- context/render with a budget
 
 
-def build_render(engine: EngineCore, p: c.RenderParams, reductions: Reductions) -> Built:
+def build_render(engine: Host, p: c.RenderParams, reductions: Reductions) -> Built:
     """``context/render`` with ``budget``: the render checked as a whole request (SPEC §8)."""
     views = engine.views
     store = engine.store
@@ -581,8 +582,6 @@ def build_render(engine: EngineCore, p: c.RenderParams, reductions: Reductions) 
     b = budget_mod.compute_budget(info, system_tokens, history_tokens, tools_tokens,
                                   requested_output=p.max_output_tokens, source=source)
     b = msgspec.structs.replace(b, safety_margin=tr.safety_margin(info.context_window))
-    from .lifecycle import protected_of
-
     parts = protected_of(graph, r, system_tokens, tools_tokens, 0)
     if parts.total > tr.input_limit(b):
         views.forget(r.record.render_id)
@@ -592,4 +591,12 @@ def build_render(engine: EngineCore, p: c.RenderParams, reductions: Reductions) 
     return Built(rendering=r, result=result, budget=b, estimate=estimate, parts=parts, aged=aged)
 
 
-__all__ = ["Built", "TurnReducer", "build_render", "reduce", "report_of", "time_limit"]
+def protected_of(graph: Any, r: Any, system_tokens: int, tools_tokens: int, hook_tokens: int) -> tr.ProtectedParts:
+    """The protected part of a built request (SPEC §8): system, tools, the turn's user
+    messages, the newest step and the turn hooks."""
+    shape = tr.turn_shape(r.view, graph)
+    in_messages = formats.get(r.record.format).leads_with_system(r.messages)
+    return tr.protected_parts(graph, shape, r.node_ids, r.per_message, system=system_tokens, tools=tools_tokens,
+                              hooks=hook_tokens, system_in_messages=in_messages)
+
+__all__ = ["Built", "TurnReducer", "build_render", "protected_of", "reduce", "report_of", "time_limit"]

@@ -20,7 +20,7 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import SYSTEM_PROMPT_NAME, Call, NodeInput
 
 if TYPE_CHECKING:
-    from .core import EngineCore
+    from .ports import ViewHost
 
 #: pending system-prompt nodes kept for requests not yet handed out
 PENDING_PROMPTS = 64
@@ -43,7 +43,7 @@ class SystemPromptNode:
     """``ensure_system_prompt`` and ``commit_system_prompt``: the one writer of
     ``context/system_prompt`` nodes."""
 
-    e: EngineCore
+    e: ViewHost
     #: render id → the pending prompt node of a built request not yet handed out
     _pending_system: OrderedDict[str, NodeInput]
 

@@ -22,7 +22,7 @@ from dagctx.protocol.errors import DagctxError
 log = logging.getLogger("dagctx.engine")
 
 if TYPE_CHECKING:
-    from .core import EngineCore
+    from .ports import ViewHost
 
 #: texts at least this long have their token counts remembered (``count_text``)
 LONG_TEXT = 2_000
@@ -32,7 +32,7 @@ TEXTS_REMEMBERED = 2_048
 class TokenAccounting:
     """Per-node and per-message token counts, and reference lists, for the views."""
 
-    e: EngineCore
+    e: ViewHost
     _tokens: dict[tuple[str, str], dict[str, tuple[int, int]]]
     _updates_seen: dict[tuple[str, str], int]
     _refs: dict[str, dict[str, list[str]]]

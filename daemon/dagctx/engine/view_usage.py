@@ -15,14 +15,14 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import Call
 
 if TYPE_CHECKING:
-    from .core import EngineCore
-    from .views import RenderRecord
+    from .ports import ViewHost
+    from .records import RenderRecord
 
 
 class UsageCalibration:
     """``usage/report`` and the calibrated total of a render."""
 
-    e: EngineCore
+    e: ViewHost
 
     def calibrated(self, session_id: str, model: str, estimate: int, rec: RenderRecord | None) -> tuple[str, int]:
         """Provider figure when this is exactly the reported call's render, else the

@@ -12,24 +12,23 @@ append API (system-prompt nodes only).
 from __future__ import annotations
 
 import gc
-import time
 import uuid
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dagctx.context import budget as budget_mod
 from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context import formats
 from dagctx.context.formats import apply_turn_hooks, reasoning_payload, to_messages
-from dagctx.context.models import ModelInfo
-from dagctx.context.render import RENDER_POLICY_VERSION, View, render_view
+from dagctx.context.render import RENDER_POLICY_VERSION, render_view
 from dagctx.context.turn_reduction import Checkpoint, apply_checkpoint, checkpoint_from_manifest
 from dagctx.ledger import SessionGraph
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import NodeInput
 
+from .records import RenderRecord, Rendering
 from .shared import ViewCaches
 from .render_cache import CachedAging, CachedRender, Snapshot, join_views, still_valid_prefix
 from .view_aging import AgingPlans
@@ -39,47 +38,11 @@ from .view_usage import UsageCalibration, _llm_node
 if TYPE_CHECKING:
     from dagctx.protocol.nodes import Call
 
-    from .core import EngineCore
+    from .ports import ViewHost
 
 RECENT_RENDERS = 512
 RENDERS_PER_SESSION = 8
 SESSIONS_REMEMBERED = 64
-
-
-@dataclass
-class RenderRecord:
-    render_id: str
-    session_id: str
-    head: str
-    chain_ids: frozenset[str]
-    format: str
-    model: str | None
-    reads: list[str]
-    manifest: dict[str, Any]
-    #: the messages themselves: an unchanged prefix shares its message objects with the
-    #: previous render, so comparing lists is cheap (no hashing of every message)
-    messages: list[Any]
-    message_tokens: list[int]
-    total: int
-    created_at: float = field(default_factory=time.time)
-
-
-@dataclass
-class Rendering:
-    """One render's full outcome, before it becomes a protocol result."""
-
-    view: View
-    system: str | None
-    messages: list[Any]
-    node_ids: list[list[str]]
-    per_message: list[int]
-    system_tokens: int
-    total: int
-    tokenizer: str
-    model: ModelInfo
-    manifest: dict[str, Any]
-    record: RenderRecord
-    stable: c.StablePrefix
 
 
 class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
@@ -87,7 +50,7 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
     (``view_tokens.py``), aging (``view_aging.py``), usage (``view_usage.py``) and the
     system-prompt node (``view_prompt.py``) are its other rooms."""
 
-    def __init__(self, engine: EngineCore, caches: ViewCaches | None = None) -> None:
+    def __init__(self, engine: ViewHost, caches: ViewCaches | None = None) -> None:
         self.e = engine
         self.use_caches(caches or ViewCaches())
         #: render id → the pending system-prompt node of a built request not yet handed out

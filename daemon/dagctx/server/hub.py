@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from dagctx.engine.shared import EngineShared
 from dagctx.engine.watch import SessionWatch
@@ -37,8 +37,17 @@ from dagctx.protocol.version import PROTOCOL_VERSION, __version__
 from . import guards
 from .pool import FairPool
 
-if TYPE_CHECKING:
-    from .jsonrpc_server import DagctxProtocol
+
+class DagctxProtocol(Protocol):
+    """What the hub uses of one connection (``jsonrpc_server.DagctxProtocol``): the hub
+    sits below the connections it serves and never imports them."""
+
+    connection_id: str | None
+
+    def write_bytes(self, data: bytes) -> None: ...
+
+    def client_status(self) -> m.ClientStatus: ...
+
 
 log = logging.getLogger("dagctx.server")
 
