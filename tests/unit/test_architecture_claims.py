@@ -21,3 +21,36 @@ def test_the_backend_primitives_are_counted_right() -> None:
 
     primitives = [n for n, v in vars(Backend).items() if not n.startswith("_") and callable(v)]
     assert int(_stated(r"the `Backend` Protocol — (\d+) primitives")) == len(primitives), primitives
+
+
+def test_the_server_answers_itself_exactly_what_architecture_lists() -> None:
+    source = (REPO / "daemon/dagctx/server/jsonrpc_server.py").read_text(encoding="utf-8")
+    handled = set(re.findall(r'self\.handlers\["([^"]+)"\] =', source))
+    stated = set(re.findall(r"`([^`]+)`", _stated(r"but six\s+the connection answers itself — (.*?) — and")))
+    assert handled == stated and len(stated) == 6
+    notes = set(re.findall(r'method == "([^"]+)"', source)) | set(re.findall(r'method\.startswith\("(\$/)"\)', source))
+    stated_notes = set(re.findall(r"`([^`]+)`", _stated(r"handles four\s+notifications itself — (.*?)\s+\(")))
+    assert stated_notes <= notes and len(stated_notes) == 4, (stated_notes, notes)
+
+
+def test_the_context_layer_reads_files_only_where_architecture_says() -> None:
+    reads = re.compile(r"\bopen\(|read_bytes\(|read_text\(|os\.open\(|os\.scandir\(|os\.listdir\(")
+    found = sorted(p.name for p in (REPO / "daemon/dagctx/context").rglob("*.py")
+                   if reads.search(p.read_text(encoding="utf-8")))
+    stated = re.findall(r"`daemon/dagctx/context/(\w+\.py)`", _stated(r"It reads files in exactly three modules(.*?);\n`tests"))
+    assert found == sorted(stated) and len(stated) == 3, found
+
+
+def test_every_number_behind_a_choice_is_the_constant_in_the_code() -> None:
+    import importlib
+
+    table = _stated(r"## Numbers behind the choices\n(.*?)\n## ")
+    rows = [line.split("|")[1:-1] for line in table.splitlines() if line.startswith("| ") and "`dagctx." in line]
+    assert len(rows) >= 10
+    for _, number, constant, _why in rows:
+        values = [float(v.replace(",", "")) for v in re.findall(r"[\d.,]+", number)]
+        names = [n.strip("` ") for n in constant.split("/")]
+        module, _, first = names[0].rpartition(".")
+        mod = importlib.import_module(module)
+        got = [getattr(mod, first)] + [getattr(mod, n) for n in names[1:]]
+        assert [float(v) for v in got] == values[: len(got)], (constant, number, got)
