@@ -20,7 +20,8 @@ import pytest_asyncio
 from rawdb import RawDb
 
 MAX_FRAME = 16_384
-TIMEOUT = 10.0
+#: a hang guard, never a speed bound: a loaded machine takes seconds to start a daemon
+TIMEOUT = 300.0
 
 
 def frame(body: bytes | str, header: str = "Content-Length: {n}\r\n\r\n") -> bytes:

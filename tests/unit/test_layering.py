@@ -61,8 +61,11 @@ def _module_of(path: Path) -> str:
     raise AssertionError(f"{rel} is under no source root")
 
 
-def _imports(path: Path) -> set[str]:
-    """Absolute module names a file imports (relative imports resolved)."""
+def _imports(path: Path, modules: frozenset[str] | None = None) -> set[str]:
+    """Absolute module names a file imports (relative imports resolved; type-only and
+    function-level imports included). With ``modules`` (every module of ours), ``from P
+    import x`` names ``P.x`` when that is a module, and ``P`` itself only for a name
+    defined there; without it, both."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     module = _module_of(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
@@ -72,11 +75,18 @@ def _imports(path: Path) -> set[str]:
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                out.add(".".join(base + ([node.module] if node.module else [])))
-            elif node.module:
-                out.add(node.module)
-                out.update(f"{node.module}.{a.name}" for a in node.names)
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            named = {f"{base}.{a.name}" for a in node.names}
+            if modules is None:
+                out.add(base)
+                out.update(named)
+            else:
+                out.update(named & modules)
+                if len(named & modules) < len(named):  # names defined in ``base`` itself
+                    out.add(base)
     return out
 
 
@@ -203,26 +213,9 @@ def test_the_version_is_declared_once_in_code_and_matches_the_package() -> None:
 def _edges() -> dict[str, set[str]]:
     """Module → the modules of ours it imports, at run time or for types alike (a
     ``TYPE_CHECKING`` import still ties the two files together for a reader)."""
-    edges: dict[str, set[str]] = {}
-    for module, path in SOURCES.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        out: set[str] = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                out.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    parts = package.split(".")
-                    base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
-                else:
-                    base = node.module or ""
-                named = {f"{base}.{a.name}" for a in node.names} & SOURCES.keys()
-                out.update(named)
-                if len(named) < len(node.names):  # names defined in ``base`` itself
-                    out.add(base)
-        edges[module] = {m for m in out if m in SOURCES and m != module}
-    return edges
+    modules = frozenset(SOURCES)
+    return {module: {m for m in _imports(path, modules) if m in modules and m != module}
+            for module, path in SOURCES.items()}
 
 
 def _circles(edges: dict[str, set[str]]) -> list[list[str]]:

@@ -19,7 +19,7 @@ from dagctx.client import DagctxClient, RpcError
 from dagctx.protocol import context_messages as c
 from dagctx.protocol import errors
 
-from .ui import connect, console, message_text, print_json, real_console, resolve_session, sentence
+from .ui import connect, console, follow_progress, message_text, print_json, real_console, resolve_session, sentence
 
 
 # ---------------------------------------------------------------- render
@@ -209,16 +209,7 @@ async def run_compaction(client: DagctxClient, session_id: str, **kw: Any) -> c.
                   TimeElapsedColumn(), console=real_console(), transient=True) as progress:
         task = progress.add_task("compact", total=100, note="")
 
-        def on_progress(params: Any) -> None:
-            if str(getattr(params, "token", "")) != token:
-                return
-            value = getattr(params, "value", None) or {}
-            if value.get("percentage") is not None:
-                progress.update(task, completed=int(value["percentage"]))
-            if value.get("message"):
-                progress.update(task, note=str(value["message"]))
-
-        client.on_notification("$/progress", on_progress)
+        client.on_notification("$/progress", follow_progress(progress, task, token))
         try:
             res = await client.compact(session_id, work_done_token=token, **kw)
         except RpcError as exc:

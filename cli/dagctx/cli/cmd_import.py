@@ -17,7 +17,7 @@ from dagctx.client import DagctxClient, RpcError
 from dagctx.protocol import context_messages as c
 from dagctx.protocol import messages as m
 
-from .ui import connect, console, print_json, real_console, sentence
+from .ui import connect, console, follow_progress, print_json, real_console, sentence
 
 
 # ---------------------------------------------------------------- import
@@ -202,14 +202,7 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
                       TimeElapsedColumn(), console=real_console(), transient=False) as progress:
             task = progress.add_task("migrating", total=100, note="")
 
-            def on_progress(params: Any) -> None:
-                value = getattr(params, "value", None) or {}
-                if value.get("percentage") is not None:
-                    progress.update(task, completed=int(value["percentage"]))
-                if value.get("message"):
-                    progress.update(task, note=str(value["message"]))
-
-            client.on_notification("$/progress", on_progress)
+            client.on_notification("$/progress", follow_progress(progress, task))
             res = await client.request("database/migrate", m.DatabaseMigrateParams(source=source, work_done_token="migrate"),
                                        timeout=None)
             progress.update(task, completed=100)

@@ -214,3 +214,19 @@ async def all_sessions(client: DagctxClient) -> list[m.SessionInfo]:
         out.extend(page.sessions)
         if not page.sessions or len(out) >= page.total:
             return out
+
+
+def follow_progress(progress: Any, task: Any, token: str | None = None) -> Callable[[Any], None]:
+    """A ``$/progress`` handler moving ``task`` of a rich ``Progress`` (only for ``token``
+    when given): its percentage, and its message as the task's note."""
+
+    def on_progress(params: Any) -> None:
+        if token is not None and str(getattr(params, "token", "")) != token:
+            return
+        value = getattr(params, "value", None) or {}
+        if value.get("percentage") is not None:
+            progress.update(task, completed=int(value["percentage"]))
+        if value.get("message"):
+            progress.update(task, note=str(value["message"]))
+
+    return on_progress

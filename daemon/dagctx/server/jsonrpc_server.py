@@ -54,9 +54,9 @@ from dagctx.protocol import codec
 from dagctx.protocol import messages as m
 from dagctx.protocol.errors import INTERNAL_ERROR, DagctxError, ErrorData, ResponseError
 from dagctx.protocol.methods import METHODS, PRE_INITIALIZE
-from dagctx.protocol.messages import InitializeParams, LogMessageParams
+from dagctx.protocol.messages import InitializeParams
 
-from . import guards
+from . import guards, lsp
 from .framing import Body, FrameParser
 from .hub import Hub
 from .pool import FairPool
@@ -179,7 +179,7 @@ class DagctxProtocol(JsonRPCProtocol):
             raw = await asyncio.wait_for(fut, timeout)
         except (asyncio.CancelledError, asyncio.TimeoutError):
             # Tell the client to stop working on it (LSP cancellation, both directions).
-            self.notify("$/cancelRequest", {"id": msg_id})
+            self.notify("$/cancelRequest", lsp.cancel(msg_id))
             raise
         finally:
             self._outgoing.pop(msg_id, None)
@@ -190,7 +190,7 @@ class DagctxProtocol(JsonRPCProtocol):
 
     def progress(self, token: int | str | None, value: dict[str, Any]) -> None:
         if token is not None:
-            self.notify("$/progress", {"token": token, "value": value})
+            self.notify("$/progress", lsp.progress(token, value))
 
     # ------------------------------------------------------------ output
 
@@ -341,10 +341,12 @@ class DagctxProtocol(JsonRPCProtocol):
             self._finish(0 if self.shutting_down else 1)
         elif method == "$/cancelRequest":
             try:
-                p = codec.decode_params(METHODS["$/cancelRequest"].params, raw)
-            except msgspec.ValidationError:
+                request_id = lsp.cancelled_id(msgspec.json.decode(raw)) if raw is not msgspec.UNSET else None
+            except (msgspec.DecodeError, TypeError):
                 return
-            self._cancel(p.id)
+            if request_id is None:
+                return
+            self._cancel(request_id)
         elif method == "$/dagctx/attach":
             try:
                 self.attach = codec.decode_params(METHODS[method].params, raw)
@@ -748,8 +750,7 @@ class DagctxProtocol(JsonRPCProtocol):
 
         class _Forward(logging.Handler):
             def emit(self, record: logging.LogRecord) -> None:
-                level = {logging.ERROR: 1, logging.WARNING: 2, logging.INFO: 3}.get(record.levelno, 4)
-                proto.notify("window/logMessage", LogMessageParams(type=level, message=record.getMessage()))
+                proto.notify("window/logMessage", lsp.log_message(record.levelno, record.getMessage()))
 
         self._log_handler = _Forward(level=logging.INFO)
         logging.getLogger("dagctx").addHandler(self._log_handler)
@@ -821,7 +822,7 @@ class DagctxServer(JsonRPCServer):
     def __init__(self, config: DaemonConfig, hub: Hub | None = None) -> None:
         self.dagctx_config = config
         self.dagctx_hub = hub
-        super().__init__(DagctxProtocol, cattrs.Converter)
+        super().__init__(DagctxProtocol, lambda: lsp.CONVERTER)
 
 
 def serve(config: DaemonConfig, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> int:

@@ -1,0 +1,74 @@
+"""The LSP base-protocol messages dagctx sends and accepts, as ``lsprotocol`` types.
+
+dagctx's own payloads travel on the msgspec fast path (``dagctx.protocol``): pygls's
+cattrs structuring of a request is several times slower (ARCHITECTURE.md, "The card's
+packages"; ``bench/bench_pygls.py``). The messages that belong to LSP itself are built
+and read here through ``lsprotocol``'s types and its cattrs converter, so their shape
+is LSP's by construction: work-done progress (``$/progress`` with
+``WorkDoneProgressBegin``/``Report``/``End``), cancellation (``$/cancelRequest``, both
+directions), log messages (``window/logMessage``) and the error codes; pygls's
+server is constructed with the same converter (``cattrs`` through ``lsprotocol``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lsprotocol import types as lsp
+from lsprotocol.converters import get_converter
+
+CONVERTER = get_converter()
+
+#: JSON-RPC and LSP error codes dagctx answers with (``dagctx.protocol.errors`` names the
+#: same numbers for clients; a test holds the two equal)
+PARSE_ERROR = int(lsp.ErrorCodes.ParseError)
+INVALID_REQUEST = int(lsp.ErrorCodes.InvalidRequest)
+METHOD_NOT_FOUND = int(lsp.ErrorCodes.MethodNotFound)
+INVALID_PARAMS = int(lsp.ErrorCodes.InvalidParams)
+INTERNAL_ERROR = int(lsp.ErrorCodes.InternalError)
+SERVER_NOT_INITIALIZED = int(lsp.ErrorCodes.ServerNotInitialized)
+REQUEST_CANCELLED = int(lsp.LSPErrorCodes.RequestCancelled)
+
+_PROGRESS = {"begin": lsp.WorkDoneProgressBegin, "report": lsp.WorkDoneProgressReport,
+             "end": lsp.WorkDoneProgressEnd}
+#: the fields LSP gives each kind (cattrs would drop another one silently)
+_FIELDS = {"begin": {"kind", "title", "cancellable", "message", "percentage"},
+           "report": {"kind", "cancellable", "message", "percentage"}, "end": {"kind", "message"}}
+
+
+def progress(token: int | str, value: dict[str, Any]) -> dict[str, Any]:
+    """``$/progress`` params: ``value`` (``{"kind": "begin"|"report"|"end", …}``, as the
+    engine reports it) checked as LSP work-done progress. A field LSP does not know, or a
+    wrong type, is a bug of ours: cattrs raises."""
+    kind = value.get("kind")
+    cls = _PROGRESS.get(kind)  # type: ignore[arg-type]
+    if cls is None:
+        raise ValueError(f"work-done progress kind {kind!r} is not begin, report or end")
+    unknown = set(value) - _FIELDS[kind]  # type: ignore[index]
+    if unknown:
+        raise ValueError(f"work-done progress has fields LSP does not know: {sorted(unknown)}")
+    typed = CONVERTER.structure(value, cls)
+    return CONVERTER.unstructure(lsp.ProgressParams(token=token, value=typed))
+
+
+def cancel(request_id: int | str) -> dict[str, Any]:
+    """``$/cancelRequest`` params for a request we sent."""
+    return CONVERTER.unstructure(lsp.CancelParams(id=request_id))
+
+
+def cancelled_id(raw: Any) -> int | str | None:
+    """The id a client's ``$/cancelRequest`` names, or None when its params are malformed."""
+    try:
+        return CONVERTER.structure(raw, lsp.CancelParams).id
+    except Exception:  # noqa: BLE001 - a malformed notification is ignored (LSP)
+        return None
+
+
+#: Python log levels → LSP ``MessageType``
+_LEVELS = {50: lsp.MessageType.Error, 40: lsp.MessageType.Error, 30: lsp.MessageType.Warning,
+           20: lsp.MessageType.Info}
+
+
+def log_message(levelno: int, text: str) -> dict[str, Any]:
+    """``window/logMessage`` params for a log record of ``levelno``."""
+    return CONVERTER.unstructure(lsp.LogMessageParams(type=_LEVELS.get(levelno, lsp.MessageType.Log), message=text))

@@ -1,0 +1,41 @@
+"""The LSP base-protocol messages are lsprotocol's types: the numbers and shapes dagctx
+sends are LSP's by construction (server/lsp.py)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from lsprotocol import types as t
+
+from dagctx.protocol import errors
+from dagctx.server import lsp
+
+
+def test_error_codes_are_lsps() -> None:
+    assert (errors.PARSE_ERROR, errors.INVALID_REQUEST, errors.METHOD_NOT_FOUND, errors.INVALID_PARAMS,
+            errors.INTERNAL_ERROR, errors.SERVER_NOT_INITIALIZED, errors.REQUEST_CANCELLED) == (
+        lsp.PARSE_ERROR, lsp.INVALID_REQUEST, lsp.METHOD_NOT_FOUND, lsp.INVALID_PARAMS, lsp.INTERNAL_ERROR,
+        lsp.SERVER_NOT_INITIALIZED, lsp.REQUEST_CANCELLED)
+
+
+def test_work_done_progress_is_checked_and_shaped_as_lsp() -> None:
+    begin = lsp.progress("imp-1", {"kind": "begin", "title": "Importing a.jsonl", "cancellable": True, "percentage": 0})
+    assert begin == {"token": "imp-1", "value": {"kind": "begin", "title": "Importing a.jsonl", "cancellable": True,
+                                                 "percentage": 0}}
+    report = lsp.progress(7, {"kind": "report", "message": "3/9 sessions", "percentage": 33})
+    assert lsp.CONVERTER.structure(report, t.ProgressParams).token == 7
+    assert lsp.progress(7, {"kind": "end", "message": "done"})["value"] == {"kind": "end", "message": "done"}
+    with pytest.raises(ValueError, match="not begin, report or end"):
+        lsp.progress(7, {"kind": "middle"})
+    with pytest.raises(ValueError, match="LSP does not know"):
+        lsp.progress(7, {"kind": "report", "title": "a report has no title"})
+
+
+def test_cancellation_and_log_messages() -> None:
+    assert lsp.cancel("dagctx-3") == {"id": "dagctx-3"}
+    assert lsp.cancelled_id({"id": 12}) == 12 and lsp.cancelled_id({"id": "a"}) == "a"
+    assert lsp.cancelled_id({"nope": 1}) is None and lsp.cancelled_id(None) is None
+    assert lsp.log_message(logging.WARNING, "w") == {"type": int(t.MessageType.Warning), "message": "w"}
+    assert lsp.log_message(logging.ERROR, "e")["type"] == int(t.MessageType.Error)
+    assert lsp.log_message(logging.DEBUG, "d")["type"] == int(t.MessageType.Log)
