@@ -34,6 +34,7 @@ from dagctx.ledger.backends import open_backend
 from dagctx.ledger.writer import Done, Writer
 from dagctx.protocol.nodes import NodeInput
 
+from .watch import told_nobody
 
 T = TypeVar("T")
 
@@ -162,6 +163,10 @@ class OpenDatabase:
     def __post_init__(self) -> None:
         self.calls = StoreCalls(self.store)
         self.executor = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="dagctx-db")
+
+    def told_nobody(self, session_id: str) -> None:
+        """A write to a session no connection watches was announced (``watch.told_nobody``)."""
+        told_nobody(self.store, session_id)
 
     def cached_counts(self) -> tuple[int, int]:
         """``(sessions, nodes)`` whose graphs this database holds in memory (daemon/status)."""

@@ -6,6 +6,11 @@ notifications the subscribers have not heard yet. The server's hub only decides 
 ask (after a write, every poll) and sends the answer: it reaches the record through the
 engine, never through the store. A cursor is not thread-safe: its caller asks one at a
 time (the hub holds a lock per watch).
+
+A poll (``changes(..., poll=True)``) is for other processes' writes: it leaves a session
+alone while a write of this daemon to it is committed but not yet announced, and throws
+its reading away when one began while it read (the store's ``WriteMarks``), so this
+daemon's nodes always carry their origin.
 """
 
 from __future__ import annotations
@@ -36,25 +41,43 @@ class SessionWatch:
     def open(cls, store: Store, session_id: str) -> SessionWatch:
         """A cursor at the session's present state (``SessionNotFound`` for a bad id)."""
         info = store.get_session(session_id)
+        told = store.marks.finished(session_id)
         g = store.graph(session_id)
+        store.marks.announced(session_id, told)  # what the graph holds is known
         return cls(store, session_id, seq_seen=g.by_seq[-1].seq if g.by_seq else 0, updates_seen=len(g.updates),
                    head=info.head, title=info.title)
 
-    def changes(self, origin: str | None, written: frozenset[str] = frozenset()) -> list[tuple[str, Any]]:
+    def changes(self, origin: str | None, written: frozenset[str] = frozenset(), *,
+                poll: bool = False) -> list[tuple[str, Any]]:
         """The notifications ``(method, params)`` of what is new, in order, and the cursor
         moved past them. Nodes named in ``written`` carry ``origin``; any other new node
-        came from another process (``origin: null``)."""
+        came from another process (``origin: null``). A poll returns nothing while a write
+        of this daemon to the session waits for its announcement (which names its origin)."""
         sid = self.session_id
         if self.deleted:
             return []
+        marks = self.store.marks
+        begun = told = 0
+        if poll:
+            quiet, begun = marks.settled(sid)
+            if not quiet:
+                return []
+        else:
+            told = marks.finished(sid)  # before reading: what this announcement covers
         try:
             info = self.store.get_session(sid)
             g = self.store.graph(sid)
         except DagctxError as err:
             if err.kind != "SessionNotFound":
                 raise
+            if poll and marks.begun(sid) != begun:
+                return []
             self.deleted = True
+            if not poll:
+                marks.announced(sid, told)
             return [("session/didChange", m.SessionChange(session_id=sid, change="deleted", origin=origin))]
+        if poll and marks.begun(sid) != begun:
+            return []  # a write of this daemon began while this poll read: its announcement follows
 
         def who(node_id: str) -> str | None:
             return origin if not written or node_id in written else None
@@ -80,4 +103,12 @@ class SessionWatch:
             self.title = info.title
             out.append(("session/didChange", m.SessionChange(session_id=sid, change="renamed", head=info.head,
                                                              title=info.title, origin=origin)))
+        if not poll:
+            marks.announced(sid, told)
         return out
+
+
+def told_nobody(store: Store, session_id: str) -> None:
+    """A write of this daemon to an unwatched session: its announcement is done (nobody
+    to tell), so no later poll waits for it."""
+    store.marks.announced(session_id, store.marks.finished(session_id))

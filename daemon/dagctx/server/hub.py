@@ -4,11 +4,14 @@ A per-user daemon (SPEC §1) serves many connections on one event loop. The hub
 
 * numbers connections (``c1``, ``c2`` …: the ``origin`` notifications carry) and lists
   them for ``daemon/status``;
-* keeps subscriptions: a ``Watch`` per subscribed (database, session) remembers what
-  its subscribers have heard (newest seq, updates, HEAD, title) and ``changed`` sends
-  exactly what is new — after a write of this daemon at once, and every
+* keeps subscriptions: a ``Watch`` per subscribed (database, session) holds the
+  engine's cursor of what its subscribers have heard (``engine/watch.py``'s
+  ``SessionWatch``: newest seq, updates, HEAD, title) and ``changed`` sends exactly
+  what is new — after a write of this daemon at once, and every
   ``POLL_SECONDS`` for writes of other processes on the same file (another daemon, a
-  standalone CI run), so they reach subscribers within 250 ms;
+  standalone CI run), so they reach subscribers within 250 ms; a poll leaves a session
+  alone while a write of this daemon to it is not yet announced (the store's
+  ``WriteMarks``), so this daemon's nodes always carry their origin;
 * owns the work pool (``pool.FairPool``) where every request runs off the event loop;
 * arms the idle timer and stops the daemon (``daemon/stop``, SIGTERM, idle).
 
@@ -324,6 +327,9 @@ class Hub:
         """
         w = self.watches.get((database, session_id))
         if w is None:
+            for db in self.shared.databases():
+                if db.key == database:
+                    db.told_nobody(session_id)  # this write's announcement is done: nobody to tell
             return
         if self.on_loop() and self.loop is not None:
             self.pool_for(database).submit(("watch", database, session_id),
@@ -331,12 +337,14 @@ class Hub:
         else:
             self._diff_locked(w, origin, written)
 
-    def _diff_locked(self, w: Watch, origin: str | None, written: frozenset[str]) -> None:
+    def _diff_locked(self, w: Watch, origin: str | None, written: frozenset[str], *, poll: bool = False) -> None:
         with w.lock:
-            self._diff(w, origin, written)
+            self._diff(w, origin, written, poll)
 
-    def _diff(self, w: Watch, origin: str | None, written: frozenset[str]) -> None:
-        for method, params in w.cursor.changes(origin, written):
+    def _diff(self, w: Watch, origin: str | None, written: frozenset[str], poll: bool = False) -> None:
+        """Send what is new since the subscribers last heard (the engine's cursor decides,
+        ``SessionWatch.changes``; a poll, ``poll``, is for other processes' writes)."""
+        for method, params in w.cursor.changes(origin, written, poll=poll):
             self._send(w, method, params)
         if w.cursor.deleted:
             self.watches.pop((w.database, w.session_id), None)
@@ -352,7 +360,7 @@ class Hub:
 
     def _poll(self, w: Watch) -> None:
         try:
-            self._diff_locked(w, None, frozenset())
+            self._diff_locked(w, None, frozenset(), poll=True)
         except Exception as exc:  # a bad row must not end the watch
             log.error("watching session %s failed", w.session_id, exc_info=exc)
         finally:

@@ -70,12 +70,12 @@ from typing import Any
 
 from dagctx.context.render import View
 
+from ._assembly import reasoning_owners as _owners
 from ._assembly import (
     REASONING_TYPES,
     Rendered,
     RenderFormat,
     assemble,
-    reasoning_owners,
     reasoning_payload,
     reasoning_text,
 )
@@ -110,9 +110,15 @@ def to_messages(view: View, format: str = "neutral", *, include_system: bool = T
     ``reasoning`` (``provider`` | ``all`` | ``none``) picks the llm nodes whose reasoning
     blocks are sent (``reasoning_owners``), first in their message."""
     fmt = get(format)
-    msgs, repairs = assemble(view, reasoning_owners(view, fmt, reasoning))
+    msgs, repairs = assemble(view, _owners(view, fmt, reasoning))
     messages, ids = fmt.build(view, msgs, repairs, include_system=include_system)
     return Rendered(view.system, messages, ids, repairs)
+
+
+def reasoning_owners(view: View, format: str | RenderFormat, mode: str) -> frozenset[str]:  # noqa: A002
+    """The llm nodes whose reasoning blocks a render in ``format`` sends (SPEC §6; see
+    ``_assembly.reasoning_owners``)."""
+    return _owners(view, get(format) if isinstance(format, str) else format, mode)
 
 
 def check_pairs(messages: Sequence[dict[str, Any]], format: str) -> list[str]:  # noqa: A002
