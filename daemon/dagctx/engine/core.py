@@ -35,7 +35,6 @@ from dagctx.protocol import messages as m
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.methods import CLIENT_REQUESTS, PROTOCOL_VERSION, SERVER_NOTIFICATIONS
 
-from dagctx.context import turn_reduction as tr
 from dagctx.context.turn_reduction import Reductions
 
 from . import compaction_pipeline, exports, imports, ledger_ops, migration, summary_sources, turn_reduction
@@ -444,97 +443,17 @@ class EngineCore:
         return res
 
     def context_prepare(self, p: c.PrepareParams) -> Any:
-        """One turn's preparation; at ≥ 80 % with ``allowCompaction`` it compacts first;
-        a request over its limit is reduced within the turn or refused (SPEC §8)."""
+        """One turn's preparation: the chosen context engine's turn template
+        (``ContextEngine.turn``: prepare, then compact and reduce only when needed, SPEC §7,
+        §8); a plugin engine that fails is replaced by the default, said in the decision path."""
         turn_reduction.time_limit(p.reduction_timeout_seconds, "params.reductionTimeoutSeconds")
         check_head(self.store.graph(p.session_id), p.head)  # before any engine walks from it
-        result = self._prepare_once(p)
-        compact = result.needs_compaction and p.allow_compaction
-        if compact:
-            paused = self.compaction_state.auto_paused(p.session_id)
-            if paused:
-                st = self.compaction_state.auto[p.session_id]
-                result.decision_path.append(
-                    f"auto-compaction paused for {paused:.0f} s after {st.failures} consecutive failures "
-                    f"(last: {st.last_error})"
-                )
-                compact = False
-        if not compact and tr.fits(result.budget):
-            return self._handed_out(p, result)
-        return self._prepare_async(p, result, compact)
-
-    def _handed_out(self, p: c.PrepareParams, result: c.PrepareResult) -> c.PrepareResult:
-        """The request is handed out: only now is its new system-prompt node written
-        (SPEC §7: a refused request writes nothing)."""
-        self.views.commit_system_prompt(p.session_id, result.render_id)
-        return result
-
-    async def _prepare_async(self, p: c.PrepareParams, result: c.PrepareResult, compact: bool) -> c.PrepareResult:
-        if compact:
-            result = await self._prepare_after_compaction(p, result)
-            if tr.fits(result.budget):
-                return self._handed_out(p, result)
-        return self._handed_out(p, await self._reduce_prepare(p, result))
-
-    async def _reduce_prepare(self, p: c.PrepareParams, first: c.PrepareResult) -> c.PrepareResult:
-        """Reduce a prepared request within the turn (SPEC §8), or refuse it."""
-        engine, _ = self.context_engines.get(first.engine, self)
-        head = p.head or self.store.head(p.session_id)
-        info = self.models.get(p.model or self.options.default_model)
-        build = getattr(engine, "build", None)
-        start = self.turn_reducer.take(first.render_id)
-        if not getattr(engine, "turn_reduction", False) or build is None:
-            self.views.forget(first.render_id)
-            parts = start.parts if start is not None else tr.ProtectedParts(
-                first.budget.system_prompt, first.budget.tools_schema, 0, 0)
-            raise tr.budget_exceeded(first.budget, parts, input_used=first.budget.input_used, model=info.name,
-                                     failures=[f"engine {first.engine!r} does not reduce within a turn"])
-        if start is None:
-            self.views.forget(first.render_id)
-        built, rep = await turn_reduction.reduce(
-            self, lambda red: build(p, red), session_id=p.session_id, head=head, info=info,
-            token=p.work_done_token,
-            seconds=turn_reduction.time_limit(p.reduction_timeout_seconds, "params.reductionTimeoutSeconds"),
-            first=start,
-        )
-        result: c.PrepareResult = built.result
-        result.engine = first.engine
-        result.compaction = first.compaction
-        result.reduction = rep
-        # the signals describe the session, not this one reduced request: the earlier
-        # turns still need compacting (SPEC §7 thresholds on the unreduced request)
-        result.recommend_compaction = result.recommend_compaction or first.recommend_compaction
-        result.needs_compaction = result.needs_compaction or first.needs_compaction
-        extra = [line for line in first.decision_path if line not in result.decision_path]
-        result.decision_path = extra + result.decision_path + [
-            f"reduction within the turn: {rep.tokens_before:,} → {rep.tokens_after:,} tokens (limit {rep.limit:,}); "
-            f"{len(rep.results)} results summarized, checkpoint {rep.checkpoint.id if rep.checkpoint else 'none'}; "
-            f"{rep.summary_calls} summary calls, {rep.cache_hits} cached, {rep.reused} reused from stored summaries"
-        ]
-        return result
-
-    async def _prepare_after_compaction(self, p: c.PrepareParams, first: c.PrepareResult) -> c.PrepareResult:
-        res = await compaction_pipeline.compact(
-            self,
-            c.CompactParams(session_id=p.session_id, head=p.head, model=p.model, trigger="auto", format=p.format),
-        )
-        again = self._prepare_once(p)
-        again.compaction = msgspec.to_builtins(res)
-        verdict = (f"auto-compaction wrote {res.summary_id} ({res.tokens_before:,} → {res.tokens_after:,} tokens)"
-                   if res.ok and res.summary_id else f"auto-compaction wrote nothing ({res.reason}: {res.error or ''})")
-        again.decision_path = first.decision_path + [verdict] + again.decision_path
-        return again
-
-    def _prepare_once(self, p: c.PrepareParams) -> c.PrepareResult:
-        """Run the turn's preparation on the chosen engine; a failing plugin falls back."""
         name = p.context_engine or self.options.context_engine or "default"
         engine, note = self.context_engines.get(name, self)
         notes = [note] if note else []
         if engine.name != "default":
             try:
-                result = engine.prepare(p)
-                result.engine = engine.name
-                return result
+                return engine.turn(p)
             except DagctxError as err:
                 if err.kind in ("BudgetExceeded", "SessionNotFound", "NodeNotFound"):
                     raise
@@ -543,10 +462,8 @@ class EngineCore:
                 log.error("context engine %r failed", engine.name, exc_info=exc)
                 notes.append(f"engine {engine.name!r} failed ({type(exc).__name__}: {exc}); used the default engine")
         default, _ = self.context_engines.get("default", self)
-        result = default.prepare(p)
-        result.engine = "default"
-        result.decision_path = notes + result.decision_path
-        return result
+        result = default.turn(p)
+        return _with_notes(result, notes) if notes else result
 
     # ------------------------------------------------------------ the method table
 
@@ -581,3 +498,17 @@ class EngineCore:
             "session/export": lambda p: exports.session_export(self, p),
             "database/migrate": lambda p: migration.database_migrate(self, p),
         }
+
+
+def _with_notes(result: Any, notes: list[str]) -> Any:
+    """``result`` (a result or an awaitable of one) with ``notes`` opening its decision path."""
+    if isinstance(result, c.PrepareResult):
+        result.decision_path = notes + result.decision_path
+        return result
+
+    async def later() -> c.PrepareResult:
+        done = await result
+        done.decision_path = notes + done.decision_path
+        return done
+
+    return later()

@@ -3,9 +3,15 @@
 The lifecycle (SPEC §7, context engines): ``session_start`` → ``ingest`` (each
 append) → ``prepare`` (before a model call) → ``compact`` → ``after_turn`` (usage
 report) → ``session_end``. ``ContextEngine`` is the default engine; each component
-is an attribute a subclass may replace on its own: ``token_counter``,
-``budget_allocator``, ``ager``, ``summarizer``, ``system_prompt_assembler``,
-``reference_tracker``.
+is an attribute a subclass may replace on its own, and each is read by the turn:
+``token_counter``, ``budget_allocator``, ``ager``, ``system_prompt_assembler`` (where
+summaries come from is the connection's summary sources, ``summary_sources.py``).
+
+``context/prepare`` runs the engine's one turn template, ``turn``: ``setup`` (the model,
+the turn hooks and the token counts of hooks and tools, once per request) → ``prepare``
+(one build) → ``compact`` (automatic compaction, then a build again) and ``reduce``
+(reduction within the turn) only when needed → ``hand_out``. Each step is a method a
+subclass may replace; ``turn`` itself is the order.
 
 Engines are registered by name: the built-ins below, plus Python entry points in
 group ``dagctx.engines`` (``name = "package.module:EngineClass"``). The engine of a
@@ -18,6 +24,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -28,16 +36,42 @@ from dagctx.context.system_prompt import PromptOptions, assemble_system_prompt, 
 from dagctx.context.turn_reduction import Reductions
 from dagctx.protocol import context_messages as c
 
+from . import compaction_pipeline, turn_reduction
 from .heads import check_head
 from .turn_reduction import Built, protected_of
 from dagctx.context.formats import apply_turn_hooks
 
 if TYPE_CHECKING:
+    from dagctx.context.models import ModelInfo
+
     from .ports import Host
 
 log = logging.getLogger("dagctx.engine")
 
 ENTRY_POINT_GROUP = "dagctx.engines"
+
+
+@dataclass
+class TurnSetup:
+    """What stays the same within one ``context/prepare`` request, made once by
+    ``ContextEngine.setup`` and shared by every build of it (the first, the one after an
+    automatic compaction, each attempt of reduction within the turn): the model, the turn
+    hooks, and the token counts of the hooks and the tools schema per tokenizer."""
+
+    info: ModelInfo
+    hooks: dict[str, str]
+    _tools: dict[str, int] = field(default_factory=dict)
+    _hooks: dict[str, int] = field(default_factory=dict)
+
+    def tools_tokens(self, tools: Any, counter: Any, budget: Any, tokenizer: str) -> int:
+        if tokenizer not in self._tools:
+            self._tools[tokenizer] = budget.tools_schema_tokens(tools, counter, tokenizer)
+        return self._tools[tokenizer]
+
+    def hook_tokens(self, counter: Any, tokenizer: str) -> int:
+        if tokenizer not in self._hooks:
+            self._hooks[tokenizer] = sum(counter.count(v, tokenizer) for v in self.hooks.values())
+        return self._hooks[tokenizer]
 
 
 class ContextEngine:
@@ -54,9 +88,9 @@ class ContextEngine:
         self.token_counter = host.counter
         self.budget_allocator = budget_mod
         self.system_prompt_assembler = assemble_system_prompt
-        self.reference_tracker: Any = None
         self.ager: Any = None
-        self.summarizer: Any = None
+        #: the setups of the requests this engine is preparing, by request (``setup``)
+        self._setups: dict[int, tuple[c.PrepareParams, TurnSetup]] = {}
 
     # ------------------------------------------------------------ lifecycle steps
 
@@ -72,18 +106,126 @@ class ContextEngine:
     def session_end(self, session_id: str) -> None:
         """The session was deleted."""
 
-    def prepare(self, p: c.PrepareParams) -> c.PrepareResult:
-        """The turn's request, unreduced (SPEC §7, §8).
+    # ------------------------------------------------------------ the turn template (SPEC §7, §8)
 
-        A request over its limit is returned as built; ``EngineCore.context_prepare``
-        then reduces it within the turn (``engine.turn_reduction``) or refuses it.
-        """
+    def turn(self, p: c.PrepareParams) -> c.PrepareResult | Awaitable[c.PrepareResult]:
+        """One turn's request: handed out at once when it fits and needs no compaction,
+        else an awaitable that compacts (at ≥ 80 % with ``allowCompaction``) and/or
+        reduces within the turn first, or refuses it (``BudgetExceeded``)."""
+        self._setups[id(p)] = (p, self.setup(p))
+        try:
+            first = self.prepare(p)
+            first.engine = self.name
+            compact = first.needs_compaction and p.allow_compaction and not self._auto_paused(p, first)
+            if not compact and tr.fits(first.budget):
+                self._setups.pop(id(p), None)
+                return self.hand_out(p, first)
+        except BaseException:
+            self._setups.pop(id(p), None)
+            raise
+        return self._finish(p, first, compact)
+
+    async def _finish(self, p: c.PrepareParams, first: c.PrepareResult, compact: bool) -> c.PrepareResult:
+        try:
+            if compact:
+                first = await self.compact(p, first)
+                if tr.fits(first.budget):
+                    return self.hand_out(p, first)
+            return self.hand_out(p, await self.reduce(p, first))
+        finally:
+            self._setups.pop(id(p), None)
+
+    def setup(self, p: c.PrepareParams) -> TurnSetup:
+        """What every build of this request shares (``TurnSetup``); within ``turn`` it is
+        made once, and ``build`` finds it by the request."""
+        held = self._setups.get(id(p))
+        if held is not None and held[0] is p:
+            return held[1]
+        host = self.host
+        info = host.models.get(p.model or host.options.default_model)
+        hooks = {k: v for k, v in (("prependContext", p.prepend_context), ("memoryPrefetch", p.memory_prefetch)) if v}
+        return TurnSetup(info, hooks)
+
+    def prepare(self, p: c.PrepareParams) -> c.PrepareResult:
+        """The turn's request, unreduced (SPEC §7, §8). A request over its limit is
+        returned as built; ``turn`` then reduces it within the turn (``reduce``) or
+        refuses it."""
         built = self.build(p, Reductions())
         self.host.turn_reducer.stash(built)
         return built.result
 
+    def _auto_paused(self, p: c.PrepareParams, result: c.PrepareResult) -> bool:
+        state = self.host.compaction_state
+        paused = state.auto_paused(p.session_id)
+        if paused:
+            st = state.auto[p.session_id]
+            result.decision_path.append(
+                f"auto-compaction paused for {paused:.0f} s after {st.failures} consecutive failures "
+                f"(last: {st.last_error})"
+            )
+        return bool(paused)
+
+    async def compact(self, p: c.PrepareParams, first: c.PrepareResult) -> c.PrepareResult:
+        """Compact the branch automatically (SPEC §8), then build the request again."""
+        res = await compaction_pipeline.compact(
+            self.host,
+            c.CompactParams(session_id=p.session_id, head=p.head, model=p.model, trigger="auto", format=p.format),
+        )
+        again = self.prepare(p)
+        again.engine = self.name
+        again.compaction = msgspec.to_builtins(res)
+        verdict = (f"auto-compaction wrote {res.summary_id} ({res.tokens_before:,} → {res.tokens_after:,} tokens)"
+                   if res.ok and res.summary_id else f"auto-compaction wrote nothing ({res.reason}: {res.error or ''})")
+        again.decision_path = first.decision_path + [verdict] + again.decision_path
+        return again
+
+    async def reduce(self, p: c.PrepareParams, first: c.PrepareResult) -> c.PrepareResult:
+        """Bring a request over its limit under it within the turn (SPEC §8), or refuse it."""
+        host = self.host
+        head = p.head or host.store.head(p.session_id)
+        info = self.setup(p).info
+        start = host.turn_reducer.take(first.render_id)
+        if not self.turn_reduction:
+            host.views.forget(first.render_id)
+            parts = start.parts if start is not None else tr.ProtectedParts(
+                first.budget.system_prompt, first.budget.tools_schema, 0, 0)
+            raise tr.budget_exceeded(first.budget, parts, input_used=first.budget.input_used, model=info.name,
+                                     failures=[f"engine {first.engine!r} does not reduce within a turn"])
+        if start is None:
+            host.views.forget(first.render_id)
+        built, rep = await turn_reduction.reduce(
+            host, lambda red: self.build(p, red), session_id=p.session_id, head=head, info=info,
+            token=p.work_done_token,
+            seconds=turn_reduction.time_limit(p.reduction_timeout_seconds, "params.reductionTimeoutSeconds"),
+            first=start,
+        )
+        result: c.PrepareResult = built.result
+        result.engine = first.engine
+        result.compaction = first.compaction
+        result.reduction = rep
+        # the signals describe the session, not this one reduced request: the earlier
+        # turns still need compacting (SPEC §7 thresholds on the unreduced request)
+        result.recommend_compaction = result.recommend_compaction or first.recommend_compaction
+        result.needs_compaction = result.needs_compaction or first.needs_compaction
+        extra = [line for line in first.decision_path if line not in result.decision_path]
+        result.decision_path = extra + result.decision_path + [
+            f"reduction within the turn: {rep.tokens_before:,} → {rep.tokens_after:,} tokens (limit {rep.limit:,}); "
+            f"{len(rep.results)} results summarized, checkpoint {rep.checkpoint.id if rep.checkpoint else 'none'}; "
+            f"{rep.summary_calls} summary calls, {rep.cache_hits} cached, {rep.reused} reused from stored summaries"
+        ]
+        return result
+
+    def hand_out(self, p: c.PrepareParams, result: c.PrepareResult) -> c.PrepareResult:
+        """The request is handed out: only now is its new system-prompt node written
+        (SPEC §7: a refused request writes nothing)."""
+        self.host.views.commit_system_prompt(p.session_id, result.render_id)
+        return result
+
+    # ------------------------------------------------------------ one build
+
     def build(self, p: c.PrepareParams, reductions: Reductions, *, remember: bool = True) -> Built:
         """Build the request of ``p`` with ``reductions`` applied; check the protected part."""
+        setup = self.setup(p)
         host = self.host
         store = host.store
         views = host.views
@@ -94,7 +236,7 @@ class ContextEngine:
         check_head(graph, p.head)
         head = p.head or store.head(p.session_id)
         graph.get(head)
-        info = host.models.get(p.model or host.options.default_model)
+        info = setup.info
         path.append(
             f"model {info.name}: window {info.context_window:,}, max output {info.max_output:,}"
             + ("" if info.known else " (unknown model: default limits)")
@@ -125,7 +267,7 @@ class ContextEngine:
         where = (f"node {system_node}" + (" (new: written when the request is handed out)" if prompt.pending else "")
                  if system_node else "not stored (nothing to store)")
         path.append(f"system prompt ({p.prompt_mode}): {len(system_text):,} chars, {where}")
-        hooks = {k: v for k, v in (("prependContext", p.prepend_context), ("memoryPrefetch", p.memory_prefetch)) if v}
+        hooks = setup.hooks
         aged, aging_stats = views.aging_for(p.session_id, head, info, enabled=self.aging, ager=self.ager,
                                             frame=p.frame)
         if aging_stats.get("toolResultsAged"):
@@ -151,10 +293,10 @@ class ContextEngine:
             reasoning=p.reasoning,
         )
         messages = apply_turn_hooks(r.messages, hooks, p.format)
-        hook_tokens = sum(counter.count(v, r.tokenizer) for v in hooks.values())
+        hook_tokens = setup.hook_tokens(counter, r.tokenizer)
         if r.view.summary_id:
             path.append(f"summary {r.view.summary_id} replaces {len(r.view.covered)} nodes")
-        raw_tools = budget.tools_schema_tokens(p.tools, counter, r.tokenizer)
+        raw_tools = setup.tools_tokens(p.tools, counter, budget, r.tokenizer)
         # The whole prompt as the provider will measure it: system + messages + hooks +
         # tools. The call records this one figure (manifest ``tokens``), calibration
         # scales this one figure, and each part is scaled once — the provider's count
