@@ -121,7 +121,7 @@ async def evaluate_source(client: DagctxClient, src: rp.Source, cfg: Config, cou
             "M1": m1, "M2": {"summaries": m2, "byClass": _sum_class(m2)},
             "M3": {"filesEdited": sum(s["filesEdited"] for s in m2), "filesNamed": sum(s["filesNamed"] for s in m2)},
             "M4": m4,
-            "M5": {"dagctx": {"totals": dag, "byCause": econ["byCause"]},
+            "M5": {"dagctx": {"totals": dag, "byCause": econ["byCause"], "breaks": econ["breaks"][:200]},
                    "unmanaged": {"totals": none["totals"], "byCause": none["byCause"]},
                    "naive": {"totals": nai["totals"], "byCause": nai["byCause"]},
                    "costVsNaive": round(dag["cost"] / nai["totals"]["cost"], 4) if nai["totals"]["cost"] else None},

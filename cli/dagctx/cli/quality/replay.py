@@ -167,9 +167,15 @@ async def load_source(client: DagctxClient, session_id: str, origin: str = "") -
             chain.append(cur)
         cur = row.predecessor
     chain.reverse()
+    # Spawned branches (subagents) are not replayed: only ``session/spawn`` creates their
+    # roots, and a request's render shows a tool call's input and output, not its branch.
+    spawned: set[str] = set()
+    for r in sorted(rows, key=lambda r: r.seq):
+        if r.spawn_root or r.caller in spawned or r.predecessor in spawned:
+            spawned.add(r.id)
     children: dict[str, list[str]] = {}
     for r in rows:
-        if r.caller is not None:
+        if r.caller is not None and r.id not in spawned:
             children.setdefault(r.caller, []).append(r.id)
     below: dict[str, list[str]] = {}
     for cid in chain:
