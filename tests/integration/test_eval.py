@@ -276,3 +276,37 @@ async def test_an_overshoot_and_a_changed_request_are_caught(tmp_path: Path) -> 
         assert bad["different"] == 1 and bad["firstDifferent"] == [3]
     finally:
         await client.close()
+
+
+def test_a_codex_compaction_is_measured_and_the_structural_fallback_runs(tmp_path: Path) -> None:
+    """A Codex rollout's ``compacted`` summary beside what it covers (an apply_patch that adds
+    one file and updates another), through the CLI with the daemon's structural fallback as
+    the summarizer (no sampling at all)."""
+    patch = "*** Begin Patch\n*** Update File: src/c.py\n@@\n-a\n+b\n*** Add File: src/d.py\n+x\n*** End Patch\n"
+    rows = [
+        {"type": "session_meta", "payload": {"id": "codex-eval-test", "model": "gpt-5"}},
+        {"type": "response_item", "payload": {"type": "message", "role": "user",
+                                              "content": [{"type": "input_text", "text": "patch it"}]}},
+        {"type": "response_item", "payload": {"type": "function_call", "name": "apply_patch", "call_id": "call_1",
+                                              "arguments": json.dumps({"input": patch})}},
+        {"type": "response_item", "payload": {"type": "function_call_output", "call_id": "call_1",
+                                              "output": "Success. wrote 7070 bytes"}},
+        {"type": "response_item", "payload": {"type": "message", "role": "assistant",
+                                              "content": [{"type": "output_text", "text": "patched"}]}},
+        {"type": "compacted", "payload": {"message": "Patched src/c.py as asked."}},
+        {"type": "response_item", "payload": {"type": "message", "role": "user",
+                                              "content": [{"type": "input_text", "text": "thanks, now explain"}]}},
+        {"type": "response_item", "payload": {"type": "message", "role": "assistant",
+                                              "content": [{"type": "output_text", "text": "it works"}]}},
+    ]
+    src = tmp_path / "rollout-2026-01-01T00-00-00-codex-eval-test.jsonl"
+    src.write_text("".join(json.dumps({"timestamp": f"2026-01-01T00:00:{i:02d}Z", **r}) + "\n"
+                           for i, r in enumerate(rows)), encoding="utf-8")
+    doc = run_eval(str(src), "--window", "4k", "--summarizer", "structural")
+    assert doc["summarizer"].startswith("structural")
+    (s,) = doc["sessions"]
+    (rec,) = s["recordedSummaries"]
+    assert rec["filesEdited"] == 2 and rec["filesNamed"] == 1 and rec["filesMissing"] == ["src/d.py"]
+    assert rec["retention"]["path"] == [1, 2] and rec["retention"]["number"] == [0, 1]
+    (w,) = s["windows"]
+    assert w["requests"] == s["modelCalls"] == w["M7"]["identical"] == 3 and w["M4"]["maxOvershoot"] == 0
