@@ -310,3 +310,28 @@ def test_a_codex_compaction_is_measured_and_the_structural_fallback_runs(tmp_pat
     assert rec["retention"]["path"] == [1, 2] and rec["retention"]["number"] == [0, 1]
     (w,) = s["windows"]
     assert w["requests"] == s["modelCalls"] == w["M7"]["identical"] == 3 and w["M4"]["maxOvershoot"] == 0
+
+
+async def test_recovery_reads_an_identifier_cut_by_read_node_pages(tmp_path: Path) -> None:
+    """``read_node`` pages an output by 20,000 characters; an identifier astride the cut is
+    still recovered (the pages are read as one text), and only by reading both pages."""
+    from dagctx.cli.mcp_tools import READ_DEFAULT_LENGTH
+
+    ident = "boundary_marker_4242"
+    head = ("a" * 79 + "\n") * (READ_DEFAULT_LENGTH // 80)
+    head = head[: READ_DEFAULT_LENGTH - 8]
+    body = head + ident + "\n" + ("b" * 79 + "\n") * 60
+    assert body.index(ident) < READ_DEFAULT_LENGTH < body.index(ident) + len(ident)
+    cc = CC()
+    cc.user("read the big file")
+    cc.call(1, "Read", {"file_path": "big.txt"}, body, "reading")
+    cc.reply(1, "read")
+    for k in range(2, 7):
+        cc.user(f"step {k}")
+        cc.reply(k, "ok")
+    doc = await evaluate_file(tmp_path, cc.write(tmp_path / "pages.jsonl"), "32k")
+    (w,) = doc["sessions"][0]["windows"]
+    assert w["M6"]["aged"] == 1
+    m1 = w["M1"]
+    # the one identifier of the result (the rest is plain letters) was removed by aging and found
+    assert m1["nodes"] == {"toolu_0001": [1, 1]} and m1["removed"] == 1, m1["lost"]

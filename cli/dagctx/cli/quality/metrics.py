@@ -110,14 +110,26 @@ async def m1_recall(rep: Replay, tools: Any, node_ids: NodeIds, progress: Callab
 
     async def read(nid: str) -> str:
         if nid not in reads:
-            chunks, offset = [], 0
+            # the pages of the output, joined as they were cut (an identifier may span two),
+            # then the input, whole (``part: input``) when the output's page shows it cut
+            pages, offset, inp, cut = [], 0, "", False
             while True:
                 ans = await tools.call("read_node", {"sessionId": rep.session_id, "nodeId": nid, "offset": offset})
-                chunks.append(ans.data.get("text", "") + "\n" + str(ans.data.get("input", "")))
+                pages.append(ans.data.get("text", ""))
+                inp = str(ans.data.get("input", ""))
+                cut = bool(ans.data.get("inputTruncated"))
                 offset = ans.data.get("nextOffset")
                 if offset is None:
                     break
-            reads[nid] = "\n".join(chunks)
+            if cut:
+                parts, offset = [], 0
+                while offset is not None:
+                    ans = await tools.call("read_node", {"sessionId": rep.session_id, "nodeId": nid, "part": "input",
+                                                         "offset": offset})
+                    parts.append(ans.data.get("text", ""))
+                    offset = ans.data.get("nextOffset")
+                inp = "".join(parts)
+            reads[nid] = "".join(pages) + "\n" + inp
         return reads[nid]
 
     hits_of: dict[str, list[str]] = {}
