@@ -177,12 +177,39 @@ def test_checkpoint_steps_stop_at_blockers_and_keep_the_newest() -> None:
     shape = tr.turn_shape(view, t.g)
     steps, why = tr.checkpoint_steps(t.g, view, shape)
     assert steps == [f"a{i}" for i in range(10 - tr.KEEP_RECENT_STEPS)] and why is None
-    # signed reasoning in step 4 stops the checkpoint before it
+    # thinking blocks in a reply's output are never sent: they bind nothing
     t.g.nodes["a4"] = Call(**{**_fields(t.g.nodes["a4"]), "output": [
         {"type": "thinking", "thinking": "hmm", "signature": "sig"}, {"type": "text", "text": "Step 4."}]})
     view = render_view(t.g, t.tip)
-    steps, why = tr.checkpoint_steps(t.g, view, tr.turn_shape(view, t.g))
-    assert steps == ["a0", "a1", "a2", "a3"] and why == "signedReasoning"
+    steps, why = tr.checkpoint_steps(t.g, view, tr.turn_shape(view, t.g),
+                                     tr.signed_reasoning_sent(view, "anthropic", "provider"))
+    assert len(steps) == 10 - tr.KEEP_RECENT_STEPS and why is None
+
+
+@pytest.mark.parametrize("fmt, mode, block, stops", [
+    ("anthropic", "provider", {"type": "thinking", "text": "hmm", "signature": "sig"}, True),
+    ("anthropic", "all", {"type": "redacted_thinking", "data": "ZW5j"}, True),
+    ("neutral", "provider", {"type": "reasoning", "text": "", "encryptedContent": "gAAA"}, True),
+    ("anthropic", "none", {"type": "thinking", "text": "hmm", "signature": "sig"}, False),
+    ("openai", "provider", {"type": "thinking", "text": "hmm", "signature": "sig"}, False),
+    ("openai", "all", {"type": "reasoning", "text": "t", "encryptedContent": "gAAA"}, False),
+    # unsigned thinking never goes to Anthropic; Codex encrypted reasoning neither
+    ("anthropic", "provider", {"type": "thinking", "text": "hmm"}, False),
+    ("anthropic", "provider", {"type": "reasoning", "text": "", "encryptedContent": "gAAA"}, False),
+])
+def test_signed_reasoning_stops_a_checkpoint_only_when_the_render_sends_it(
+        fmt: str, mode: str, block: dict[str, Any], stops: bool) -> None:
+    """SPEC §6, §8: a step's stored signed or encrypted reasoning stops a checkpoint only
+    when this format and reasoning mode send it (it must go out byte for byte)."""
+    t = long_turn(10)
+    t.g.nodes["a4"] = Call(**{**_fields(t.g.nodes["a4"]), "metadata": {"reasoning": [block]}})
+    view = render_view(t.g, t.tip)
+    signed = tr.signed_reasoning_sent(view, fmt, mode)
+    steps, why = tr.checkpoint_steps(t.g, view, tr.turn_shape(view, t.g), signed)
+    if stops:
+        assert signed == {"a4"} and steps == ["a0", "a1", "a2", "a3"] and why == "signedReasoning"
+    else:
+        assert signed == frozenset() and len(steps) == 10 - tr.KEEP_RECENT_STEPS and why is None
 
 
 @pytest.mark.parametrize("blocker, why", [("image", "multimodal"), ("running", "unfinished"), ("ask", "userMessage")])

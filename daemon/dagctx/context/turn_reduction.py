@@ -18,7 +18,8 @@ functions over a rendered ``View``, how one *request* is brought under its budge
    ``checkpoint_steps`` / ``choose_checkpoint`` pick a prefix of the turn's steps (top-level
    model calls after the user's message), never the newest ``KEEP_RECENT_STEPS``, and
    stopping before any step that holds a user-authored message, multimodal content,
-   an unfinished tool call or signed reasoning. ``apply_checkpoint`` replaces those
+   an unfinished tool call or signed reasoning *that this render sends*
+   (``signed_reasoning_sent``: by format and reasoning mode, SPEC §6). ``apply_checkpoint`` replaces those
    steps' items with one task summary (``checkpoint_text``); the user's message
    stays first.
 
@@ -47,6 +48,7 @@ from dagctx.protocol.context_messages import Budget, BudgetExceededDetails, Prom
 from dagctx.protocol.errors import DagctxError
 
 from .aging import owner_chain_id
+from .formats import reasoning_owners
 from .render import Item, View, json_text, value_blocks
 
 #: Bumped whenever a rule here changes what a reduced request looks like.
@@ -415,12 +417,15 @@ class Checkpoint:
         return CHECKPOINT_MARKER.format(steps=len(self.covers)) + "\n" + self.summary.strip()
 
 
-def _step_blocked(graph: SessionGraph, step: str, items: Sequence[Item]) -> str | None:
-    """Why a step (with its rendered ``items``) may not go into a checkpoint, or None."""
+def _step_blocked(graph: SessionGraph, step: str, items: Sequence[Item], signed: frozenset[str]) -> str | None:
+    """Why a step (with its rendered ``items``) may not go into a checkpoint, or None.
+
+    ``signed``: the llm nodes whose signed or encrypted reasoning this render sends
+    (``signed_reasoning_sent``); a checkpoint would drop those blocks, so it stops there."""
     node = graph.nodes.get(step)
     if node is None:
         return "unknown"
-    if _signed_reasoning(node.output) or _signed_reasoning(node.metadata.get("reasoning")):
+    if step in signed:
         return "signedReasoning"
     for it in items:
         if it.synthetic or it.status == "running":
@@ -433,26 +438,44 @@ def _step_blocked(graph: SessionGraph, step: str, items: Sequence[Item]) -> str 
     return None
 
 
-def _signed_reasoning(value: Any) -> bool:
-    if isinstance(value, list):
-        return any(
-            isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking", "reasoning")
-            and (b.get("signature") or b.get("type") == "redacted_thinking" or b.get("encrypted_content")
-                 or b.get("encryptedContent"))
-            for b in value
-        )
-    return False
+def _signed_block(block: dict[str, Any], format: str) -> bool:
+    """Whether ``block`` (a stored reasoning block) goes out signed or encrypted in ``format``:
+    Anthropic sends signed ``thinking`` and ``redacted_thinking`` unchanged; neutral every
+    block as stored (a Codex ``encrypted_content`` too); Chat Completions only text."""
+    kind = block.get("type")
+    if format == "openai":
+        return False
+    if kind == "thinking":
+        return bool(block.get("signature"))
+    if kind == "redacted_thinking":
+        return bool(block.get("data")) or format == "neutral"
+    return format == "neutral" and bool(block.get("encrypted_content") or block.get("encryptedContent"))
 
 
-def checkpoint_steps(graph: SessionGraph, view: View, shape: TurnShape) -> tuple[list[str], str | None]:
-    """The steps a checkpoint may cover (a prefix of the turn), and what stopped it."""
+def signed_reasoning_sent(view: View, format: str, mode: str) -> frozenset[str]:
+    """The llm nodes whose signed or encrypted reasoning blocks this render sends (SPEC §6:
+    by format and ``reasoning`` mode). Only those blocks bind a request: they go out
+    byte for byte, so no checkpoint may cover their step. Stored blocks that are not sent
+    (OpenAI Chat Completions, mode ``none``, an earlier turn under ``provider``) bind nothing."""
+    owners = reasoning_owners(view, format, mode)
+    if not owners:
+        return frozenset()
+    return frozenset(it.node_id for it in view.items
+                     if it.node_id in owners and it.kind == "assistant"
+                     and any(_signed_block(b, format) for b in it.reasoning))
+
+
+def checkpoint_steps(graph: SessionGraph, view: View, shape: TurnShape,
+                     signed: frozenset[str] = frozenset()) -> tuple[list[str], str | None]:
+    """The steps a checkpoint may cover (a prefix of the turn), and what stopped it.
+    ``signed``: the steps whose signed reasoning the render sends (``signed_reasoning_sent``)."""
     limit = max(0, len(shape.steps) - KEEP_RECENT_STEPS)
     by_owner: dict[str, list[Item]] = {}
     for it, owner in zip(view.items, shape.owners):
         by_owner.setdefault(owner, []).append(it)
     out: list[str] = []
     for step in shape.steps[:limit]:
-        why = _step_blocked(graph, step, by_owner.get(step, ()))
+        why = _step_blocked(graph, step, by_owner.get(step, ()), signed)
         if why is not None:
             return out, why
         out.append(step)
@@ -720,6 +743,7 @@ __all__ = [
     "result_summary_cap",
     "results_needed",
     "safety_margin",
+    "signed_reasoning_sent",
     "split_segments",
     "step_tokens",
     "steps_text",
