@@ -490,3 +490,41 @@ async def test_a_client_answer_nested_too_deep_fails_the_sampling_at_once(tmp_pa
     finally:
         if c.process and c.process.returncode is None:
             c.process.kill()
+
+
+# ---------------------------------------------------------------- 15. paths too long to name a file
+
+
+async def test_a_5000_character_path_is_invalid_params_naming_the_field(tmp_path: Path) -> None:
+    """A path no file can have (PATH_MAX, or a name over NAME_MAX) is the caller's mistake:
+    InvalidParams naming the field and the limit, nothing written, the daemon answers on."""
+    long_path = "/" + "/".join(["d" * 200] * 25)  # 5,025 characters, every name legal
+    long_name = str(tmp_path / ("n" * 300))  # one name over 255 bytes
+    c = await DagctxClient.spawn(tmp_path / "p.db", initialization_options={"workspace": long_path})
+    try:
+        s = await c.session_create()
+        u = await c.append(s.session_id, "user", output="hi", predecessor=s.head)
+        before = await c.history(s.session_id)
+        for params, path, what in [
+            ({"workspace": long_path}, "workspace", "bytes long"),
+            ({"workspace": long_name}, "workspace", "name of 300 bytes"),
+            ({}, "initializationOptions.workspace", "bytes long"),  # the connection's own setting
+        ]:
+            with pytest.raises(RpcError) as exc:
+                await c.request("context/prepare", {"sessionId": s.session_id, "head": u.node.id,
+                                                    "model": "gpt-4o", **params})
+            assert exc.value.kind == "InvalidParams" and exc.value.data.get("path") == path, (exc.value.data, params)
+            assert what in str(exc.value) and "shorter path" in str(exc.value)
+        for method, params in [("session/import", {"path": long_path}),
+                               ("session/export", {"sessionId": s.session_id, "format": "claude-code",
+                                                   "path": long_path})]:
+            with pytest.raises(RpcError) as exc:
+                await c.request(method, params)
+            assert exc.value.kind == "InvalidParams" and "bytes long" in str(exc.value), (method, exc.value)
+        after = await c.history(s.session_id)
+        assert [n.id for n in after.nodes] == [n.id for n in before.nodes]  # nothing written
+        assert (await c.session_list()).total == 1
+        assert await c.close() == 0
+    finally:
+        if c.process and c.process.returncode is None:
+            c.process.kill()
