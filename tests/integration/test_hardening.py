@@ -7,6 +7,7 @@ Raw-frame tests reuse ``Raw`` from ``test_protocol_abuse``; the rest use the cli
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -160,10 +161,10 @@ async def test_config_file_must_be_a_small_regular_file(tmp_path: Path) -> None:
     try:
         for path, words in (("/dev/zero", "character device"), (str(fifo), "FIFO"), (str(tmp_path), "directory"),
                             (str(big), "at most")):
-            started = time.monotonic()
+            # answered at all means not read forever (/dev/zero, a FIFO nobody writes); how
+            # fast is not asserted (CI is loaded): the request's own timeout is the hang guard
             with pytest.raises(RpcError) as info:
-                await c.initialize(initialization_options={"configFile": path})
-            assert time.monotonic() - started < 5
+                await asyncio.wait_for(c.initialize(initialization_options={"configFile": path}), 60)
             assert info.value.code == -32602 and words in info.value.message, info.value.message
             assert info.value.data["path"] == "initializationOptions.configFile"
         await c.initialize(initialization_options={"configFile": str(good)})
