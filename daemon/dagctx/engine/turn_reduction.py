@@ -271,14 +271,15 @@ def _plan(run: _Run, base: Built) -> _Plan:
     newest = tr.result_candidates(view, graph, shape, token_of, aged=base.aged, newest_step=True)
     keys = {x.node_id: tr.summary_key("result", "\0".join((x.tool, x.arguments, x.status, x.text)), run.config)
             for x in cands + newest}
-    owners = {x.node_id: graph.owner(x.node_id) for x in cands + newest}
+    units: dict[str, str] = {}
+    owners = {x.node_id: tr.unit_of(graph, shape, x.node_id, units) for x in cands + newest}
     # only signed reasoning this render sends binds a step (SPEC §6, §8): by format and mode
     manifest = base.rendering.manifest
     signed = tr.signed_reasoning_sent(view, str(manifest.get("format") or "neutral"),
                                       str(manifest.get("reasoning") or "provider"))
     eligible, blocked = tr.checkpoint_steps(graph, view, shape, signed)
     texts = {st: tr.steps_text(view, shape, [st]) for st in eligible}
-    return _Plan(base, shape, cands, keys, owners, eligible, blocked, texts, tr.task_text(view, shape), newest)
+    return _Plan(base, shape, cands, keys, owners, eligible, blocked, texts, tr.task_text(view, shape, graph), newest)
 
 
 async def _summarize_results(run: _Run, plan: _Plan, chosen: list[tr.ResultCandidate], red: Reductions) -> None:
