@@ -156,13 +156,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compaction", default="recommended", choices=["recommended", "auto", "off"],
                    help="recommended: compact when context/prepare recommends it (the reference agent loop); "
                         "auto: prepare's allowCompaction; off: never")
+    p.add_argument("--keep-recent-tokens", type=int, metavar="TOKENS",
+                   help="context/compact's keepRecentTokens (default: the daemon's keep-tail target)")
     p.add_argument("--cache-ttl", type=float, default=300.0,
                    help="prompt-cache lifetime in seconds: a longer pause in the source makes the cache cold (default 300)")
+    p.add_argument("--summarizer", default="stand-in", choices=["stand-in", "structural", "endpoint"],
+                   help="who writes summaries: the deterministic stand-in (default, no model), the daemon's "
+                        "structural fallback (no summaries within a turn), or --endpoint")
     p.add_argument("--endpoint", help="OpenAI-compatible endpoint for the summaries (default: the deterministic stand-in)")
     p.add_argument("--endpoint-model", help="model name at that endpoint")
     p.add_argument("--api-key-env", help="environment variable holding the endpoint's API key")
     p.add_argument("--no-recall", action="store_true", help="skip M1 (its searches are the slowest part)")
     p.add_argument("--max-sessions", type=int, help="replay at most this many sessions")
+    p.add_argument("--jobs", type=int, default=2, help="sessions replayed at once, each in its own scratch daemon (default 2)")
     p.add_argument("--plots", metavar="DIR", help="write SVG plots into DIR (tokens per request, retention by class)")
     json_flag(p, "every metric, per session, window and in total")
 
