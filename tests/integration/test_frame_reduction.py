@@ -123,6 +123,12 @@ async def test_prepare_reduces_the_finished_inner_calls_of_a_running_function(tm
         assert r.reduction is not None and r.reduction.checkpoint is not None
         assert r.reduction.checkpoint.covers_ids == p.reduction.checkpoint.covers_ids
         await check_frame_request(c, sid, fn, p, calls, results, "parser")
+        # every provider format: pair-valid, within the limit, the same checkpoint
+        for fmt in ("anthropic", "openai"):
+            q = await c.prepare(sid, frame=fn, model=TINY, format=fmt, prompt_mode="none")
+            assert check_pairs(q.messages, fmt) == [], fmt
+            assert q.budget.input_used <= q.budget.input_budget - q.budget.safety_margin
+            assert q.reduction is not None and q.reduction.checkpoint is not None, q.decision_path
         # without a summarizer the same request is refused with the numbers, writing nothing
         bare = await DagctxClient.spawn(tmp_path / "frame.db", initialization_options={"models": MODELS})
         try:

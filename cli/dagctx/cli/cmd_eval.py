@@ -40,12 +40,25 @@ async def cmd_eval(args: argparse.Namespace) -> int:
         endpoint = {"baseUrl": args.endpoint, "model": args.endpoint_model}
         if args.api_key_env:
             endpoint["apiKeyEnv"] = args.api_key_env
+    if args.keep_recent_tokens is not None and args.keep_recent_tokens < 0:
+        console.print("[red]error[/red]: --keep-recent-tokens must be 0 or more")
+        return 2
+    if not 1 <= args.jobs <= 16:
+        console.print("[red]error[/red]: --jobs must be between 1 and 16")
+        return 2
     if args.max_sessions is not None and args.max_sessions < 1:
         console.print("[red]error[/red]: --max-sessions must be at least 1")
         return 2
+    if args.summarizer == "endpoint" and not endpoint:
+        console.print("[red]error[/red]: --summarizer endpoint needs --endpoint URL and --endpoint-model NAME")
+        return 2
+    summarizer = "endpoint" if endpoint else args.summarizer
     cfg = ev.Config(paths=[os.path.abspath(p) for p in args.paths], windows=windows,
-                    options=rp.Options(format=args.format, compaction=args.compaction), ttl=args.cache_ttl,
-                    endpoint=endpoint, recall=not args.no_recall, max_sessions=args.max_sessions)
+                    options=rp.Options(format=args.format, compaction=args.compaction,
+                                       fallback="structural" if summarizer == "structural" else "none",
+                                       keep_recent_tokens=args.keep_recent_tokens),
+                    ttl=args.cache_ttl, endpoint=endpoint, summarizer=summarizer, recall=not args.no_recall,
+                    max_sessions=args.max_sessions, jobs=args.jobs)
 
     stored: list[Any] = []
     if args.session:

@@ -99,6 +99,44 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=20)
     json_flag(p, "the hits (search/query's result)")
 
+    p = add("memory", _command("cmd_memory", "cmd_memory"),
+            "a workspace's memory files (MEMORY.md, memory/*.md): index, status, search, get")
+    msub = p.add_subparsers(dest="memory_cmd", required=True, metavar="{index,status,search,get}")
+
+    def common(q: argparse.ArgumentParser) -> None:  # the connection flags after the subcommand too
+        q.add_argument("--db", help="database: a SQLite file path or a postgresql:// URL", default=argparse.SUPPRESS)
+        q.add_argument("--log-level", default=argparse.SUPPRESS, help="log level of a --standalone daemon")
+        q.add_argument("--standalone", action="store_true", default=argparse.SUPPRESS,
+                       help="use a private daemon instead of the shared per-user one")
+        q.add_argument("--workspace", help="the workspace folder (default: the current folder)")
+
+    q = msub.add_parser("index", help="index the workspace's memory files (incremental)")
+    common(q)
+    q.add_argument("--extra", action="append", metavar="PATH", help="an extra file or folder inside the workspace")
+    q.add_argument("--chunk-tokens", type=int, default=400)
+    q.add_argument("--overlap-tokens", type=int, default=80)
+    q.add_argument("--force", action="store_true", help="re-chunk every file")
+    json_flag(q, "memory/index's result (exit 3 when a file was skipped)")
+    q = msub.add_parser("status", help="the indexed memory files")
+    common(q)
+    json_flag(q, "memory/status's result")
+    q = msub.add_parser("search", help="keyword search over memory chunks (and sessions)")
+    q.add_argument("query")
+    common(q)
+    q.add_argument("--max-results", type=int, default=6)
+    q.add_argument("--min-score", type=float, default=0.0)
+    q.add_argument("--sources", action="append", choices=["memory", "sessions"])
+    q.add_argument("--half-life", type=float, metavar="DAYS", help="temporal decay half-life in days")
+    q.add_argument("--mmr", type=float, metavar="LAMBDA", help="re-rank by MMR with this lambda (0..1)")
+    json_flag(q, "memory/search's result")
+    q = msub.add_parser("get", help="a chunk (--chunk) or lines of a memory file (--path)")
+    common(q)
+    q.add_argument("--chunk")
+    q.add_argument("--path")
+    q.add_argument("--from-line", type=int)
+    q.add_argument("--lines", type=int)
+    json_flag(q, "memory/get's result")
+
     p = add("stats", _command("cmd_context", "cmd_stats"), "token budget of a session's next turn (context/prepare)")
     p.add_argument("session")
     p.add_argument("--model")
@@ -156,13 +194,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compaction", default="recommended", choices=["recommended", "auto", "off"],
                    help="recommended: compact when context/prepare recommends it (the reference agent loop); "
                         "auto: prepare's allowCompaction; off: never")
+    p.add_argument("--keep-recent-tokens", type=int, metavar="TOKENS",
+                   help="context/compact's keepRecentTokens (default: the daemon's keep-tail target)")
     p.add_argument("--cache-ttl", type=float, default=300.0,
                    help="prompt-cache lifetime in seconds: a longer pause in the source makes the cache cold (default 300)")
+    p.add_argument("--summarizer", default="stand-in", choices=["stand-in", "structural", "endpoint"],
+                   help="who writes summaries: the deterministic stand-in (default, no model), the daemon's "
+                        "structural fallback (no summaries within a turn), or --endpoint")
     p.add_argument("--endpoint", help="OpenAI-compatible endpoint for the summaries (default: the deterministic stand-in)")
     p.add_argument("--endpoint-model", help="model name at that endpoint")
     p.add_argument("--api-key-env", help="environment variable holding the endpoint's API key")
     p.add_argument("--no-recall", action="store_true", help="skip M1 (its searches are the slowest part)")
     p.add_argument("--max-sessions", type=int, help="replay at most this many sessions")
+    p.add_argument("--jobs", type=int, default=2, help="sessions replayed at once, each in its own scratch daemon (default 2)")
     p.add_argument("--plots", metavar="DIR", help="write SVG plots into DIR (tokens per request, retention by class)")
     json_flag(p, "every metric, per session, window and in total")
 

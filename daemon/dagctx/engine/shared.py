@@ -145,6 +145,15 @@ class ViewCaches:
     aging: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     texts: OrderedDict[tuple[str, str], int] = field(default_factory=OrderedDict)
 
+    def drop_session(self, session_id: str) -> None:
+        """Forget what the views derived from one session (its graph was evicted); a
+        ``renderId`` stays resolvable (its record is small and a later append names it)."""
+        for cache in (self.tokens, self.prefixes, self.updates_seen, self.aging):
+            for key in [k for k in list(cache) if k and k[0] == session_id]:
+                cache.pop(key, None)
+        self.refs.pop(session_id, None)
+        self.refs_seen.pop(session_id, None)
+
 
 @dataclass
 class OpenDatabase:
@@ -168,8 +177,20 @@ class OpenDatabase:
         """A write to a session no connection watches was announced (``watch.told_nobody``)."""
         told_nobody(self.store, session_id)
 
-    def cached_counts(self) -> tuple[int, int]:
-        """``(sessions, nodes)`` whose graphs this database holds in memory (daemon/status)."""
+    def cached_graphs(self) -> list[tuple[str, int, float]]:
+        """``(session id, bytes, last used)`` of every session graph held in memory."""
+        return self.store.cached_graphs()
+
+    def evict(self, session_id: str) -> bool:
+        """Drop a session's cached graph and what the views derived from it (the next read
+        rebuilds both from the database)."""
+        if not self.store.evict(session_id):
+            return False
+        self.caches.drop_session(session_id)
+        return True
+
+    def cached_counts(self) -> tuple[int, int, int]:
+        """``(sessions, nodes, bytes)`` of the graphs this database holds in memory (daemon/status)."""
         return self.store.cached_counts()
 
     def close(self) -> None:

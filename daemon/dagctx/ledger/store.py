@@ -391,10 +391,12 @@ class Store:
         with self.lock:
             return [(sid, g.nbytes, g.used_at) for sid, g in self._graphs.items()]
 
-    def cached_counts(self) -> tuple[int, int]:
-        """``(sessions, nodes)`` of the session graphs held in memory (daemon/status)."""
+    def cached_counts(self) -> tuple[int, int, int]:
+        """``(sessions, nodes, bytes)`` of the session graphs held in memory (daemon/status;
+        bytes are the stored bodies each graph decoded)."""
         with self.lock:
-            return len(self._graphs), sum(len(g.nodes) for g in self._graphs.values())
+            graphs = list(self._graphs.values())
+        return len(graphs), sum(len(g.nodes) for g in graphs), sum(g.nbytes for g in graphs)
 
     def cache_bytes(self) -> int:
         with self.lock:
@@ -594,10 +596,12 @@ class Store:
         row.next_seq += 1
         row.node_count += 1
         full = node_text(call) if spilled is None else node_text(msgspec.structs.replace(call, output=spilled["data"]))
-        self.backend.insert_node(self._node_row(row.id, call, rev=row.rev, derived=derived, search_text=full))
+        node_row = self._node_row(row.id, call, rev=row.rev, derived=derived, search_text=full)
+        self.backend.insert_node(node_row)
         if spilled is not None:
             self.backend.put_blob(self._blob(row.id, node_id, spilled))
         g.add(call)
+        g.nbytes += len(node_row.body)  # what a refresh would have decoded (the cache bound's weight)
         if moved:
             if call.predecessor == row.head:
                 rules.move_branch_name(row.metadata.get("_branches"), row.head, call.id)
@@ -659,11 +663,12 @@ class Store:
             full = node_text(call) if spilled is None else node_text(
                 msgspec.structs.replace(call, output=spilled["data"])
             )
-            self.backend.fill_node(self._node_row(session_id, call, rev=row.rev, derived=derived,
-                                                  search_text=full))
+            node_row = self._node_row(session_id, call, rev=row.rev, derived=derived, search_text=full)
+            self.backend.fill_node(node_row)
             if spilled is not None:
                 self.backend.put_blob(self._blob(session_id, node_id, spilled))
             g.add(call)
+            g.nbytes += len(node_row.body)
             self._finish(row, g)
         return AppendOutcome(call, row.head, False)
 

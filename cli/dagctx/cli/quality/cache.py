@@ -19,8 +19,9 @@ A *break* is a request (warm or not) whose stable prefix ends before the previou
 request's end: the cache held ``invalidated`` tokens it cannot use, and ``rewritten``
 tokens after the break are written again. Its cause is read from what the daemon
 recorded of both requests (their manifests): system prompt change, compaction, request
-checkpoint, reduction within the turn, aging boundary, reasoning blocks dropped at a new
-user turn — or ``other``.
+checkpoint, reduction within the turn, aging boundary — else, from the bytes, reasoning
+blocks dropped at a new user turn (the first differing message is the same without
+them) — or ``other``.
 """
 
 from __future__ import annotations
@@ -102,6 +103,19 @@ def units_of(sent: Sent) -> list[Any]:
     return ([{"system": sent.system}] if sent.system else []) + list(sent.messages)
 
 
+_REASONING = frozenset({"thinking", "redacted_thinking", "reasoning"})
+
+
+def _without_reasoning(unit: Any) -> Any:
+    """A message without its reasoning blocks (a new user turn drops the older ones, SPEC §6)."""
+    if isinstance(unit, dict) and isinstance(unit.get("content"), list):
+        return {**unit, "content": [b for b in unit["content"]
+                                    if not (isinstance(b, dict) and b.get("type") in _REASONING)]}
+    if isinstance(unit, dict) and "reasoning_content" in unit:
+        return {k: v for k, v in unit.items() if k != "reasoning_content"}
+    return unit
+
+
 def _common_bytes(a: bytes, b: bytes) -> int:
     n = min(len(a), len(b))
     i = 0
@@ -123,10 +137,13 @@ def break_causes(prev: dict[str, Any] | None, cur: dict[str, Any] | None, prev_s
     ptr, ctr = prev.get("turnReduction") or {}, cur.get("turnReduction") or {}
     if (ptr.get("checkpoint") or {}).get("id") != (ctr.get("checkpoint") or {}).get("id"):
         causes.append("checkpoint")
-    if not set((ptr.get("results") or {}).items()) <= set((ctr.get("results") or {}).items()):
+    reduced_prev, reduced_cur = ptr.get("results") or {}, ctr.get("results") or {}
+    if reduced_prev != reduced_cur:
         causes.append("reduction")
+    aged_prev = {k: v for k, v in (prev.get("agedText") or {}).items() if k not in reduced_prev}
+    aged_cur = {k: v for k, v in (cur.get("agedText") or {}).items() if k not in reduced_cur}
     if (prev.get("agingBoundary") != cur.get("agingBoundary") or prev.get("agingLongTurn") != cur.get("agingLongTurn")
-            or any(cur.get("agedText", {}).get(k) != v for k, v in (prev.get("agedText") or {}).items())):
+            or aged_prev != aged_cur):
         causes.append("aging")
     return causes or ["other"]
 
@@ -139,6 +156,7 @@ def economics(seq: Sequence[Sent], counter: TokenCounter, *, ttl: float = DEFAUL
     prev_units: list[bytes] = []
     prev_tokens: list[int] = []
     prev: Sent | None = None
+    prev_units_raw: list[Any] = []
     tot = {"requests": 0, "served": 0, "tokens": 0, "cacheRead": 0, "cacheWrite": 0, "cost": 0.0, "uncached": 0}
     by_cause: dict[str, dict[str, float]] = {}
     for i, s in enumerate(seq):
@@ -170,6 +188,8 @@ def economics(seq: Sequence[Sent], counter: TokenCounter, *, ttl: float = DEFAUL
             row["overshoot"] = max(0, total + out - window)
         if prev is not None and k < len(prev_units):
             causes = break_causes(prev.manifest, s.manifest, prev.system, s.system)
+            if causes == ["other"] and k < len(units) and _without_reasoning(units[k]) == _without_reasoning(prev_units_raw[k]):
+                causes = ["reasoning"]
             b = {"index": i, "atUnit": k, "invalidated": sum(prev_tokens) - prefix_tokens,
                  "rewritten": total - prefix_tokens, "warm": warm, "cause": causes[0], "causes": causes}
             breaks.append(b)
@@ -185,7 +205,7 @@ def economics(seq: Sequence[Sent], counter: TokenCounter, *, ttl: float = DEFAUL
         tot["cacheWrite"] += write
         tot["cost"] += cost
         tot["uncached"] += total
-        prev, prev_units, prev_tokens = s, data, tokens
+        prev, prev_units, prev_tokens, prev_units_raw = s, data, tokens, units
     tot["cost"] = round(tot["cost"], 2)
     tot["breaks"] = len(breaks)
     tot["costVsUncached"] = round(tot["cost"] / tot["uncached"], 4) if tot["uncached"] else None

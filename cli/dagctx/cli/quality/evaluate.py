@@ -11,6 +11,7 @@ from the user's database through the usual connection and replayed in the scratc
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import tempfile
@@ -34,14 +35,22 @@ class Config:
     options: rp.Options = field(default_factory=rp.Options)
     ttl: float = cm.DEFAULT_TTL
     endpoint: dict[str, Any] | None = None
+    #: "stand-in" (the deterministic stand-in answers sampling), "endpoint" (``endpoint``),
+    #: "structural" (nobody samples: compaction writes the daemon's structural summary, and
+    #: reduction within a turn has no summarizer)
+    summarizer: str = "stand-in"
     #: skip M1's searches (the slowest metric)
     recall: bool = True
     max_sessions: int | None = None
+    #: sessions replayed at once, each worker with its own scratch daemon and database
+    jobs: int = 2
 
 
 def summarizer_label(cfg: Config) -> str:
     if cfg.endpoint:
         return f"endpoint {cfg.endpoint.get('model')} at {cfg.endpoint.get('baseUrl')}"
+    if cfg.summarizer == "structural":
+        return "structural (the daemon's fallback summary, no model; no summaries within a turn)"
     return "stand-in (deterministic, extractive, no model)"
 
 
@@ -53,12 +62,12 @@ async def spawn_scratch(cfg: Config, folder: str) -> DagctxClient:
     caps: dict[str, Any] = {}
     if cfg.endpoint:
         opts["samplingEndpoint"] = cfg.endpoint
-    else:
+    elif cfg.summarizer != "structural":
         caps["sampling"] = {}
     client = await DagctxClient.spawn(os.path.join(folder, "eval.db"), standalone=True,
                                       initialization_options=opts, capabilities=caps)
     client.keep_notifications = False
-    if not cfg.endpoint:
+    if not cfg.endpoint and cfg.summarizer != "structural":
         async def answer(params: Any) -> Any:
             return summarizer.answer(params)
 
@@ -80,11 +89,13 @@ async def evaluate_source(client: DagctxClient, src: rp.Source, cfg: Config, cou
                           progress: Callable[[str], None]) -> dict[str, Any]:
     node_ids = mx.NodeIds(src)
     fmt = cfg.options.format
+    clock = time.perf_counter()
     base = await rp.baseline(client, src, cfg.windows[-1].model, fmt, cfg.options.reasoning)
+    base_seconds = time.perf_counter() - clock
     recorded = mx.m2_recorded(src, node_ids)
     out: dict[str, Any] = {"session": src.session_id, "title": src.title, "source": src.origin,
                            "modelCalls": src.model_calls, "nodes": len(src.nodes),
-                           "recordedSummaries": recorded, "windows": []}
+                           "recordedSummaries": recorded, "baselineSeconds": round(base_seconds, 2), "windows": []}
 
     async def connect() -> DagctxClient:
         return client
@@ -92,7 +103,9 @@ async def evaluate_source(client: DagctxClient, src: rp.Source, cfg: Config, cou
     tools = HistoryTools(connect)
     for w in cfg.windows:
         progress(f"{src.title[:40]}: replaying at {w.label}")
+        clock = time.perf_counter()
         rep = await rp.replay(client, src, w, cfg.options, progress)
+        timing = {"replay": rep.seconds}
         sent = [cm.Sent(r.at, r.system, r.messages, r.manifest, served=r.node_id is not None) for r in rep.requests]
         econ = cm.economics(sent, counter, ttl=cfg.ttl, window=w.tokens, max_output=w.max_output)
         outs = [r.max_output_tokens or w.max_output for r in rep.requests]
@@ -107,10 +120,17 @@ async def evaluate_source(client: DagctxClient, src: rp.Source, cfg: Config, cou
         nseq, ncomp = cm.naive(base, w.tokens, w.max_output, counter, fmt, summarizer.summarize)
         nai = cm.economics(nseq, counter, ttl=cfg.ttl)
         nai["totals"]["compactions"] = ncomp
+        timing["M4M5"] = time.perf_counter() - clock - rep.seconds
+        clock = time.perf_counter()
         m7 = await rp.replay_nodes(client, rep)
+        timing["M7"] = time.perf_counter() - clock
+        clock = time.perf_counter()
         m1 = await mx.m1_recall(rep, tools, node_ids, progress) if cfg.recall else None
+        timing["M1"] = time.perf_counter() - clock
+        clock = time.perf_counter()
         m2 = await mx.m2_dagctx(client, rep, node_ids)
         m6 = mx.m6_regret(rep, node_ids)
+        timing["M2M6"] = time.perf_counter() - clock
         dag = econ["totals"]
         out["windows"].append({
             "window": w.tokens, "label": w.label, "model": w.model, "requests": len(rep.requests),
@@ -121,12 +141,12 @@ async def evaluate_source(client: DagctxClient, src: rp.Source, cfg: Config, cou
             "M1": m1, "M2": {"summaries": m2, "byClass": _sum_class(m2)},
             "M3": {"filesEdited": sum(s["filesEdited"] for s in m2), "filesNamed": sum(s["filesNamed"] for s in m2)},
             "M4": m4,
-            "M5": {"dagctx": {"totals": dag, "byCause": econ["byCause"]},
+            "M5": {"dagctx": {"totals": dag, "byCause": econ["byCause"], "breaks": econ["breaks"][:200]},
                    "unmanaged": {"totals": none["totals"], "byCause": none["byCause"]},
                    "naive": {"totals": nai["totals"], "byCause": nai["byCause"]},
                    "costVsNaive": round(dag["cost"] / nai["totals"]["cost"], 4) if nai["totals"]["cost"] else None},
             "M6": m6, "M7": m7,
-            "seconds": round(rep.seconds, 2),
+            "seconds": {k: round(v, 2) for k, v in timing.items()},
             "series": {"dagctx": [row.get("tokens") for row in econ["rows"]],
                        "breaks": [row["index"] for row in econ["rows"] if row.get("break")],
                        "unmanaged": [row.get("tokens") for row in none["rows"]],
@@ -196,27 +216,43 @@ async def evaluate(cfg: Config, sources_from: Callable[[DagctxClient], Any] | No
     """The whole run; ``sources_from(scratch_client)`` may add stored sessions (already loaded)."""
     t0 = time.perf_counter()
     folder = tempfile.mkdtemp(prefix="dagctx-eval-")
-    client = None
+    clients: list[DagctxClient] = []
     try:
-        client = await spawn_scratch(cfg, folder)
-        sources, notes = await rp.import_sources(client, cfg.paths)
+        os.mkdir(os.path.join(folder, "0"))
+        clients.append(await spawn_scratch(cfg, os.path.join(folder, "0")))
+        sources, notes = await rp.import_sources(clients[0], cfg.paths)
         if sources_from is not None:
-            sources.extend(await sources_from(client))
+            sources.extend(await sources_from(clients[0]))
         sources = [s for s in sources if s.model_calls > 0]
         if cfg.max_sessions is not None:
             sources = sources[: cfg.max_sessions]
+        for k in range(1, max(1, min(cfg.jobs, len(sources)))):
+            os.mkdir(os.path.join(folder, str(k)))
+            clients.append(await spawn_scratch(cfg, os.path.join(folder, str(k))))
         counter = cm.TokenCounter()
-        results = []
-        for i, src in enumerate(sources, 1):
-            progress(f"session {i}/{len(sources)}: {src.title[:50]} ({src.model_calls} model calls)")
-            results.append(await evaluate_source(client, src, cfg, counter, progress))
+        results: list[Any] = [None] * len(sources)
+        # the longest sessions first, so the workers finish together
+        queue = sorted(range(len(sources)), key=lambda i: -len(sources[i].nodes))
+        done = 0
+
+        async def worker(client: DagctxClient) -> None:
+            nonlocal done
+            while queue:
+                i = queue.pop(0)
+                src = sources[i]
+                results[i] = await evaluate_source(client, src, cfg, counter, progress)
+                done += 1
+                progress(f"session {done}/{len(sources)} done: {src.title[:50]} ({src.model_calls} model calls)")
+
+        await asyncio.gather(*(worker(c) for c in clients))
         return {"tool": "dagctx eval", "summarizer": summarizer_label(cfg),
                 "windows": [w.tokens for w in cfg.windows], "format": cfg.options.format,
-                "compaction": cfg.options.compaction, "cacheTtlSeconds": cfg.ttl,
+                "compaction": cfg.options.compaction, "keepRecentTokens": cfg.options.keep_recent_tokens,
+                "cacheTtlSeconds": cfg.ttl,
                 "prices": {"write": cm.WRITE_PRICE, "read": cm.READ_PRICE},
                 "notes": notes, "sessions": results, "totals": totals(results),
                 "seconds": round(time.perf_counter() - t0, 1)}
     finally:
-        if client is not None:
-            await client.close()
+        for c in clients:
+            await c.close()
         shutil.rmtree(folder, ignore_errors=True)

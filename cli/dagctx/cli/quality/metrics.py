@@ -110,14 +110,26 @@ async def m1_recall(rep: Replay, tools: Any, node_ids: NodeIds, progress: Callab
 
     async def read(nid: str) -> str:
         if nid not in reads:
-            chunks, offset = [], 0
+            # the pages of the output, joined as they were cut (an identifier may span two),
+            # then the input, whole (``part: input``) when the output's page shows it cut
+            pages, offset, inp, cut = [], 0, "", False
             while True:
                 ans = await tools.call("read_node", {"sessionId": rep.session_id, "nodeId": nid, "offset": offset})
-                chunks.append(ans.data.get("text", "") + "\n" + str(ans.data.get("input", "")))
+                pages.append(ans.data.get("text", ""))
+                inp = str(ans.data.get("input", ""))
+                cut = bool(ans.data.get("inputTruncated"))
                 offset = ans.data.get("nextOffset")
                 if offset is None:
                     break
-            reads[nid] = "\n".join(chunks)
+            if cut:
+                parts, offset = [], 0
+                while offset is not None:
+                    ans = await tools.call("read_node", {"sessionId": rep.session_id, "nodeId": nid, "part": "input",
+                                                         "offset": offset})
+                    parts.append(ans.data.get("text", ""))
+                    offset = ans.data.get("nextOffset")
+                inp = "".join(parts)
+            reads[nid] = "".join(pages) + "\n" + inp
         return reads[nid]
 
     hits_of: dict[str, list[str]] = {}
@@ -125,6 +137,7 @@ async def m1_recall(rep: Replay, tools: Any, node_ids: NodeIds, progress: Callab
     by_how: dict[str, list[int]] = {}
     by_class: dict[str, list[int]] = {c: [0, 0] for c in ids.CLASSES}
     lost: list[dict[str, Any]] = []
+    per_node: dict[str, list[int]] = {}
     for i, ((x, n), (at, how)) in enumerate(sorted(removed.items(), key=lambda kv: (kv[1][0], kv[0][1], kv[0][0]))):
         if progress is not None and i % 500 == 0 and i:
             progress(f"M1 {rep.source.title[:30]} @ {rep.window.label}: {i}/{len(removed)} identifiers")
@@ -152,7 +165,10 @@ async def m1_recall(rep: Replay, tools: Any, node_ids: NodeIds, progress: Callab
         by_class[cls][1] += 1
         b = by_how.setdefault(how, [0, 0])
         b[1] += 1
+        pn = per_node.setdefault(n, [0, 0])
+        pn[1] += 1
         if route is not None:
+            pn[0] += 1
             routes[route] += 1
             by_class[cls][0] += 1
             b[0] += 1
@@ -161,7 +177,9 @@ async def m1_recall(rep: Replay, tools: Any, node_ids: NodeIds, progress: Callab
     total = len(removed)
     found = sum(routes.values())
     return {"removed": total, "recovered": found, "recall": round(found / total, 4) if total else None,
-            "routes": routes, "byMechanism": by_how, "byClass": by_class, "lost": lost}
+            "routes": routes, "byMechanism": by_how, "byClass": by_class, "lost": lost,
+            # per node: [recovered, removed] identifiers (the first 100 nodes)
+            "nodes": dict(list(per_node.items())[:100])}
 
 
 def covered_nodes(src: Source, covers: list[str]) -> list[str]:

@@ -167,9 +167,15 @@ async def load_source(client: DagctxClient, session_id: str, origin: str = "") -
             chain.append(cur)
         cur = row.predecessor
     chain.reverse()
+    # Spawned branches (subagents) are not replayed: only ``session/spawn`` creates their
+    # roots, and a request's render shows a tool call's input and output, not its branch.
+    spawned: set[str] = set()
+    for r in sorted(rows, key=lambda r: r.seq):
+        if r.spawn_root or r.caller in spawned or r.predecessor in spawned:
+            spawned.add(r.id)
     children: dict[str, list[str]] = {}
     for r in rows:
-        if r.caller is not None:
+        if r.caller is not None and r.id not in spawned:
             children.setdefault(r.caller, []).append(r.id)
     below: dict[str, list[str]] = {}
     for cid in chain:
@@ -247,6 +253,10 @@ class Options:
     compaction: str = "recommended"
     reasoning: str = "provider"
     reduction_timeout: float = 60.0
+    #: ``context/compact``'s ``fallback``: "structural" when no summarizer answers (SPEC §8)
+    fallback: str = "none"
+    #: ``context/compact``'s ``keepRecentTokens`` (default: the daemon's keep-tail target, SPEC §8)
+    keep_recent_tokens: int | None = None
 
 
 Progress = Callable[[str], None]
@@ -284,7 +294,8 @@ async def replay(client: DagctxClient, src: Source, window: Window, opts: Option
         try:
             prep = await prepare(tip)
             if prep.recommend_compaction and opts.compaction == "recommended" and not nothing_to_fold and tip != "ROOT":
-                res = await client.compact(sid, head=tip, model=window.model, trigger="auto", format=opts.format)
+                res = await client.compact(sid, head=tip, model=window.model, trigger="auto", format=opts.format,
+                                         fallback=opts.fallback, keep_recent_tokens=opts.keep_recent_tokens)
                 rec = {"request": req.index, "head": tip, **_plain(res)}
                 compactions.append(rec)
                 req.compaction = rec

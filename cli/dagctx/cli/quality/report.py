@@ -10,6 +10,9 @@ from typing import Any
 
 from dagctx.cli.quality.identifiers import CLASSES
 
+#: sessions in the terminal's per-session table and the token plots (the longest); --json has all
+SESSIONS_SHOWN = 12
+
 
 def _pct(k: int, n: int) -> str:
     return f"{k}/{n} ({k / n:.0%})" if n else "–"
@@ -25,25 +28,26 @@ def print_tables(doc: dict[str, Any], console: Any) -> None:
     console.print(f"[bold]dagctx eval[/bold] · summarizer: {doc['summarizer']} · format {doc['format']} · "
                   f"compaction {doc['compaction']} · cache lifetime {doc['cacheTtlSeconds']:.0f} s · "
                   f"prices write {doc['prices']['write']}× read {doc['prices']['read']}× · {doc['seconds']} s")
-    t = Table(title="per session", show_lines=False)
-    for col in ("session", "window", "requests", "refused", "compactions", "M1 recall", "M2 kept", "M3 files",
-                "M4 max share", "M4 overshoot", "M5 cost dagctx", "vs naive", "vs unmanaged", "breaks",
-                "M6 regret", "M7 identical"):
+    shown = sorted(doc["sessions"], key=lambda s: -s["modelCalls"])[:SESSIONS_SHOWN]
+    more = len(doc["sessions"]) - len(shown)
+    t = Table(title="per session (the longest)" + (f"; {more} more in --json" if more > 0 else ""))
+    for col in ("session", "window", "requests (refused)", "compactions", "M1 recall", "M2 kept", "M3 files",
+                "M4 max · over", "M5 cost", "÷ naive", "÷ unmanaged", "breaks", "M6 regret", "M7 same"):
         t.add_column(col, overflow="fold")
-    for s in doc["sessions"]:
+    for s in shown:
         for w in s["windows"]:
             m5 = w["M5"]
             d, n, u = m5["dagctx"]["totals"], m5["naive"]["totals"], m5["unmanaged"]["totals"]
             m1 = w["M1"]
             kept = sum(v[0] for v in w["M2"]["byClass"].values())
             ids = sum(v[1] for v in w["M2"]["byClass"].values())
-            t.add_row(s["title"][:38], w["label"], str(w["requests"]), str(w["M4"]["refused"]),
+            t.add_row(s["title"][:30], w["label"], f"{w['requests']} ({w['M4']['refused']})",
                       str(w["compactions"]["written"]),
                       _pct(m1["recovered"], m1["removed"]) if m1 else "skipped",
                       _pct(kept, ids), _pct(w["M3"]["filesNamed"], w["M3"]["filesEdited"]),
-                      f"{w['M4']['maxShare'] or 0:.0%}", str(w["M4"]["maxOvershoot"]),
-                      f"{d['cost']:,.0f}", _ratio(d["cost"], n["cost"]) + f" ({n['served']}/{n['requests']} served)",
-                      _ratio(d["cost"], u["cost"]) + f" ({u['served']}/{u['requests']} served)",
+                      f"{w['M4']['maxShare'] or 0:.0%} · {w['M4']['maxOvershoot']}",
+                      f"{d['cost']:,.0f}", _ratio(d["cost"], n["cost"]),
+                      _ratio(d["cost"], u["cost"]) + ("" if u["served"] == u["requests"] else f" ({u['served']} served)"),
                       str(d["breaks"]), _pct(w["M6"]["regretted"], w["M6"]["aged"]),
                       _pct(w["M7"]["identical"], w["M7"]["requests"]))
     console.print(t)
@@ -72,6 +76,23 @@ def print_tables(doc: dict[str, Any], console: Any) -> None:
     rows = [(f"recorded in the transcripts ({rec['summaries']})", rec["byClass"], (rec["filesNamed"], rec["filesEdited"]))]
     for label, w in tot["byWindow"].items():
         rows.append((f"dagctx @ {label} ({w['compactions']})", w["M2"], tuple(w["M3"])))
+    # side by side on the same session: the sessions that hold a recorded summary
+    for sess in doc["sessions"]:
+        if not sess["recordedSummaries"]:
+            continue
+        rs = sess["recordedSummaries"]
+        by: dict[str, list[int]] = {}
+        for r in rs:
+            for cls, (k, n) in r["retention"].items():
+                by.setdefault(cls, [0, 0])
+                by[cls][0] += k
+                by[cls][1] += n
+        title = sess["title"][:28]
+        rows.append((f"{title}: recorded ({len(rs)})", by,
+                     (sum(r["filesNamed"] for r in rs), sum(r["filesEdited"] for r in rs))))
+        for w in sess["windows"]:
+            rows.append((f"{title}: dagctx @ {w['label']} ({len(w['M2']['summaries'])})", w["M2"]["byClass"],
+                         (w["M3"]["filesNamed"], w["M3"]["filesEdited"])))
     for name, by, files in rows:
         cells = [_pct(*by.get(cls, [0, 0])) for cls in CLASSES]
         allk, alln = sum(v[0] for v in by.values()), sum(v[1] for v in by.values())
@@ -168,9 +189,11 @@ def retention_svg(title: str, groups: list[tuple[str, dict[str, list[int]]]]) ->
 
 
 def write_plots(doc: dict[str, Any], folder: str) -> list[str]:
+    """Tokens per request of the longest sessions (one file per session and window) and
+    retention by class of every summary group."""
     os.makedirs(folder, exist_ok=True)
     written = []
-    for s in doc["sessions"]:
+    for s in sorted(doc["sessions"], key=lambda s: -s["modelCalls"])[:SESSIONS_SHOWN]:
         for w in s["windows"]:
             path = os.path.join(folder, f"tokens-{_slug(s['title'])}-{s['session'][:8]}-{w['label']}.svg")
             with open(path, "w", encoding="utf-8") as f:
