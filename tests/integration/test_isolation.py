@@ -145,6 +145,35 @@ async def test_an_answer_over_the_frame_limit_is_refused_with_how_to_page(shared
         assert len(piece.nodes[0].output) == 1000
         assert (await a.session_list()).sessions  # the connection lives on
         assert a.process.returncode is None
+
+        # a render too large for the frame: refused, naming `range`; asked in pieces, the
+        # pieces are exactly the whole render another connection (default limit) gets
+        with pytest.raises(RpcError) as exc:
+            await a.render(s.session_id, head=head, model="gpt-4o", aging=False)
+        assert exc.value.kind == "ResponseTooLarge" and "`range`" in str(exc.value)
+        b = await spawn(db)
+        try:
+            whole = await b.render(s.session_id, head=head, model="gpt-4o", aging=False)
+        finally:
+            await b.close()
+        assert whole.message_count == len(whole.messages) == 3
+        pieces, per = [], []
+        offset = 0
+        while True:
+            page = await a.request("context/render", {"sessionId": s.session_id, "head": head, "model": "gpt-4o",
+                                                      "aging": False, "range": {"offset": offset, "limit": 1}})
+            assert page.message_count == 3 and page.tokens.total == whole.tokens.total
+            assert {k: v for k, v in page.manifest.items() if k != "renderId"} == \
+                {k: v for k, v in whole.manifest.items() if k != "renderId"}  # one render, a new id each time
+            if not page.messages:
+                break
+            pieces += page.messages
+            per += page.tokens.per_message
+            offset += len(page.messages)
+        assert pieces == whole.messages and per == whole.tokens.per_message
+        with pytest.raises(RpcError) as exc:  # a bad range is the caller's mistake, named
+            await a.request("context/render", {"sessionId": s.session_id, "range": {"offset": -1}})
+        assert exc.value.kind == "InvalidParams" and exc.value.data.get("path", "").startswith("params.range")
     finally:
         await a.close()
 

@@ -87,9 +87,10 @@ def shared_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
             _wait_dead(pid, 5)
 
 
-def claude_code_transcript(path: Path, turns: int, result_chars: int) -> None:
-    """A Claude Code JSONL of ``turns`` tool-using turns, each tool result ``result_chars`` long."""
-    sid = "0e9d2a54-7f3c-4b51-9a43-5b3d1c0f7a11"
+def claude_code_transcript(path: Path, turns: int, result_chars: int,
+                           sid: str = "0e9d2a54-7f3c-4b51-9a43-5b3d1c0f7a11") -> None:
+    """A Claude Code JSONL of ``turns`` tool-using turns, each tool result ``result_chars`` long
+    (``sid``: its session id; an import of the same id again is the same session)."""
     body = " ".join(f"w{k} src/mod_{k % 50}.py total {k * 7}" for k in range(result_chars // 30))
     parent = None
     n = 0
@@ -119,7 +120,7 @@ def heavy_transcript(path: Path, turns: int = 2_500) -> None:
     cost grows with the nodes it walks, so many turns of small tool results (measured on
     the shared machine: 3,000 turns render cold in ~2.8 s, 300 results of 31,000
     characters in ~0.4 s), and they import in seconds."""
-    claude_code_transcript(path, turns=turns, result_chars=300)
+    claude_code_transcript(path, turns=turns, result_chars=300, sid="5b0c3e1d-2a4f-4c6b-8d7e-9f1a2b3c4d5e")
 
 
 async def status(client: DagctxClient) -> Any:
