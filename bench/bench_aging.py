@@ -1,7 +1,7 @@
 """Aging (and the compaction cut) on real transcripts: tokens freed per session.
 
 Builds an in-memory SessionGraph from every corpus file the importers read
-(``dagctx.transcripts.base.parse_file``; seq in transcript order, ``created_at`` from
+(``dagctx.transcripts.parse_file``; seq in transcript order, ``created_at`` from
 the source timestamps), renders the imported head, commits the aging boundary as if
 the last turn had just finished, and plans aging at 32k / 128k / 200k windows, one
 hour after the last message. Tokens are cl100k (exact, offline).
@@ -30,7 +30,7 @@ from dagctx.context.aging import AgingPolicy, boundary_after_commit, plan_aging,
 from dagctx.context.compaction_plan import cut_decision
 from dagctx.context.render import Item, json_text, render_view
 from dagctx.context.tokens import default_counter
-from dagctx.transcripts.base import parse_file
+from dagctx.transcripts import parse_file
 from dagctx.ledger.graph import SessionGraph
 from dagctx.protocol.nodes import ROOT_SENTINEL, Call
 

@@ -116,6 +116,7 @@ async def _examples() -> dict[str, tuple[Any, Any]]:
     retry = await client.request("node/append", m.NodeAppendParams(session_id=sid, move_head=True, node=m.NodeInput(
         role="llm", name="gpt-4o", output="Renamed it.", predecessor=u.node.id)))
     await call("session/branches", m.SessionRef(session_id=sid))
+    await call("session/graph", m.SessionGraphParams(session_id=sid, limit=3))
     await call("session/checkout", m.SessionCheckoutParams(session_id=sid, node_id=llm.node.id))
     await call("session/rewind", m.SessionRewindParams(session_id=sid, steps=1))
     await call("session/nameBranch", m.BranchNameParams(session_id=sid, head=retry.node.id, name="retry"))

@@ -33,17 +33,9 @@ from rich.rule import Rule
 from rich.table import Table
 
 from dagctx.client import DagctxClient, RpcError
-from dagctx.cli.commands import (
-    console,
-    ensure_ui,
-    gather_stats,
-    preview,
-    print_budget,
-    print_hits,
-    print_render,
-    run_compaction,
-    short,
-)
+from dagctx.cli.cmd_context import gather_stats, print_budget, print_render, run_compaction
+from dagctx.cli.cmd_sessions import print_hits
+from dagctx.cli.ui import console, preview, short
 from dagctx.protocol import context_messages as c
 
 MODEL = "gpt-4o"
@@ -516,7 +508,6 @@ def _section(title: str) -> None:
 
 
 async def run_demo(args: argparse.Namespace) -> int:
-    ensure_ui()
     t0 = time.perf_counter()
     tmp: str | None = None
     db = getattr(args, "db", None)

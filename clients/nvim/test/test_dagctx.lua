@@ -506,6 +506,59 @@ local function main()
     lines = buf_lines(name)
     must_contain(lines, "written by another process", "the watch buffer")
     must_contain(lines, "(from another process)", "the watch buffer")
+
+    -- multi-line outputs (most tool outputs are): every change still shows, as its first line.
+    -- Real outputs: this repository's `git log --stat`, `ls -l` of the plugin, a Python traceback,
+    -- and, when $DAGCTX_CORPUS is set, tool results from a real Claude Code transcript.
+    local texts = {
+      vim.fn.system({ "git", "-C", plugin_dir, "log", "-3", "--stat", "--no-color" }),
+      vim.fn.system({ "ls", "-l", plugin_dir .. "/lua/dagctx" }),
+      vim.fn.system({ python, "-c", "import json; json.loads('{oops')" }),
+      "\r\n\n  \nstarts after blank lines\r\nsecond line\r\n",
+    }
+    local corpus = vim.env.DAGCTX_CORPUS
+    if corpus and corpus ~= "" then
+      for _, f in ipairs(vim.fn.glob(corpus .. "/claude-code/*.jsonl", false, true)) do
+        for _, l in ipairs(vim.fn.readfile(f)) do
+          local okj, rec = pcall(vim.json.decode, l)
+          local content = okj and type(rec) == "table" and type(rec.message) == "table" and rec.message.content
+          if type(content) == "table" then
+            for _, part in ipairs(content) do
+              if type(part) == "table" and part.type == "tool_result" and type(part.content) == "string"
+                and part.content:find("\n") and #texts < 24 then
+                texts[#texts + 1] = part.content
+              end
+            end
+          end
+        end
+      end
+    end
+    local ui = require("dagctx.ui")
+    local before = #buf_lines(name)
+    local prev = mine.node.id
+    for i, text in ipairs(texts) do
+      check(text:find("\n"), "text %d is multi-line", i)
+      local r, aerr = dagctx.request_sync("node/append", {
+        sessionId = w.sessionId, node = { role = "llm", name = "multi", output = text, predecessor = prev },
+      })
+      check(r, "append %d: %s", i, require("dagctx.rpc").format_error(aerr))
+      prev = r.node.id
+    end
+    vim.wait(5000, function()
+      return #buf_lines(name) >= before + #texts
+    end, 10)
+    lines = buf_lines(name)
+    eq(#lines - before, #texts, "one watch line per multi-line change")
+    for i, text in ipairs(texts) do
+      local first = ui.first_line(text, 80)
+      check(first ~= "" and not first:find("\n"), "first line of text %d", i)
+      -- the line shows the text's first non-blank line (up to 60 characters of it)
+      local head = vim.fn.strcharpart(vim.split(first, "…", { plain = true })[1], 0, 60)
+      check(lines[before + i]:find(head, 1, true), "watch line %d %q lacks %q", i, lines[before + i], head)
+    end
+    check(lines[before + 4]:find("starts after blank lines… (+1 line)", 1, true), "CRLF text: %s", lines[before + 4])
+    eq(ui.first_line("one\ntwo\nthree\n\n", 80), "one… (+2 lines)", "first_line")
+    eq(ui.first_line("single", 80), "single", "first_line of one line")
     eq(dagctx.unwatch(w.sessionId), 1, "unwatch")
     vim.cmd("bwipeout! " .. vim.fn.bufnr(name))
   end)

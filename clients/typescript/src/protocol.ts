@@ -324,6 +324,63 @@ export interface ExportResult {
   content?: string | null;
 }
 
+/** A head of ``session/graph`` and the summary its render uses (null: none). */
+export interface GraphHead {
+  head: string;
+  /** @default null */
+  summaryId?: string | null;
+}
+
+/**
+ * One row of ``session/graph``: a node's edges and what the graph draws on it.
+ *
+ * Every statement about coverage restates stored data (SPEC §4.1): ``coversIds`` only on
+ * a summary active for one of the answer's heads (its ``metadata.covers_ids`` plus the
+ * caller subtrees of the covered nodes, ids that no longer exist left out),
+ * ``supersededSummary`` on a summary active for none of the branches whose chain holds
+ * its covered segment.
+ */
+export interface GraphNode {
+  id: string;
+  seq: number;
+  role: string;
+  createdAt: number;
+  /** @default "" */
+  name?: string;
+  /** @default "completed" */
+  status?: string;
+  /** @default null */
+  caller?: string | null;
+  /** @default null */
+  predecessor?: string | null;
+  /** @default "" */
+  preview?: string;
+  /** @default false */
+  conversation?: boolean;
+  /** @default 0 */
+  callees?: number;
+  /** @default null */
+  toolCallId?: string | null;
+  /** @default false */
+  spawnRoot?: boolean;
+  /** @default false */
+  summary?: boolean;
+  /** @default false */
+  systemPrompt?: boolean;
+  /** @default null */
+  coversIds?: string[] | null;
+  /** @default null */
+  activeFor?: string[] | null;
+  /** @default false */
+  supersededSummary?: boolean;
+  /** @default null */
+  spilledChars?: number | null;
+  /** @default null */
+  agedBy?: string | null;
+  /** @default false */
+  replayable?: boolean;
+}
+
 export interface HeadResult {
   head: string;
   previous: string;
@@ -802,6 +859,38 @@ export interface SessionDeleteResult {
   nodesRemoved: number;
 }
 
+/**
+ * ``session/graph``: a session's nodes as a graph an editor can draw (SPEC §4.1).
+ *
+ * Paged by seq: a page holds the nodes with ``seq > afterSeq`` (ROOT is seq 0), at most
+ * ``limit`` of them; ``nextAfterSeq`` of the answer asks for the next page.
+ */
+export interface SessionGraphParams {
+  sessionId: string;
+  /** @default -1 */
+  afterSeq?: number;
+  /** @default 2000 */
+  limit?: number;
+  /** @default false */
+  conversationOnly?: boolean;
+  /** @default null */
+  heads?: string[] | null;
+}
+
+export interface SessionGraphResult {
+  sessionId: string;
+  rootId: string;
+  head: string;
+  nodes: GraphNode[];
+  total: number;
+  /** @default null */
+  nextAfterSeq?: number | null;
+  /** @default [] */
+  branches?: BranchInfo[];
+  /** @default [] */
+  heads?: GraphHead[];
+}
+
 export interface SessionHistoryParams {
   sessionId: string;
   /** @default null */
@@ -993,6 +1082,8 @@ export interface Methods {
   "session/history": { params: SessionHistoryParams; result: SessionHistoryResult };
   /** Every branch tip, the main lane, lengths. */
   "session/branches": { params: SessionRef; result: SessionBranchesResult };
+  /** A session's nodes, edges, branches and active summaries, paged by seq, for drawing. */
+  "session/graph": { params: SessionGraphParams; result: SessionGraphResult };
   /** Move HEAD to a conversation node. */
   "session/checkout": { params: SessionCheckoutParams; result: HeadResult };
   /** Move HEAD back along the current branch. */
@@ -1087,6 +1178,7 @@ export const METHOD_NAMES = [
   "session/delete",
   "session/history",
   "session/branches",
+  "session/graph",
   "session/checkout",
   "session/rewind",
   "session/spawn",

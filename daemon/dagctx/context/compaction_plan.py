@@ -838,6 +838,8 @@ def summary_node_input(
     body = _strip_marker(text)
     meta: dict[str, Any] = {
         "covers_ids": list(plan.covered_ids),
+        # the head this summary was made for: which heads use it (SPEC §8)
+        "head": plan.head,
         "compaction": True,
         "previous_summary": plan.previous_summary_id,
         "kept_from": plan.kept_from,

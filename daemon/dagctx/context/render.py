@@ -38,13 +38,19 @@ The rule
      callees of the llm node) follow the llm node's result group, in seq order.
 3. **Order.** The chain gives turn order; within a turn everything is in seq order
    (subject to the pairing constraint above).
-4. **Summary substitution** (SPEC §8), ``summary_policy="active"``: among the
-   summary nodes (``role=llm``, ``name=context/summary``) whose ``covers_ids`` are a
-   contiguous segment of *this* chain (and not in ``exclude_summaries``, and older
-   than ``before_seq``), the newest by seq is active: it renders in place of its
-   segment; covered nodes and their caller subtrees are dropped. Activity is per
-   branch (defect 2): a branch that does not wholly contain the segment renders raw.
-   Other applicable summaries are superseded and never rendered (``View.superseded``).
+4. **Summary substitution** (SPEC §8, which summary a head uses),
+   ``summary_policy="active"``: a summary node (``role=llm``, ``name=context/summary``,
+   not in ``exclude_summaries``, older than ``before_seq``) *applies* to the head when
+   its ``covers_ids`` are a contiguous segment of *this* chain and the chain reaches
+   the head the summary was made for (``metadata.head``): that head is on the chain,
+   or the chain leaves that head's branch after the segment with nodes all written
+   after the summary (a fork made after the compaction). A summary without
+   ``metadata.head`` was made for its last covered node. Among the applicable ones
+   the active one reaches furthest along the chain (ties: newest by seq); it renders
+   in place of its segment; covered nodes and their caller subtrees are dropped. So a
+   summary written while compacting one head never changes the render of a head that
+   does not descend from it (``active_summary``). Other applicable summaries are
+   superseded and never rendered (``View.superseded``).
    The summary renders as a **user** message ``[Previous conversation summary]\\n…``
    (a user message is valid at the start of every provider's message list and is
    merged with a following user turn by the Anthropic formatter).
@@ -125,7 +131,8 @@ Architecture Invariant: no I/O, no writes, no clock, no randomness.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import bisect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -136,7 +143,7 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import SUMMARY_MARKER, SUMMARY_NAME, SYSTEM_PROMPT_NAME, Call
 
 #: Bumped whenever the rule above changes what a model sees (recorded in manifests).
-RENDER_POLICY_VERSION = 1
+RENDER_POLICY_VERSION = 2
 
 NO_RESULT = "[no result recorded]"
 NO_OUTPUT = "(no output)"
@@ -441,6 +448,128 @@ def select_system_node(graph: SessionGraph, max_seq: float) -> Call | None:
 
 def _summary_candidates(graph: SessionGraph) -> list[Call]:
     return [graph.nodes[nid] for nid in graph.summaries]
+
+
+def summary_head(node: Call) -> str | None:
+    """The head a summary was made for (``metadata.head``, SPEC §8), or None."""
+    h = node.metadata.get("head")
+    return h if isinstance(h, str) and h else None
+
+
+def summary_reach(graph: SessionGraph, summary: Call, chain: list[Call], index: Mapping[str, int],
+                  newer_from: Callable[[int], int]) -> tuple[int, int] | None:
+    """``(first, reach)`` when ``summary`` applies to the branch ``chain``, else None.
+
+    SPEC §8, which summary a head uses: its ``covers_ids`` are a contiguous run of the
+    branch starting at ``first``, and the branch reaches the head the summary was made
+    for — that head is on the branch (``reach`` = its position), or the branch leaves
+    that head's branch after the covered run and holds past that point only nodes
+    written after the summary (a fork made after the compaction; ``reach`` = the last
+    shared node). A summary without a recorded head (imported, or appended by a client)
+    was made for its last covered node. ``newer_from(seq)`` is the first chain position
+    from which every node is newer than ``seq``.
+    """
+    if summary.status != "completed":
+        return None
+    covers = covers_of(summary)
+    if not covers:
+        return None
+    first = index.get(covers[0])
+    if first is None or first + len(covers) > len(chain):
+        return None
+    for k, cid in enumerate(covers):
+        if chain[first + k].id != cid:
+            return None  # another branch (or not contiguous): renders raw there
+    last = first + len(covers) - 1
+    h = summary_head(summary)
+    if h is None or h not in graph.nodes:
+        return first, last
+    at = index.get(h)
+    if at is not None:
+        return (first, at) if at >= last else None
+    # the branch left the summary's head's branch: find the last shared node
+    node = graph.nodes[h]
+    floor = chain[last].seq
+    seen = 0
+    while node.id not in index:
+        pred = node.predecessor
+        if pred is None or pred not in graph.nodes or node.seq <= floor or seen > len(graph.nodes):
+            return None
+        node = graph.nodes[pred]
+        seen += 1
+    shared = index[node.id]
+    if shared < last or shared >= len(chain) - 1 or newer_from(summary.seq) > shared + 1:
+        return None  # an older branch, or an ancestor of the summary's head
+    return first, shared
+
+
+def active_summary(graph: SessionGraph, chain: list[Call],
+                   candidates: list[Call]) -> tuple[Call, tuple[int, int], list[str]] | None:
+    """The summary the branch ``chain`` uses, its segment and the applicable summaries it
+    supersedes (SPEC §8): among the applicable ones, the one that reaches furthest along
+    the branch (ties: the newest)."""
+    if not candidates:
+        return None
+    index = {n.id: i for i, n in enumerate(chain)}
+    suffix_min: list[float] | None = None
+
+    def newer_from(seq: int) -> int:
+        nonlocal suffix_min
+        if suffix_min is None:  # the oldest seq from each position on (non-decreasing)
+            suffix_min = [_INF] * (len(chain) + 1)
+            for i in range(len(chain) - 1, -1, -1):
+                suffix_min[i] = min(suffix_min[i + 1], chain[i].seq)
+        return bisect.bisect_right(suffix_min, seq)
+
+    applicable: list[tuple[Call, int, int, int]] = []
+    for s in candidates:
+        got = summary_reach(graph, s, chain, index, newer_from)
+        if got is not None:
+            first, reach = got
+            applicable.append((s, first, first + len(covers_of(s)) - 1, reach))
+    if not applicable:
+        return None
+    best = max(applicable, key=lambda t: (t[3], t[0].seq))
+    return best[0], (best[1], best[2]), [t[0].id for t in applicable if t[0] is not best[0]]
+
+
+def summary_applies(graph: SessionGraph, summary: Call, chain: list[Call]) -> bool:
+    """True when ``summary`` applies to the branch ``chain`` (SPEC §8)."""
+    return active_summary(graph, chain, [summary]) is not None
+
+
+@dataclass(frozen=True)
+class SummaryChoice:
+    """Which summary a branch uses (SPEC §8): the active one and its segment of the chain."""
+
+    active: Call | None = None
+    #: indexes into the chain of the first and last covered node (``-1`` when none)
+    first: int = 0
+    last: int = -1
+    #: summaries that applied to this chain but lost to the active one
+    superseded: list[str] = field(default_factory=list)
+
+
+def select_summary(
+    graph: SessionGraph,
+    chain: list[Call],
+    *,
+    before_seq: float = _INF,
+    exclude: set[str] | frozenset[str] = frozenset(),
+    protect: set[str] | frozenset[str] = frozenset(),
+) -> SummaryChoice:
+    """``active_summary`` over the session's summaries, as ``render_view`` chooses them:
+    what ``session/graph`` restates per head (SPEC §4.1), so the graph follows the render's
+    rule whatever it is."""
+    if not chain:
+        return SummaryChoice()
+    candidates = [s for s in _summary_candidates(graph)
+                  if s.id not in exclude and s.seq < before_seq and not protect.intersection(covers_of(s))]
+    picked = active_summary(graph, chain, candidates)
+    if picked is None:
+        return SummaryChoice()
+    active, (lo, hi), superseded = picked
+    return SummaryChoice(active, lo, hi, superseded)
 
 
 # ---------------------------------------------------------------- renderer
@@ -886,26 +1015,12 @@ def render_view(
     seg = (0, -1)
     superseded: list[str] = []
     if summary_policy == "active" and chain:
-        index = {n.id: i for i, n in enumerate(chain)}
         protect = {path[0].id} if path else set()
-        applicable: list[tuple[Call, int, int]] = []
-        for s in _summary_candidates(graph):
-            if s.id in exclude_summaries or s.seq >= before or s.status != "completed":
-                continue
-            covers = covers_of(s)
-            if not covers:
-                continue
-            idx = [index.get(c) for c in covers]
-            if any(i is None for i in idx):
-                continue  # another branch: renders raw there
-            first = idx[0]
-            if idx != list(range(first, first + len(idx))) or protect.intersection(covers):
-                continue
-            applicable.append((s, first, first + len(idx) - 1))
-        if applicable:
-            active, lo, hi = max(applicable, key=lambda t: t[0].seq)
-            seg = (lo, hi)
-            superseded = [s.id for s, _, _ in applicable if s is not active]
+        candidates = [s for s in _summary_candidates(graph)
+                      if s.id not in exclude_summaries and s.seq < before and not protect.intersection(covers_of(s))]
+        picked = active_summary(graph, chain, candidates)
+        if picked is not None:
+            active, seg, superseded = picked
 
     # ---- render_range.callers on the frame
     start_at: Call | None = None

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dagctx.context import compaction_plan
-from dagctx.context.render import Item, covers_of, render_view
+from dagctx.context.render import Item, covers_of, render_view, summary_applies
 from dagctx.context.tokens import estimate_tokens
 from dagctx.ledger.graph import is_summary
 from dagctx.protocol import context_messages as c
@@ -314,8 +314,8 @@ def _touched(now: Any, snapshot: dict[str, tuple[Any, Any, Any]], known: set[str
         return True
     summaries = [n for n in new if is_summary(n) and covers_of(n)]
     if summaries:
-        chain = {n.id for n in now.chain(head)}
-        return any(set(covers_of(n)) <= chain for n in summaries)
+        chain = now.chain(head)
+        return any(summary_applies(now, n, chain) for n in summaries)
     return False
 
 

@@ -511,6 +511,7 @@ class EngineCore:
             "session/delete": self.session_delete,
             "session/history": s(ledger_ops.session_history),
             "session/branches": s(ledger_ops.session_branches),
+            "session/graph": s(ledger_ops.session_graph),
             "session/checkout": s(ledger_ops.session_checkout),
             "session/rewind": s(ledger_ops.session_rewind),
             "session/spawn": self.session_spawn,

@@ -73,6 +73,7 @@ import msgspec
 
 from dagctx.transcripts.base import UNKNOWN_MODEL
 from dagctx.ledger import SessionGraph
+from dagctx.context.render import summary_applies
 from dagctx.ledger.graph import is_spawn_root, is_summary
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
@@ -210,6 +211,8 @@ class ClaudeCodeExport:
         self.exported = {n.id for n, _ in plan}
         for s in (n for n in g.by_seq if is_summary(n) and n.status == "completed"):
             covers = s.metadata.get("covers_ids")
+            if not self.all_branches and not summary_applies(g, s, chain):
+                continue  # made for another branch (SPEC §8): not part of this one
             if isinstance(covers, list) and covers and all(cid in self.exported for cid in covers):
                 self.summaries_at.setdefault(covers[-1], []).append(s)
         # The title, and the session this file came from (an import into the same

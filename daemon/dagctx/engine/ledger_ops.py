@@ -10,6 +10,8 @@ from __future__ import annotations
 from dagctx.ledger import Store
 from dagctx.protocol import messages as m
 
+from dagctx.context import graph_view
+
 from .heads import check_head
 
 
@@ -45,6 +47,29 @@ def session_history(store: Store, p: m.SessionHistoryParams) -> m.SessionHistory
 def session_branches(store: Store, p: m.SessionRef) -> m.SessionBranchesResult:
     branches, head = store.branches(p.session_id)
     return m.SessionBranchesResult(branches=branches, head=head)
+
+
+def session_graph(store: Store, p: m.SessionGraphParams) -> m.SessionGraphResult:
+    # SPEC §4.1: rows paged by seq; coverage restates the render's own choice per head.
+    info = store.get_session(p.session_id)
+    branches, head = store.branches(p.session_id)
+    g = store.graph(p.session_id)
+    if p.heads is not None:
+        heads = []
+        for i, h in enumerate(p.heads):
+            check_head(g, h, path=f"heads[{i}]")
+            heads.append(g.root_id if h == "ROOT" else g.get(h).id)
+    else:
+        heads = [b.head for b in branches]
+        if head not in heads:
+            heads.append(head)
+    rows, nxt, cov = graph_view.graph_page(g, heads, after_seq=p.after_seq, limit=p.limit,
+                                           conversation_only=p.conversation_only)
+    return m.SessionGraphResult(
+        session_id=p.session_id, root_id=g.root_id, head=head, nodes=rows, total=info.node_count,
+        next_after_seq=nxt, branches=branches,
+        heads=[m.GraphHead(head=h, summary_id=cov.by_head.get(h)) for h in heads],
+    )
 
 
 def session_checkout(store: Store, p: m.SessionCheckoutParams) -> m.HeadResult:

@@ -127,6 +127,7 @@ def check_edges(
             )
     if inp.name == SUMMARY_NAME and inp.role == "llm":
         check_covers(g, node_id, inp.metadata.get("covers_ids"))
+        check_summary_head(g, node_id, inp.metadata.get("head"))
 
 
 def check_covers(g: SessionGraph, node_id: str | None, covers: object) -> None:
@@ -150,6 +151,23 @@ def check_covers(g: SessionGraph, node_id: str | None, covers: object) -> None:
                 session_id=g.session_id,
                 path="node.metadata.covers_ids",
             )
+
+
+def check_summary_head(g: SessionGraph, node_id: str | None, head: object) -> None:
+    """A summary's ``metadata.head`` (the head it was made for), when given, names a
+    conversation node of the session (SPEC §8, which summary a head uses)."""
+    if head is None:
+        return
+    node = g.nodes.get(head) if isinstance(head, str) else None
+    if node is None or not g.is_conversation(node) or is_summary(node):
+        raise DagctxError(
+            "InvalidEdge",
+            f"metadata.head names {head!r}, which is not a conversation node of this session; "
+            "give the head the summary was made for, or leave it out",
+            node_id=node_id,
+            session_id=g.session_id,
+            path="node.metadata.head",
+        )
 
 
 def head_after_append(

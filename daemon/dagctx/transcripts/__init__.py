@@ -11,19 +11,11 @@ Public API::
 append one by one; nothing here writes to the ledger.
 """
 
-from .base import (
-    FORMATS,
-    UNKNOWN_MODEL,
-    Skipped,
-    Transcript,
-    check_transcript,
-    detect_format,
-    iter_file,
-    iter_path,
-    transcript_files,
-    parse_file,
-    parse_path,
-)
+from dagctx.protocol.context_messages import Skipped
+
+from .base import check_transcript, FORMATS, Transcript, UNKNOWN_MODEL
+from .detect import detect_format
+from .files import iter_file, iter_path, parse_file, parse_path, transcript_files
 
 __all__ = [
     "FORMATS",

@@ -47,25 +47,13 @@ from typing import Any
 
 import msgspec
 
+from dagctx.protocol.context_messages import Skipped
 from dagctx.protocol.nodes import SUMMARY_NAME
 
-from .base import (
-    decode_json,
-    Builder,
-    ROOT,
-    Skipped,
-    Transcript,
-    content_blocks,
-    content_output,
-    is_spawn_root,
-    iter_lines,
-    parse_arguments,
-    quote,
-    read_jsonl,
-    stable_topo,
-    text_of_blocks,
-    to_epoch,
-)
+from .base import is_spawn_root, quote, ROOT, Transcript
+from .builder import Builder, stable_topo
+from .reading import decode_json, iter_lines, read_jsonl
+from .values import content_blocks, content_output, parse_arguments, text_of_blocks, to_epoch
 
 _AGENT_ID_TEXT = re.compile(r"agentId:\s*([A-Za-z0-9_-]+)")
 _SPAWN_TOOLS = frozenset({"Task", "Agent"})

@@ -31,18 +31,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .base import (
-    quote,
-    ROOT,
-    UNKNOWN_MODEL,
-    Builder,
-    Skipped,
-    Transcript,
+from dagctx.protocol.context_messages import Skipped
+
+from .base import quote, ROOT, Transcript, UNKNOWN_MODEL
+from .builder import Builder
+from .reading import read_jsonl
+from .values import (
     content_output,
     has_images,
     one_line,
     parse_arguments,
-    read_jsonl,
     scrub_block,
     text_of_blocks,
     to_epoch,

@@ -31,21 +31,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dagctx.protocol.context_messages import Skipped
 from dagctx.protocol.nodes import NodeInput
 
-from .base import (
-    quote,
-    Builder,
-    ROOT,
-    Skipped,
-    Transcript,
-    content_blocks,
-    content_output,
-    parse_arguments,
-    read_jsonl,
-    stable_topo,
-    to_epoch,
-)
+from .base import quote, ROOT, Transcript
+from .builder import Builder, stable_topo
+from .reading import read_jsonl
+from .values import content_blocks, content_output, parse_arguments, to_epoch
 
 
 def parse(path: Path) -> Transcript:

@@ -40,25 +40,12 @@ from typing import Any
 
 import msgspec
 
-from .base import (
-    _TOO_DEEP,
-    decode_json,
-    ROOT,
-    Builder,
-    Skipped,
-    Transcript,
-    content_output,
-    file_digest,
-    iter_lines,
-    load_json,
-    parse_arguments,
-    quote,
-    scrub_block,
-    text_digest,
-    text_of_blocks,
-    to_epoch,
-    too_large,
-)
+from dagctx.protocol.context_messages import Skipped
+
+from .base import quote, ROOT, Transcript
+from .builder import Builder
+from .reading import _TOO_DEEP, decode_json, file_digest, iter_lines, load_json, text_digest, too_large
+from .values import content_output, parse_arguments, scrub_block, text_of_blocks, to_epoch
 
 _BOM = b"\xef\xbb\xbf"
 

@@ -26,21 +26,12 @@ from typing import Any
 
 import msgspec
 
-from .base import (
-    _TOO_DEEP,
-    decode_json,
-    ROOT,
-    Builder,
-    Skipped,
-    Transcript,
-    file_digest,
-    iter_lines,
-    load_json,
-    parse_arguments,
-    quote,
-    text_digest,
-    too_large,
-)
+from dagctx.protocol.context_messages import Skipped
+
+from .base import quote, ROOT, Transcript
+from .builder import Builder
+from .reading import _TOO_DEEP, decode_json, file_digest, iter_lines, load_json, text_digest, too_large
+from .values import parse_arguments
 
 _USER = frozenset({"human", "user"})
 _ASSISTANT = frozenset({"gpt", "assistant", "chatgpt", "bing", "bard", "model"})

@@ -24,18 +24,12 @@ from typing import Any
 
 import msgspec
 
-from .base import (
-    quote,
-    ROOT,
-    Builder,
-    Skipped,
-    Transcript,
-    content_output,
-    file_digest,
-    load_json,
-    parse_arguments,
-    text_of_blocks,
-)
+from dagctx.protocol.context_messages import Skipped
+
+from .base import quote, ROOT, Transcript
+from .builder import Builder
+from .reading import file_digest, load_json
+from .values import content_output, parse_arguments, text_of_blocks
 
 
 def _model_name(data: dict) -> str | None:

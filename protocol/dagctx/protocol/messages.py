@@ -282,6 +282,88 @@ class BranchNameParams(_Params):
     name: str | None
 
 
+class SessionGraphParams(_Params):
+    """``session/graph``: a session's nodes as a graph an editor can draw (SPEC §4.1).
+
+    Paged by seq: a page holds the nodes with ``seq > afterSeq`` (ROOT is seq 0), at most
+    ``limit`` of them; ``nextAfterSeq`` of the answer asks for the next page.
+    """
+
+    session_id: str
+    after_seq: Annotated[int, msgspec.Meta(ge=-1, le=INT64_MAX)] = -1
+    limit: Annotated[int, msgspec.Meta(ge=1, le=20_000)] = 2_000
+    #: leave out nodes inside turns (tool calls, inner calls): conversation nodes, summaries
+    #: and system prompts only; ``callees`` still counts what each row called
+    conversation_only: bool = False
+    #: the heads whose active summary is stated (conversation nodes); default every branch
+    #: tip and HEAD
+    heads: list[str] | None = None
+
+
+class GraphNode(_Result, omit_defaults=True):
+    """One row of ``session/graph``: a node's edges and what the graph draws on it.
+
+    Every statement about coverage restates stored data (SPEC §4.1): ``coversIds`` only on
+    a summary active for one of the answer's heads (its ``metadata.covers_ids`` plus the
+    caller subtrees of the covered nodes, ids that no longer exist left out),
+    ``supersededSummary`` on a summary active for none of the branches whose chain holds
+    its covered segment.
+    """
+
+    id: str
+    seq: int
+    role: str
+    created_at: float
+    name: str = ""
+    status: str = "completed"
+    caller: str | None = None
+    predecessor: str | None = None
+    #: the node's text, cut to 160 characters (whitespace folded)
+    preview: str = ""
+    #: a node that can be a HEAD (SPEC §4): on a predecessor chain
+    conversation: bool = False
+    #: how many nodes this one called directly (its tool calls, inner calls)
+    callees: int = 0
+    tool_call_id: str | None = None
+    spawn_root: bool = False
+    #: a ``context/summary`` node
+    summary: bool = False
+    #: a ``context/system_prompt`` node
+    system_prompt: bool = False
+    #: an active summary: what it folds
+    covers_ids: list[str] | None = None
+    #: an active summary: the heads (of the answer's ``heads``) it is active for
+    active_for: list[str] | None = None
+    superseded_summary: bool = False
+    #: the output was spilled at write time: the whole output's length in characters
+    spilled_chars: int | None = None
+    #: a tool result some recorded request showed aged: the newest such llm node
+    #: (its ``renderManifest.aged`` names this node)
+    aged_by: str | None = None
+    #: an llm node that recorded what it was sent (``renderManifest``): ``context/replay`` is exact
+    replayable: bool = False
+
+
+class GraphHead(_Result):
+    """A head of ``session/graph`` and the summary its render uses (null: none)."""
+
+    head: str
+    summary_id: str | None = None
+
+
+class SessionGraphResult(_Result):
+    session_id: str
+    root_id: str
+    head: str
+    nodes: list[GraphNode]
+    #: nodes in the session (ROOT included), every page
+    total: int
+    #: pass as ``afterSeq`` for the next page; null on the last one
+    next_after_seq: int | None = None
+    branches: list[BranchInfo] = msgspec.field(default_factory=list)
+    heads: list[GraphHead] = msgspec.field(default_factory=list)
+
+
 # ---------------------------------------------------------------- nodes
 
 

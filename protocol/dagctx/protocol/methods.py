@@ -86,6 +86,14 @@ _ALL: list[MethodSpec] = [
     _req("session/branches", m.SessionRef, m.SessionBranchesResult, "Every branch tip, the main lane, lengths.",
          "SessionNotFound, BrokenPredecessorChain",
          "Tips are conversation nodes without conversation children; `main` follows first children from ROOT."),
+    _req("session/graph", m.SessionGraphParams, m.SessionGraphResult,
+         "A session's nodes, edges, branches and active summaries, paged by seq, for drawing.",
+         "SessionNotFound, NodeNotFound (a head), InvalidParams (a head that is not a conversation node), "
+         "BrokenPredecessorChain",
+         "Read-only. Every statement about coverage restates stored data: the summary each head's render uses "
+         "(the render's own rule, SPEC §8), `metadata.covers_ids` with the covered nodes' caller subtrees, "
+         "`renderManifest.aged` of recorded requests; no seq arithmetic. Runs off the event loop.",
+         offload=True),
     _req("session/checkout", m.SessionCheckoutParams, m.HeadResult, "Move HEAD to a conversation node.",
          "SessionNotFound, NodeNotFound, InvalidEdge (not a conversation node), BrokenPredecessorChain",
          "The only effect is HEAD = nodeId.", writes=True),

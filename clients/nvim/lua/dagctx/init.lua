@@ -133,11 +133,9 @@ local function summarize(method, p)
     local n = p.node or {}
     local out = n.output
     if type(out) ~= "string" then
-      out = out ~= nil and ui.to_json(out) or ""
+      out = (out ~= nil and out ~= vim.NIL) and ui.to_json(out) or ""
     end
-    if vim.fn.strchars(out) > 80 then
-      out = vim.fn.strcharpart(out, 0, 80) .. "…"
-    end
+    out = ui.first_line(out, 80)
     return string.format("%s %s #%s %s%s [%s] %s", tostring(p.sessionId), tostring(n.id), tostring(n.seq), tostring(n.role),
       (n.name and n.name ~= "") and (" " .. n.name) or "", tostring(n.status), out)
   elseif method == "session/didChange" then
@@ -159,7 +157,9 @@ local function watch_line(method, p)
   if M.client and M.client.initialize_result and p.origin == M.client.initialize_result.connectionId then
     who = "this editor"
   end
-  return string.format("%s  %-18s %s  (from %s)", os.date("%H:%M:%S"), method, summarize(method, p) or "", who)
+  -- one buffer line whatever the payload holds (nvim_buf_set_lines refuses newlines)
+  return ui.one_line(string.format("%s  %-18s %s  (from %s)", os.date("%H:%M:%S"), method,
+    summarize(method, p) or "", who))
 end
 
 local function on_watched(method, params)

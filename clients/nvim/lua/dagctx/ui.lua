@@ -40,6 +40,39 @@ local function one_line(s)
 end
 M.one_line = one_line
 
+---The first non-blank line of a text, cut at `max` characters, with how much was left out:
+---"line one … (+41 lines)". A live view shows one line per change, whatever its text holds.
+local function first_line(s, max)
+  if s == nil or s == vim.NIL then
+    return ""
+  end
+  local lines = text_lines(s)
+  local first, at = "", 0
+  for i, l in ipairs(lines) do
+    if l:match("%S") then
+      first, at = l, i
+      break
+    end
+  end
+  local cut = false
+  if max and vim.fn.strchars(first) > max then
+    first, cut = vim.fn.strcharpart(first, 0, max), true
+  end
+  local last = at
+  for i = #lines, at + 1, -1 do
+    if lines[i]:match("%S") then
+      last = i
+      break
+    end
+  end
+  local rest = last - at
+  if rest > 0 then
+    return string.format("%s… (+%d line%s)", first, rest, rest == 1 and "" or "s")
+  end
+  return cut and (first .. "…") or first
+end
+M.first_line = first_line
+
 local islist = vim.islist or vim.tbl_islist
 
 local function append_all(dst, src)

@@ -366,6 +366,12 @@ class DagctxClient:
     async def branches(self, session_id: str) -> m.SessionBranchesResult:
         return await self.request("session/branches", m.SessionRef(session_id=session_id))
 
+    async def graph(self, session_id: str, *, after_seq: int = -1, limit: int = 2_000,
+                    conversation_only: bool = False, heads: list[str] | None = None) -> m.SessionGraphResult:
+        """One page of ``session/graph``; pass ``nextAfterSeq`` as ``after_seq`` for the next."""
+        return await self.request("session/graph", m.SessionGraphParams(
+            session_id=session_id, after_seq=after_seq, limit=limit, conversation_only=conversation_only, heads=heads))
+
     async def checkout(self, session_id: str, node_id: str) -> m.HeadResult:
         return await self.request("session/checkout", m.SessionCheckoutParams(session_id=session_id, node_id=node_id))
 

@@ -1,0 +1,162 @@
+"""``dagctx sessions|delete|show|history|search``: browsing what a database holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import msgspec
+from rich.markup import escape
+from rich.table import Table
+
+from dagctx.client import DagctxClient, RpcError
+from dagctx.protocol import messages as m
+
+from .ui import all_sessions, connect, console, preview, resolve_session, short, source_of, when
+
+
+async def cmd_sessions(args: argparse.Namespace) -> int:
+    async with connect(args) as client:
+        db = client.initialize_result.database if client.initialize_result else "?"
+        if args.source:
+            rows = [s for s in await all_sessions(client) if source_of(s) == args.source]
+            res = m.SessionListResult(sessions=rows[: args.limit], total=len(rows))
+        else:
+            res = await client.session_list(limit=args.limit)
+    what = f" from {args.source}" if args.source else ""
+    table = Table(title=f"{res.total} sessions{what} in {db}")
+    table.add_column("session", min_width=36)
+    table.add_column("title", overflow="ellipsis", max_width=max(16, console.width - 103), no_wrap=True)
+    table.add_column("nodes", justify="right")
+    table.add_column("updated")
+    table.add_column("head")
+    table.add_column("from")
+    for s in res.sessions:
+        table.add_row(s.session_id, escape(s.title), str(s.node_count), when(s.updated_at), short(s.head),
+                      source_of(s))
+    console.print(table)
+    if res.total > len(res.sessions):
+        console.print(f"… {res.total - len(res.sessions)} more (--limit)")
+    return 0
+
+
+async def cmd_delete(args: argparse.Namespace) -> int:
+    async with connect(args) as client:
+        info = await resolve_session(client, args.session)
+        if not args.yes and sys.stdin.isatty():
+            answer = input(f"Delete session {info.session_id} {info.title!r} ({info.node_count} nodes)? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                console.print("Nothing was deleted.")
+                return 1
+        res = await client.session_delete(info.session_id)
+    console.print(f"Deleted session {info.session_id} {escape(info.title)!r} ({res.nodes_removed} nodes).")
+    return 0
+
+
+async def cmd_show(args: argparse.Namespace) -> int:
+    async with connect(args) as client:
+        sessions = [await resolve_session(client, args.session)] if args.session else await all_sessions(client)
+        found: list[tuple[m.SessionInfo, str]] = []
+        for info in sessions:
+            got = (await client.get_nodes(info.session_id, [args.node])).nodes if await _has_node(
+                client, info.session_id, args.node) else []
+            if got:
+                found = [(info, got[0].id)]
+                break
+        if not found:
+            for info in sessions:
+                found.extend((info, nid) for nid in await _node_ids(client, info.session_id) if nid.startswith(args.node))
+            found = list({(i.session_id, nid): (i, nid) for i, nid in found}.values())
+        if len(found) != 1:
+            why = "no node id starts with it" if not found else f"{len(found)} nodes match; give more characters"
+            raise RpcError(-32001, f"node {args.node!r}: {why} (ids are listed by `dagctx history SESSION`)",
+                           {"kind": "NodeNotFound"})
+        info, nid = found[0]
+        node = (await client.get_nodes(info.session_id, [nid])).nodes[0]
+        spill = node.metadata.get("spill")
+        if isinstance(spill, dict):
+            node = (await client.get_nodes(info.session_id, [nid], range=m.OutputRange(offset=0))).nodes[0]
+    if args.json:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(node), indent=2).decode("utf-8") + "\n")
+        return 0
+    table = Table(title=f"node {node.id} in {escape(info.title)} ({info.session_id})", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    for field, value in (("role", node.role), ("name", node.name), ("status", node.status), ("seq", node.seq),
+                         ("created", when(node.created_at)), ("caller", node.caller), ("predecessor", node.predecessor)):
+        table.add_row(field, escape(str(value if value is not None else "—")))
+    if node.reads:
+        table.add_row("reads", escape(", ".join(node.reads)))
+    if node.metadata:
+        table.add_row("metadata", escape(msgspec.json.encode(node.metadata).decode("utf-8")))
+    console.print(table)
+    for label, value in (("input", node.input), ("output", node.output)):
+        if value is None or value == "":
+            continue
+        text = value if isinstance(value, str) else msgspec.json.format(msgspec.json.encode(value), indent=2).decode()
+        console.print(f"[bold]{label}[/bold]")
+        console.print(escape(text), markup=True, highlight=False, soft_wrap=True)
+    return 0
+
+
+async def _has_node(client: DagctxClient, session_id: str, node_id: str) -> bool:
+    try:
+        return bool((await client.get_nodes(session_id, [node_id])).nodes)
+    except RpcError as exc:
+        if exc.kind == "NodeNotFound":
+            return False
+        raise
+
+
+async def _node_ids(client: DagctxClient, session_id: str) -> list[str]:
+    """Ids of the session's conversation nodes on every branch and the nodes they read
+    (their tool calls): what a prefix may name."""
+    ids: list[str] = []
+    for b in (await client.branches(session_id)).branches:
+        for n in (await client.history(session_id, head=b.head)).nodes:
+            ids.append(n.id)
+        r = await client.render(session_id, head=b.head, format="neutral")
+        ids.extend(r.reads)
+    return list(dict.fromkeys(ids))
+
+
+async def cmd_history(args: argparse.Namespace) -> int:
+    async with connect(args) as client:
+        info = await resolve_session(client, args.session)
+        res = await client.history(info.session_id, head=args.head)
+    table = Table(title=f"{escape(info.title)} — {len(res.nodes)} turns to {res.head}")
+    table.add_column("seq", justify="right")
+    table.add_column("id")
+    table.add_column("role")
+    table.add_column("name", overflow="ellipsis", max_width=26, no_wrap=True)
+    table.add_column("status")
+    table.add_column("text", overflow="ellipsis", no_wrap=True, max_width=max(20, console.width - 73))
+    for n in res.nodes:
+        text = n.output if n.output not in (None, "") else n.input
+        status = n.status if n.status == "completed" else f"[red]{n.status}[/red]"
+        table.add_row(str(n.seq), short(n.id), n.role, escape(n.name), status, escape(preview(text, 160)))
+    console.print(table)
+    return 0
+
+
+async def cmd_search(args: argparse.Namespace) -> int:
+    async with connect(args) as client:
+        sid = (await resolve_session(client, args.session)).session_id if args.session else None
+        res = await client.search(args.query, session_id=sid, limit=args.limit)
+    print_hits(args.query, res)
+    return 0
+
+
+def print_hits(query: str, res: m.SearchResult, title: str | None = None) -> None:
+    table = Table(title=title or f"{len(res.hits)} hits for {escape(query)!r}")
+    table.add_column("session")
+    table.add_column("node")
+    table.add_column("role")
+    table.add_column("name", overflow="ellipsis", max_width=24)
+    table.add_column("snippet", overflow="fold", max_width=90)
+    table.add_column("score", justify="right")
+    for h in res.hits:
+        table.add_row(short(h.session_id), short(h.node_id), h.role, escape(h.name), escape(" ".join(h.snippet.split())),
+                      f"{h.score:.2f}")
+    console.print(table)

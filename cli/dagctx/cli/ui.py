@@ -1,0 +1,207 @@
+"""What every command shares: the console, running a command (errors in words, exit codes),
+the connection to a daemon, naming a session by a prefix, and text helpers.
+
+Imported only when a command runs: ``dagctx serve`` builds the argument parser from
+``commands.py`` without paying for a terminal UI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+from rich.console import Console
+from rich.markup import escape
+
+from dagctx.client import DagctxClient, RpcError
+from dagctx.protocol import messages as m
+
+
+def make_console() -> Console:
+    """A console; when stdout is not a terminal, wide enough that tables stay readable."""
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        return Console()
+    return Console(width=int(os.environ.get("COLUMNS", "140")), soft_wrap=False)
+
+
+class _LazyConsole:
+    """``console`` for the whole CLI, created on first use (its width depends on stdout)."""
+
+    _real: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._real is None:
+            type(self)._real = make_console()
+        return getattr(self._real, name)
+
+
+console: Console = _LazyConsole()  # type: ignore[assignment]
+
+
+def real_console() -> Console:
+    """The console itself (rich objects such as ``Progress`` need the real one)."""
+    console.width  # noqa: B018 - creates it
+    return _LazyConsole._real  # type: ignore[return-value]
+
+
+def run(fn: Callable[[argparse.Namespace], Awaitable[int]], args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(fn(args))
+    except RpcError as exc:
+        console.print(f"[red]error[/red]: {escape(sentence(exc.message))} ({exc.kind or exc.code})")
+        return 1
+    except (ConnectionError, OSError) as exc:
+        first, _, rest = str(exc).partition("\n")
+        console.print(f"[red]error[/red]: {escape(sentence(first))}")
+        if rest:
+            console.print(escape(rest), highlight=False)  # the daemon's last stderr lines, as written
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def database_of(args: argparse.Namespace) -> str | None:
+    return getattr(args, "db", None) or os.environ.get("DAGCTX_DB") or None
+
+
+@asynccontextmanager
+async def connect(args: argparse.Namespace, **kw: Any) -> AsyncIterator[DagctxClient]:
+    """A client of the shared per-user daemon (straight to its socket), or of a private
+    standalone daemon with ``--standalone`` / ``DAGCTX_STANDALONE=1``."""
+    from dagctx.cli import standalone_requested
+    from dagctx.protocol import transport
+
+    if getattr(args, "standalone", False) or standalone_requested() or not transport.supported():
+        level = getattr(args, "log_level", None)
+        if level:
+            kw.setdefault("extra_args", ["--log-level", level])
+        client = await DagctxClient.spawn(database_of(args), standalone=True, **kw)
+    else:
+        kw.pop("stderr", None)
+        db = database_of(args)
+        if db is not None and "://" in db:
+            # A server URL is not a path: it travels as initializationOptions.database,
+            # which the daemon takes as it is (the attach message makes paths absolute).
+            opts = {**(kw.pop("initialization_options", None) or {}), "database": db}
+            client = await DagctxClient.connect(None, initialization_options=opts, **kw)
+        else:
+            client = await DagctxClient.connect(db, **kw)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def resolve_session(client: DagctxClient, ref: str) -> m.SessionInfo:
+    """The session with id ``ref``, or the only one whose id starts with ``ref``."""
+    try:
+        return await client.session_get(ref)
+    except RpcError as exc:
+        if exc.kind != "SessionNotFound":
+            raise
+    matches: list[m.SessionInfo] = []
+    offset = 0
+    while True:
+        page = await client.session_list(limit=500, offset=offset)
+        matches.extend(s for s in page.sessions if s.session_id.startswith(ref))
+        offset += len(page.sessions)
+        if not page.sessions or offset >= page.total:
+            break
+    if len(matches) == 1:
+        return matches[0]
+    why = "no session id starts with it" if not matches else f"{len(matches)} sessions match; give more characters"
+    raise RpcError(-32001, f"session {ref!r}: {why} (list them with `dagctx sessions`)", {"kind": "SessionNotFound"})
+
+
+# ---------------------------------------------------------------- text helpers
+
+
+def sentence(text: str) -> str:
+    """``text`` as a sentence: capital first letter, final full stop."""
+    text = " ".join(text.split())
+    if not text:
+        return text
+    text = text[0].upper() + text[1:]
+    return text if text[-1] in ".!?…):" else text + "."
+
+
+def preview(value: Any, limit: int = 90) -> str:
+    """One line of a node input/output or message content."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, list):
+        parts = []
+        for b in value:
+            if isinstance(b, str):
+                parts.append(b)
+            elif isinstance(b, dict):
+                if isinstance(b.get("text"), str):
+                    parts.append(b["text"])
+                elif b.get("type") in ("tool_use", "tool_call"):
+                    parts.append(f"→ {b.get('name')}({preview(b.get('input'), 60)})")
+                elif b.get("type") == "tool_result":
+                    parts.append(f"← {preview(b.get('content'), limit)}")
+                else:
+                    parts.append(f"[{b.get('type')}]")
+        text = " ".join(parts)
+    else:
+        text = msgspec.json.encode(value).decode("utf-8")
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_HEXISH = frozenset("0123456789abcdef-")
+
+
+def short(node_id: str, n: int = 8) -> str:
+    """A short form of an id: 8 characters of a UUID or hex id, more of a named one
+    (``summary-1edb3dff…``, ``toolu_01NUB6cF…``)."""
+    if len(node_id) <= n + 2:
+        return node_id
+    if set(node_id[:n]) <= _HEXISH:
+        return node_id[:n]
+    return node_id if len(node_id) <= 18 else node_id[:16] + "…"
+
+
+def when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+def message_text(msg: dict[str, Any], limit: int = 240) -> str:
+    """A readable preview of one rendered message in any of the three formats."""
+    parts = []
+    content = msg.get("content")
+    if content is not None:
+        parts.append(preview(content, limit))
+    for call in msg.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        parts.append(f"→ {fn.get('name')}({preview(fn.get('arguments'), 80)}) [{call.get('id')}]")
+    if msg.get("tool_call_id"):
+        parts.insert(0, f"[{msg['tool_call_id']}]")
+    return " ".join(p for p in parts if p)
+
+
+def source_of(s: m.SessionInfo) -> str:
+    """Where a session came from: the format it was imported from, else ``native``."""
+    fmt = s.metadata.get("importedFrom")
+    return fmt if isinstance(fmt, str) and fmt else "native"
+
+
+async def all_sessions(client: DagctxClient) -> list[m.SessionInfo]:
+    out: list[m.SessionInfo] = []
+    while True:
+        page = await client.session_list(limit=500, offset=len(out))
+        out.extend(page.sessions)
+        if not page.sessions or len(out) >= page.total:
+            return out

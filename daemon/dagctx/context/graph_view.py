@@ -1,0 +1,204 @@
+"""``session/graph``: a session as rows an editor can draw (SPEC §4.1).
+
+A pure function of the ledger, like the render: nodes in seq order with both edges,
+paged by seq, plus what the graph marks on them. Every statement about coverage is a
+restatement of stored data, never derived from seq arithmetic or from where HEAD is:
+
+* which summary a head uses is ``render.select_summary`` over that head's chain — the
+  render's own rule, so the graph and the request can never disagree;
+* an active summary's ``coversIds`` are its ``metadata.covers_ids`` plus the caller
+  subtrees of the covered nodes (a covered turn folds with its tool calls), minus ids
+  that no longer exist;
+* a summary that applies to some head's chain but is active for none of them is
+  ``supersededSummary``; it carries no coverage;
+* ``agedBy`` names the newest llm node whose recorded request (``renderManifest.aged``)
+  showed that result aged; ``spilledChars`` is the node's ``metadata.spill``.
+
+Architecture Invariant: no I/O, no writes (like every module of this layer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from dagctx.ledger.graph import SessionGraph, is_spawn_root, is_summary
+from dagctx.protocol import messages as m
+from dagctx.protocol.nodes import SYSTEM_PROMPT_NAME, Call
+
+from .render import covers_of, select_summary, tool_call_id_of
+
+PREVIEW_CHARS = 160
+_encoder = msgspec.json.Encoder()
+
+
+@dataclass
+class Coverage:
+    """What the summaries of a session mean for a set of heads."""
+
+    #: head → the summary its render uses (None: none)
+    by_head: dict[str, str | None] = field(default_factory=dict)
+    #: active summary → its coverage (covers_ids + caller subtrees, existing ids only)
+    covers: dict[str, list[str]] = field(default_factory=dict)
+    #: active summary → the heads it is active for
+    active_for: dict[str, list[str]] = field(default_factory=dict)
+    superseded: set[str] = field(default_factory=set)
+
+
+def coverage(graph: SessionGraph, heads: Sequence[str]) -> Coverage:
+    """Which summary each head uses, and what each active summary folds."""
+    out = Coverage()
+    lost: set[str] = set()
+    for head in heads:
+        if head in out.by_head:
+            continue
+        choice = select_summary(graph, graph.chain(head)) if graph.summaries else None
+        active = choice.active if choice is not None else None
+        out.by_head[head] = active.id if active is not None else None
+        if choice is None:
+            continue
+        lost.update(choice.superseded)
+        if active is not None:
+            out.active_for.setdefault(active.id, []).append(head)
+            if active.id not in out.covers:
+                out.covers[active.id] = folded_ids(graph, covers_of(active))
+    out.superseded = lost - out.covers.keys()
+    return out
+
+
+def folded_ids(graph: SessionGraph, covers: Sequence[str]) -> list[str]:
+    """``covers`` plus every node below each covered node by the caller edge (seq order
+    within each turn), each once; ids that no longer exist are left out."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for cid in covers:
+        if cid not in graph.nodes or cid in seen:
+            continue
+        seen.add(cid)
+        out.append(cid)
+        for n in graph.subtree(cid):
+            if n.id not in seen and not is_summary(n) and n.name != SYSTEM_PROMPT_NAME:
+                seen.add(n.id)
+                out.append(n.id)
+    return out
+
+
+def aged_by(graph: SessionGraph) -> dict[str, str]:
+    """Result id → the newest llm node whose recorded request aged it (``renderManifest.aged``)."""
+    out: dict[str, str] = {}
+    for n in graph.by_seq:
+        if n.role != "llm":
+            continue
+        manifest = n.metadata.get("renderManifest")
+        if not isinstance(manifest, dict):
+            continue
+        aged = manifest.get("aged")
+        if isinstance(aged, list):
+            for nid in aged:
+                if isinstance(nid, str):
+                    out[nid] = n.id
+    return out
+
+
+def preview(value: Any) -> str:
+    """A short one-line text of a node's content (never the whole of a huge value)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        text = value[: PREVIEW_CHARS * 4]
+    elif isinstance(value, list):
+        parts = []
+        for block in value[:8]:
+            if isinstance(block, dict):
+                t = block.get("text") or block.get("content") or block.get("type") or ""
+                parts.append(t if isinstance(t, str) else _short_json(t))
+            else:
+                parts.append(block if isinstance(block, str) else _short_json(block))
+        text = " ".join(parts)[: PREVIEW_CHARS * 4]
+    else:
+        text = _short_json(value)
+    text = " ".join(text.split())
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
+def _short_json(value: Any) -> str:
+    try:
+        return _encoder.encode(value)[: PREVIEW_CHARS * 4].decode("utf-8", "replace")
+    except (TypeError, ValueError, OverflowError):
+        return str(value)[: PREVIEW_CHARS * 4]
+
+
+def node_preview(node: Call) -> str:
+    if node.role == "code" and node.name != SYSTEM_PROMPT_NAME:
+        args = preview(node.input)
+        head = f"{node.name}({args})" if args else node.name
+        out = preview(node.output)
+        return preview(f"{head} → {out}" if out else head)
+    if node.role == "llm" and node.caller is not None and node.predecessor is None and node.output is None:
+        return preview(node.input)
+    return preview(node.output if node.output is not None else node.input)
+
+
+def graph_row(graph: SessionGraph, node: Call, cov: Coverage, aged: dict[str, str]) -> m.GraphNode:
+    summary = is_summary(node)
+    spill = node.metadata.get("spill")
+    covers = cov.covers.get(node.id) if summary else None
+    return m.GraphNode(
+        id=node.id,
+        seq=node.seq,
+        role=node.role,
+        created_at=node.created_at,
+        name=node.name,
+        status=node.status,
+        caller=node.caller,
+        predecessor=node.predecessor,
+        preview=node_preview(node),
+        conversation=graph.is_conversation(node),
+        callees=len(graph.callees.get(node.id, ())),
+        tool_call_id=tool_call_id_of(node) if node.role == "code" else None,
+        spawn_root=is_spawn_root(node),
+        summary=summary,
+        system_prompt=node.name == SYSTEM_PROMPT_NAME,
+        covers_ids=covers,
+        active_for=cov.active_for.get(node.id) if covers is not None else None,
+        superseded_summary=summary and node.id in cov.superseded,
+        spilled_chars=int(spill["chars"]) if isinstance(spill, dict) and isinstance(spill.get("chars"), int) else None,
+        aged_by=aged.get(node.id),
+        replayable=node.role == "llm" and isinstance(node.metadata.get("renderManifest"), dict),
+    )
+
+
+def graph_page(
+    graph: SessionGraph,
+    heads: Sequence[str],
+    *,
+    after_seq: int = -1,
+    limit: int = 2_000,
+    conversation_only: bool = False,
+) -> tuple[list[m.GraphNode], int | None, Coverage]:
+    """One page of rows (``seq > after_seq``, at most ``limit``) and the cursor of the next."""
+    cov = coverage(graph, heads)
+    aged = aged_by(graph)
+    rows: list[m.GraphNode] = []
+    by_seq = graph.by_seq
+    lo, hi = 0, len(by_seq)
+    while lo < hi:  # the first node with seq > after_seq
+        mid = (lo + hi) // 2
+        if by_seq[mid].seq <= after_seq:
+            lo = mid + 1
+        else:
+            hi = mid
+    i = lo
+    while i < len(by_seq) and len(rows) < limit:
+        node = by_seq[i]
+        i += 1
+        if conversation_only and not (
+            graph.is_conversation(node) or is_summary(node) or node.name == SYSTEM_PROMPT_NAME
+        ):
+            continue
+        rows.append(graph_row(graph, node, cov, aged))
+    # (with ``conversation_only`` the next page may turn out empty: it is the last)
+    return rows, (by_seq[i - 1].seq if i < len(by_seq) else None), cov

@@ -1,0 +1,171 @@
+"""Which old tool results a branch shows shrunk (SPEC §8), planned once per user turn.
+
+The aging part of ``ContextService`` (``engine/views.py``): the plan over a branch, its
+reuse within one user turn, and aging within a long turn in step units.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from dagctx.context import aging
+from dagctx.context.cancel import stop_if_cancelled
+from dagctx.context.models import ModelInfo
+from dagctx.context.render import View, render_view
+from dagctx.ledger import SessionGraph
+from dagctx.ledger.graph import is_summary
+
+from .render_cache import CachedAging, Snapshot, still_valid_prefix
+from .view_tokens import TokenAccounting
+
+
+class AgingPlans(TokenAccounting):
+    """``aging_for`` and the plan cache it reuses."""
+
+    _aging_cache: dict[tuple[Any, ...], CachedAging]
+
+    def aging_for(self, session_id: str, head: str, model: ModelInfo, *, enabled: bool = True,
+                  ager: Any = None, frame: str | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+        """Which old tool results render shrunk on this branch, and why.
+
+        Deterministic: "now" is the start of the head's turn (its newest user node), and
+        the boundary is a function of the branch's committed turns, so within one turn
+        every render shows the same aged prefix (prompt-cache stable) and replay can
+        rebuild the same decisions from the data.
+        """
+        if not enabled or frame is not None:
+            return {}, {}
+        policy = self.e.aging_policy
+        graph = self.e.store.graph(session_id)
+        tokenizer = model.tokenizer or self.e.counter.tokenizer_for(model.name)
+        cache = self.node_tokens(graph, tokenizer)
+        key = (session_id, tokenizer, model.context_window, policy)
+        reuse = self._reuse_aging(graph, head, key, policy, model, cache)
+        if reuse is not None:
+            return reuse
+        view = render_view(graph, head)
+        if not view.items:
+            return {}, {}
+
+        def token_of(node_id: str) -> int:
+            return self.counts_of(graph, node_id, tokenizer, cache)[1]
+
+        stop_if_cancelled()
+        boundary = aging.boundary_after_commit(view, graph, policy)
+        now = _turn_start(graph, view, policy.turn_unit)
+        def count(text: str) -> int:
+            return self.count_text(text, tokenizer)
+
+        mined: dict[str, list[str]] = {}
+        refs_of = self.refs_of(graph, mined)
+        if ager is None:
+            plan = aging.plan_aging(view, graph, now=now, boundary_seq=boundary or None, policy=policy,
+                                    token_of=token_of, window=model.context_window, count=count,
+                                    refs_of=refs_of)
+        else:  # a context engine's own ager keeps the documented arguments
+            plan = ager(view, graph, now=now, boundary_seq=boundary or None, policy=policy, token_of=token_of,
+                        window=model.context_window, count=count)
+        long = aging.long_turn_cap(graph, head, policy) if ager is None else None
+        long_manifest = None
+        if long is not None:
+            long_manifest = self._age_long_turn(graph, view, plan, policy, long, model, token_of, count,
+                                                refs_of)
+        if mined:
+            self.keep_mined(session_id, mined)
+        stats: dict[str, Any] = dict(plan.stats.as_dict())
+        stats["manifest"] = plan.manifest()
+        stats["longTurnCap"] = long[1] if long is not None else None
+        if long_manifest is not None:
+            stats["manifest"]["agingLongTurn"] = long_manifest
+        self._aging_cache[key] = CachedAging(key, Snapshot.of(graph, view.chain), _turn_node(graph, view.chain),
+                                             dict(plan.aged), stats)
+        return dict(plan.aged), stats
+
+    @staticmethod
+    def _age_long_turn(graph: SessionGraph, view: View, plan: Any, policy: Any, long: tuple[int, int, str],
+                       model: ModelInfo, token_of: Any, count: Any, refs_of: Any) -> dict[str, Any]:
+        """Aging within a long user turn (SPEC §8): the turn's own older steps age in step
+        units, the step boundary held at the start of the current quantum of
+        ``stepQuantum`` steps, so the aged prefix changes only every ``stepQuantum`` steps."""
+        steps, cap, step_id = long
+        step_policy = replace(policy, turn_unit="step")
+        boundary = aging.boundary_after_commit(view, graph, step_policy, current_cap=cap)
+        now = graph.nodes[step_id].created_at
+        splan = aging.plan_aging(view, graph, now=now, boundary_seq=boundary or None, policy=step_policy,
+                                 token_of=token_of, window=model.context_window, count=count, current_cap=cap,
+                                 refs_of=refs_of)
+        current = {it.node_id for it in view.items if it.turn == view.turn_count}
+        added = 0
+        for nid, text in splan.aged.items():
+            if nid not in current or nid in plan.aged:
+                continue
+            kind = splan.kinds[nid]
+            plan.aged[nid] = text
+            plan.kinds[nid] = kind
+            plan.decisions[nid] = kind
+            added += 1
+            st = plan.stats
+            st.tool_results_aged += 1
+            st.tokens_freed_by_aging += max(0, token_of(nid) - count(text))
+            if kind == aging.SOFT_TRIM:
+                st.soft_trimmed += 1
+            elif kind == aging.HARD_CLEAR:
+                st.hard_cleared += 1
+            else:
+                st.capped += 1
+        return {"steps": steps, "stepCap": cap, "stepQuantum": policy.step_quantum, "stepBoundary": boundary,
+                "aged": added}
+
+    def _reuse_aging(self, graph: SessionGraph, head: str, key: tuple[Any, ...], policy: Any, model: ModelInfo,
+                     cache: dict[str, tuple[int, int]]) -> tuple[dict[str, str], dict[str, Any]] | None:
+        """The same decisions as the last plan of this branch when still in the same user turn.
+
+        With user turns as the unit, nothing added within the current turn can pass the
+        turn-distance gate, so the plan only changes at a new user turn — unless a new
+        result is so large that the single-result cap applies to it.
+        """
+        cached = self._aging_cache.get(key)
+        if cached is None or policy.turn_unit != "user":
+            return None
+        chain = [n.id for n in graph.chain(head)]
+        if _turn_node(graph, chain) != cached.turn_start or not still_valid_prefix(graph, cached.snap, chain):
+            return None
+        long = aging.long_turn_cap(graph, head, policy)
+        if (long[1] if long is not None else None) != cached.stats.get("longTurnCap"):
+            return None  # a long turn crossed into its next quantum of steps
+        cap = model.context_window * policy.max_single_result_share
+        seqs_start = cached.snap.max_seq
+        for node in reversed(graph.by_seq):
+            if node.seq <= seqs_start:
+                break
+            if node.role == "code" and (cache.get(node.id) or (0, 0))[1] > cap:
+                return None
+        return dict(cached.aged), cached.stats
+
+
+def _turn_node(graph: SessionGraph, chain: list[str]) -> str | None:
+    """The newest real user node on a chain: the start of the current turn."""
+    for nid in reversed(chain):
+        node = graph.nodes[nid]
+        if node.role == "user" and not node.metadata.get("spawn_branch_root"):
+            return nid
+    return None
+
+
+def _turn_start(graph: SessionGraph, view: View, unit: str = "user") -> float:
+    """Creation time of the current turn's start: the newest real user node rendered.
+
+    With ``turn_unit="step"`` a turn is one top-level model call, so the current step
+    starts at the newest top-level user or llm node rendered (a summary is never a
+    step, a summary is not a turn, SPEC §8). Otherwise the results of earlier steps of one long user
+    turn would be younger than "now" and could never age in step mode.
+    """
+    for nid in reversed(view.reads):
+        node = graph.nodes.get(nid)
+        if node is None or graph.is_nested(node):
+            continue
+        if node.role == "user" or (unit == "step" and node.role == "llm" and not is_summary(node)):
+            return node.created_at
+    return graph.nodes[view.head].created_at if view.head in graph.nodes else 0.0
+
