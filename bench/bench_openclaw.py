@@ -60,6 +60,9 @@ def run(engine: str, root: Path, node: Path, archive: Path | None, turns: int, w
     try:
         gw.turn(text_turn(0), session=f"bench-{engine}")  # warm-up: first-turn setup of the host and the engine
         times = [gw.turn(text_turn(i), session=f"bench-{engine}")["_seconds"] for i in range(1, turns + 1)]
+    except AssertionError as exc:
+        tail = "\n".join(line for line in gw.log_text().splitlines() if "slow SQLite" not in line)[-3000:]
+        raise SystemExit(f"{engine}: {exc}\n{tail}") from None
     finally:
         gw.stop()
         stub.close()
@@ -73,7 +76,9 @@ def run(engine: str, root: Path, node: Path, archive: Path | None, turns: int, w
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--turns", type=int, default=8)
-    ap.add_argument("--window", type=int, default=16_000)
+    # 32k: OpenClaw's own legacy engine cannot hold a conversation at 16k beside its ~13k of
+    # system prompt and tools (its preflight compaction fails), so the baseline needs room.
+    ap.add_argument("--window", type=int, default=32_000)
     a = ap.parse_args()
     node = node24()
     if node is None:

@@ -520,8 +520,9 @@ export class DagctxContextEngine implements ContextEngine {
         signal: params.abortSignal,
       });
       this.trace("compact", { sessionId: params.sessionId, force: params.force ?? false, room, keep, ok: res.ok, reason: res.reason ?? null, summaryId: res.summaryId ?? null });
-      if (res.ok && !res.summaryId) {
+      if ((res.ok && !res.summaryId) || res.reason === "notSmaller") {
         // Nothing older than the tail to fold: a success, not a failure.
+        // (or a summary of what lies outside it would not be smaller than that part itself)
         return { ok: true, compacted: false, reason: "nothing to compact: every message is in the verbatim tail" };
       }
       if (!res.ok || !res.summaryId) {
