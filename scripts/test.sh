@@ -32,6 +32,17 @@ if ! have_pg; then
 fi
 # (The package's own cluster, if it starts one, is never used: no TCP, a private socket folder.)
 
+# Chromium (Debian's package) for the web view's browser tests (Playwright drives it through
+# executable_path; Playwright's own browser download is never used).
+if ! command -v chromium >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "note: chromium not found and cannot apt-get install it; the web view tests will be skipped (a failure under CI=true)" >&2
+  fi
+fi
+
 "$PY" -m pip install -q --disable-pip-version-check -e ".[test]"
 
 # The TypeScript client (vscode-jsonrpc), built once; its node:test suite runs from pytest.

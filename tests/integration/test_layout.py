@@ -2,7 +2,7 @@
 
 A module's folder path below its source root is its import path, with no import hook: a
 ``dagctx/`` folder in the current directory (the parent of a clone, say) must not shadow
-the installed portions, and a built wheel must carry every portion and the schema.
+the installed portions, and a built wheel must carry every portion, the schema and the web view's page.
 """
 
 from __future__ import annotations
@@ -62,7 +62,11 @@ def test_a_built_wheel_carries_every_portion_and_the_schema(tmp_path: Path) -> N
     names = set(zipfile.ZipFile(wheel).namelist())
     for path in ("dagctx/protocol/__init__.py", "dagctx/protocol/schema.json", "dagctx/ledger/store.py",
                  "dagctx/engine/core.py", "dagctx/server/jsonrpc_server.py", "dagctx/transcripts/base.py",
-                 "dagctx/cli/__init__.py", "dagctx/client/client.py"):
+                 "dagctx/cli/__init__.py", "dagctx/client/client.py",
+                 # the web view's page is bundled (dagctx ui works offline)
+                 "dagctx/cli/webui/server.py", "dagctx/cli/webui/static/index.html",
+                 "dagctx/cli/webui/static/app.js", "dagctx/cli/webui/static/app.css",
+                 "dagctx/cli/webui/static/favicon.svg"):
         assert path in names, path
     assert "dagctx/__init__.py" not in names  # the namespace has no owner
     assert not any(n.startswith(("build_backend/", "tests/")) for n in names)

@@ -209,11 +209,19 @@ async def test_generated_300_call_turn_fits(tc: DagctxClient, sampler: Sampler, 
     assert len(sampler.requests) == asked, "a second prepare of the same turn called the summarizer"
     assert again.messages == p.messages and again.reduction and again.reduction.reused >= 1
     assert again.stable_prefix and again.stable_prefix.messages == len(again.messages)
-    # one more step: still no call, and the reduced prefix stays byte-identical
-    await step(tc, sid, head, 300, tag=f"gen{model[:3]}", model=model)
-    more = await tc.prepare(sid, model=model, format="neutral", tools=TOOLS, prompt_mode="none")
-    assert len(sampler.requests) == asked
-    assert more.stable_prefix and more.stable_prefix.messages >= len(p.messages) - 1
+    # more steps: the reduction is recomputed from the data for each request, and the
+    # checkpoint grows in quanta of 8 steps, so the reduced prefix changes rarely
+    prev, more = p, p
+    changes = 0
+    for j in range(16):
+        head = await step(tc, sid, head, 300 + j, tag=f"gen{model[:3]}", model=model)
+        more = await tc.prepare(sid, model=model, format="neutral", tools=TOOLS, prompt_mode="none")
+        assert within(more.budget)
+        kept = more.stable_prefix.messages if more.stable_prefix else 0
+        if kept < len(prev.messages) - 1:
+            changes += 1
+        prev = more
+    assert changes <= 3, changes  # 16 steps: about one change per quantum of 8
     await check_request(tc, sid, p, model)
     await check_request(tc, sid, more, model)
 
@@ -273,7 +281,9 @@ async def test_real_sessions_with_auto_compaction_fit_at_32k(tc: DagctxClient, s
     assert p.compaction is not None, p.decision_path
     if p.compaction["ok"] and p.compaction.get("summaryId"):
         assert p.summary_id == p.compaction["summaryId"]
-    assert any(x.startswith("dagctx/turn-") for x in sampler.purposes()) or p.reduction is None
+    # the reduction's summaries were asked for now, or found stored by an earlier test
+    assert p.reduction is None or (any(x.startswith("dagctx/turn-") for x in sampler.purposes())
+                                   or p.reduction.cache_hits > 0)
 
 
 async def test_a_fresh_daemon_reuses_the_cached_summaries(tmp_path: Path, sampler: Sampler) -> None:

@@ -86,8 +86,13 @@ def test_marks_spill_aging_and_replay_from_stored_data() -> None:
     assert rows["t2"].spilled_chars == 90000 and rows["t1"].spilled_chars is None
     assert rows["t1"].aged_by == "l3" and rows["t2"].aged_by is None
     assert rows["l3"].replayable and not rows["l1"].replayable
+    assert (rows["l1"].aged_calls, rows["l1"].spilled_calls) == (1, 0)
+    assert (rows["l2"].aged_calls, rows["l2"].spilled_calls) == (0, 1) and rows["root"].spilled_calls == 0
     assert rows["t1"].tool_call_id == "c1" and rows["l1"].callees == 1
     assert rows["t1"].preview.startswith('bash({"cmd":"ls"}) → a.py')
+    b.add("sp", "user", output="subagent task", caller="t1", metadata={"spawn_branch_root": True})
+    sp = _rows(b)["rows"]["sp"]
+    assert sp.spawn_root and sp.spawned_from == "l1" and sp.conversation
 
 
 def test_pages_by_seq_cover_every_node_once() -> None:

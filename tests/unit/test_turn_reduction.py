@@ -86,8 +86,9 @@ def test_turn_shape_and_protected_parts() -> None:
     parts = tr.protected_parts(t.g, shape, ids, per, system=7, tools=5)
     # message 0 is the user's; the newest step is its assistant message and its tool message
     assert parts.user_messages == per[0]
-    assert parts.newest_step == per[-1] + per[-2]
-    assert parts.total == 7 + 5 + per[0] + per[-1] + per[-2]
+    # its finished tool result may be summarized last: protected at about a summary's size
+    assert parts.newest_step == per[-2] + min(per[-1], tr.result_summary_cap(per[-1]) + 40)
+    assert parts.total == 7 + 5 + per[0] + parts.newest_step
 
 
 def test_budget_exceeded_carries_the_numbers() -> None:
@@ -152,8 +153,9 @@ def test_reduced_result_keeps_call_id_and_error_status() -> None:
     assert res[0]["toolCallId"] == "call_0" and res[0]["isError"] is True
     assert res[0]["content"].startswith("[error] [tool result summarized for this request: read_file")
     assert check_pairs(msgs, "neutral") == []
-    # an aging decision wins over a reduction
-    assert red.aged_overlay({"t0": "aged"}) == {"t0": "aged"}
+    # a chosen summary replaces what aging made of the result (only the newest step's
+    # results are chosen while aged, SPEC §8)
+    assert red.aged_overlay({"t0": "aged", "t9": "other"}) == {"t0": red.results["t0"].text, "t9": "other"}
     assert red.manifest()["results"] == {"t0": "k"}
     assert red.tokens_saved({}) == cand.tokens - count(text) and red.tokens_saved({"t0": "x"}) == 0
 

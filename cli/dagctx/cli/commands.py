@@ -122,6 +122,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--to", dest="target", required=True, metavar="PATH_OR_URL")
     p.set_defaults(func=lambda args: run(_command("cmd_import", "cmd_migrate"), args))
 
+    p = add("ui", _command("cmd_webui", "cmd_ui"),
+            "a local web view of the sessions: graphs, what the model saw, summaries (127.0.0.1 only)")
+    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a random free one)")
+    p.add_argument("--no-open", action="store_true", help="print the URL without opening a browser")
+    p.add_argument("--allow-writes", action="store_true",
+                   help="let the page check out and fork (read-only without it)")
+
     p = add("demo", _command("demo", "run_demo"), "generate a realistic agent session through the daemon and show what dagctx does",
             db_help="database file to use (default: a new temporary one, removed afterwards unless --keep)")
     p.add_argument("--keep", action="store_true", help="keep the demo database and print its path")

@@ -363,6 +363,8 @@ export interface GraphNode {
   toolCallId?: string | null;
   /** @default false */
   spawnRoot?: boolean;
+  /** @default null */
+  spawnedFrom?: string | null;
   /** @default false */
   summary?: boolean;
   /** @default false */
@@ -379,6 +381,10 @@ export interface GraphNode {
   agedBy?: string | null;
   /** @default false */
   replayable?: boolean;
+  /** @default 0 */
+  agedCalls?: number;
+  /** @default 0 */
+  spilledCalls?: number;
 }
 
 export interface HeadResult {
@@ -738,6 +744,16 @@ export interface ReplayResult {
   reads: string[];
   manifest: Record<string, unknown>;
   exact: boolean;
+  /** @default null */
+  tokens?: TokenCounts | null;
+  /** @default [] */
+  messageNodes?: string[][];
+  /** @default null */
+  contextWindow?: number | null;
+  /** @default null */
+  outputReserve?: number | null;
+  /** @default null */
+  usage?: Usage | null;
 }
 
 /** The turn's earlier steps replaced by one task summary for this request. */

@@ -145,6 +145,11 @@ def node_preview(node: Call) -> str:
 def graph_row(graph: SessionGraph, node: Call, cov: Coverage, aged: dict[str, str]) -> m.GraphNode:
     summary = is_summary(node)
     spill = node.metadata.get("spill")
+    aged_calls = spilled_calls = 0
+    if graph.callees.get(node.id) and node.id != graph.root_id:  # ROOT's subtree holds every branch
+        for c in graph.subtree(node.id):
+            aged_calls += c.id in aged
+            spilled_calls += "spill" in c.metadata
     covers = cov.covers.get(node.id) if summary else None
     return m.GraphNode(
         id=node.id,
@@ -160,6 +165,7 @@ def graph_row(graph: SessionGraph, node: Call, cov: Coverage, aged: dict[str, st
         callees=len(graph.callees.get(node.id, ())),
         tool_call_id=tool_call_id_of(node) if node.role == "code" else None,
         spawn_root=is_spawn_root(node),
+        spawned_from=(graph.owner(node.caller) if is_spawn_root(node) and node.caller in graph.nodes else None),
         summary=summary,
         system_prompt=node.name == SYSTEM_PROMPT_NAME,
         covers_ids=covers,
@@ -168,6 +174,8 @@ def graph_row(graph: SessionGraph, node: Call, cov: Coverage, aged: dict[str, st
         spilled_chars=int(spill["chars"]) if isinstance(spill, dict) and isinstance(spill.get("chars"), int) else None,
         aged_by=aged.get(node.id),
         replayable=node.role == "llm" and isinstance(node.metadata.get("renderManifest"), dict),
+        aged_calls=aged_calls,
+        spilled_calls=spilled_calls,
     )
 
 
@@ -178,10 +186,13 @@ def graph_page(
     after_seq: int = -1,
     limit: int = 2_000,
     conversation_only: bool = False,
+    cov: Coverage | None = None,
+    aged: dict[str, str] | None = None,
 ) -> tuple[list[m.GraphNode], int | None, Coverage]:
-    """One page of rows (``seq > after_seq``, at most ``limit``) and the cursor of the next."""
-    cov = coverage(graph, heads)
-    aged = aged_by(graph)
+    """One page of rows (``seq > after_seq``, at most ``limit``) and the cursor of the next.
+    ``cov`` and ``aged`` may be given when already computed for this graph state."""
+    cov = coverage(graph, heads) if cov is None else cov
+    aged = aged_by(graph) if aged is None else aged
     rows: list[m.GraphNode] = []
     by_seq = graph.by_seq
     lo, hi = 0, len(by_seq)

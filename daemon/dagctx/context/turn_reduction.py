@@ -70,6 +70,10 @@ KEEP_RECENT_STEPS = 2
 CHECKPOINT_QUANTUM = 8
 #: The summarizer's input is cut into segments of at most this share of the window.
 SEGMENT_SHARE = 0.5
+#: Results are summarized in chunks oldest first, each expected to free about this
+#: share of the request's limit: a reduced request keeps that much room for the next
+#: steps of the turn, so its reduced prefix stays the same for several requests.
+CHUNK_SHARE = 0.15
 
 RESULT_MARKER = "[tool result summarized for this request: {tool}, {tokens} tokens; the full output is node {node}]"
 CHECKPOINT_MARKER = "[Checkpoint: summary of the {steps} earlier steps of this turn; the full record is in the ledger]"
@@ -171,8 +175,19 @@ def protected_parts(
         )):
             user_tokens += n
         elif newest is not None and newest in owners:
-            step_tokens += n
+            # the newest step's finished plain-text results may be summarized, last
+            # (SPEC §8): what is protected of them is about a summary's size
+            if ids and all(_finished_result(graph, i) for i in ids):
+                step_tokens += min(n, sum(result_summary_cap(n) + 40 for _ in ids))
+            else:
+                step_tokens += n
     return ProtectedParts(system, tools, user_tokens, step_tokens, hooks)
+
+
+def _finished_result(graph: SessionGraph, node_id: str) -> bool:
+    node = graph.nodes.get(node_id)
+    return (node is not None and node.role == "code" and node.status in ("completed", "error", "cancelled")
+            and node.output is not None and _plain_text(node.output) is not None)
 
 
 def budget_exceeded(
@@ -262,12 +277,15 @@ def result_candidates(
     *,
     aged: Mapping[str, str],
     min_tokens: int = MIN_RESULT_TOKENS,
+    newest_step: bool = False,
 ) -> list[ResultCandidate]:
     """Tool results that may be summarized for this request, oldest first.
 
     The group has fully returned (no call of the owning step is still running, the
     result is not synthetic), the content is plain text, the result is not in the
     newest step and not already aged, and it is large enough to be worth a call.
+    ``newest_step``: the newest step's own finished results instead (the last resort,
+    SPEC §8: only its completed results, never its calls).
     """
     newest = shape.steps[-1] if shape.steps else None
     unfinished: set[str] = set()
@@ -280,10 +298,12 @@ def result_candidates(
         if not (it.kind == "tool_result" or (it.kind == "text_pair" and it.part == "result")):
             continue
         node = graph.nodes.get(it.node_id)
-        if node is None or node.role != "code" or node.id in seen or node.id in aged:
+        if node is None or node.role != "code" or node.id in seen or (node.id in aged and not newest_step):
             continue
         seen.add(node.id)
-        if owner == newest or owner in unfinished or node.status not in ("completed", "error", "cancelled"):
+        if (owner == newest) != newest_step or node.status not in ("completed", "error", "cancelled"):
+            continue
+        if owner in unfinished and not newest_step:
             continue
         if node.output is None:
             continue
@@ -297,6 +317,34 @@ def result_candidates(
         out.append(ResultCandidate(node.id, node.name, it.tool_call_id, tokens, text, args, node.status))
     out.sort(key=lambda c: graph.nodes[c.node_id].seq)
     return out
+
+
+def result_chunks(cands: Sequence[ResultCandidate], chunk_tokens: int) -> list[list[ResultCandidate]]:
+    """``cands`` (oldest first) in consecutive chunks whose expected saving reaches
+    ``chunk_tokens`` (the last may be smaller). A function of the results alone, so the
+    chunk boundaries stay where they are while the turn grows."""
+    out: list[list[ResultCandidate]] = []
+    cur: list[ResultCandidate] = []
+    saved = 0
+    for x in cands:
+        cur.append(x)
+        saved += max(0, expected_saving(x))
+        if saved >= chunk_tokens:
+            out.append(cur)
+            cur, saved = [], 0
+    if cur:
+        out.append(cur)
+    return out
+
+
+def results_needed(cands: Sequence[ResultCandidate], need: int) -> int:
+    """How many results (oldest first) are expected to free ``need`` tokens."""
+    saved = 0
+    for n, x in enumerate(cands, start=1):
+        saved += max(0, expected_saving(x))
+        if saved >= need:
+            return n
+    return len(cands)
 
 
 def result_summary_cap(tokens: int) -> int:
@@ -425,6 +473,24 @@ def choose_checkpoint(eligible: Sequence[str], tokens: Mapping[str, int], need: 
         k = len(eligible)
     k = min(len(eligible), math.ceil(k / CHECKPOINT_QUANTUM) * CHECKPOINT_QUANTUM)
     return max(k, min(already, len(eligible)))
+
+
+def checkpoint_segments(texts: Sequence[str], max_tokens: int, count: Callable[[str], int]) -> list[tuple[int, int]]:
+    """Steps (their ``texts``, oldest first) cut into consecutive segments ``(lo, hi)`` of
+    at most ``max_tokens`` each (a larger step is a segment alone), from the start of the
+    turn: a checkpoint of more steps shares the segments of a smaller one."""
+    out: list[tuple[int, int]] = []
+    lo = 0
+    size = 0
+    for i, t in enumerate(texts):
+        n = count(t) + 1
+        if i > lo and size + n > max_tokens:
+            out.append((lo, i))
+            lo, size = i, 0
+        size += n
+    if lo < len(texts):
+        out.append((lo, len(texts)))
+    return out
 
 
 def checkpoint_summary_cap(window: int) -> int:
@@ -562,9 +628,10 @@ class Reductions:
         return bool(self.results) or self.checkpoint is not None
 
     def aged_overlay(self, aged: Mapping[str, str]) -> dict[str, str]:
-        """``aged`` plus the summarized results (an aging decision wins)."""
-        out = {k: r.text for k, r in self.results.items() if k not in aged}
-        out.update(aged)
+        """``aged`` plus the summarized results. Only results aging left whole are chosen,
+        except the newest step's (capped by aging at most), whose summary replaces the cap."""
+        out = dict(aged)
+        out.update({k: r.text for k, r in self.results.items()})
         return out
 
     def tokens_saved(self, aged: Mapping[str, str]) -> int:
@@ -601,6 +668,7 @@ def checkpoint_from_manifest(manifest: Mapping[str, Any]) -> Checkpoint | None:
 __all__ = [
     "CHECKPOINT_MARKER",
     "CHECKPOINT_QUANTUM",
+    "CHUNK_SHARE",
     "CONCURRENT_CALLS",
     "KEEP_RECENT_STEPS",
     "MAX_SECONDS",
@@ -620,6 +688,7 @@ __all__ = [
     "budget_exceeded",
     "checkpoint_from_manifest",
     "checkpoint_messages",
+    "checkpoint_segments",
     "checkpoint_steps",
     "checkpoint_summary_cap",
     "choose_checkpoint",
@@ -630,8 +699,10 @@ __all__ = [
     "protected_parts",
     "reduced_result_text",
     "result_candidates",
+    "result_chunks",
     "result_messages",
     "result_summary_cap",
+    "results_needed",
     "safety_margin",
     "split_segments",
     "step_tokens",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from dagctx.context import compaction_plan
@@ -35,7 +35,7 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import NodeInput
 
 from .heads import check_head
-from .sampling import create_message
+from .sampling import check_fits, create_message, summarizer_model, summary_limits
 
 if TYPE_CHECKING:
     from .core import EngineCore
@@ -46,6 +46,8 @@ AUTO_COOLDOWN_SECONDS = 300.0
 RETRY_BACKOFF_SECONDS = (0.5, 2.0)
 #: The summarizer's input budget is this share of the model's window.
 STAGE_INPUT_SHARE = 0.5
+#: A summarizer that leaves less than this for the transcript of one stage is too small.
+MIN_STAGE_TOKENS = 256
 
 
 @dataclass
@@ -158,7 +160,19 @@ async def _compact(engine: EngineCore, p: c.CompactParams, started: float) -> c.
     # Stage sizes only need to be about right (each stage is half a window): the fast
     # estimate sizes them instead of tokenizing the whole prefix exactly.
     count = estimate_tokens
-    stage_budget = max(2000, int(info.context_window * STAGE_INPUT_SHARE))
+    # every request must fit the summarizing model (SPEC §8): its answer cap and the
+    # stage size come from its window, after the prompt around the transcript and room
+    # for the summary so far (staged requests carry it)
+    sinfo = summarizer_model(engine, info)
+    max_tokens, input_limit = summary_limits(sinfo.context_window, sinfo.max_output)
+    overhead = _prompt_overhead(plan, p.instructions, max_chars)
+    stage_budget = min(int(sinfo.context_window * STAGE_INPUT_SHARE), input_limit - overhead - max_tokens)
+    if stage_budget < MIN_STAGE_TOKENS:
+        return done(False, "failed", shown_before, shown_before, error=(
+            f"SamplingFailed: the summarizer {sinfo.name} (window {sinfo.context_window:,} tokens) is too small for "
+            f"one chunk of the conversation: its {max_tokens:,}-token answer and the {overhead:,}-token summary "
+            "prompt leave no room for the transcript; nothing was sent or written. Configure a summarizer with a "
+            "larger window"))
     stages = compaction_plan.split_stages(plan, stage_budget, count)
     sent: list[Any] = []
     text: str | None = None
@@ -166,6 +180,7 @@ async def _compact(engine: EngineCore, p: c.CompactParams, started: float) -> c.
     used_previous = plan.previous_summary_id is not None
     try:
         summary_so_far: str | None = None
+        sub = plan
         owners = compaction_plan.stage_owners(plan) if len(stages) > 1 else None
         for i, items in enumerate(stages, start=1):
             sub = plan if len(stages) == 1 else compaction_plan.stage_plan(
@@ -173,7 +188,7 @@ async def _compact(engine: EngineCore, p: c.CompactParams, started: float) -> c.
             )
             system, messages = compaction_plan.summarizer_messages(sub, instructions=p.instructions, max_chars=max_chars)
             sent.append(messages)
-            summary_so_far = await _sample(engine, p, system, messages, info)
+            summary_so_far = await _sample(engine, p, system, messages, sinfo, max_tokens)
             engine.peer.progress(token, {"kind": "report", "message": f"stage {i}/{len(stages)}",
                                          "percentage": int(i * 80 / len(stages))})
         text = summary_so_far
@@ -182,10 +197,12 @@ async def _compact(engine: EngineCore, p: c.CompactParams, started: float) -> c.
             engine, graph, plan, text, head, aged, info, tokens_before, identifiers, max_chars,
             p.min_identifier_retention))
         if not validation.ok and validation.reason == compaction_plan.LOW_FIDELITY:
-            system, messages = compaction_plan.summarizer_messages(plan, instructions=p.instructions, max_chars=max_chars)
+            # the retry repeats the last request (the whole prefix, or the last stage on
+            # top of the summary so far), so it fits the summarizer as that one did
+            system, messages = compaction_plan.summarizer_messages(sub, instructions=p.instructions, max_chars=max_chars)
             retry = compaction_plan.retry_messages(messages, validation.missing)
             sent.append(retry)
-            text = await _sample(engine, p, system, retry, info)
+            text = await _sample(engine, p, system, retry, sinfo, max_tokens)
             validation, node_input = await engine.offload(lambda: _validate(
                 engine, graph, plan, text, head, aged, info, tokens_before, identifiers, max_chars,
                 p.min_identifier_retention))
@@ -242,13 +259,24 @@ async def _compact(engine: EngineCore, p: c.CompactParams, started: float) -> c.
     )
 
 
-async def _sample(engine: EngineCore, p: c.CompactParams, system: str, messages: list[dict[str, Any]], info: Any) -> str:
-    """One completion with retries and backoff on transport failures."""
+def _prompt_overhead(plan: Any, instructions: str | None, max_chars: int) -> int:
+    """Tokens of a summary request besides the transcript: the system prompt, the task,
+    the instructions and the stage note (estimated on an empty request in update mode)."""
+    empty = replace(plan, input_items=[], input_groups=[], previous_summary_text="", stage=(2, 2))
+    system, messages = compaction_plan.summarizer_messages(empty, instructions=instructions, max_chars=max_chars)
+    return estimate_tokens(system) + sum(estimate_tokens(m["content"]["text"]) for m in messages) + 64
+
+
+async def _sample(engine: EngineCore, p: c.CompactParams, system: str, messages: list[dict[str, Any]], info: Any,
+                  max_tokens: int) -> str:
+    """One completion with retries and backoff on transport failures; a request the
+    summarizer ``info`` cannot take is refused before it is sent."""
+    check_fits(system, [m["content"]["text"] for m in messages], max_tokens, info.context_window, info.name)
     params = c.CreateMessageParams(
         messages=[c.SamplingMessage(role=m["role"], content=c.SamplingContent(text=m["content"]["text"]))
                   for m in messages],
         system_prompt=system,
-        max_tokens=min(8192, max(512, info.max_output)),
+        max_tokens=max_tokens,
         metadata={"purpose": "dagctx/compaction", "sessionId": p.session_id},
     )
     attempts = (0.0, *RETRY_BACKOFF_SECONDS)
@@ -288,6 +316,12 @@ def _validate(engine: EngineCore, graph: Any, plan: Any, text: str | None, head:
         text, plan, tokens_before=tokens_before, candidate_tokens_after=after, max_chars=max_chars,
         identifiers=identifiers, min_retention=min_retention,
     )
+    # what the gate measured rides on the node (SPEC §8), so a viewer can show it later:
+    # both token figures are the same estimate (neutral format, same aging)
+    node_input["metadata"]["stats"] = {
+        "tokensBefore": tokens_before, "tokensAfter": after,
+        "identifiersChecked": list(identifiers), "identifiersMissing": list(validation.missing),
+    }
     return validation, node_input
 
 

@@ -334,14 +334,9 @@ class EngineCore:
         turn_reduction.time_limit(p.reduction_timeout_seconds, "params.reductionTimeoutSeconds")
         head = p.head or self.store.head(p.session_id)
         info = self.models.get(p.model or self.options.default_model)
-        carried = self.turn_reducer.carried(p.session_id, head, info) or Reductions()
-        built = turn_reduction.build_render(self, p, carried)
+        built = turn_reduction.build_render(self, p, Reductions())
         if built.fits:
-            result = built.result
-            if carried:
-                result.reduction = turn_reduction.report_of(carried, built, before=built.budget.input_used)
-                result.reduction.reused = len(carried.results) + (carried.checkpoint is not None)
-            return result
+            return built.result
         return self._reduce_render(p, head, info, built)
 
     async def _reduce_render(self, p: c.RenderParams, head: str, info: Any,
@@ -392,38 +387,14 @@ class EngineCore:
                 )
                 compact = False
         if not compact and tr.fits(result.budget):
-            return self._with_carried_report(p, result)
+            return result
         return self._prepare_async(p, result, compact)
-
-    def _with_carried_report(self, p: c.PrepareParams, result: c.PrepareResult) -> c.PrepareResult:
-        tr_manifest = result.manifest.get("turnReduction")
-        if tr_manifest:
-            head = p.head or self.store.head(p.session_id)
-            info = self.models.get(p.model or self.options.default_model)
-            carried = self.turn_reducer.carried(p.session_id, head, info)
-            if carried:
-                n = len(carried.results) + (carried.checkpoint is not None)
-                result.reduction = c.TurnReduction(
-                    tokens_before=result.budget.input_used, tokens_after=result.budget.input_used,
-                    limit=tr.input_limit(result.budget), reused=n,
-                    results=[c.ReducedResult(node_id=x.node_id, tool_call_id=x.tool_call_id,
-                                             tokens_before=x.tokens_before, tokens_after=x.tokens_after,
-                                             summary_key=x.key, cached=True)
-                             for x in sorted(carried.results.values(), key=lambda x: x.node_id)],
-                    checkpoint=None if carried.checkpoint is None else c.RequestCheckpoint(
-                        id=carried.checkpoint.id, covers_ids=list(carried.checkpoint.covers),
-                        tokens_before=carried.checkpoint.tokens_before, tokens_after=carried.checkpoint.tokens_after,
-                        summary_key=carried.checkpoint.key, segments=carried.checkpoint.segments, cached=True),
-                )
-                result.decision_path.append(f"reduction within the turn: {n} reductions carried over from the "
-                                            "previous request of the branch")
-        return result
 
     async def _prepare_async(self, p: c.PrepareParams, result: c.PrepareResult, compact: bool) -> c.PrepareResult:
         if compact:
             result = await self._prepare_after_compaction(p, result)
             if tr.fits(result.budget):
-                return self._with_carried_report(p, result)
+                return result
         return await self._reduce_prepare(p, result)
 
     async def _reduce_prepare(self, p: c.PrepareParams, first: c.PrepareResult) -> c.PrepareResult:
@@ -459,7 +430,7 @@ class EngineCore:
         result.decision_path = extra + result.decision_path + [
             f"reduction within the turn: {rep.tokens_before:,} → {rep.tokens_after:,} tokens (limit {rep.limit:,}); "
             f"{len(rep.results)} results summarized, checkpoint {rep.checkpoint.id if rep.checkpoint else 'none'}; "
-            f"{rep.summary_calls} summary calls, {rep.cache_hits} cached, {rep.reused} carried over"
+            f"{rep.summary_calls} summary calls, {rep.cache_hits} cached, {rep.reused} reused from stored summaries"
         ]
         return result
 

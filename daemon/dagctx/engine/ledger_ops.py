@@ -7,6 +7,8 @@ Notifications are returned to the caller, never sent from here.
 
 from __future__ import annotations
 
+from typing import Any
+
 from dagctx.ledger import Store
 from dagctx.protocol import messages as m
 
@@ -49,6 +51,10 @@ def session_branches(store: Store, p: m.SessionRef) -> m.SessionBranchesResult:
     return m.SessionBranchesResult(branches=branches, head=head)
 
 
+#: (session, revision, heads) → (graph, coverage, aged marks): the pages of one state share them
+_GRAPH_STATE: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
+
+
 def session_graph(store: Store, p: m.SessionGraphParams) -> m.SessionGraphResult:
     # SPEC §4.1: rows paged by seq; coverage restates the render's own choice per head.
     info = store.get_session(p.session_id)
@@ -63,8 +69,16 @@ def session_graph(store: Store, p: m.SessionGraphParams) -> m.SessionGraphResult
         heads = [b.head for b in branches]
         if head not in heads:
             heads.append(head)
+    # what the pages of one graph state share (coverage, aging marks) is computed once
+    key = (p.session_id, g.rev, tuple(heads))
+    hit = _GRAPH_STATE.get(key)
+    if hit is None or hit[0] is not g:
+        hit = (g, graph_view.coverage(g, heads), graph_view.aged_by(g))
+        _GRAPH_STATE[key] = hit
+        while len(_GRAPH_STATE) > 8:
+            _GRAPH_STATE.pop(next(iter(_GRAPH_STATE)))
     rows, nxt, cov = graph_view.graph_page(g, heads, after_seq=p.after_seq, limit=p.limit,
-                                           conversation_only=p.conversation_only)
+                                           conversation_only=p.conversation_only, cov=hit[1], aged=hit[2])
     return m.SessionGraphResult(
         session_id=p.session_id, root_id=g.root_id, head=head, nodes=rows, total=info.node_count,
         next_after_seq=nxt, branches=branches,

@@ -73,15 +73,12 @@ class ContextEngine:
         """The session was deleted."""
 
     def prepare(self, p: c.PrepareParams) -> c.PrepareResult:
-        """The turn's request, with the reductions the branch already carries (SPEC §7, §8).
+        """The turn's request, unreduced (SPEC §7, §8).
 
         A request over its limit is returned as built; ``EngineCore.context_prepare``
         then reduces it within the turn (``engine.turn_reduction``) or refuses it.
         """
-        head = p.head or self.host.store.head(p.session_id)
-        info = self.host.models.get(p.model or self.host.options.default_model)
-        carried = self.host.turn_reducer.carried(p.session_id, head, info) if self.turn_reduction else None
-        built = self.build(p, carried or Reductions())
+        built = self.build(p, Reductions())
         self.host.turn_reducer.stash(built)
         return built.result
 

@@ -49,6 +49,46 @@ async def create_message(engine: EngineCore, params: c.CreateMessageParams, *, t
     )
 
 
+#: A summary request never asks for more than this many output tokens.
+SUMMARY_MAX_TOKENS = 8192
+
+
+def summarizer_model(engine: EngineCore, session_model: Any) -> Any:
+    """The model that writes summaries (SPEC §8, summary requests fit the summarizer):
+    the configured endpoint's model when the endpoint answers (the client does not
+    sample) and the model table knows it, else the session's model."""
+    endpoint = engine.options.sampling_endpoint
+    if not engine.peer.can_sample and endpoint is not None:
+        info = engine.models.get(endpoint.model)
+        if info.known:
+            return info
+    return session_model
+
+
+def summary_limits(window: int, max_output: int) -> tuple[int, int]:
+    """``(maxTokens, input limit)`` of one summary request to a model of ``window``
+    tokens: the answer may use a quarter of the window (at most its max output and
+    8,192); the input gets the rest, minus a safety margin for the estimate."""
+    max_tokens = max(64, min(SUMMARY_MAX_TOKENS, max_output, window // 4))
+    margin = max(256, -(-window * 2 // 100))
+    return max_tokens, window - max_tokens - margin
+
+
+def check_fits(system: str, texts: list[str], max_tokens: int, window: int, model: str) -> None:
+    """Refuse (``SamplingFailed``, nothing sent) a summary request its summarizer cannot take."""
+    from dagctx.context.tokens import estimate_tokens
+
+    used = estimate_tokens(system) + sum(estimate_tokens(t) + 4 for t in texts)
+    if used + max_tokens > window:
+        raise DagctxError(
+            "SamplingFailed",
+            f"the summary request needs about {used:,} input tokens plus {max_tokens:,} for the answer, but the "
+            f"summarizer {model} has a window of {window:,} tokens; it was not sent. Configure a summarizer "
+            "with a larger window (initializationOptions.samplingEndpoint, or a client model with more context)",
+            details={"inputTokens": used, "maxTokens": max_tokens, "window": window, "model": model},
+        )
+
+
 #: the largest endpoint answer read; a summary is a few KiB
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 

@@ -3,14 +3,16 @@
 ``context/prepare`` and ``context/render`` with ``budget`` build a request, check it
 against ``input budget − safety margin`` and, when it is over, call ``reduce``:
 
-1. carry over what the previous request of the branch reduced (``TurnReducer``), so
-   consecutive requests of a turn share their reduced prefix (prompt cache);
-2. summarize fully returned plain-text tool results, oldest first, until the request
-   is ``TARGET_SHARE`` of its limit (``context.turn_reduction`` decides which);
-3. if that is not enough, replace the turn's earlier steps by a request checkpoint
-   (a task summary, rolling over a smaller checkpoint the branch already had);
-4. hand the request out only when it fits; otherwise answer ``BudgetExceeded`` with
+1. summarize fully returned plain-text tool results, oldest first, in chunks fixed by
+   the results themselves, until the request fits (``context.turn_reduction`` decides
+   which);
+2. if that is not enough, replace the turn's earlier steps by a request checkpoint
+   (a canonical rolling summary of fixed segments of the turn, in quanta of 8 steps);
+3. hand the request out only when it fits; otherwise answer ``BudgetExceeded`` with
    the numbers.
+
+What a request reduces is a pure function of the request (SPEC §8): nothing of an
+earlier request is kept in memory; the stored summaries make it cheap.
 
 Summaries come through ``sampling.create_message`` — the client's
 ``sampling/createMessage`` or the configured endpoint, the same path compaction uses —
@@ -42,8 +44,7 @@ from dagctx.context.turn_reduction import Checkpoint, ReducedText, Reductions
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
 
-from .render_cache import Snapshot, still_valid_prefix
-from .sampling import create_message
+from .sampling import create_message, summarizer_model, summary_limits
 
 if TYPE_CHECKING:
     from dagctx.context.models import ModelInfo
@@ -71,69 +72,22 @@ class Built:
         return tr.fits(self.budget)
 
 
-@dataclass
-class _Carried:
-    snap: Snapshot
-    reductions: Reductions
-
-
 class TurnReducer:
-    """Per-connection memory of the reductions each branch's last request carried.
-
-    Only a cache: a fresh daemon rebuilds the same reductions from the ledger and the
-    derived summary table, without new summary calls.
-    """
-
-    SESSIONS = 64
+    """Hands the request a prepare just built to the reduction that follows it (one
+    request, one connection). Nothing of an earlier request is kept: what a request
+    reuses is found in the ledger's derived summary table (SPEC §8)."""
 
     def __init__(self, engine: EngineCore) -> None:
         self.e = engine
-        self._carried: dict[tuple[Any, ...], _Carried] = {}
-
-    @staticmethod
-    def _key(session_id: str, info: ModelInfo) -> tuple[Any, ...]:
-        return (session_id, info.name, info.context_window)
-
-    def carried(self, session_id: str, head: str, info: ModelInfo) -> Reductions | None:
-        """The previous request's reductions while the branch still extends it unchanged."""
-        st = self._carried.get(self._key(session_id, info))
-        if st is None:
-            return None
-        graph = self.e.store.graph(session_id)
-        if head not in graph.nodes:
-            return None
-        chain = [n.id for n in graph.chain(head)]
-        if not still_valid_prefix(graph, st.snap, chain):
-            return None
-        return Reductions(results=dict(st.reductions.results), checkpoint=st.reductions.checkpoint)
+        self._last: Built | None = None
 
     def stash(self, built: Built) -> None:
         """Keep the request just built, so a reduction that follows starts from it."""
         self._last = built
 
     def take(self, render_id: str) -> Built | None:
-        built, self._last = getattr(self, "_last", None), None
+        built, self._last = self._last, None
         return built if built is not None and built.rendering.record.render_id == render_id else None
-
-    def remember(self, session_id: str, head: str, info: ModelInfo, reductions: Reductions) -> None:
-        key = self._key(session_id, info)
-        if not reductions:
-            self._carried.pop(key, None)
-            return
-        graph = self.e.store.graph(session_id)
-        chain = [n.id for n in graph.chain(head)]
-        pos = {nid: i for i, nid in enumerate(chain)}
-        last = -1
-        for nid in reductions.results:
-            if nid in graph.nodes:
-                last = max(last, pos.get(graph.owner(nid), -1))
-        if reductions.checkpoint is not None:
-            last = max([last, *(pos.get(s, -1) for s in reductions.checkpoint.covers)])
-        # the reductions depend on the chain up to the newest step they touch
-        self._carried.pop(key, None)
-        self._carried[key] = _Carried(Snapshot.of(graph, chain[: last + 1]), reductions)
-        while len(self._carried) > self.SESSIONS:
-            self._carried.pop(next(iter(self._carried)))
 
 
 # ---------------------------------------------------------------- one run
@@ -167,15 +121,23 @@ class _Run:
     done: int = 0
     planned: int = 0
     failures: list[str] = field(default_factory=list)
+    #: the segment size after the summarizer reported a context overflow (kept for the build)
+    seg_limit: int | None = None
+    #: the model that writes the summaries (the session's unless another is configured)
+    summarizer: Any = None
 
-    #: per built request (render id): its turn shape and its result candidates with keys
-    _memo: dict[tuple[str, str], Any] = field(default_factory=dict)
+    def __post_init__(self) -> None:
+        if self.summarizer is None:
+            self.summarizer = summarizer_model(self.engine, self.info)
 
-    def shape(self, built: Built, graph: Any) -> tr.TurnShape:
-        key = ("shape", built.rendering.record.render_id)
-        if key not in self._memo:
-            self._memo[key] = tr.turn_shape(built.rendering.view, graph)
-        return self._memo[key]
+    def segment_budget(self, max_tokens: int) -> int:
+        """Tokens of summarized text one request carries: half the summarizer's window,
+        never more than its input limit leaves after the answer and the prompt."""
+        cap, input_limit = summary_limits(self.summarizer.context_window, self.summarizer.max_output)
+        budget = min(int(self.summarizer.context_window * tr.SEGMENT_SHARE) - min(max_tokens, cap) - 600,
+                     input_limit - 2 * min(max_tokens, cap) - 600)
+        budget = max(64, budget)
+        return budget if self.seg_limit is None else min(budget, self.seg_limit)
 
     def count(self, text: str) -> int:
         return self.engine.counter.count(text, self.tokenizer)
@@ -195,12 +157,19 @@ class _Run:
         if remaining <= 0:
             self.stopped = "timeLimit"
             raise _Stop(self.stopped)
+        # the request must fit the summarizing model (SPEC §8): a larger one is never
+        # sent, it is cut into smaller segments like a context-overflow answer
+        cap, input_limit = summary_limits(self.summarizer.context_window, self.summarizer.max_output)
+        max_tokens = max(64, min(max_tokens, cap))
+        if estimate_tokens(system) + estimate_tokens(user) + 8 > input_limit + (cap - max_tokens):
+            raise _Overflow(f"the request does not fit the summarizer's window of "
+                            f"{self.summarizer.context_window:,} tokens")
         self.report.summary_calls += 1
         self.report.summary_input_tokens += estimate_tokens(system) + estimate_tokens(user)
         params = c.CreateMessageParams(
             messages=[c.SamplingMessage(role="user", content=c.SamplingContent(text=user))],
             system_prompt=system,
-            max_tokens=max(64, min(max_tokens, self.info.max_output)),
+            max_tokens=max_tokens,
             metadata={"purpose": purpose, "sessionId": self.session_id},
         )
         for retry in (False, True):
@@ -228,7 +197,7 @@ class _Run:
                         purpose: str) -> tuple[str, int]:
         """``text`` summarized in budget-sized segments (rolling); smaller segments after
         the summarizer reports a context overflow. Returns (summary, segments)."""
-        seg_budget = max(256, int(self.info.context_window * tr.SEGMENT_SHARE) - max_tokens - 600)
+        seg_budget = self.segment_budget(max_tokens)
         for _attempt in range(4):
             segments = tr.split_segments(text, seg_budget, estimate_tokens)
             summary: str | None = None
@@ -240,8 +209,10 @@ class _Run:
                         break
                 return summary or "", len(segments)
             except _Overflow:
-                seg_budget = max(128, seg_budget // 2)
-        raise DagctxError("SamplingFailed", "the summarizer overflowed even on small segments")
+                seg_budget = max(64, seg_budget // 2)
+                self.seg_limit = seg_budget
+        raise DagctxError("SamplingFailed", f"the summarizer {self.summarizer.name} (window "
+                          f"{self.summarizer.context_window:,} tokens) overflowed even on small segments")
 
     def progress(self, message: str) -> None:
         pct = int(self.done * 100 / self.planned) if self.planned else 0
@@ -255,89 +226,66 @@ def _config(engine: EngineCore, info: ModelInfo) -> dict[str, Any]:
     return {"summarizer": summarizer, "model": info.name, "window": info.context_window}
 
 
-def _need(built: Built, share: float = tr.TARGET_SHARE) -> int:
-    """Local-estimate tokens to free so the request lands at ``share`` of its limit."""
+def _ratio(built: Built) -> float:
+    """Budget tokens per local-estimate token of a built request (calibration)."""
     b = built.budget
     ratio = b.input_used / built.estimate if built.estimate > 0 else 1.0
-    ratio = ratio if ratio > 0 else 1.0
-    target = tr.input_limit(b) * share
-    return max(0, math.ceil((b.input_used - target) / ratio))
+    return ratio if ratio > 0 else 1.0
 
 
-def _candidates(run: _Run, built: Built, red: Reductions) -> tuple[list[tr.ResultCandidate], dict[str, str],
-                                                                  dict[str, tuple[str, int, int]]]:
-    """The results that may still be summarized, their cache keys and the cached summaries."""
+def _need(built: Built) -> int:
+    """Local-estimate tokens to free so the request lands within its limit."""
+    b = built.budget
+    return max(0, math.ceil((b.input_used - tr.input_limit(b)) / _ratio(built)))
+
+
+@dataclass
+class _Plan:
+    """What the unreduced request offers: its turn, its result candidates (with cache
+    keys) and the steps a checkpoint may cover. A pure function of the request."""
+
+    base: Built
+    shape: tr.TurnShape
+    candidates: list[tr.ResultCandidate]
+    keys: dict[str, str]
+    owners: dict[str, str]
+    eligible: list[str]
+    blocked: str | None
+    step_texts: dict[str, str]
+    task: str
+    #: the newest step's finished results: summarized last, only when nothing else fits
+    newest: list[tr.ResultCandidate] = field(default_factory=list)
+
+
+def _plan(run: _Run, base: Built) -> _Plan:
     e = run.engine
     graph = e.store.graph(run.session_id)
-    memo_key = ("candidates", built.rendering.record.render_id)
-    if memo_key not in run._memo:
-        view = built.rendering.view
-        shape = run.shape(built, graph)
-        cache = e.views.node_tokens(graph, run.tokenizer)
+    view = base.rendering.view
+    shape = tr.turn_shape(view, graph)
+    cache = e.views.node_tokens(graph, run.tokenizer)
 
-        def token_of(nid: str) -> int:
-            return e.views.counts_of(graph, nid, run.tokenizer, cache)[1]
+    def token_of(nid: str) -> int:
+        return e.views.counts_of(graph, nid, run.tokenizer, cache)[1]
 
-        every = tr.result_candidates(view, graph, shape, token_of, aged=built.aged)
-        keys = {x.node_id: tr.summary_key("result", "\0".join((x.tool, x.arguments, x.status, x.text)), run.config)
-                for x in every}
-        owners = {x.node_id: graph.owner(x.node_id) for x in every}
-        run._memo[memo_key] = (every, keys, owners, e.store.reduction_summaries(list(keys.values())))
-    every, keys, owners, cached = run._memo[memo_key]
-    covered = set(red.checkpoint.covers) if red.checkpoint else set()
-    cands = [x for x in every
-             if x.node_id not in red.results and x.node_id not in run.failed and owners[x.node_id] not in covered]
-    return cands, keys, cached
+    cands = tr.result_candidates(view, graph, shape, token_of, aged=base.aged)
+    newest = tr.result_candidates(view, graph, shape, token_of, aged=base.aged, newest_step=True)
+    keys = {x.node_id: tr.summary_key("result", "\0".join((x.tool, x.arguments, x.status, x.text)), run.config)
+            for x in cands + newest}
+    owners = {x.node_id: graph.owner(x.node_id) for x in cands + newest}
+    eligible, blocked = tr.checkpoint_steps(graph, view, shape)
+    texts = {st: tr.steps_text(view, shape, [st]) for st in eligible}
+    return _Plan(base, shape, cands, keys, owners, eligible, blocked, texts, tr.task_text(view, shape), newest)
 
 
-def _results_can_cover(run: _Run, built: Built, red: Reductions, reserve_calls: int) -> bool:
-    """Whether summarizing results alone (within the calls left after ``reserve_calls``) can
-    free what the request needs; otherwise the checkpoint goes first."""
-    cands, keys, cached = _candidates(run, built, red)
-    calls = max(0, tr.MAX_SUMMARY_CALLS - run.report.summary_calls - reserve_calls)
-    need = _need(built)
-    saving = 0
-    for x in cands:
-        if saving >= need:
-            return True
-        if keys[x.node_id] not in cached:
-            if calls <= 0:
-                continue
-            calls -= 1
-        saving += tr.expected_saving(x)
-    return saving >= need
-
-
-def _checkpoint_calls(run: _Run, built: Built) -> int:
-    """About how many calls a checkpoint of the whole turn would take (its segments)."""
-    seg = max(256, int(run.info.context_window * tr.SEGMENT_SHARE) - tr.checkpoint_summary_cap(run.info.context_window))
-    return max(1, math.ceil(built.estimate / seg))
-
-
-async def _reduce_results(run: _Run, built: Built, red: Reductions) -> int:
-    """Summarize results until the expected saving covers the need; returns how many were added."""
+async def _summarize_results(run: _Run, plan: _Plan, chosen: list[tr.ResultCandidate], red: Reductions) -> None:
+    """Summaries of ``chosen`` (stored ones reused, the others asked for and stored) into ``red``."""
     e = run.engine
-    cands, keys, cached = _candidates(run, built, red)
-    need = _need(built)
-    chosen: list[tr.ResultCandidate] = []
-    saving = 0
-    calls = max(0, tr.MAX_SUMMARY_CALLS - run.report.summary_calls)
-    capped = False
-    for x in cands:
-        if saving >= need:
-            break
-        hit = cached.get(keys[x.node_id])
-        if hit is None:
-            if calls <= 0:
-                capped = True
-                continue
-            calls -= 1
-        chosen.append(x)
-        saving += (x.tokens - run.count(tr.reduced_result_text(x, hit[0]))) if hit else tr.expected_saving(x)
-    if capped and saving < need:
-        run.failures.append("callLimit")
-    run.planned += sum(1 for x in chosen if keys[x.node_id] not in cached)
+    keys = plan.keys
+    todo = [x for x in chosen if x.node_id not in red.results and x.node_id not in run.failed]
+    cached = e.store.reduction_summaries([keys[x.node_id] for x in todo])
+    run.planned += sum(1 for x in todo if keys[x.node_id] not in cached)
     sem = asyncio.Semaphore(tr.CONCURRENT_CALLS)
+    fresh: list[tuple[str, str, str, int, int]] = []
 
     async def one(x: tr.ResultCandidate) -> tuple[str, bool] | None:
         key = keys[x.node_id]
@@ -368,13 +316,11 @@ async def _reduce_results(run: _Run, built: Built, red: Reductions) -> int:
         fresh.append((key, "result", summary, estimate_tokens(x.text), estimate_tokens(summary)))
         return summary, False
 
-    fresh: list[tuple[str, str, str, int, int]] = []
     try:
-        outcomes = await asyncio.gather(*(one(x) for x in chosen))
+        outcomes = await asyncio.gather(*(one(x) for x in todo))
     finally:
         e.store.put_reduction_summaries(fresh)  # what succeeded is kept, even when cancelled
-    added = 0
-    for x, out in zip(chosen, outcomes):
+    for x, out in zip(todo, outcomes):
         if out is None:
             run.failed.add(x.node_id)
             continue
@@ -382,74 +328,106 @@ async def _reduce_results(run: _Run, built: Built, red: Reductions) -> int:
         text = tr.reduced_result_text(x, summary)
         red.results[x.node_id] = ReducedText(x.node_id, x.tool_call_id, text, keys[x.node_id], x.tokens,
                                              run.count(text), was_cached)
-        added += 1
-    return added
 
 
-async def _checkpoint(run: _Run, built: Built, red: Reductions) -> bool:
-    """Replace (more of) the turn's earlier steps by a checkpoint; True when one was made."""
+async def _reduce_results(run: _Run, plan: _Plan, build: Callable[[Reductions], Built], red: Reductions,
+                          covered: frozenset[str]) -> Built | None:
+    """Summarize results chunk by chunk (oldest first) until the request fits; the built
+    request, or None when every chunk did not make it fit."""
+    cands = [x for x in plan.candidates if plan.owners[x.node_id] not in covered]
+    chunk = max(1, math.ceil(tr.input_limit(plan.base.budget) * tr.CHUNK_SHARE / _ratio(plan.base)))
+    for group in tr.result_chunks(cands, chunk):
+        if run.stopped:
+            return None
+        await _summarize_results(run, plan, group, red)
+        built = build(red)
+        if built.fits:
+            return built
+        run.engine.views.forget(built.rendering.record.render_id)
+    return None
+
+
+async def _checkpoint_segments(run: _Run, plan: _Plan, steps: list[str], segments: list[tuple[int, int]],
+                               cap: int, words: int) -> tuple[str, str, int] | None:
+    """Summarize ``segments`` of ``steps`` rolling: (summary, key of the last, calls made),
+    or None after a failure (recorded). A context overflow propagates (``_Overflow``)."""
     e = run.engine
-    graph = e.store.graph(run.session_id)
-    r = built.rendering
-    view = r.view
-    shape = run.shape(built, graph)
-    eligible, blocked = tr.checkpoint_steps(graph, view, shape)
-    prev = red.checkpoint
-    already = 0
-    if prev is not None and tuple(eligible[: len(prev.covers)]) == prev.covers:
-        already = len(prev.covers)
-    elif prev is not None:
-        prev = None
-    tokens = tr.step_tokens(shape, graph, r.node_ids, r.per_message)
-    cap = tr.checkpoint_summary_cap(run.info.context_window)
-    old = run.count(prev.text) if prev is not None else 0
-    k = tr.choose_checkpoint(eligible, tokens, _need(built), cap - old, already=already)
-    if k <= already:
-        run.failures.append("checkpoint: no earlier step may be covered" + (f" ({blocked})" if blocked else ""))
-        return False
-    covers = tuple(eligible[:k])
-    new_steps = eligible[already:k]
-    body = tr.steps_text(view, shape, new_steps)
-    task = tr.task_text(view, shape)
-    key = tr.summary_key("checkpoint", "\0".join((prev.key if prev else "", task, body)), run.config)
-    hit = e.store.reduction_summaries([key]).get(key)
-    segments = 1
-    words = int(cap * 0.7)
-    before = sum(tokens.get(s, 0) for s in covers) + old
-    if hit is not None:
-        summary = hit[0]
-        run.report.cache_hits += 1
-    else:
+    key = ""
+    summary: str | None = None
+    calls = 0
+    for lo, hi in segments:
+        body = "\n".join(plan.step_texts[st] for st in steps[lo:hi])
+        key = tr.summary_key("checkpoint", "\0".join((key, plan.task, body)), run.config)
+        hit = e.store.reduction_summaries([key]).get(key)
+        if hit is not None:
+            summary = hit[0]
+            run.report.cache_hits += 1
+            continue
         run.planned += 1
-        base = prev.summary if prev is not None else None
+        prev = summary
+        system, user = tr.checkpoint_messages(plan.task, body, previous=prev, words=words)
         try:
-            summary, segments = await run.summarize(
-                body, lambda seg, p: tr.checkpoint_messages(task, seg, previous=p if p is not None else base,
-                                                            words=words),
-                cap, "dagctx/turn-checkpoint",
-            )
+            summary = await run.call(system, user, cap, "dagctx/turn-checkpoint")
         except _Stop as stop:
             run.failures.append(f"checkpoint: {stop}")
-            return False
+            return None
         except DagctxError as err:
             run.failures.append(f"checkpoint failed: {err.message}")
-            return False
+            return None
+        calls += 1
         run.done += 1
-        run.progress("checkpoint written")
+        run.progress("checkpoint segment written")
         if not summary.strip():
             run.failures.append("checkpoint: empty")
-            return False
-        if run.count(summary) >= max(1, before):
+            return None
+        if run.count(summary) >= max(1, run.count(body) + (run.count(prev) if prev else 0)):
             run.failures.append("checkpoint: notSmaller")
-            return False
-        e.store.put_reduction_summaries([(key, "checkpoint", summary, estimate_tokens(body), estimate_tokens(summary))])
+            return None
+        e.store.put_reduction_summaries([(key, "checkpoint", summary, estimate_tokens(body),
+                                          estimate_tokens(summary))])
+    if summary is None:
+        return None
+    return summary, key, calls
+
+
+async def _checkpoint(run: _Run, plan: _Plan, k: int) -> Checkpoint | None:
+    """The canonical checkpoint of the turn's first ``k`` eligible steps (SPEC §8): the
+    steps are cut into fixed segments from the start of the turn (each at most half the
+    summarizer's window), summarized rolling, each segment's summary stored under a key
+    of its content and everything before it. The same steps give the same checkpoint
+    whichever requests were served before."""
+    e = run.engine
+    cap = tr.checkpoint_summary_cap(run.info.context_window)
+    words = int(cap * 0.7)
+    steps = plan.eligible[:k]
+    covers = tuple(steps)
+    texts = [plan.step_texts[st] for st in steps]
+    for _attempt in range(4):
+        seg_budget = run.segment_budget(cap)
+        segments = tr.checkpoint_segments(texts, seg_budget, estimate_tokens)
+        try:
+            got = await _checkpoint_segments(run, plan, steps, segments, cap, words)
+        except _Overflow:
+            # the summarizer is smaller than a segment: cut the turn into smaller ones
+            run.seg_limit = max(64, seg_budget // 2)
+            continue
+        if got is None:
+            return None
+        summary, key, calls = got
+        break
+    else:
+        run.failures.append(f"checkpoint failed: the summarizer {run.summarizer.name} (window "
+                            f"{run.summarizer.context_window:,} tokens) overflowed even on small segments")
+        return None
+    tokens = tr.step_tokens(plan.shape, e.store.graph(run.session_id), plan.base.rendering.node_ids,
+                            plan.base.rendering.per_message)
+    before = sum(tokens.get(st, 0) for st in covers)
+    if run.count(summary) >= max(1, before):
+        run.failures.append("checkpoint: notSmaller")
+        return None
     cp = Checkpoint(id=f"checkpoint-{key[:16]}", covers=covers, summary=summary, key=key, tokens_before=before,
-                    segments=segments, cached=hit is not None)
-    red.checkpoint = replace(cp, tokens_after=run.count(cp.text))
-    covered = set(covers)
-    for nid in [n for n in red.results if graph.owner(n) in covered]:
-        del red.results[nid]
-    return True
+                    segments=len(segments), cached=calls == 0)
+    return replace(cp, tokens_after=run.count(cp.text))
 
 
 def report_of(red: Reductions, built: Built, *, before: int, rep: c.TurnReduction | None = None) -> c.TurnReduction:
@@ -484,56 +462,92 @@ async def reduce(engine: EngineCore, build: Callable[[Reductions], Built], *, se
                  first: Built | None = None) -> tuple[Built, c.TurnReduction]:
     """Build the request, reducing it within the turn until it fits, or raise ``BudgetExceeded``.
 
-    ``first`` is the request already built with the carried reductions, if any.
+    ``first`` is the unreduced request, if already built. What is reduced is a pure
+    function of the request (SPEC §8, reduction within a turn): no memory of earlier
+    requests is consulted, only the stored summaries (keyed by content and model).
     """
+    del head
     started = time.monotonic()
-    carried = engine.turn_reducer.carried(session_id, head, info) or Reductions()
-    reused = len(carried.results) + (carried.checkpoint is not None)
-    built = first if first is not None else build(carried)
+    built = first if first is not None else build(Reductions())
     before = built.budget.input_used
     if built.fits:
-        rep = report_of(carried, built, before=before)
-        rep.reused = reused
-        return built, rep
+        return built, report_of(Reductions(), built, before=before)
+    # the unreduced request is never handed out: not a renderId, nor what the next
+    # render's stablePrefix compares with
+    engine.views.forget(built.rendering.record.render_id)
     tokenizer = built.rendering.tokenizer
-    rep = c.TurnReduction(tokens_before=before, tokens_after=before, limit=tr.input_limit(built.budget), reused=reused)
+    rep = c.TurnReduction(tokens_before=before, tokens_after=before, limit=tr.input_limit(built.budget))
     run = _Run(engine, info, tokenizer, session_id, token, started + seconds, rep, _config(engine, info))
     engine.peer.progress(token, {"kind": "begin", "title": "Reducing the request", "cancellable": True,
                                  "percentage": 0})
-    red = Reductions(results=dict(carried.results), checkpoint=carried.checkpoint)
+    plan = _plan(run, built)
+    red = Reductions()
     outcome = "over budget"
+    final: Built | None = None
     try:
-        # A branch that already carries a checkpoint grows it (one rolling call for the
-        # new steps) rather than summarizing the results after it one by one; otherwise
-        # results go first unless they cannot be enough within the calls left.
-        checkpoint_first = red.checkpoint is not None or not _results_can_cover(
-            run, built, red, _checkpoint_calls(run, built))
-        if checkpoint_first and await _checkpoint(run, built, red):
-            engine.views.forget(built.rendering.record.render_id)
-            built = build(red)
-        for _round in range(2):
-            if built.fits or run.stopped or not await _reduce_results(run, built, red):
-                break
-            engine.views.forget(built.rendering.record.render_id)
-            built = build(red)
-        if not built.fits and not run.stopped and not checkpoint_first and await _checkpoint(run, built, red):
-            engine.views.forget(built.rendering.record.render_id)
-            built = build(red)
-            if not built.fits and not run.stopped and await _reduce_results(run, built, red):
-                engine.views.forget(built.rendering.record.render_id)
-                built = build(red)
-        outcome = "within budget" if built.fits else "over budget"
+        need = _need(built)
+        saving = sum(max(0, tr.expected_saving(x)) for x in plan.candidates)
+        tokens = tr.step_tokens(plan.shape, engine.store.graph(session_id), built.rendering.node_ids,
+                                built.rendering.per_message)
+        # 1. results alone, when their expected saving covers the need within the calls
+        if saving >= need and (tr.results_needed(plan.candidates, need) <= tr.MAX_SUMMARY_CALLS
+                               or not plan.eligible):
+            final = await _reduce_results(run, plan, build, red, frozenset())
+        # 2. else (or when they did not make it fit) a checkpoint of the turn's earlier
+        #    steps, the fewest quanta that free the need, then results after it
+        if final is None and not run.stopped and plan.eligible:
+            cap = tr.checkpoint_summary_cap(info.context_window)
+            k = tr.choose_checkpoint(plan.eligible, tokens, need, cap)
+            while final is None and not run.stopped and k <= len(plan.eligible):
+                cp = await _checkpoint(run, plan, k)
+                if cp is None:
+                    break
+                covered = frozenset(cp.covers)
+                red = Reductions(results={n: r for n, r in red.results.items() if plan.owners.get(n) not in covered},
+                                 checkpoint=cp)
+                attempt = build(red)
+                if attempt.fits:
+                    final = attempt
+                    break
+                engine.views.forget(attempt.rendering.record.render_id)
+                final = await _reduce_results(run, plan, build, red, covered)
+                if final is None:
+                    if k >= len(plan.eligible):
+                        break
+                    k = min(len(plan.eligible), k + tr.CHECKPOINT_QUANTUM)
+        elif final is None and not plan.eligible:
+            run.failures.append("checkpoint: no earlier step may be covered"
+                                + (f" ({plan.blocked})" if plan.blocked else ""))
+        # 3. last, only when nothing else made it fit: the newest step's own finished
+        #    results (their call ids, arguments and errors stay as they are)
+        if final is None and not run.stopped and plan.newest:
+            await _summarize_results(run, plan, plan.newest, red)
+            if any(x.node_id in red.results for x in plan.newest):
+                attempt = build(red)
+                if attempt.fits:
+                    final = attempt
+                else:
+                    engine.views.forget(attempt.rendering.record.render_id)
+        if final is not None and run.stopped:
+            # a request built after a call or time limit depends on what happened to be
+            # stored already: refused, the next build goes on from the stored summaries
+            engine.views.forget(final.rendering.record.render_id)
+            final = None
+        outcome = "within budget" if final is not None else "over budget"
     finally:
         engine.peer.progress(token, {"kind": "end", "message": outcome})
     rep.failures = list(dict.fromkeys(run.failures))
     rep.duration_ms = round((time.monotonic() - started) * 1000, 1)
-    report_of(red, built, before=before, rep=rep)
-    if not built.fits:
-        engine.views.forget(built.rendering.record.render_id)
-        raise tr.budget_exceeded(built.budget, built.parts, input_used=built.budget.input_used, model=info.name,
+    if final is None:
+        last = build(red)
+        engine.views.forget(last.rendering.record.render_id)
+        report_of(red, last, before=before, rep=rep)
+        raise tr.budget_exceeded(last.budget, last.parts, input_used=last.budget.input_used, model=info.name,
                                  summary_calls=rep.summary_calls, failures=rep.failures)
-    engine.turn_reducer.remember(session_id, head, info, red)
-    return built, rep
+    report_of(red, final, before=before, rep=rep)
+    rep.reused = sum(1 for x in red.results.values() if x.cached) + (
+        1 if red.checkpoint is not None and red.checkpoint.cached else 0)
+    return final, rep
 
 
 # ---------------------------------------------------------------- context/render with a budget

@@ -141,7 +141,14 @@ class AgingPlans(TokenAccounting):
                 break
             if node.role == "code" and (cache.get(node.id) or (0, 0))[1] > cap:
                 return None
-        return dict(cached.aged), cached.stats
+        stats = cached.stats
+        manifest = stats.get("manifest")
+        if long is not None and isinstance(manifest, dict) and isinstance(manifest.get("agingLongTurn"), dict):
+            # the same decisions, but the manifest names this head's step count: a render
+            # is the same bytes whichever head was planned first (SPEC §8)
+            manifest = {**manifest, "agingLongTurn": {**manifest["agingLongTurn"], "steps": long[0]}}
+            stats = {**stats, "manifest": manifest}
+        return dict(cached.aged), stats
 
 
 def _turn_node(graph: SessionGraph, chain: list[str]) -> str | None:

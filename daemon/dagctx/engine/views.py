@@ -18,6 +18,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from dagctx.context import budget as budget_mod
 from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context.formats import to_messages
 from dagctx.context.models import ModelInfo
@@ -34,6 +35,8 @@ from .view_prompt import SystemPromptNode
 from .view_usage import UsageCalibration, _llm_node
 
 if TYPE_CHECKING:
+    from dagctx.protocol.nodes import Call
+
     from .core import EngineCore
 
 RECENT_RENDERS = 512
@@ -347,7 +350,8 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
             r = self.render(p.session_id, head=head, fmt=p.format or "neutral", model=node.name or None,
                             before_seq=node.seq, remember=False)
             return c.ReplayResult(node_id=node.id, system=r.system, messages=r.messages,
-                                  reads=list(r.view.reads), manifest=r.manifest, exact=False)
+                                  reads=list(r.view.reads), manifest=r.manifest, exact=False,
+                                  **self._replay_extras(p.session_id, node, r))
         excluded = frozenset(manifest.get("excludedSummaries") or ())
         r = self.render(
             p.session_id,
@@ -369,7 +373,20 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
             r.view.summary_id == manifest.get("summaryId")
         )
         return c.ReplayResult(node_id=node.id, system=r.system, messages=messages, reads=list(r.view.reads),
-                              manifest=manifest, exact=exact)
+                              manifest=manifest, exact=exact, **self._replay_extras(p.session_id, node, r))
+
+    def _replay_extras(self, session_id: str, node: Call, r: Rendering) -> dict[str, Any]:
+        """What a viewer of a replay needs beside the request: its token counts, which nodes
+        each message came from, the model's window and the provider usage reported."""
+        usage = next((u.usage for u in self.e.store.usage(session_id) if u.node_id == node.id), None)
+        return {
+            "tokens": c.TokenCounts(total=r.total, per_message=list(r.per_message), system=r.system_tokens,
+                                    tokenizer=r.tokenizer, exact=r.model.exact),
+            "message_nodes": [list(ids) for ids in r.node_ids],
+            "context_window": r.model.context_window,
+            "output_reserve": budget_mod.output_reserve(r.model, None),
+            "usage": usage,
+        }
 
 
 def apply_turn_hooks(messages: list[Any], hooks: dict[str, Any], fmt: str) -> list[Any]:

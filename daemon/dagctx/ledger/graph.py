@@ -32,7 +32,7 @@ class SessionGraph:
 
     __slots__ = (
         "session_id", "root_id", "nodes", "conv_children", "callees", "rev", "by_seq", "updates",
-        "summaries", "system_prompts", "_chain_head", "_chain_ids",
+        "summaries", "system_prompts", "_chain_head", "_chain_ids", "_chain_pos",
     )
 
     def __init__(self, session_id: str, root_id: str) -> None:
@@ -51,9 +51,11 @@ class SessionGraph:
         self.summaries: list[str] = []
         self.system_prompts: list[str] = []
         # the last chain walked: predecessor edges never change, so a later walk that
-        # reaches this head reuses it instead of walking to the root again
+        # reaches any node of it (its head, or a fork point on it) reuses its prefix
+        # instead of walking to the root again
         self._chain_head: str | None = None
         self._chain_ids: list[str] = []
+        self._chain_pos: dict[str, int] | None = None
 
     # ------------------------------------------------------------ loading
 
@@ -71,6 +73,8 @@ class SessionGraph:
                 # Edges never change through the ledger; if the stored row says otherwise
                 # the data was altered underneath: walk afresh so the break surfaces.
                 self._chain_head = None
+                self._chain_ids = []
+                self._chain_pos = None
             return
         if self.by_seq and node.seq < self.by_seq[-1].seq:
             # Rows arrive in seq order; keep the invariant even if they do not.
@@ -148,14 +152,23 @@ class SessionGraph:
         node = self.get(head)
         seen: set[str] = set()
         prefix: list[str] = []
+        last = self._chain_ids
+        pos_of = self._chain_pos
         while True:
             if node.id == self._chain_head:
-                prefix = self._chain_ids
+                prefix = last
+                break
+            pos = pos_of.get(node.id) if pos_of is not None else None
+            if pos is not None:  # a fork point on the last chain: share its prefix
+                prefix = last[: pos + 1]
                 break
             if node.id in seen:
                 raise self._broken(node.id, "the predecessor chain loops")
             seen.add(node.id)
             out.append(node)
+            if pos_of is None and len(out) == 64 and len(last) > 64:
+                # a long walk: index the last chain once so a fork point on it ends the walk
+                pos_of = self._chain_pos = {nid: i for i, nid in enumerate(last)}
             pred = node.predecessor
             if pred == self.root_id:
                 break
@@ -172,8 +185,10 @@ class SessionGraph:
         out.reverse()
         nodes = self.nodes
         full = [nodes[i] for i in prefix] + out if prefix else out
-        self._chain_head = head
-        self._chain_ids = [n.id for n in full]
+        if head != self._chain_head:
+            self._chain_head = head
+            self._chain_ids = [n.id for n in full]
+            self._chain_pos = None
         return full
 
     def _broken(self, node_id: str, why: str) -> DagctxError:
@@ -193,6 +208,23 @@ class SessionGraph:
             if n.id != self.root_id and self.is_conversation(n) and not self.conv_children.get(n.id)
         ]
         return out or [self.root_id]
+
+    def chain_spans(self) -> dict[str, tuple[int, str]]:
+        """Every conversation node → (length of its chain, the chain's first node), in one
+        pass in seq order (a predecessor is always older). A node whose walk would break
+        (a missing or non-conversation predecessor) is left out: ``chain`` of it raises."""
+        out: dict[str, tuple[int, str]] = {}
+        root = self.root_id
+        for n in self.by_seq:
+            if n.id == root or not self.is_conversation(n):
+                continue
+            pred = n.predecessor
+            if pred == root or (pred is None and is_spawn_root(n)):
+                out[n.id] = (1, n.id)
+            elif pred is not None and pred in out:
+                length, first = out[pred]
+                out[n.id] = (length + 1, first)
+        return out
 
     def main_tip(self) -> str:
         """The tip of the main lane: from ROOT follow the first (lowest-seq) child."""

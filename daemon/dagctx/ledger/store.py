@@ -563,14 +563,19 @@ class Store:
             g = self._refresh(row)
         names: dict[str, str] = row.metadata.get("_branches", {})
         main = g.main_tip()
+        spans = g.chain_spans()  # lengths in one pass, not one walk per tip
         out = []
         for tip in g.tips():
-            chain = g.chain(tip)
-            first = chain[0] if chain else None
+            if tip in spans:
+                length, first_id = spans[tip]
+                first: Call | None = g.nodes[first_id]
+            else:  # ROOT, or a broken chain: the walk says which (BrokenPredecessorChain)
+                chain = g.chain(tip)
+                length, first = len(chain), (chain[0] if chain else None)
             out.append(
                 BranchInfo(
                     head=tip,
-                    length=len(chain),
+                    length=length,
                     main=tip == main,
                     current=tip == row.head,
                     spawn=bool(first is not None and is_spawn_root(first)),

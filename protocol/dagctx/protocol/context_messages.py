@@ -111,7 +111,7 @@ class TurnReduction(_Result):
     summary_input_tokens: int = 0
     summary_output_tokens: int = 0
     duration_ms: float = 0.0
-    #: reductions carried over from the previous request of the branch (prompt-cache stable)
+    #: reductions applied whose summaries were all found in the stored summary table (no call)
     reused: int = 0
     #: why a summary was not used: ``empty``, ``notSmaller``, ``failed: …``, ``callLimit``, ``timeLimit``
     failures: list[str] = msgspec.field(default_factory=list)
@@ -270,6 +270,15 @@ class ReplayResult(_Result):
     reads: list[str]
     manifest: dict[str, Any]
     exact: bool
+    #: the replayed messages' token counts (as ``context/render`` counts them)
+    tokens: TokenCounts | None = None
+    #: per message, the ids of the nodes it was rendered from (parallel to ``messages``)
+    message_nodes: list[list[str]] = msgspec.field(default_factory=list)
+    #: the recorded model's context window and default output reserve (SPEC §7)
+    context_window: int | None = None
+    output_reserve: int | None = None
+    #: provider usage reported for this node (``usage/report``), when there is one
+    usage: Usage | None = None
 
 
 # ---------------------------------------------------------------- usage

@@ -326,6 +326,8 @@ class GraphNode(_Result, omit_defaults=True):
     callees: int = 0
     tool_call_id: str | None = None
     spawn_root: bool = False
+    #: a spawn root: the conversation node whose turn made the spawning call (its ``caller``'s turn)
+    spawned_from: str | None = None
     #: a ``context/summary`` node
     summary: bool = False
     #: a ``context/system_prompt`` node
@@ -342,6 +344,10 @@ class GraphNode(_Result, omit_defaults=True):
     aged_by: str | None = None
     #: an llm node that recorded what it was sent (``renderManifest``): ``context/replay`` is exact
     replayable: bool = False
+    #: nodes below this one by the caller edge (its tool calls, …) that are aged / spilled
+    #: as above: how a folded turn shows them
+    aged_calls: int = 0
+    spilled_calls: int = 0
 
 
 class GraphHead(_Result):

@@ -1,0 +1,1 @@
+"""``dagctx ui``: a local web view of sessions, requests and summaries (see ``server``)."""
