@@ -5,8 +5,8 @@ Run: python bench/bench_aging_huge.py [--results N] [--size BYTES] [--repeat R] 
 1. Through a real daemon (Python client, ``node/append``), write N user turns, each
    with one model call and one tool result of about BYTES characters of identifier-dense
    text (paths, snake_case and CamelCase names, hex ids). Every other result is one long
-   line (kept whole); the others have many lines and are spilled (the node keeps head and
-   tail). Every third user message names a path from an earlier result, so the citation
+   line, the others have many lines; results over 32,000 characters are spilled either
+   way (SPEC §4: by size; the node keeps head and tail). Every third user message names a path from an earlier result, so the citation
    gate has work to do.
 2. ``stored``: the database as written — each result's ranked references were mined
    once at ``node/append`` and kept in its row (SPEC §8).

@@ -1,6 +1,8 @@
-"""Acknowledged ``node/append`` per second against raw sqlite3 inserts.
+"""Acknowledged ``node/append`` per second against raw one-row-per-transaction loops.
 
-Run: python bench/bench_append.py [--appends N] [--rounds R]
+Run: python bench/bench_append.py [--appends N] [--rounds R] [--sync NORMAL|FULL] [--no-pg]
+
+Part 1, one sequential client:
 
 The daemon side is the Python client awaiting each append in turn (one in flight),
 a chain of user/llm turns with a tool call every few turns, ~200-character texts.
@@ -11,8 +13,18 @@ The baselines, in this process, use the same durability settings as the ledger
 * ``raw row+fts+session``: what an append writes at minimum: the row, its FTS row
   and the session counter update, in one transaction.
 
-Goal: daemon ≥ 0.3× the raw row baseline. Daemon and baselines alternate in rounds;
-each keeps its best round.
+* ``bare round trip + one raw commit``: a request answered by ``bare_loop.py`` (the
+  msgspec stdio floor) plus one ``raw row`` transaction — the floor of an acknowledged
+  append. Goal (issue 25): daemon ≥ 0.8× this.
+
+Part 2, group commit: 8 connections to one shared daemon (its own socket), each
+pipelining appends (a window of 16) to a chain of its own, against the raw row loop of the
+same durability — SQLite, and PostgreSQL (a throwaway server, tests/pgserver.py) against a
+raw psycopg loop of one row per transaction. Goal (issue 25): ≥ 1× each raw baseline.
+``--sync FULL`` runs the daemon and the SQLite baselines with ``synchronous=FULL`` (a sync
+per commit: where group commit pays most).
+
+Daemon and baselines alternate in rounds; each keeps its best round.
 """
 
 from __future__ import annotations
@@ -25,10 +37,11 @@ import sys
 import tempfile
 import time
 import uuid
+from typing import Any
 
 import msgspec
 
-from bench_roundtrip import cpu_seconds
+from bench_roundtrip import BARE, RawPeer, cpu_seconds
 
 from dagctx.client import DagctxClient
 from dagctx.protocol.nodes import Call
@@ -78,10 +91,10 @@ CREATE VIRTUAL TABLE search USING fts5(text, grams, session_id UNINDEXED, node_i
 
 
 class Raw:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, sync: str = "NORMAL") -> None:
         self.db = sqlite3.connect(path, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute(f"PRAGMA synchronous={sync}")
         self.db.executescript(SCHEMA)
         self.db.execute("INSERT INTO sessions VALUES('s', 'root', 1, 1, 1, 0)")
         self.enc = msgspec.msgpack.Encoder()
@@ -115,23 +128,32 @@ class Raw:
         return n / (time.perf_counter() - t)
 
 
-async def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--appends", type=int, default=3000)
-    ap.add_argument("--rounds", type=int, default=5)
-    args = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="dagctx-bench-")
-    per = args.appends // args.rounds
+async def bare_round_trip(n: int) -> float:
+    """Sequential round trips/s of the bare msgspec loop (best of 3)."""
+    peer = await RawPeer.start(BARE)
+    await peer.call("initialize", {})
+    best = 0.0
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(n):
+            await peer.call("session/get", {"sessionId": "s"})
+        best = max(best, n / (time.perf_counter() - t))
+    await peer.close()
+    return best
 
-    c = await DagctxClient.spawn(os.path.join(tmp, "daemon.db"), standalone=True)
+
+async def sequential_part(args: argparse.Namespace, tmp: str) -> None:
+    per = args.appends // args.rounds
+    c = await DagctxClient.spawn(os.path.join(tmp, "daemon.db"), standalone=True,
+                                 env={**os.environ, "DAGCTX_SYNC": args.sync})
     c.keep_notifications = False
     s = await c.session_create("bench")
     sid, head = s.session_id, s.head
-    raw_row = Raw(os.path.join(tmp, "raw_row.db"))
-    raw_full = Raw(os.path.join(tmp, "raw_full.db"))
+    raw_row = Raw(os.path.join(tmp, "raw_row.db"), args.sync)
+    raw_full = Raw(os.path.join(tmp, "raw_full.db"), args.sync)
     await daemon_round(c, sid, head, 50, 0)  # warm-up (tokenizers, caches)
     head = (await c.session_get(sid)).head
-    d_rates, r_rates, f_rates = [], [], []
+    d_rates, r_rates, f_rates, b_rates = [], [], [], []
     pid = c.process.pid if c.process is not None else 0
     cpu_d = cpu_r = 0.0
     start = 50
@@ -145,21 +167,158 @@ async def main() -> None:
         r_rates.append(raw_row.round(per, start, full=False))
         cpu_r += time.process_time() - c0
         f_rates.append(raw_full.round(per, start, full=True))
+        b_rates.append(await bare_round_trip(min(per, 500)))
         start += per
     info = await c.session_get(sid)
     n_daemon = info.node_count - before
     await c.close()
 
-    d, r, f = max(d_rates), max(r_rates), max(f_rates)
-    print(f"acknowledged appends/s (best of {args.rounds} rounds of {per}; WAL, synchronous=NORMAL,"
-          f" one transaction each)")
+    d, r, f, b = max(d_rates), max(r_rates), max(f_rates), max(b_rates)
+    floor = 1 / (1 / b + 1 / r)
+    print(f"1. one sequential client: acknowledged appends/s (best of {args.rounds} rounds of {per}; WAL, "
+          f"synchronous={args.sync})")
     print(f"  daemon node/append via client  {d:10,.0f}   ({info.node_count - 1:,} nodes in the session)")
-    print(f"  raw sqlite3 row                {r:10,.0f}   daemon/raw = {d / r:.2f}  (goal >= 0.3: "
-          f"{'ok' if d / r >= 0.3 else 'BELOW'})")
+    print(f"  bare round trip + raw commit   {floor:10,.0f}   daemon/floor = {d / floor:.2f}  (goal >= 0.8: "
+          f"{'ok' if d / floor >= 0.8 else 'BELOW'}; bare round trips {b:,.0f}/s)")
+    print(f"  raw sqlite3 row                {r:10,.0f}   daemon/raw = {d / r:.2f}")
     print(f"  raw sqlite3 row+fts+session    {f:10,.0f}   daemon/raw = {d / f:.2f}")
-    print(f"  per append: daemon {1e6 / d:.0f} us, raw row {1e6 / r:.0f} us, raw row+fts+session {1e6 / f:.0f} us")
+    print(f"  per append: daemon {1e6 / d:.0f} us, floor {1e6 / floor:.0f} us, raw row {1e6 / r:.0f} us")
     print(f"  CPU per append: daemon process {cpu_d / n_daemon * 1e6:.0f} us, "
           f"raw row {cpu_r / (per * args.rounds) * 1e6:.0f} us")
+
+
+async def group_round(clients: list[DagctxClient], sids: list[str], heads: list[str], n: int,
+                      window: int, tag: str) -> float:
+    """Every client pipelines ``n`` appends to its own chain; acknowledged appends/s of all."""
+    from dagctx.protocol import messages as m
+    from dagctx.protocol.nodes import NodeInput
+
+    async def one(k: int, c: DagctxClient) -> None:
+        prev = heads[k]
+        inflight: set[asyncio.Future] = set()
+        for i in range(n):
+            nid = f"{tag}.{k}.{i}"
+            node = NodeInput(role="user" if i % 2 == 0 else "llm", id=nid, predecessor=prev,
+                             **({"input": text(i)} if i % 2 == 0 else {"output": text(i)}))
+            inflight.add(c.send_request("node/append", m.NodeAppendParams(session_id=sids[k], node=node))[1])
+            prev = nid
+            if len(inflight) >= window:
+                done, inflight = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+                for f in done:
+                    f.result()
+        for f in await asyncio.gather(*inflight):
+            pass
+        heads[k] = prev
+
+    t = time.perf_counter()
+    await asyncio.gather(*(one(k, c) for k, c in enumerate(clients)))
+    return n * len(clients) / (time.perf_counter() - t)
+
+
+class RawPg:
+    """One row per transaction over psycopg: the PostgreSQL floor of an acknowledged append."""
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self.db = psycopg.connect(url, autocommit=True)
+        self.db.execute("CREATE TABLE IF NOT EXISTS raw_nodes(session_id TEXT, id TEXT, seq BIGINT, rev BIGINT, "
+                        "role TEXT, name BYTEA, status TEXT, caller TEXT, predecessor TEXT, "
+                        "created_at DOUBLE PRECISION, body BYTEA, PRIMARY KEY(session_id, id), "
+                        "UNIQUE(session_id, seq))")
+        self.enc = msgspec.msgpack.Encoder()
+        self.seq = 0
+
+    def round(self, n: int, start: int) -> float:
+        t = time.perf_counter()
+        for i in range(start, start + n):
+            self.seq += 1
+            nid = uuid.uuid4().hex
+            call = Call(id=nid, seq=self.seq, created_at=time.time(), role="user", input=text(i))
+            with self.db.transaction():
+                self.db.execute("INSERT INTO raw_nodes VALUES(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                                ("s", nid, self.seq, self.seq, "user", b"", "completed", None, None,
+                                 call.created_at, self.enc.encode(call)))
+        return n / (time.perf_counter() - t)
+
+
+async def group_part(args: argparse.Namespace, tmp: str, database: str, raw_round: Any, label: str) -> None:
+    """8 connections of one shared daemon pipelining appends, against ``raw_round(n, start)``."""
+    run = tempfile.mkdtemp(prefix="ba-", dir="/tmp")
+    saved = {k: os.environ.get(k) for k in ("DAGCTX_STANDALONE", "XDG_RUNTIME_DIR", "DAGCTX_STATE_DIR",
+                                            "DAGCTX_SYNC")}
+    os.environ.pop("DAGCTX_STANDALONE", None)
+    os.environ.update(XDG_RUNTIME_DIR=run, DAGCTX_STATE_DIR=os.path.join(run, "state"), DAGCTX_SYNC=args.sync)
+    sock = os.path.join(run, "d.sock")
+    clients: list[DagctxClient] = []
+    try:
+        for _ in range(args.clients):
+            c = await DagctxClient.connect(database, socket_path=sock)
+            c.keep_notifications = False
+            clients.append(c)
+        pid = (await clients[0].daemon_status()).pid
+        sessions = [await c.session_create(f"group {k}") for k, c in enumerate(clients)]
+        sids = [x.session_id for x in sessions]
+        heads = [x.head for x in sessions]
+        per = max(1, args.appends // args.rounds // args.clients)
+        await group_round(clients, sids, heads, 20, args.window, "warm")
+        d_rates, r_rates = [], []
+        start = 0
+        for r in range(args.rounds):
+            d_rates.append(await group_round(clients, sids, heads, per, args.window, f"r{r}"))
+            r_rates.append(raw_round(per * args.clients, start))
+            start += per * args.clients
+        d, raw = max(d_rates), max(r_rates)
+        print(f"{label}: {args.clients} connections pipelining (window {args.window}) into one shared daemon, "
+              f"acknowledged appends/s (best of {args.rounds} rounds of {per * args.clients})")
+        print(f"  daemon, group commit           {d:10,.0f}")
+        print(f"  raw one row per transaction    {raw:10,.0f}   daemon/raw = {d / raw:.2f}  (goal >= 1: "
+              f"{'ok' if d / raw >= 1 else 'BELOW'})")
+        for c in clients:
+            await c.close()
+        os.kill(pid, 15)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--appends", type=int, default=3000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--window", type=int, default=16)
+    ap.add_argument("--sync", default="NORMAL", choices=["NORMAL", "FULL"])
+    ap.add_argument("--no-pg", action="store_true", help="skip the PostgreSQL part")
+    ap.add_argument("--only", choices=["sequential", "group"], default=None)
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="dagctx-bench-")
+    if args.only != "group":
+        await sequential_part(args, tmp)
+    if args.only == "sequential":
+        return
+    raw = Raw(os.path.join(tmp, "raw_group.db"), args.sync)
+    await group_part(args, tmp, os.path.join(tmp, "group.db"), lambda n, start: raw.round(n, start, full=False),
+                     f"2. group commit, SQLite (synchronous={args.sync})")
+    if args.no_pg:
+        return
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    import pgserver
+
+    reason = pgserver.missing_reason()
+    if reason:
+        print(f"3. PostgreSQL: skipped ({reason})")
+        return
+    server = pgserver.start_server()
+    try:
+        raw_pg = RawPg(server.new_database())
+        await group_part(args, tmp, server.new_database(), raw_pg.round, "3. group commit, PostgreSQL (fsync=on)")
+        raw_pg.db.close()
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -193,7 +193,7 @@ def build_session(path: str, target: int) -> tuple[str, str, dict[str, Any]]:
     t0 = time.perf_counter()
     nodes, head, stats = build_nodes(target)
     t1 = time.perf_counter()
-    counts = {n.id: eng.derive_node(n.role, n.input, n.output) for n in nodes}
+    counts = {n.id: eng.derive_node(n.role, n.input, n.output, n.name) for n in nodes}
     t2 = time.perf_counter()
     store = eng.store
     sid = store.create_session("bench-render").session_id
@@ -606,13 +606,13 @@ def run(args: argparse.Namespace, tmp: str, path: str) -> None:
     meter = GcMeter()
     render(eng, sid, use_cache=True)  # the daemon's steady state: the last render of the branch is cached
     for i in range(args.incremental):
-        u = eng.node_append(NodeAppendParams(session_id=sid, node=NodeInput(
-            role="user", id=f"inc{i}.u", output=f"再检查一下 src/app_{i}.py please", predecessor=h)))
-        a = eng.node_append(NodeAppendParams(session_id=sid, node=NodeInput(
-            role="llm", id=f"inc{i}.a", name=MODEL, output="Let me read it.", predecessor=u.head)))
-        eng.node_append(NodeAppendParams(session_id=sid, node=NodeInput(
+        u = asyncio.run(eng.node_append(NodeAppendParams(session_id=sid, node=NodeInput(
+            role="user", id=f"inc{i}.u", output=f"再检查一下 src/app_{i}.py please", predecessor=h))))
+        a = asyncio.run(eng.node_append(NodeAppendParams(session_id=sid, node=NodeInput(
+            role="llm", id=f"inc{i}.a", name=MODEL, output="Let me read it.", predecessor=u.head))))
+        asyncio.run(eng.node_append(NodeAppendParams(session_id=sid, node=NodeInput(
             role="code", id=f"inc{i}.t", name="read_file", input={"path": f"src/app_{i}.py"},
-            output="def main():\n    return 0\n" * 20, caller=a.node.id, metadata={"toolCallId": f"call_inc_{i}"})))
+            output="def main():\n    return 0\n" * 20, caller=a.node.id, metadata={"toolCallId": f"call_inc_{i}"}))))
         h = a.head
         with meter:
             meter.reset()

@@ -94,7 +94,7 @@ def engine(path: str, peer: Any = None, aging: dict[str, Any] | None = None) -> 
 
 
 def append(eng: EngineCore, sid: str, **kw: Any) -> str:
-    return eng.node_append(m.NodeAppendParams(session_id=sid, node=NodeInput(**kw))).node.id
+    return asyncio.run(eng.node_append(m.NodeAppendParams(session_id=sid, node=NodeInput(**kw)))).node.id
 
 
 def body(i: int) -> str:

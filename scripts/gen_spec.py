@@ -115,6 +115,12 @@ async def _examples() -> dict[str, tuple[Any, Any]]:
                                                     usage=c.Usage(input=900, output=40, cache_read=0, cache_write=0)))
     retry = await client.request("node/append", m.NodeAppendParams(session_id=sid, move_head=True, node=m.NodeInput(
         role="llm", name="gpt-4o", output="Renamed it.", predecessor=u.node.id)))
+    await call("node/appendBatch", m.NodeAppendBatchParams(session_id=sid, nodes=[
+        m.NodeInput(role="user", id="u2", output="Now run the tests", predecessor=retry.node.id),
+        m.NodeInput(role="llm", id="a2", name="gpt-4o", output="Running them.", predecessor="u2"),
+        m.NodeInput(role="code", id="t2", name="bash", input={"cmd": "pytest -q"}, output="12 passed",
+                    caller="a2", metadata={"toolCallId": "call_2"}),
+    ]))
     await call("session/branches", m.SessionRef(session_id=sid))
     await call("session/graph", m.SessionGraphParams(session_id=sid, limit=3))
     await call("session/checkout", m.SessionCheckoutParams(session_id=sid, node_id=llm.node.id))

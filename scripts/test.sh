@@ -16,6 +16,16 @@ if ! command -v nvim >/dev/null 2>&1; then
   fi
 fi
 
+# zsh and fish (Debian's packages): `dagctx completion` is tested in bash, zsh and fish.
+if ! command -v zsh >/dev/null 2>&1 || ! command -v fish >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zsh fish >/dev/null
+  else
+    echo "note: zsh or fish not found and cannot apt-get install them; their completion tests will be skipped" >&2
+  fi
+fi
+
 # PostgreSQL (Debian's package) for the tests that run on both storage backends; the
 # tests start their own throwaway server (initdb into a temp folder, Unix socket only).
 have_pg() {

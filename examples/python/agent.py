@@ -1,12 +1,15 @@
 """A minimal coding agent on dagctx: the whole loop, nothing hidden.
 
 Each step: ``context/prepare`` (system prompt + history under the model's budget, in
-OpenAI format) → an OpenAI-compatible chat completion with tools → the reply appended as
+OpenAI format; when it recommends compaction, ``context/compact`` first — the summary
+comes from the same endpoint, which the daemon calls itself: ``samplingEndpoint`` — and
+prepare again) → an OpenAI-compatible chat completion with tools → the reply appended as
 an llm node (with the prepare's ``renderId``, so ``context/replay`` can rebuild exactly
 what the model saw) and each tool call as a code node, ``running`` while it runs and
-``completed``/``error`` after → ``usage/report`` with the provider's numbers → when dagctx
-recommends it, ``context/compact`` (the summary comes from the same endpoint, which the
-daemon calls itself: ``samplingEndpoint``).
+``completed``/``error`` after → ``usage/report`` with the provider's numbers (which
+calibrate the next prepare's count). A compaction that found nothing to fold is not
+tried again in the same turn: what it could fold is the turns before this one, and within
+a turn dagctx reduces what the model sees by itself (SPEC §8).
 
     python examples/python/agent.py --base-url https://api.openai.com/v1 --model gpt-4o \\
         --workspace ./scratch "Add a README to this project"
@@ -89,8 +92,11 @@ async def run(args: argparse.Namespace) -> int:
     workspace = Path(args.workspace).resolve()
     workspace.mkdir(parents=True, exist_ok=True)
     api_key = os.environ.get(args.api_key_env)
-    client = await DagctxClient.spawn(args.db, initialization_options={
-        "samplingEndpoint": {"baseUrl": args.base_url, "model": args.model, "apiKeyEnv": args.api_key_env}})
+    options: dict[str, Any] = {
+        "samplingEndpoint": {"baseUrl": args.base_url, "model": args.model, "apiKeyEnv": args.api_key_env}}
+    if args.context_window:
+        options["models"] = {args.model: {"contextWindow": args.context_window}}
+    client = await DagctxClient.spawn(args.db, initialization_options=options)
     try:
         if args.session:
             sid, head = args.session, (await client.session_get(args.session)).head
@@ -100,9 +106,21 @@ async def run(args: argparse.Namespace) -> int:
         print(f"session {sid}")
         head = (await client.append(sid, "user", output=args.task, predecessor=head)).head
 
-        for _step in range(args.max_steps):
-            prep = await client.prepare(sid, model=args.model, format="openai", tools=TOOLS,
+        async def prepare() -> Any:
+            return await client.prepare(sid, model=args.model, format="openai", tools=TOOLS,
                                         prompt_mode="minimal", identity=IDENTITY)
+
+        nothing_to_fold = False  # a compaction of this turn found nothing: not again this turn
+        for _step in range(args.max_steps):
+            prep = await prepare()
+            if prep.recommend_compaction and not nothing_to_fold:
+                res = await client.compact(sid, model=args.model, keep_recent_tokens=args.keep_recent_tokens)
+                print(f"  compaction: {'summary ' + res.summary_id if res.ok and res.summary_id else res.reason}"
+                      f" ({res.tokens_before} → {res.tokens_after} tokens)")
+                if res.ok and res.summary_id:
+                    prep = await prepare()
+                else:
+                    nothing_to_fold = True
             reply = chat(args.base_url, api_key, {"model": args.model, "messages": prep.messages, "tools": TOOLS})
             msg = reply["choices"][0]["message"]
             calls = msg.get("tool_calls") or []
@@ -110,13 +128,11 @@ async def run(args: argparse.Namespace) -> int:
                                       predecessor=head, render_id=prep.render_id)
             head = llm.head
             usage = reply.get("usage") or {}
-            recommend = False
             if usage.get("prompt_tokens"):
                 cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-                rep = await client.usage_report(sid, llm.node.id, model=args.model,
-                                                input=int(usage["prompt_tokens"]) - cached,
-                                                output=int(usage.get("completion_tokens") or 0), cache_read=cached)
-                recommend = rep.recommend_compaction
+                await client.usage_report(sid, llm.node.id, model=args.model,
+                                          input=int(usage["prompt_tokens"]) - cached,
+                                          output=int(usage.get("completion_tokens") or 0), cache_read=cached)
             for call in calls:
                 fn = call["function"]
                 try:
@@ -131,10 +147,6 @@ async def run(args: argparse.Namespace) -> int:
                     out, status = f"error: {exc}", "error"
                 await client.update(sid, code.node.id, status, output=out)
                 print(f"  tool {fn['name']} {json.dumps(fargs)[:80]} → {status}")
-            if recommend:
-                res = await client.compact(sid, model=args.model, keep_recent_tokens=args.keep_recent_tokens)
-                print(f"  compaction: {'summary ' + res.summary_id if res.ok and res.summary_id else res.reason}"
-                      f" ({res.tokens_before} → {res.tokens_after} tokens)")
             if not calls:
                 print(msg.get("content") or "")
                 return 0
@@ -155,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--session", help="continue this dagctx session instead of starting one")
     p.add_argument("--max-steps", type=int, default=12)
     p.add_argument("--keep-recent-tokens", type=int, help="size of the verbatim tail compaction keeps (default: dagctx's)")
+    p.add_argument("--context-window", type=int,
+                   help="the model's context window in tokens, for a model dagctx's table does not know")
     return asyncio.run(run(p.parse_args(argv)))
 
 

@@ -93,6 +93,64 @@ def main() -> int:
     facts["resumed_session"] = fresh.session_id
     facts["resumed_new"] = fresh.ingest(messages)
     facts["resumed_next"] = fresh.ingest(messages + [{"role": "user", "content": "One more thing."}])
+
+    # select_context (Hermes's per-request seam): a request that fits stays as it is (None);
+    # one over the budget gets Hermes's system prompt + the branch as dagctx renders it
+    history = messages + [{"role": "user", "content": "One more thing."}]
+    request = [system] + history
+    facts["select_fits"] = fresh.select_context(request, conversation_messages=history, budget_tokens=window)
+    big = [system] + [{"role": "user", "content": "old context " * 4000}] + history
+    chosen = fresh.select_context(big, conversation_messages=history, budget_tokens=2000)
+    facts["select_over"] = chosen
+
+    # carry-over: /new with context carried — the new session's record starts with the summary
+    fresh.on_session_reset()
+    fresh.on_session_start("hermes-session-2", platform="cli")
+    facts["carried"] = fresh.carry_over_new_session_context("hermes-session-1", "hermes-session-2")
+    facts["carried_session"] = fresh.session_id
+    facts["carried_next"] = fresh.ingest([system, {"role": "user", "content": "Second session, first turn."}])
+    sid2 = fresh.session_id
+    hist2 = fresh.bridge().run(lambda c: c.history(sid2)).nodes
+    facts["carried_nodes"] = [{"name": n.name, "role": n.role, "output": n.output,
+                               "carriedFrom": n.metadata.get("carriedFrom")} for n in hist2]
+
+    # dagctx errs (another client deleted the session under us): every engine call falls back
+    # to Hermes's built-in compressor for that call, one warning, no exception
+    import asyncio
+    import logging
+
+    from dagctx.client import DagctxClient
+
+    caught: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.WARNING:
+                caught.append(record.getMessage())
+
+    logging.getLogger("dagctx_hermes").addHandler(Catch())
+
+    async def delete(sid: str) -> None:
+        c = await DagctxClient.spawn(os.environ["DAGCTX_DB"], command=json.loads(os.environ["DAGCTX_COMMAND"]))
+        try:
+            await c.session_delete(sid)
+        finally:
+            await c.close()
+
+    asyncio.run(delete(fresh.session_id))
+    long = [system] + [m for t in range(12) for m in (
+        {"role": "user", "content": f"Question {t}: " + "why is the sky blue " * 60},
+        {"role": "assistant", "content": f"Answer {t}: " + "scattering " * 60})]
+    fresh.update_from_response({"prompt_tokens": 200_000, "completion_tokens": 10, "total_tokens": 200_010})
+    facts["err_should"] = fresh.should_compress(200_000)
+    facts["err_preflight"] = fresh.should_compress_preflight(long)
+    out2 = fresh.compress(long, current_tokens=200_000)
+    facts["err_compressed"] = [len(long), len(out2)]
+    facts["err_ingest"] = fresh.ingest(long)
+    facts["err_select"] = fresh.select_context(long, conversation_messages=long[1:], budget_tokens=1000)
+    facts["err_search"] = json.loads(fresh.handle_tool_call("dagctx_search", {"query": "sky"}))
+    facts["err_status"] = fresh.get_status()
+    facts["warnings"] = caught
     engine.close()
     print(json.dumps(facts))
     return 0

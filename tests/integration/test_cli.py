@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -209,3 +210,50 @@ def test_ctrl_c_during_import_says_what_was_written_and_a_rerun_resumes(tmp_path
     totals = re.search(r"created (\d+), already present (\d+)", rerun)
     assert totals and int(totals.group(1)) + int(totals.group(2)) == 16 * 150
     assert int(totals.group(2)) >= kept - 1  # at most the session being written when interrupted differs
+
+
+def test_json_on_every_command_that_prints_data(tmp_path: Path) -> None:
+    """``--json``, as gh has it: stdout is one JSON document (camelCase, the protocol's
+    names), words and progress go to stderr; the exit codes stay those of the command."""
+    db = str(tmp_path / "j.db")
+    ok("demo", "--db", db, "--keep", "--turns", "2")
+
+    def js(*args: str, code: int = 0) -> Any:
+        p = dagctx(*args, "--json", "--db", db)
+        assert p.returncode == code, (args, p.stdout[-2000:], p.stderr[-2000:])
+        return json.loads(p.stdout)  # nothing but the document on stdout
+
+    listing = js("sessions")
+    assert listing["total"] == 1 and listing["sessions"][0]["title"]
+    sid = listing["sessions"][0]["sessionId"]
+    hist = js("history", sid[:8])
+    assert hist["head"] and [n["role"] for n in hist["nodes"]][:2] == ["user", "llm"]
+    node = js("show", hist["nodes"][0]["id"][:10])
+    assert node["id"] == hist["nodes"][0]["id"] and node["role"] == "user"
+    hits = js("search", "迁移", "--session", sid)
+    assert hits["hits"] and all(h["sessionId"] == sid for h in hits["hits"])
+    stats = js("stats", sid, "--model", "gpt-4o")
+    assert stats["budget"]["contextWindow"] == 128000 and stats["decisionPath"] and stats["summaryId"]
+    assert js("render", sid, "--format", "openai")["messages"]
+    compact = js("compact", sid, "--fallback", "structural", "--model", "gpt-4o", code=0)
+    assert compact["ok"] is True and "tokensBefore" in compact
+    out = tmp_path / "s.jsonl"
+    exported = js("export", sid, "-o", str(out))
+    assert exported["path"] == str(out) and exported["lines"] > 0 and out.exists()
+    other = str(tmp_path / "other.db")
+    p = dagctx("import", str(out), "--json", "--db", other)
+    assert p.returncode == 0, p.stderr
+    imported = json.loads(p.stdout)
+    assert len(imported["sessions"]) == 1 and imported["sessions"][0]["path"] == str(out)
+    assert imported["failed"] == [] and "skipped" in imported
+    copy = str(tmp_path / "copy.db")
+    p = dagctx("migrate", "--from", db, "--to", copy, "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["sessions"] == 1
+    deleted = js("delete", sid, "--yes")
+    assert deleted == {"sessionId": sid, "title": listing["sessions"][0]["title"],
+                       "nodesRemoved": deleted["nodesRemoved"]} and deleted["nodesRemoved"] > 0
+    assert js("sessions")["total"] == 0
+    # an error: words on stderr, nothing on stdout, the command's exit code
+    p = dagctx("history", "no-such-session", "--json", "--db", db)
+    assert p.returncode == 1 and p.stdout == "" and "SessionNotFound" in p.stderr

@@ -1,9 +1,11 @@
 """The agent-loop examples (examples/python, examples/typescript) against a loopback stub of
 the OpenAI chat completions API that returns scripted tool calls, on a real daemon.
 
-Two tasks in one session; the stub reports a prompt near the window, so dagctx
-recommends compaction after every call and the second task's compaction folds the
-first task into a summary (written by the same stub, called by the daemon).
+Two tasks in one session with a 24k window (``--context-window``); the stub reports
+the prompt's real size. The examples compact only when ``context/prepare`` recommends it,
+and not again in a turn where a compaction found nothing to fold: task one's 35k-character
+file makes prepare recommend it once (nothing to fold yet: one turn), task two's folds
+task one into a summary (written by the same stub, called by the daemon).
 """
 
 from __future__ import annotations
@@ -58,11 +60,12 @@ def command(lang: str) -> list[str]:
 def test_example_agent_loop(lang: str, tmp_path: Path) -> None:
     argv = command(lang)
     db, ws = tmp_path / "agent.db", tmp_path / "ws"
-    stub = ChatStub(script(), prompt_tokens=100_000)  # 90 % of gpt-4o's input budget
+    stub = ChatStub(script())  # usage: the prompt's size
     env = {**os.environ, "EXAMPLE_KEY": "test-key",
            "DAGCTX_COMMAND": json.dumps([sys.executable, "-P", "-m", "dagctx.cli", "serve"])}
     common = ["--base-url", stub.base_url, "--model", "gpt-4o", "--api-key-env", "EXAMPLE_KEY",
-              "--workspace", str(ws), "--db", str(db), "--keep-recent-tokens", "600"]
+              "--workspace", str(ws), "--db", str(db), "--keep-recent-tokens", "600",
+              "--context-window", "24000"]
     try:
         one = subprocess.run(argv + common + ["Create src/calc.py"], env=env, capture_output=True, text=True,
                              timeout=180)
@@ -85,6 +88,12 @@ def test_example_agent_loop(lang: str, tmp_path: Path) -> None:
     assert stub.agent_requests[1]["tools"][0]["function"]["name"] == "read_file"
     # the second task's compaction folded the first: a summary from the stub, a smaller prompt
     assert "compaction: summary" in two.stdout, two.stdout
+    # compaction only when prepare recommends it, and a compaction that found nothing to fold
+    # is not tried again that turn: every task compacts at most once for nothing
+    for out in (one.stdout, two.stdout):
+        attempts = [ln for ln in out.splitlines() if ln.strip().startswith("compaction:")]
+        assert len([a for a in attempts if "summary" not in a]) <= 1, out
+    assert two.stdout.count("compaction: summary") == 1, two.stdout
     assert stub.summary_requests
     last = stub.agent_requests[-1]["messages"]
     assert "[Previous conversation summary]" in json.dumps(last)

@@ -3,6 +3,8 @@
 The MCP server is a real subprocess (newline-delimited JSON on stdio) that spawns a real
 daemon on a real SQLite file; the session it serves is written first by a plain
 ``DagctxClient`` (another daemon on the same file, SPEC §4 "several processes").
+The same checks run on ``mcp`` 1.26 inside the Hermes virtualenv (test_hermes.py), so
+they read the SDK's results through ``field`` (``is_error`` in 2.x, ``isError`` in 1.x).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from dagctx.cli.mcp_tools import ANSWER_CHARS
 from dagctx.client import DagctxClient
 
 TOOLS = ["search_history", "read_node", "expand_summary", "list_sessions", "session_history", "context_stats"]
@@ -25,20 +28,33 @@ SENTENCE = "我们明天开始数据库迁移脚本的评审，请先准备好�
 
 
 @asynccontextmanager
-async def mcp_session(db: Path):
+async def mcp_session(db: Path | None, env: dict[str, str] | None = None, args: tuple[str, ...] = ()):
     # The SDK hands the server only a minimal environment unless told otherwise; pass ours,
     # so the daemon choice (standalone, a private runtime dir) is this run's, not the user's.
-    params = StdioServerParameters(command=sys.executable, args=["-P", "-m", "dagctx.cli", "mcp", "--db", str(db)],
-                                    env=dict(os.environ))
+    argv = ["-P", "-m", "dagctx.cli", "mcp", *(["--db", str(db)] if db is not None else []), *args]
+    params = StdioServerParameters(command=sys.executable, args=argv, env=dict(os.environ) if env is None else env)
     async with stdio_client(params) as streams, ClientSession(*streams) as session:
-        await session.initialize()
+        session.init_result = await session.initialize()  # type: ignore[attr-defined]
         yield session
+
+
+def field(obj: Any, name: str) -> Any:
+    """An SDK result's field: snake_case (mcp 2.x) or camelCase (mcp 1.x)."""
+    if hasattr(obj, name):
+        return getattr(obj, name)
+    head, *rest = name.split("_")
+    return getattr(obj, head + "".join(w.title() for w in rest))
+
+
+#: one answer's text: the bound plus the few lines of headers and notes around a page
+BOUND = ANSWER_CHARS + 1000
 
 
 async def call(session: ClientSession, name: str, args: dict[str, Any]) -> tuple[bool, Any, str]:
     res = await session.call_tool(name, args)
     text = res.content[0].text  # type: ignore[union-attr]
-    return res.is_error, res.structured_content, text
+    assert len(text) <= BOUND, (name, args, len(text))
+    return field(res, "is_error"), field(res, "structured_content"), text
 
 
 async def build(db: Path) -> dict[str, Any]:
@@ -52,7 +68,16 @@ async def build(db: Path) -> dict[str, Any]:
         big = "".join(f"line {i:05d} migration step ok\n" for i in range(3000))  # > 32k chars, > 100 lines
         tool = await c.append(sid, "code", name="bash", input={"cmd": "cat migrate.log"}, output=big,
                               caller=llm.node.id, metadata={"toolCallId": "call_1"})
+        # two turns of 40k characters each (the two turns that once came to 88k in one answer)
+        big_turns: dict[str, str] = {}  # node id → the whole text (a spilled node's get is a preview)
         head = llm.head
+        for i in range(2):
+            paste = f"Paste {i}:\n" + "".join(f"{i}-{k:05d} pasted log line\n" for k in range(1900))
+            review = f"Reviewed paste {i}. " + "ok " * 13000
+            u = await c.append(sid, "user", output=paste, predecessor=head)
+            r = await c.append(sid, "llm", name="gpt-4o", output=review, predecessor=u.head)
+            head = r.head
+            big_turns.update({u.node.id: paste, r.node.id: review})
         for i in range(8):
             u = await c.append(sid, "user", output=f"Turn {i}: please refactor module_{i}.py " + "details " * 300,
                                predecessor=head)
@@ -62,8 +87,9 @@ async def build(db: Path) -> dict[str, Any]:
         comp = await c.compact(sid, model="gpt-4o", keep_recent_tokens=900, fallback="structural")
         assert comp.ok and comp.summary_id, comp
         covered = (await c.get_nodes(sid, comp.covers_ids)).nodes
-        return {"sid": sid, "tool": tool.node.id, "big": big, "summary": comp.summary_id,
-                "covered": [(n.id, n.output) for n in covered], "nodes": (await c.session_get(sid)).node_count}
+        assert set(big_turns) <= set(comp.covers_ids)
+        return {"sid": sid, "tool": tool.node.id, "big": big, "summary": comp.summary_id, "big_turns": big_turns,
+                "covered": [(n.id, big_turns.get(n.id, n.output)) for n in covered], "nodes": (await c.session_get(sid)).node_count}
     finally:
         await c.close()
 
@@ -79,23 +105,46 @@ async def world(tmp_path: Path) -> dict[str, Any]:
 async def test_mcp_tools_over_the_sdk_stdio_client(world: dict[str, Any]) -> None:
     sid = world["sid"]
     async with mcp_session(world["db"]) as s:
+        # initialize says which database and which daemon this server serves
+        instructions = s.init_result.instructions  # type: ignore[attr-defined]
+        assert f"Database: {world['db']} (from --db)." in instructions, instructions
+        assert "Daemon: a private daemon this server started (dagctx " in instructions, instructions
         listed = await s.list_tools()
         assert [t.name for t in listed.tools] == TOOLS
         for t in listed.tools:
-            assert t.input_schema["type"] == "object" and t.input_schema["additionalProperties"] is False
-            assert all(k[0].islower() and "_" not in k for k in t.input_schema["properties"]), "camelCase args"
+            schema = field(t, "input_schema")
+            assert schema["type"] == "object" and schema["additionalProperties"] is False
+            assert all(k[0].islower() and "_" not in k for k in schema["properties"]), "camelCase args"
             assert not any("path" in k.lower() or k in ("db", "database", "file")
-                           for k in t.input_schema["properties"]), "no path-taking tool"
+                           for k in schema["properties"]), "no path-taking tool"
 
         # a Chinese word inside an unspaced sentence
         err, out, text = await call(s, "search_history", {"query": "迁移", "sessionId": sid})
         assert not err, text
         assert out["hits"] and out["hits"][0]["sessionId"] == sid
         assert any("迁移" in h["snippet"] for h in out["hits"])
-        assert json.loads(text) == out, "the text block is the structured content serialized"
+        # the text is for a model: plain text with headers, not JSON; the structure is for programs
+        assert text.startswith(f'# search_history "迁移" in session {sid}: hits 1–'), text[:200]
+        assert all(f"node {h['nodeId']}" in text and h["snippet"] in text for h in out["hits"])
+        with pytest.raises(ValueError):
+            json.loads(text)
+        assert "\\n" not in text and '\\"' not in text, "nothing escaped"
+        # paged: one hit per page, the pages together are the hits of one big call
+        all_hits = out["hits"]
+        cursor, paged = None, []
+        while True:
+            err, page, text = await call(s, "search_history", {"query": "迁移", "sessionId": sid, "limit": 1,
+                                                               **({"cursor": cursor} if cursor else {})})
+            assert not err, text
+            paged += page["hits"]
+            cursor = page["nextCursor"]
+            if cursor is None:
+                break
+            assert f'cursor "{cursor}"' in text
+        assert [h["nodeId"] for h in paged] == [h["nodeId"] for h in all_hits]
         # no hits: an empty result, not an error
-        err, out, _ = await call(s, "search_history", {"query": "zzyzxnotthere"})
-        assert not err and out["hits"] == []
+        err, out, text = await call(s, "search_history", {"query": "zzyzxnotthere"})
+        assert not err and out["hits"] == [] and text.endswith("in every session: no hits")
 
         # a spilled output, by range over the whole output
         big = world["big"]
@@ -105,11 +154,26 @@ async def test_mcp_tools_over_the_sdk_stdio_client(world: dict[str, Any]) -> Non
         assert out["spilled"] is True and out["totalChars"] == len(big)
         assert out["text"] == big[50000:51234]
         assert out["nextOffset"] == 51234
+        assert f"## output, characters 50000–51234 of {len(big)}" in text and big[50000:51234] in text
+        assert "## input\n{\"cmd\": \"cat migrate.log\"}" in text and "More: call read_node again with offset 51234" in text
+        # the whole output, page by page, each answer within the bound
+        whole, offset = "", 0
+        while offset is not None:
+            err, page, text = await call(s, "read_node", {"sessionId": sid, "nodeId": world["tool"], "offset": offset})
+            assert not err, text
+            whole += page["text"]
+            offset = page["nextOffset"]
+        assert whole == big
+        err, _, text = await call(s, "read_node", {"sessionId": sid, "nodeId": world["tool"], "length": 200000})
+        assert err and "length" in text
+        err, page, text = await call(s, "read_node", {"sessionId": sid, "nodeId": world["tool"], "part": "input"})
+        assert not err and page["text"] == '{"cmd": "cat migrate.log"}' and page["nextOffset"] is None
         err, out, _ = await call(s, "read_node", {"sessionId": sid, "nodeId": world["tool"],
                                                   "offset": len(big) - 10})
         assert out["text"] == big[-10:] and out["nextOffset"] is None
 
-        # expand the summary: exactly the covered turns' text, paged
+        # expand the summary: the covered turns in order, paged, every answer within the bound
+        covered = dict(world["covered"])
         got: list[tuple[str, Any]] = []
         calls: list[dict[str, Any]] = []
         cursor = None
@@ -120,18 +184,43 @@ async def test_mcp_tools_over_the_sdk_stdio_client(world: dict[str, Any]) -> Non
                 args["cursor"] = cursor
             err, out, text = await call(s, "expand_summary", args)
             assert not err, text
-            got += [(t["nodeId"], t["text"]) for t in out["turns"]]
+            got += [(t["nodeId"], t["text"] if not t.get("truncated") else covered[t["nodeId"]])
+                    for t in out["turns"]]
+            for t in out["turns"]:
+                if t.get("truncated"):  # cut: the start verbatim, read_node gives the rest
+                    assert covered[t["nodeId"]].startswith(t["text"]) and t["textChars"] == len(covered[t["nodeId"]])
+                    assert f"read_node sessionId {sid} nodeId {t['nodeId']} for the rest" in text
+                    whole, offset = "", 0
+                    while offset is not None:
+                        _, part, _ = await call(s, "read_node", {"sessionId": sid, "nodeId": t["nodeId"],
+                                                                 "offset": offset})
+                        whole, offset = whole + part["text"], part["nextOffset"]
+                    assert whole == covered[t["nodeId"]]
+                assert f"node {t['nodeId']}" in text
             calls += [c for t in out["turns"] for c in t["calls"]]
             pages += 1
             cursor = out["nextCursor"]
             if cursor is None:
                 break
         assert got == world["covered"]
-        # the tool call of the first turn comes with it, input and output as recorded
+        # the tool call of the first turn comes with it: input as recorded, output cut, its size said
         assert [c["nodeId"] for c in calls] == [world["tool"]]
         assert calls[0]["input"] == '{"cmd": "cat migrate.log"}' and calls[0]["spilled"] is True
-        assert calls[0]["text"].startswith(world["big"][:6000])
-        assert pages == -(-len(world["covered"]) // 3)
+        assert calls[0]["text"] == world["big"][:1500] and calls[0]["textChars"] == len(world["big"])
+        assert pages >= -(-len(world["covered"]) // 3)
+        # the two 40k turns (88k in one answer before) come cut, and at the default page size
+        # every page stays within the bound
+        assert set(world["big_turns"]) <= {nid for nid, _ in got}
+        cursor, seen = None, []
+        while True:
+            err, out, text = await call(s, "expand_summary", {"sessionId": sid, "nodeId": world["summary"],
+                                                              **({"cursor": cursor} if cursor else {})})
+            assert not err, text
+            seen += [t["nodeId"] for t in out["turns"]]
+            cursor = out["nextCursor"]
+            if cursor is None:
+                break
+        assert seen == [nid for nid, _ in world["covered"]]
 
         # history and sessions, paged with nextCursor
         err, out, _ = await call(s, "session_history", {"sessionId": sid, "limit": 4})
@@ -164,20 +253,22 @@ async def test_mcp_tools_over_the_sdk_stdio_client(world: dict[str, Any]) -> Non
             err, out, text = await call(s, name, args)
             assert err, (name, args, text)
             assert needle in text, (name, args, text)
-            assert out["error"]["message"] == text and out["error"]["kind"]
+            # the message, then which database and daemon this server serves
+            assert text.startswith(out["error"]["message"]) and out["error"]["kind"]
+            assert f"Database: {world['db']} (from --db)" in text, text
         # sessions as resources
         res = await s.list_resources()
         assert [str(r.uri) for r in res.resources] == [f"dagctx://session/{sid}"]
         assert res.resources[0].name == "mcp test"
-        templates = await s.list_resource_templates()
-        assert templates.resource_templates[0].uri_template == "dagctx://session/{sessionId}"
+        templates = field(await s.list_resource_templates(), "resource_templates")
+        assert field(templates[0], "uri_template") == "dagctx://session/{sessionId}"
         body = (await s.read_resource(f"dagctx://session/{sid}")).contents[0].text  # type: ignore[union-attr]
         assert body.startswith("# mcp test") and SENTENCE in body
         with pytest.raises(Exception, match="does not exist"):
             await s.read_resource("dagctx://session/nope")
 
         unknown = await s.call_tool("no_such_tool", {})
-        assert unknown.is_error and "the tools are" in unknown.content[0].text  # type: ignore[union-attr]
+        assert field(unknown, "is_error") and "the tools are" in unknown.content[0].text  # type: ignore[union-attr]
         err, out, _ = await call(s, "search_history", {"query": "迁移"})
         assert not err and out["hits"], "the daemon is alive after the errors"
 
@@ -187,3 +278,41 @@ async def test_mcp_tools_over_the_sdk_stdio_client(world: dict[str, Any]) -> Non
         assert (await c.session_get(sid)).node_count == world["nodes"]
     finally:
         await c.close()
+
+
+async def test_a_minimal_environment_is_named_not_silently_followed(tmp_path: Path) -> None:
+    """An MCP host that starts ``dagctx mcp`` with a bare environment (no DAGCTX_DB, no
+    XDG_RUNTIME_DIR): initialize's instructions and every error say which database and which
+    daemon that gave, and why; ``--db``/``--socket`` in the server's args choose explicitly."""
+    import subprocess
+    import tempfile
+
+    home = tmp_path / "home"
+    home.mkdir()
+    short = Path(tempfile.mkdtemp(prefix="mcpenv", dir="/tmp"))  # socket paths must stay short
+    # what a host passes: PATH and HOME (TMPDIR only keeps this test's daemon out of the real /tmp)
+    bare = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "TMPDIR": str(short)}
+    db = tmp_path / "chosen.db"
+    c = await DagctxClient.spawn(db, standalone=True)
+    try:
+        made = await c.session_create("the chosen database")
+    finally:
+        await c.close()
+    sock = short / "explicit.sock"
+    try:
+        async with mcp_session(None, env=bare) as s:
+            text = s.init_result.instructions  # type: ignore[attr-defined]
+            default_db = home / ".local" / "share" / "dagctx" / "dagctx.db"
+            assert f"Database: {default_db} (the default: neither --db nor DAGCTX_DB reached this server" in text
+            assert f"socket {short}/dagctx-{os.getuid()}/" in text and "XDG_RUNTIME_DIR is not set here" in text
+            err, out, msg = await call(s, "session_history", {"sessionId": made.session_id})
+            assert err and made.session_id in msg and f"Database: {default_db} (the default" in msg, msg
+        async with mcp_session(db, env=bare, args=("--socket", str(sock))) as s:
+            text = s.init_result.instructions  # type: ignore[attr-defined]
+            assert f"Database: {db} (from --db)" in text and f"socket {sock} (from --socket" in text, text
+            err, out, msg = await call(s, "list_sessions", {})
+            assert not err and [x["sessionId"] for x in out["sessions"]] == [made.session_id], msg
+    finally:
+        for path in [sock, *short.glob("dagctx-*/*.sock")]:
+            subprocess.run([sys.executable, "-P", "-m", "dagctx.cli", "daemon", "stop", "--socket", str(path)],
+                           env=bare, capture_output=True, timeout=30)

@@ -1,8 +1,9 @@
 """Storage faults through a real daemon: every one answered with a stable kind, no write
 acknowledged that is not on disk, reads still served, the daemon alive.
 
-* the database file deleted or replaced underneath a running daemon → ``StorageUnavailable``
-  before any write (issue: 20 of 20 appends were acknowledged into an unlinked file);
+* the database file deleted or replaced underneath a running daemon → the daemon opens
+  (or creates) the file the path names for its next request, with a note in its log;
+  nothing is ever acknowledged into an unlinked file;
 * a second daemon on that path refuses to start an empty database while the old
   write-ahead log is still there;
 * a full disk (a small tmpfs) → ``StorageFull``; a read-only mount → ``StorageReadOnly``;
@@ -38,38 +39,65 @@ async def expect(kind: str, coro) -> RpcError:
     return info.value
 
 
-async def test_deleted_database_refuses_writes_and_a_second_daemon_refuses_to_start_fresh(db_path: Path) -> None:
+async def test_a_deleted_database_is_created_again_for_the_next_request(db_path: Path) -> None:
     c = await DagctxClient.spawn(db_path)
     try:
         sid = (await c.session_create("doomed")).session_id
-        acked = [await append_user(c, sid, f"before {i}") for i in range(3)]
+        for i in range(3):
+            await append_user(c, sid, f"before {i}")
         os.unlink(db_path)
-        for i in range(5):
-            err = await expect("StorageUnavailable", append_user(c, sid, f"after {i}"))
-        assert "deleted or replaced" in err.message and "nothing was written" in err.message
-        await expect("StorageUnavailable", c.session_create("new"))
-        # Reads are still served from what the daemon has open.
-        assert [n.id for n in (await c.history(sid)).nodes] == acked
-        # A second daemon on the same path: the old write-ahead log is still there.
+        # SPEC §2.1: a missing file is created — by the running daemon too, for its next request.
+        assert (await c.session_list()).total == 0
+        await expect("SessionNotFound", c.session_get(sid))
+        fresh = await c.session_create("after")
+        acked = [await append_user(c, fresh.session_id, f"after {i}") for i in range(3)]
+        assert db_path.exists() and (db_path.stat().st_mode & 0o777) == 0o600
+        with RawDb(db_path) as raw:  # every acknowledged write is in the file the path names
+            stored = {r[0] for r in raw.execute("SELECT id FROM nodes WHERE session_id=?", (fresh.session_id,))}
+        assert set(acked) <= stored
+        await c.stderr_tail.settle() if c.stderr_tail else None
+        assert c.stderr_tail is not None and "deleted or replaced" in c.stderr_tail.text(50)
+    finally:
+        assert await c.close() == 0
+
+
+async def test_a_second_daemon_refuses_to_start_fresh_beside_the_old_log(db_path: Path) -> None:
+    c = await DagctxClient.spawn(db_path)
+    try:
+        sid = (await c.session_create("doomed")).session_id
+        await append_user(c, sid, "before")
+        os.unlink(db_path)
+        # Before the first daemon noticed: the old write-ahead log is still there.
         with pytest.raises(RpcError) as info:
             await DagctxClient.spawn(db_path)
         assert info.value.kind == "StorageUnavailable" and "-wal" in info.value.message
         assert not db_path.exists()
+        # The first daemon folds its log away and starts the new file; then a second one can open it.
+        assert (await c.session_list()).total == 0
+        d = await DagctxClient.spawn(db_path)
+        assert (await d.session_list()).total == 0
+        await d.close()
     finally:
         await c.close()
 
 
-async def test_replaced_database_refuses_writes(tmp_path: Path) -> None:
+async def test_a_replaced_database_is_reopened_for_the_next_request(tmp_path: Path) -> None:
     db, other = tmp_path / "a.db", tmp_path / "b.db"
     c, d = await DagctxClient.spawn(db), await DagctxClient.spawn(other)
     try:
         sid = (await c.session_create("a")).session_id
         await append_user(c, sid, "one")
+        theirs = (await d.session_create("from b")).session_id
         await d.close()
         os.replace(other, db)  # another database moved over ours
-        err = await expect("StorageUnavailable", append_user(c, sid, "two"))
-        assert "replaced" in err.message
-        assert (await c.session_list()).total == 1  # alive, answering
+        # a write to a session only the old file had: refused, written nowhere
+        await expect("SessionNotFound", append_user(c, sid, "two"))
+        listed = await c.session_list()
+        assert [x.session_id for x in listed.sessions] == [theirs]
+        nid = await append_user(c, theirs, "into the new file")
+        with RawDb(db) as raw:
+            assert raw.execute("SELECT id FROM nodes WHERE id=?", (nid,)) == [(nid,)]
+            assert raw.execute("SELECT count(*) FROM nodes WHERE session_id=?", (sid,)) == [(0,)]
     finally:
         await c.close()
 
@@ -173,6 +201,7 @@ async def test_corrupt_pages_answer_storage_corrupt(db_path: Path) -> None:
         err = await expect("StorageCorrupt", d.history(sid))
         assert "backup" in err.message and ".recover" in err.message
         await expect("StorageCorrupt", append_user(d, sid, "more"))
+        await expect("StorageCorrupt", d.search("turn", session_id=sid))  # not InternalError
         assert (await d.session_get(sid)).title == "corrupt"  # what is readable is still served
     finally:
         await d.close()

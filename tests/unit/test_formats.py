@@ -384,3 +384,67 @@ def test_image_without_usable_reference_becomes_text(fmt: str):
     blob = json.dumps(messages)
     assert "[image: ab12]" in blob
     assert "image_url" not in blob and '"source"' not in blob
+
+
+# ---------------------------------------------------------------- reasoning (SPEC §6)
+
+SIGNED = {"type": "thinking", "text": "Check both files.", "signature": "sig-1"}
+REDACTED = {"type": "redacted_thinking", "data": "opaque-1"}
+PLAIN = {"type": "reasoning", "text": "unsigned musing"}
+CODEX = {"type": "reasoning", "id": "rs_1", "summary": ["Looked at a.py"], "encryptedContent": "enc-1"}
+
+
+def reasoning_session(head_is_user: bool) -> tuple[Builder, str]:
+    b = Builder()
+    b.user("u1", "list files", "root")
+    b.node("l0", "llm", name="m", output="Done before.", caller="u1", predecessor="u1",
+           metadata={"reasoning": [dict(SIGNED, signature="old")]})
+    b.user("u2", "now the tests", "l0")
+    b.node("l1", "llm", name="m", output="Looking.", caller="u2", predecessor="u2",
+           metadata={"reasoning": [SIGNED, REDACTED, PLAIN, CODEX]})
+    b.tool("t1", "l1", "ls", {"path": "."}, "a.py")
+    head = "l1"
+    if head_is_user:
+        b.node("l2", "llm", name="m", output="Two files.", caller="u2", predecessor="l1")
+        head = b.user("u3", "thanks", "l2")
+    return b, head
+
+
+def test_anthropic_sends_the_current_tool_loops_signed_blocks_first_and_unchanged() -> None:
+    b, head = reasoning_session(False)
+    view = render_view(b.g, head)
+    msgs = to_messages(view, "anthropic").messages
+    assert check_pairs(msgs, "anthropic") == []
+    loop = [m for m in msgs if m["role"] == "assistant"][-1]
+    assert loop["content"][:3] == [
+        {"type": "thinking", "thinking": "Check both files.", "signature": "sig-1"},
+        {"type": "redacted_thinking", "data": "opaque-1"},
+        {"type": "text", "text": "Looking."},
+    ]
+    # the earlier turn's block is not sent by default; "all" sends every signed one; "none" none
+    assert "old" not in json.dumps(msgs)
+    every = json.dumps(to_messages(view, "anthropic", reasoning="all").messages)
+    assert '"old"' in every and "sig-1" in every and "unsigned musing" not in every and "enc-1" not in every
+    assert "thinking" not in json.dumps(to_messages(view, "anthropic", reasoning="none").messages)
+
+
+def test_openai_takes_no_reasoning_unless_asked_and_neutral_keeps_the_blocks() -> None:
+    b, head = reasoning_session(False)
+    view = render_view(b.g, head)
+    plain = to_messages(view, "openai").messages
+    assert not any("reasoning_content" in m for m in plain) and "Check both" not in json.dumps(plain)
+    every = to_messages(view, "openai", reasoning="all").messages
+    assert [m["reasoning_content"] for m in every if "reasoning_content" in m] == [
+        "Check both files.", "Check both files.\n\nunsigned musing\n\nLooked at a.py"]
+    assert check_pairs(every, "openai") == []
+    neutral = to_messages(view, "neutral").messages
+    loop = [m for m in neutral if m["role"] == "assistant"][-1]
+    assert loop["content"][:4] == [SIGNED, REDACTED, PLAIN, CODEX]
+
+
+def test_a_new_user_message_ends_the_tool_loop() -> None:
+    b, head = reasoning_session(True)
+    view = render_view(b.g, head)
+    for fmt in ("anthropic", "neutral"):
+        assert "sig-1" not in json.dumps(to_messages(view, fmt).messages)
+        assert "sig-1" in json.dumps(to_messages(view, fmt, reasoning="all").messages)

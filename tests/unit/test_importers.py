@@ -410,6 +410,24 @@ def test_openhands_events() -> None:
     assert chain(t, t.head) == ["oh-4", "oh-7-llm", "oh-9-llm", "oh-11-llm", "oh-13-llm", "oh-15"]
 
 
+@needs_corpus
+def test_openhands_reasoning_text_is_kept_as_a_reasoning_block(tmp_path: Path) -> None:
+    """SPEC §4: a model response's ``reasoning_content`` is the llm node's reasoning."""
+    events = json.loads((CORPUS / OPENHANDS).read_text())
+    hit = 0
+    for ev in events:
+        resp = (ev.get("tool_call_metadata") or {}).get("model_response") if isinstance(ev, dict) else None
+        if isinstance(resp, dict) and resp.get("id") and not hit:
+            resp["choices"][0]["message"]["reasoning_content"] = "The server must be started first."
+            hit = 1
+    assert hit
+    path = tmp_path / "oh.json"
+    path.write_text(json.dumps(events))
+    (t,) = tuple(parse_file(path))
+    kept = [n.metadata["reasoning"] for n in t.nodes if n.metadata.get("reasoning")]
+    assert kept == [[{"type": "reasoning", "text": "The server must be started first."}]]
+
+
 # --------------------------------------------------------------------------- ShareGPT
 
 

@@ -52,3 +52,30 @@ def test_cursors_round_trip_and_garbage_is_refused() -> None:
 def test_node_text_is_the_recorded_value() -> None:
     assert node_text(None) == "" and node_text("数据") == "数据"
     assert node_text({"cmd": "ls", "n": 1}) == '{"cmd": "ls", "n": 1}'
+
+
+def test_a_page_stops_at_the_bound_but_always_holds_one_block() -> None:
+    from dagctx.cli.mcp_tools import ANSWER_CHARS, Pager, clip
+
+    p = Pager(100)
+    assert p.add("x" * (ANSWER_CHARS * 2)), "the first block always goes in (it is cut by its own limits)"
+    assert not p.add("y")
+    p = Pager(100)
+    n = 0
+    while p.add("z" * 999):
+        n += 1
+    assert sum(len(b) + 1 for b in p.blocks) + 100 <= ANSWER_CHARS and n == len(p.blocks) > 1
+    assert clip("abcdef", 3) == ("abc", True) and clip("ab", 3) == ("ab", False)
+
+
+def test_without_the_sdk_dagctx_mcp_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+    import sys
+
+    from dagctx.cli import mcp_server
+
+    for mod in ("mcp_types", "mcp", "mcp.types"):
+        monkeypatch.setitem(sys.modules, mod, None)  # an import of these now fails
+    assert mcp_server.cmd_mcp(argparse.Namespace(db=None)) == 2
+    assert "pip install 'dagctx[mcp]'" in capsys.readouterr().err

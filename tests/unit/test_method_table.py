@@ -21,7 +21,7 @@ def test_every_request_in_the_table_has_a_handler_and_every_handler_an_entry() -
         undeclared = sorted(set(proto.handlers) - set(CLIENT_REQUESTS))
         assert not undeclared, f"handlers for methods the table does not declare: {undeclared}"
     finally:
-        proto.hub.worker.shutdown()
+        proto.hub.pool.shutdown()
 
 
 def test_dispatch_flags_come_from_the_table() -> None:
@@ -51,7 +51,7 @@ def test_a_declared_request_without_a_handler_answers_method_not_found() -> None
         proto.handle_body(b'{"jsonrpc":"2.0","id":7,"method":"session/list","params":{}}')
         assert sent and b'"MethodNotFound"' in sent[0] and b'"id":7' in sent[0]
     finally:
-        proto.hub.worker.shutdown()
+        proto.hub.pool.shutdown()
 
 
 def test_the_version_module_agrees_with_the_ledger() -> None:

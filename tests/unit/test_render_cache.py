@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +24,8 @@ def engine(tmp_path: Path) -> Iterator[EngineCore]:
 
 
 def _append(e: EngineCore, sid: str, **kw) -> str:
-    out = e.node_append(m.NodeAppendParams(session_id=sid, node=NodeInput(**kw)))
+    # the write handlers are awaitables run by the database's writer thread
+    out = asyncio.run(e.node_append(m.NodeAppendParams(session_id=sid, node=NodeInput(**kw))))
     return out.node.id
 
 
@@ -58,7 +60,7 @@ def test_every_kind_of_change_matches_a_full_render(engine: EngineCore, fmt: str
     _same(e, sid, fmt)
     assert e.views.cache_hits > hits
     # the running call finishes (an update inside the newest turn)
-    e.node_update(m.NodeUpdateParams(session_id=sid, node_id=running, status="completed", output="built"))
+    asyncio.run(e.node_update(m.NodeUpdateParams(session_id=sid, node_id=running, status="completed", output="built")))
     _same(e, sid, fmt)
     # a late tool result under an OLD llm node (must not be served from the stale prefix)
     _append(e, sid, role="code", name="cat", input={"f": "late"}, output="late", caller=head,

@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from dagctx.ledger import Store
+from dagctx.ledger import AppendRequest, Store
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import Call, NodeInput
 from rawdb import RawDb
@@ -312,16 +312,53 @@ def test_large_output_spills_once_and_reads_back_whole(store: Store) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    [big_output(lines=100, width=400), "y" * 31_700 + "\n" * 200, big_output(lines=300, width=50)],
-    ids=["exactly-100-lines", "just-under-chars", "many-short-lines"],
+    ["y" * 31_999, "y" * 31_700 + "\n" * 299, big_output(lines=300, width=50)],
+    ids=["one-char-short", "just-under-chars-many-lines", "many-short-lines"],
 )
-def test_outputs_below_either_limit_stay_inline(store: Store, text: str) -> None:
+def test_outputs_below_the_size_limit_stay_inline(store: Store, text: str) -> None:
     s = store.create_session()
     u = store.append(s.session_id, U("ROOT"), move_head=None).node
-    n = store.append(s.session_id, L(u.id, text)).node
-    if len(text) >= 32_000 and text.count("\n") + 1 > 100:
-        pytest.fail("case is not below a limit")
+    a = store.append(s.session_id, L(u.id)).node
+    n = store.append(s.session_id, NodeInput(role="code", name="cat", caller=a.id, output=text)).node
+    assert len(text) < store.spill.min_chars
     assert n.output == text and "spill" not in n.metadata
+
+
+def test_messages_are_never_spilled(store: Store) -> None:
+    """SPEC §4: only function and tool results spill; a user's message and a model's reply
+    are the conversation itself, kept whole however long."""
+    s = store.create_session()
+    text = "requirement must hold " * 5_000
+    u = store.append(s.session_id, NodeInput(role="user", output=text, predecessor="ROOT")).node
+    a = store.append(s.session_id, L(u.id, text)).node
+    for n in (u, a):
+        assert n.output == text and "spill" not in n.metadata
+
+
+@pytest.mark.parametrize("text", ["z" * 32_000, big_output(lines=100, width=400), ("w" * 99 + " ") * 5_000],
+                         ids=["exactly-the-limit-one-line", "exactly-100-lines", "500k-one-line"])
+def test_size_alone_decides_a_spill(store: Store, text: str) -> None:
+    """SPEC §4: an output of at least 32,000 characters spills whatever its line count."""
+    s = store.create_session()
+    sid = s.session_id
+    u = store.append(sid, U("ROOT")).node
+    a = store.append(sid, L(u.id)).node
+    n = store.append(sid, NodeInput(role="code", name="cat", caller=a.id, output=text)).node
+    sp = n.metadata["spill"]
+    assert sp["chars"] == len(text) and sp["lines"] == text.count("\n") + 1
+    assert len(n.output) < 10_000 and n.output.startswith(text[:6_000]) and n.output.endswith(text[-3_000:])
+    assert store.get_nodes(sid, [n.id], ranged=True)[0].output == text
+
+
+def test_a_system_prompt_is_never_spilled(store: Store) -> None:
+    """SPEC §4, §7: a ``context/system_prompt`` node keeps its whole text, however long."""
+    s = store.create_session()
+    prompt = "\n".join(f"- skill-{i}: does thing {i} " + "d" * 300 for i in range(400))
+    assert len(prompt) > 100_000
+    n = store.append(s.session_id, NodeInput(role="code", name="context/system_prompt", caller="ROOT",
+                                             output=prompt)).node
+    assert n.output == prompt and "spill" not in n.metadata
+    assert store.get_nodes(s.session_id, [n.id])[0].output == prompt
 
 
 def test_update_spills_too(store: Store) -> None:
@@ -487,5 +524,71 @@ def test_nul_and_unusual_text_round_trips_exactly(store: Store) -> None:
         assert other.usage(sid)[0].model == odd
         hits = other.search("迁移", session_id=sid)
         assert {h.node_id for h in hits} == {u.id, t.id} and all(h.name == odd for h in hits)
+    finally:
+        other.close()
+
+
+# ---------------------------------------------------------------- group commit (SPEC §4.2)
+
+
+def test_a_group_keeps_the_rules_of_lone_appends_and_isolates_failures(store: Store) -> None:
+    s1, s2 = store.create_session(), store.create_session()
+    a, b = s1.session_id, s2.session_id
+    units = [
+        AppendRequest(a, [U(s1.root_id, id="a1")]),
+        AppendRequest(a, [L("nope", id="bad")]),  # refused before writing
+        AppendRequest(b, [U(s2.root_id, id="b1"), L("b1", id="b2"), L("missing", id="b3")], batch=True),
+        AppendRequest(a, [L("a1", id="a2")]),  # follows a1 of the same group
+        AppendRequest(b, [U(s2.root_id, id="b4")]),
+        AppendRequest(a, [U(s1.root_id, id="a1")]),  # a duplicate of a group-mate
+        AppendRequest("no-such-session", [U(None)]),
+    ]
+    got = store.append_group(units)
+    assert [o.node.id for o in got[0]] == ["a1"] and got[0][0].node.seq == 1
+    assert isinstance(got[1], DagctxError) and got[1].kind == "NodeNotFound"
+    assert isinstance(got[2], DagctxError) and got[2].path == "nodes[2].predecessor"
+    assert [o.node.seq for o in got[3]] == [2] and got[3][0].head == "a2"
+    assert [o.node.seq for o in got[4]] == [1] and got[4][0].head == "b4"  # b1..b3 were rolled back
+    assert isinstance(got[5], DagctxError) and got[5].kind == "DuplicateNode"
+    assert isinstance(got[6], DagctxError) and got[6].kind == "SessionNotFound"
+    assert rows(store.path, a) == (3, 3, "a2", 3)
+    assert rows(store.path, b) == (2, 2, "b4", 2)
+    assert "b1" not in store.graph(b).nodes
+    other = Store(store.path)
+    try:
+        assert [n.id for n in other.history(a)[0]] == ["a1", "a2"]
+        assert [n.id for n in other.history(b)[0]] == ["b4"]
+    finally:
+        other.close()
+
+
+def test_a_group_whose_commit_fails_for_one_row_commits_the_others(store: Store) -> None:
+    s = store.create_session()
+    sid = s.session_id
+    _trap_commit(store.path)
+    got = store.append_group([
+        AppendRequest(sid, [U(s.root_id, id="x1")]),
+        AppendRequest(sid, [U(s.root_id, id="boom")]),
+        AppendRequest(sid, [L("x1", id="x2")]),
+    ])
+    assert not isinstance(got[0], BaseException) and not isinstance(got[2], BaseException)
+    assert isinstance(got[1], BaseException)
+    assert [n.id for n in store.history(sid)[0]] == ["x1", "x2"]
+    assert rows(store.path, sid) == (3, 3, "x2", 3)
+
+
+def test_cached_graphs_are_weighed_and_can_be_evicted(store: Store) -> None:
+    s = store.create_session()
+    sid = s.session_id
+    turn(store, sid, s.root_id, 1)
+    other = Store(store.path)
+    try:
+        g = other.graph(sid)
+        ((got_sid, nbytes, used),) = other.cached_graphs()
+        assert got_sid == sid and nbytes > 0 and used > 0 and other.cache_bytes() == nbytes
+        assert other.evict(sid) and other.cached_graphs() == [] and not other.evict(sid)
+        again = other.graph(sid)  # rebuilt from the database, the same nodes
+        assert again is not g and list(again.nodes) == list(g.nodes)
+        assert other.cache_bytes() == nbytes
     finally:
         other.close()

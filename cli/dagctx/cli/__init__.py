@@ -130,10 +130,28 @@ def build_parser():  # noqa: ANN201 - argparse.ArgumentParser
 
     commands.register(sub)
     daemon_cmd.register(sub)
-    from dagctx.cli import mcp_server  # registers `dagctx mcp`; the SDK is imported only when it runs
+    # `dagctx mcp` is declared here, its module (tool table, SDK) imported only when it runs:
+    # every other command starts without it (the options are those of mcp_server.register)
+    mc = sub.add_parser("mcp", help="serve the recorded history as MCP tools on stdio (for Claude Code, Codex, …)",
+                        description="``dagctx mcp``: the daemon's history as MCP tools, for any MCP-capable agent.")
+    mc.add_argument("--db", default=argparse.SUPPRESS,
+                    help="database: a SQLite file or a postgresql:// URL (default: $DAGCTX_DB, else the user data "
+                         "dir). MCP hosts often pass a minimal environment: give --db in the server's args")
+    mc.add_argument("--socket", help="the shared daemon's socket (default: the per-user path `dagctx daemon status` "
+                                     "shows, which depends on XDG_RUNTIME_DIR)")
+    mc.add_argument("--standalone", action="store_true",
+                    help="a private daemon for this server instead of the shared one (also DAGCTX_STANDALONE=1)")
+    mc.set_defaults(func=_mcp)
+    from dagctx.cli import completion
 
-    mcp_server.register(sub)
+    completion.register(sub)
     return p
+
+
+def _mcp(args) -> int:  # noqa: ANN001 - argparse.Namespace
+    from dagctx.cli.mcp_server import cmd_mcp
+
+    return cmd_mcp(args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ from dagctx.client import DagctxClient, RpcError
 from dagctx.protocol import context_messages as c
 from dagctx.protocol import errors
 
-from .ui import connect, console, message_text, real_console, resolve_session, sentence
+from .ui import connect, console, message_text, print_json, real_console, resolve_session, sentence
 
 
 # ---------------------------------------------------------------- render
@@ -30,7 +30,7 @@ async def cmd_render(args: argparse.Namespace) -> int:
         info = await resolve_session(client, args.session)
         res = await client.render(info.session_id, head=args.head, format=args.format, model=args.model)
     if args.json:
-        sys.stdout.write(msgspec.json.format(msgspec.json.encode(res), indent=2).decode("utf-8") + "\n")
+        print_json(res)
         return 0
     print_render(res, title=f"{escape(info.title)} — {args.format}")
     return 0
@@ -156,6 +156,13 @@ async def cmd_stats(args: argparse.Namespace) -> int:
         info = await resolve_session(client, args.session)
         stats = await gather_stats(client, info.session_id, args.model, args.head)
     prep: c.PrepareResult = stats["prepare"]
+    if args.json:
+        print_json({"sessionId": info.session_id, "title": info.title, "model": prep.manifest.get("model"),
+                    "budget": prep.budget, "summaryTokens": stats["summary"], "summaryId": prep.summary_id,
+                    "spilled": stats["spilled"], "spilledChars": stats["spilledChars"],
+                    "messages": len(prep.messages), "recommendCompaction": prep.recommend_compaction,
+                    "needsCompaction": prep.needs_compaction, "decisionPath": prep.decision_path})
+        return 0
     print_budget(stats, title=f"{escape(info.title)} — {len(prep.messages)} messages")
     for line in prep.decision_path:
         console.print(f"  [dim]· {escape(line)}[/dim]")
@@ -189,6 +196,8 @@ async def cmd_compact(args: argparse.Namespace) -> int:
                                    fallback=args.fallback)
     if res is None:
         return 3
+    if args.json:
+        print_json(res)
     return 0 if res.ok else 1
 
 
@@ -266,6 +275,9 @@ async def cmd_export(args: argparse.Namespace) -> int:
     if path is None:
         sys.stdout.write(res.content or "")
         sys.stdout.flush()
+    elif args.json:
+        print_json({"sessionId": info.session_id, "format": args.format, "path": res.path or path,
+                    "lines": res.lines})
     else:
         unit = "lines" if args.format == "claude-code" else "messages"
         console.print(f"wrote {res.lines:,} {unit} ({args.format}) to {escape(res.path or path)}")

@@ -17,7 +17,7 @@ from dagctx.client import DagctxClient, RpcError
 from dagctx.protocol import context_messages as c
 from dagctx.protocol import messages as m
 
-from .ui import connect, console, real_console, sentence
+from .ui import connect, console, print_json, real_console, sentence
 
 
 # ---------------------------------------------------------------- import
@@ -102,10 +102,15 @@ async def cmd_import(args: argparse.Namespace) -> int:
             "present and not copied."
         )
         return 130
+    not_imported = [s for s in skipped if s.line is None]
+    if args.json:
+        print_json({"sessions": [{"path": path, **msgspec.to_builtins(s)} for path, s in sessions],
+                    "skipped": skipped, "skippedMore": more,
+                    "failed": [{"path": path, "error": why} for path, why in failed]})
+        return 1 if failed or not_imported else 0
     print_import_summary(sessions, skipped, more)
     for path, why in failed:
         console.print(f"[red]failed[/red] {escape(path)}: {escape(sentence(why))}")
-    not_imported = [s for s in skipped if s.line is None]
     for s in not_imported:
         console.print(f"[red]not imported[/red] {escape(str(s.file))}: {escape(sentence(s.reason))}")
     return 1 if failed or not_imported else 0
@@ -211,6 +216,9 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
     finally:
         await client.close()
     res = msgspec.convert(res, m.DatabaseMigrateResult) if not isinstance(res, m.DatabaseMigrateResult) else res
+    if args.json:
+        print_json(res)
+        return 1 if res.conflicts else 0
     console.print(f"{escape(res.source)} → {escape(res.target)}: {res.sessions} sessions, copied {res.copied} "
                   f"({res.nodes:,} nodes), unchanged {res.unchanged}, conflicts {len(res.conflicts)}")
     for sid in res.conflicts:

@@ -13,7 +13,7 @@ from rich.table import Table
 from dagctx.client import DagctxClient, RpcError
 from dagctx.protocol import messages as m
 
-from .ui import all_sessions, connect, console, preview, resolve_session, short, source_of, when
+from .ui import all_sessions, connect, console, preview, print_json, resolve_session, short, source_of, when
 
 
 async def cmd_sessions(args: argparse.Namespace) -> int:
@@ -24,6 +24,9 @@ async def cmd_sessions(args: argparse.Namespace) -> int:
             res = m.SessionListResult(sessions=rows[: args.limit], total=len(rows))
         else:
             res = await client.session_list(limit=args.limit)
+    if args.json:
+        print_json(res)
+        return 0
     what = f" from {args.source}" if args.source else ""
     table = Table(title=f"{res.total} sessions{what} in {db}")
     table.add_column("session", min_width=36)
@@ -45,11 +48,17 @@ async def cmd_delete(args: argparse.Namespace) -> int:
     async with connect(args) as client:
         info = await resolve_session(client, args.session)
         if not args.yes and sys.stdin.isatty():
+            if args.json:
+                console.print("[red]error[/red]: --json does not ask; add --yes to delete. Nothing was deleted.")
+                return 2
             answer = input(f"Delete session {info.session_id} {info.title!r} ({info.node_count} nodes)? [y/N] ")
             if answer.strip().lower() not in ("y", "yes"):
                 console.print("Nothing was deleted.")
                 return 1
         res = await client.session_delete(info.session_id)
+    if args.json:
+        print_json({"sessionId": info.session_id, "title": info.title, "nodesRemoved": res.nodes_removed})
+        return 0
     console.print(f"Deleted session {info.session_id} {escape(info.title)!r} ({res.nodes_removed} nodes).")
     return 0
 
@@ -78,7 +87,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
         if isinstance(spill, dict):
             node = (await client.get_nodes(info.session_id, [nid], range=m.OutputRange(offset=0))).nodes[0]
     if args.json:
-        sys.stdout.write(msgspec.json.format(msgspec.json.encode(node), indent=2).decode("utf-8") + "\n")
+        print_json(node)
         return 0
     table = Table(title=f"node {node.id} in {escape(info.title)} ({info.session_id})", show_header=False)
     table.add_column("field", style="bold")
@@ -125,6 +134,9 @@ async def cmd_history(args: argparse.Namespace) -> int:
     async with connect(args) as client:
         info = await resolve_session(client, args.session)
         res = await client.history(info.session_id, head=args.head)
+    if args.json:
+        print_json(res)
+        return 0
     table = Table(title=f"{escape(info.title)} — {len(res.nodes)} turns to {res.head}")
     table.add_column("seq", justify="right")
     table.add_column("id")
@@ -144,6 +156,9 @@ async def cmd_search(args: argparse.Namespace) -> int:
     async with connect(args) as client:
         sid = (await resolve_session(client, args.session)).session_id if args.session else None
         res = await client.search(args.query, session_id=sid, limit=args.limit)
+    if args.json:
+        print_json(res)
+        return 0
     print_hits(args.query, res)
     return 0
 

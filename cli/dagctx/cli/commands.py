@@ -53,46 +53,57 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.set_defaults(func=lambda args: run(fn, args))
         return p
 
+    def json_flag(p: argparse.ArgumentParser, what: str) -> None:
+        p.add_argument("--json", action="store_true",
+                       help=f"print {what} as JSON on stdout (camelCase, as the protocol spells it); "
+                            "words and progress go to stderr")
+
     p = add("import", _command("cmd_import", "cmd_import"), "import transcripts (files or folders such as ~/.claude/projects)")
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--format", default="auto",
                    choices=get_args(ImportFormat))
     p.add_argument("--title", help="title for the imported session(s)")
+    json_flag(p, "the imported sessions, skipped lines and failed paths")
 
     p = add("sessions", _command("cmd_sessions", "cmd_sessions"), "list the sessions of the database")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--source", metavar="FORMAT",
                    help="only sessions imported from this format (claude-code, codex, …), or 'native'")
+    json_flag(p, "the sessions (session/list's result)")
 
     p = add("delete", _command("cmd_sessions", "cmd_delete"), "delete a session and everything in it")
     p.add_argument("session")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    json_flag(p, "what was deleted (needs --yes when stdin is a terminal)")
 
     p = add("show", _command("cmd_sessions", "cmd_show"), "print one node in full (its whole output, even when spilled)")
     p.add_argument("node", help="a node id or a unique prefix of one")
     p.add_argument("--session", help="the session holding it (default: look in every session)")
-    p.add_argument("--json", action="store_true", help="print the node as JSON")
+    json_flag(p, "the node")
 
     p = add("history", _command("cmd_sessions", "cmd_history"), "the branch ending at HEAD (or --head), oldest first")
     p.add_argument("session")
     p.add_argument("--head")
+    json_flag(p, "the branch (session/history's result)")
 
     p = add("render", _command("cmd_context", "cmd_render"), "the messages a model would see for a head")
     p.add_argument("session")
     p.add_argument("--model")
     p.add_argument("--format", default="openai", choices=get_args(Format))
     p.add_argument("--head")
-    p.add_argument("--json", action="store_true", help="print the raw render result as JSON")
+    json_flag(p, "the raw render result")
 
     p = add("search", _command("cmd_sessions", "cmd_search"), "full-text search over history (English, code identifiers, CJK)")
     p.add_argument("query")
     p.add_argument("--session")
     p.add_argument("--limit", type=int, default=20)
+    json_flag(p, "the hits (search/query's result)")
 
     p = add("stats", _command("cmd_context", "cmd_stats"), "token budget of a session's next turn (context/prepare)")
     p.add_argument("session")
     p.add_argument("--model")
     p.add_argument("--head")
+    json_flag(p, "the budget, the compaction signals and the decision path")
 
     p = add("compact", _command("cmd_context", "cmd_compact"), "compact a branch into a rolling summary (needs an LLM endpoint)")
     p.add_argument("session")
@@ -105,6 +116,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key-env", help="environment variable holding the endpoint's API key")
     p.add_argument("--fallback", choices=["none", "structural"], default="none",
                    help="'structural': a deterministic structural summary when no LLM answers (explicit opt-in)")
+    json_flag(p, "the compaction result (context/compact's)")
 
     p = add("export", _command("cmd_context", "cmd_export"), "export a branch as a Claude Code transcript or OpenAI messages")
     p.add_argument("session")
@@ -114,12 +126,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="replace the --output file if it exists")
     p.add_argument("--all-branches", action="store_true", help="claude-code: every branch, not only HEAD's")
     p.add_argument("--head")
+    json_flag(p, "what was written, with -o (without -o the export itself is the output)")
 
     p = sub.add_parser("migrate", help="copy every session from one database to another (idempotent)",
                        description="copy every session exactly from one database to another: a SQLite file "
                        "path or a postgresql:// URL on either side; running it again copies only what changed")
     p.add_argument("--from", dest="source", required=True, metavar="PATH_OR_URL")
     p.add_argument("--to", dest="target", required=True, metavar="PATH_OR_URL")
+    p.add_argument("--json", action="store_true", help="print the migration's result as JSON on stdout")
     p.set_defaults(func=lambda args: run(_command("cmd_import", "cmd_migrate"), args))
 
     p = add("ui", _command("cmd_webui", "cmd_ui"),

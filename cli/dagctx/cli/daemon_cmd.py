@@ -36,8 +36,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     sock = args.socket or transport.socket_path()
     idle = args.idle_timeout if args.idle_timeout is not None else _env_float("DAGCTX_IDLE_TIMEOUT", 300.0)
     queue = args.max_queue_bytes or int(os.environ.get("DAGCTX_MAX_QUEUE_BYTES") or 0) or None
+    cap = int(os.environ.get("DAGCTX_MAX_FRAME_CAP") or 0) or None
     return run_daemon(socket_path=sock, idle_timeout=idle if idle and idle > 0 else None,
-                      max_queue_bytes=queue, log_path=transport.log_path(sock))
+                      max_queue_bytes=queue, log_path=transport.log_path(sock), max_frame_cap=cap)
 
 
 async def _ask(method: str, sock: str | None) -> Any:
@@ -79,9 +80,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"  log       {st.log}")
     idle = f"{st.idle_timeout_seconds:g} s" if st.idle_timeout_seconds else "never"
     print(f"  idle exit {idle}")
+    mib = 1024 * 1024
+    mem = st.memory
+    print(f"  memory    {mem.rss_bytes / mib:.0f} MiB resident (peak {mem.peak_rss_bytes / mib:.0f} MiB, "
+          f"at start {mem.baseline_rss_bytes / mib:.0f} MiB)")
+    print(f"  queue     {st.queue.queued} waiting, {st.queue.running} running ({st.queue.threads} threads)")
     print(f"  databases {len(st.databases)}")
     for d in st.databases:
         print(f"    {d}")
+    for cache in st.caches:
+        idle = f", unused for {cache.idle_seconds:.0f} s" if cache.idle_seconds is not None else ""
+        print(f"    cached: {cache.sessions} sessions ({cache.nodes} nodes), {cache.renders} renders, "
+              f"{cache.users} clients{idle} — {cache.database}")
     print(f"  clients   {len(st.clients)}")
     for c in st.clients:
         who = f"{c.name or 'unnamed'}" + (f" {c.version}" if c.version else "")
@@ -89,6 +99,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         sessions = f", watching {', '.join(s[:12] for s in c.sessions)}" if c.sessions else ""
         print(f"    {c.connection_id}: {who}{extra}, db {c.database or '(not initialized)'}, "
               f"{c.in_flight} in flight{sessions}")
+    for w in st.warnings:
+        print(f"  warning   {w}")
     return 0
 
 

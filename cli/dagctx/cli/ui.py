@@ -53,7 +53,16 @@ def real_console() -> Console:
     return _LazyConsole._real  # type: ignore[return-value]
 
 
+def print_json(value: Any) -> None:
+    """``--json``: the command's data on stdout, as the protocol spells it (camelCase)."""
+    sys.stdout.write(msgspec.json.format(msgspec.json.encode(value), indent=2).decode("utf-8") + "\n")
+    sys.stdout.flush()
+
+
 def run(fn: Callable[[argparse.Namespace], Awaitable[int]], args: argparse.Namespace) -> int:
+    if getattr(args, "json", False):
+        # --json: stdout carries the JSON document only; words, progress and errors go to stderr
+        _LazyConsole._real = Console(stderr=True, width=int(os.environ.get("COLUMNS", "140")), soft_wrap=False)
     try:
         return asyncio.run(fn(args))
     except RpcError as exc:

@@ -41,7 +41,11 @@ class ClientBridge:
         if self._loop.is_closed():
             raise RuntimeError("the dagctx bridge is closed")
         fut = asyncio.run_coroutine_threadsafe(go(), self._loop)
-        return fut.result(timeout or self.timeout)
+        try:
+            return fut.result(timeout or self.timeout)
+        except TimeoutError:
+            fut.cancel()  # nothing keeps running for a caller that stopped waiting
+            raise
 
     @property
     def closed(self) -> bool:

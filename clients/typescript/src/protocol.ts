@@ -57,6 +57,8 @@ export interface AttachParams {
   pid?: number | null;
   /** @default null */
   maxFrameBytes?: number | null;
+  /** @default null */
+  env?: Record<string, string> | null;
 }
 
 export interface BranchInfo {
@@ -91,6 +93,49 @@ export interface Budget {
   source?: "calibrated" | "estimate" | "provider";
   /** @default 0 */
   safetyMargin?: number;
+}
+
+/** ``error.data.details`` of ``BudgetExceeded`` (SPEC §7, §8): the numbers. */
+export interface BudgetExceededDetails {
+  contextWindow: number;
+  outputReserve: number;
+  inputBudget: number;
+  safetyMargin: number;
+  limit: number;
+  protectedTokens: number;
+  systemPrompt: number;
+  toolsSchema: number;
+  userMessages: number;
+  newestStep: number;
+  inputUsed: number;
+  overBy: number;
+  /** @default null */
+  model?: string | null;
+  /** @default 0 */
+  newestUserTurn?: number;
+  /** @default "estimate" */
+  source?: "calibrated" | "estimate" | "provider";
+  /** @default 0 */
+  summaryCalls?: number;
+  /** @default [] */
+  failures?: string[];
+  /** @default [] */
+  systemPromptLayers?: PromptLayer[];
+}
+
+/** One open database and what its caches hold. */
+export interface CacheStatus {
+  database: string;
+  /** @default 0 */
+  users?: number;
+  /** @default 0 */
+  sessions?: number;
+  /** @default 0 */
+  nodes?: number;
+  /** @default 0 */
+  renders?: number;
+  /** @default null */
+  idleSeconds?: number | null;
 }
 
 /**
@@ -257,6 +302,12 @@ export interface DaemonStatus {
   idleTimeoutSeconds: number | null;
   databases: string[];
   clients: ClientStatus[];
+  memory?: MemoryStatus;
+  queue?: QueueStatus;
+  /** @default [] */
+  caches?: CacheStatus[];
+  /** @default [] */
+  warnings?: string[];
 }
 
 export interface DaemonStopResult {
@@ -451,6 +502,8 @@ export interface InitializationOptions {
   configFile?: string | null;
   /** @default null */
   aging?: AgingOptions | null;
+  /** @default null */
+  storageTimeoutSeconds?: number | null;
 }
 
 export interface InitializeParams {
@@ -483,6 +536,16 @@ export interface LogMessageParams {
   message: string;
 }
 
+/** The daemon's memory (Linux ``/proc``; 0 where unknown). */
+export interface MemoryStatus {
+  /** @default 0 */
+  rssBytes?: number;
+  /** @default 0 */
+  peakRssBytes?: number;
+  /** @default 0 */
+  baselineRssBytes?: number;
+}
+
 /**
  * Settings for one model name (``initializationOptions.models``, the config file).
  *
@@ -498,6 +561,16 @@ export interface ModelSpec {
   tokenizer?: string | null;
 }
 
+/** Several nodes of one session appended as one unit: all of them or none. */
+export interface NodeAppendBatchParams {
+  sessionId: string;
+  nodes: NodeInput[];
+  /** @default null */
+  moveHead?: boolean | null;
+  /** @default null */
+  renderId?: string | null;
+}
+
 export interface NodeAppendParams {
   sessionId: string;
   node: NodeInput;
@@ -505,6 +578,11 @@ export interface NodeAppendParams {
   moveHead?: boolean | null;
   /** @default null */
   renderId?: string | null;
+}
+
+export interface NodeBatchResult {
+  nodes: Call[];
+  head: string;
 }
 
 /**
@@ -626,6 +704,8 @@ export interface PrepareParams {
   prependContext?: string | null;
   /** @default null */
   memoryPrefetch?: string | null;
+  /** @default "provider" */
+  reasoning?: "all" | "none" | "provider";
   /** @default 60 */
   reductionTimeoutSeconds?: number;
   /** @default null */
@@ -669,6 +749,54 @@ export interface ProgressParams {
   value: Record<string, unknown>;
 }
 
+/** One layer of the assembled system prompt (SPEC §7): a section of its text. */
+export interface PromptLayer {
+  name: string;
+  chars: number;
+  tokens: number;
+  /** @default null */
+  source?: string | null;
+  /** @default false */
+  truncated?: boolean;
+}
+
+/** The work pools (SPEC §1.4): jobs waiting, jobs running, threads. */
+export interface QueueStatus {
+  /** @default 0 */
+  queued?: number;
+  /** @default 0 */
+  running?: number;
+  /** @default 0 */
+  threads?: number;
+}
+
+/**
+ * One reasoning block of an llm call, kept as the provider returned it, in order, in
+ * the llm node's ``metadata.reasoning`` (a list of these; SPEC §4).
+ *
+ * * Anthropic ``thinking``: ``text`` (the thinking) and ``signature``;
+ *   ``redacted_thinking``: ``data``. Sent back unchanged (SPEC §6).
+ * * OpenAI Responses / Codex ``reasoning`` items: ``id``, ``summary`` (the summary
+ *   texts), ``text`` (reasoning content, if any) and ``encryptedContent``.
+ * * Plain reasoning text (OpenHands ``reasoning_content``, DeepSeek-style models):
+ *   ``type: "reasoning"`` with ``text`` only.
+ */
+export interface ReasoningBlock {
+  type: "reasoning" | "redacted_thinking" | "thinking";
+  /** @default null */
+  text?: string | null;
+  /** @default null */
+  signature?: string | null;
+  /** @default null */
+  data?: string | null;
+  /** @default null */
+  id?: string | null;
+  /** @default null */
+  summary?: string[] | null;
+  /** @default null */
+  encryptedContent?: string | null;
+}
+
 /** One tool result summarized for this request (SPEC §8, reduction within a turn). */
 export interface ReducedResult {
   nodeId: string;
@@ -703,6 +831,8 @@ export interface RenderParams {
   includeSystem?: boolean;
   /** @default true */
   aging?: boolean;
+  /** @default "provider" */
+  reasoning?: "all" | "none" | "provider";
   /** @default false */
   budget?: boolean;
   /** @default [] */
@@ -907,15 +1037,25 @@ export interface SessionGraphResult {
   heads?: GraphHead[];
 }
 
+/**
+ * ``session/history``; ``offset``/``limit`` page the branch (oldest first), for a
+ * branch whose nodes would not fit one answer (``ResponseTooLarge``).
+ */
 export interface SessionHistoryParams {
   sessionId: string;
   /** @default null */
   head?: string | null;
+  /** @default 0 */
+  offset?: number;
+  /** @default null */
+  limit?: number | null;
 }
 
 export interface SessionHistoryResult {
   nodes: Call[];
   head: string;
+  /** @default 0 */
+  total?: number;
 }
 
 export interface SessionInfo {
@@ -1118,6 +1258,8 @@ export interface Methods {
   "session/unsubscribe": { params: SessionRef; result: SubscribeResult };
   /** Append one node; HEAD moves only when it extends HEAD. */
   "node/append": { params: NodeAppendParams; result: NodeResult };
+  /** Append several nodes of one session at once (a whole turn, an importer's run): all or none. */
+  "node/appendBatch": { params: NodeAppendBatchParams; result: NodeBatchResult };
   /** Finish a running node (the only mutation). */
   "node/update": { params: NodeUpdateParams; result: NodeResult };
   /** Nodes by id. */
@@ -1204,6 +1346,7 @@ export const METHOD_NAMES = [
   "session/subscribe",
   "session/unsubscribe",
   "node/append",
+  "node/appendBatch",
   "node/update",
   "node/get",
   "context/render",
@@ -1254,6 +1397,7 @@ export type ErrorKind =
   | "ShutdownInProgress"
   | "RequestCancelled"
   | "FrameTooLarge"
+  | "ResponseTooLarge"
   | "SessionNotFound"
   | "NodeNotFound"
   | "DuplicateNode"
@@ -1271,7 +1415,8 @@ export type ErrorKind =
   | "StorageUnavailable"
   | "StorageFull"
   | "StorageReadOnly"
-  | "StorageCorrupt";
+  | "StorageCorrupt"
+  | "StorageBusy";
 
 /** `data.kind` → the JSON-RPC error code it is sent with. */
 export const ERROR_KINDS: Readonly<Record<ErrorKind, number>> = {
@@ -1284,6 +1429,7 @@ export const ERROR_KINDS: Readonly<Record<ErrorKind, number>> = {
   ShutdownInProgress: -32600,
   RequestCancelled: -32800,
   FrameTooLarge: -32600,
+  ResponseTooLarge: -32001,
   SessionNotFound: -32001,
   NodeNotFound: -32001,
   DuplicateNode: -32001,
@@ -1302,4 +1448,5 @@ export const ERROR_KINDS: Readonly<Record<ErrorKind, number>> = {
   StorageFull: -32001,
   StorageReadOnly: -32001,
   StorageCorrupt: -32001,
+  StorageBusy: -32001,
 };

@@ -42,6 +42,11 @@ Formats:
     All results of one call group share one ``tool`` message. System is returned
     separately (as with Anthropic).
 
+Reasoning (``Item.reasoning``, SPEC §6): ``to_messages(..., reasoning=)`` picks the llm
+nodes whose blocks are sent (``reasoning_owners``); they open their assistant message.
+Anthropic gets signed ``thinking`` / ``redacted_thinking`` blocks unchanged, OpenAI a
+``reasoning_content`` string (mode ``all`` only), neutral the stored blocks.
+
 Images stay references: OpenAI gets ``image_url.url`` = the stored url, a
 ``data:`` URL for an inline base64 source, or the stored path as is (the sending
 layer resolves paths); Anthropic gets ``source`` as stored, or ``{"type": "url"}`` /
@@ -125,7 +130,33 @@ def _result_block(call_id: str, item: Item | None) -> dict[str, Any]:
     return {"type": "tool_result", "toolCallId": call_id, "content": content, "isError": _is_error(item)}
 
 
-def _assemble(view: View) -> tuple[list[_Msg], list[str]]:
+#: neutral block types of reasoning (``metadata.reasoning``, SPEC §6)
+REASONING_TYPES = frozenset({"thinking", "redacted_thinking", "reasoning"})
+
+
+def reasoning_owners(view: View, format: str, mode: str) -> frozenset[str]:
+    """The llm nodes whose reasoning blocks a render sends (SPEC §6).
+
+    ``none``: none. ``all``: every top-level llm node that has some. ``provider``: none for
+    OpenAI Chat Completions (it takes no reasoning back); for Anthropic and neutral the
+    assistant turns of the current tool loop — the top-level llm nodes after the branch's
+    newest user message (a new user message ends the loop: its thinking is no longer
+    required, Anthropic's documented rule for extended thinking with tools).
+    """
+    if mode == "none" or (mode == "provider" and format == "openai"):
+        return frozenset()
+    items = view.items
+    start = 0
+    if mode == "provider":
+        for k in range(len(items) - 1, -1, -1):
+            if items[k].kind == "user" and items[k].depth == 0:
+                start = k + 1
+                break
+    return frozenset(it.node_id for it in items[start:]
+                     if it.kind == "assistant" and it.depth == 0 and it.reasoning)
+
+
+def _assemble(view: View, owners: frozenset[str] = frozenset()) -> tuple[list[_Msg], list[str]]:
     msgs: list[_Msg] = []
     repairs: list[str] = list(view.repairs)
     used_ids: set[str] = set()
@@ -194,7 +225,8 @@ def _assemble(view: View) -> tuple[list[_Msg], list[str]]:
             continue
         close()
         role = "assistant" if it.role == "assistant" else "user"
-        msg = _Msg(role, [dict(b) for b in it.content], [])
+        lead = [dict(b) for b in it.reasoning] if it.node_id in owners and it.kind == "assistant" else []
+        msg = _Msg(role, lead + [dict(b) for b in it.content], [])
         msg.add_id(it.node_id)
         msgs.append(msg)
         if it.kind == "assistant":
@@ -305,10 +337,14 @@ def _openai(view: View, msgs: list[_Msg], include_system: bool) -> tuple[list[di
                 ids.append([nid])
             continue
         if m.role == "assistant":
-            texts = [b for b in m.blocks if b["type"] != "tool_call"]
+            texts = [b for b in m.blocks if b["type"] != "tool_call" and b["type"] not in REASONING_TYPES]
             calls = [b for b in m.blocks if b["type"] == "tool_call"]
             text = _plain(texts)
             msg: dict[str, Any] = {"role": "assistant", "content": text or None}
+            thought = "\n\n".join(t for b in m.blocks if b["type"] in REASONING_TYPES and (t := reasoning_text(b)))
+            if thought:
+                # reasoning: "all" — the field OpenAI-compatible servers read back
+                msg["reasoning_content"] = thought
             if calls:
                 msg["tool_calls"] = [
                     {
@@ -318,7 +354,7 @@ def _openai(view: View, msgs: list[_Msg], include_system: bool) -> tuple[list[di
                     }
                     for c in calls
                 ]
-            elif not text:
+            elif not text and not thought:
                 continue
             out.append(msg)
             ids.append(list(m.node_ids))
@@ -352,6 +388,12 @@ def _anthropic_blocks(m: _Msg) -> list[dict[str, Any]]:
         if kind == "text":
             if b.get("text"):
                 out.append({"type": "text", "text": b["text"]})
+        elif kind in REASONING_TYPES:
+            # sent unchanged: only what Anthropic signed can go back (SPEC §6)
+            if kind == "thinking" and b.get("signature"):
+                out.append({"type": "thinking", "thinking": b.get("text") or "", "signature": b["signature"]})
+            elif kind == "redacted_thinking" and b.get("data"):
+                out.append({"type": "redacted_thinking", "data": b["data"]})
         elif kind == "image":
             out.append(_anthropic_image(b))
         elif kind == "tool_call":
@@ -417,9 +459,49 @@ def _neutral(msgs: list[_Msg]) -> tuple[list[dict[str, Any]], list[list[str]]]:
     return out, ids
 
 
-def to_messages(view: View, format: Format = "neutral", *, include_system: bool = True) -> Rendered:
-    """Provider messages for a view; see the module docstring. Never raises on data."""
-    msgs, repairs = _assemble(view)
+def reasoning_text(block: dict[str, Any]) -> str:
+    """What a reasoning block holds for a reader (and a tokenizer): its text, else its
+    summary, else its signed or encrypted payload."""
+    text = block.get("text")
+    if isinstance(text, str) and text:
+        return text
+    summary = block.get("summary")
+    if isinstance(summary, list) and summary:
+        return "\n\n".join(x for x in summary if isinstance(x, str))
+    return ""
+
+
+def reasoning_payload(message: dict[str, Any]) -> list[str]:
+    """The reasoning a rendered message carries, as the strings the model reads: thinking
+    and reasoning text, summaries, ``reasoning_content``, and a redacted block's data (its
+    only measure); signatures and encrypted content are opaque and not counted. What the
+    render adds to its node's own token count (SPEC §6)."""
+    out: list[str] = []
+    rc = message.get("reasoning_content")
+    if isinstance(rc, str) and rc:
+        out.append(rc)
+    content = message.get("content")
+    if isinstance(content, list):
+        for b in content:
+            if not isinstance(b, dict) or b.get("type") not in REASONING_TYPES:
+                continue
+            keys = ("data",) if b.get("type") == "redacted_thinking" else ("thinking", "text")
+            for key in keys:
+                v = b.get(key)
+                if isinstance(v, str) and v:
+                    out.append(v)
+            if isinstance(b.get("summary"), list):
+                out.extend(x for x in b["summary"] if isinstance(x, str) and x)
+    return out
+
+
+def to_messages(view: View, format: Format = "neutral", *, include_system: bool = True,
+                reasoning: str = "provider") -> Rendered:
+    """Provider messages for a view; see the module docstring. Never raises on data.
+
+    ``reasoning`` (``provider`` | ``all`` | ``none``) picks the llm nodes whose reasoning
+    blocks are sent (``reasoning_owners``), first in their message."""
+    msgs, repairs = _assemble(view, reasoning_owners(view, format, reasoning))
     if format == "openai":
         messages, ids = _openai(view, msgs, include_system)
     elif format == "anthropic":

@@ -140,7 +140,7 @@ import msgspec
 
 from dagctx.ledger.graph import SessionGraph, is_spawn_root, is_summary
 from dagctx.protocol.errors import DagctxError
-from dagctx.protocol.nodes import SUMMARY_MARKER, SUMMARY_NAME, SYSTEM_PROMPT_NAME, Call
+from dagctx.protocol.nodes import REASONING_KEY, SUMMARY_MARKER, SUMMARY_NAME, SYSTEM_PROMPT_NAME, Call
 
 #: Bumped whenever the rule above changes what a model sees (recorded in manifests).
 RENDER_POLICY_VERSION = 2
@@ -154,7 +154,7 @@ ItemKind = Literal["user", "assistant", "tool_call", "tool_result", "text_pair",
 _IMAGE_TYPES = frozenset({"image", "image_url", "input_image"})
 _FILE_TYPES = frozenset({"file", "document", "input_file"})
 #: Blocks in a stored llm output that are not replayed as text: tool calls are their
-#: own code nodes, reasoning is not sent back.
+#: own code nodes; reasoning is sent only from ``metadata.reasoning`` (``Item.reasoning``).
 _SKIP_TYPES = frozenset(
     {"tool_use", "tool_call", "function_call", "tool_result", "thinking", "redacted_thinking", "reasoning"}
 )
@@ -196,6 +196,9 @@ class Item:
     turn: int = 0
     aged: bool = False
     synthetic: bool = False
+    #: an assistant item of a top-level llm node: its reasoning blocks (``metadata.reasoning``,
+    #: SPEC §6), which the formatter sends or not by the render's reasoning mode
+    reasoning: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -380,6 +383,14 @@ def _meta(node: Call, *keys: str) -> Any:
 def tool_call_id_of(node: Call) -> str | None:
     tid = _meta(node, "toolCallId", "tool_call_id")
     return str(tid) if tid not in (None, "") else None
+
+
+def reasoning_of(node: Call) -> list[dict[str, Any]]:
+    """The reasoning blocks of an llm node (``metadata.reasoning``, SPEC §4), as stored."""
+    got = node.metadata.get(REASONING_KEY) if node.role == "llm" else None
+    if not isinstance(got, list):
+        return []
+    return [b for b in got if isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking", "reasoning")]
 
 
 def covers_of(node: Call) -> list[str]:
@@ -705,8 +716,9 @@ class _Renderer:
                 by_tid[tid] = len(tools)
                 tools.append(c)
         tools.sort(key=lambda n: n.seq)
+        reasoning = reasoning_of(node) if not nested else []
 
-        if blocks or tools:
+        if blocks or tools or reasoning:
             self.emit_blocks(
                 "assistant",
                 node,
@@ -715,6 +727,7 @@ class _Renderer:
                 name=node.name,
                 status=node.status,
                 depth=depth,
+                reasoning=reasoning,
             )
         for t in tools:
             self.emit(
@@ -961,6 +974,7 @@ def render_view(
     system_node_id: str | None = None,
     before_seq: int | None = None,
     start_after: str | None = None,
+    pending_system: tuple[str, str] | None = None,
 ) -> View:
     """The neutral view of ``head``'s branch (or of a running function ``frame``).
 
@@ -971,6 +985,10 @@ def render_view(
     suffix an incremental re-render appends to a cached prefix. It is refused
     (``InvalidParams``) when the active summary's segment reaches into the suffix;
     turn numbers of a suffix view are relative to its start.
+
+    ``pending_system`` ``(node id, text)``: the system prompt of a request whose prompt
+    node is written only when the request is handed out (SPEC §7); it replaces the
+    stored selection.
     """
     if expose_default not in ("io", "full"):
         raise _invalid(f"expose must be 'io' or 'full', not {expose_default!r}")
@@ -1057,14 +1075,19 @@ def render_view(
 
     # ---- system prompt
     sys_node: Call | None
-    if system_node_id is not None:
+    if pending_system is not None:
+        sys_node = None
+    elif system_node_id is not None:
         sys_node = graph.get(system_node_id)
         if sys_node.name != SYSTEM_PROMPT_NAME:
             raise _invalid(f"node {system_node_id!r} is not a {SYSTEM_PROMPT_NAME} node", system_node_id)
     else:
         sys_node = select_system_node(graph, min(ref_seq, before - 1))
     system_text: str | None = None
-    if sys_node is not None and sys_node.output is not None:
+    system_id = sys_node.id if sys_node is not None else None
+    if pending_system is not None:
+        system_id, system_text = pending_system
+    elif sys_node is not None and sys_node.output is not None:
         out = sys_node.output
         system_text = out if isinstance(out, str) else blocks_text(message_blocks(out))
 
@@ -1079,7 +1102,7 @@ def render_view(
         covered=covers_of(active) if active is not None else [],
         superseded=superseded,
         system=system_text,
-        system_node=sys_node.id if sys_node is not None else None,
+        system_node=system_id,
         aged=r.aged_used,
         repairs=r.repairs,
         expose_default=expose_default,

@@ -66,11 +66,13 @@ import hashlib
 import os
 import re
 import stat
+from collections.abc import Callable, Sequence
 from pathlib import Path, PurePath
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
+from dagctx.protocol.context_messages import PromptLayer
 from dagctx.protocol.errors import DagctxError
 
 __all__ = [
@@ -746,3 +748,29 @@ def assemble_system_prompt(workspace: str | os.PathLike[str] | None, options: Pr
     text = _SEPARATOR.join(parts)
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     return AssembledPrompt(text=text, hash=digest, sections=sections, notes=notes, files=files)
+
+
+def prompt_layers(text: str, sections: Sequence[Any], count: Callable[[str], int]) -> list[PromptLayer]:
+    """The layers of an assembled prompt and their sizes (``BudgetExceeded``, SPEC §7).
+
+    ``sections`` are ``Section`` structs or their stored form (a ``context/system_prompt``
+    node's ``metadata.sections``); each layer is its section's slice of ``text`` (blocks
+    are joined by a blank line), counted with ``count``. Sections that do not add up to
+    ``text`` (a node written by someone else) give one layer for the whole text.
+    """
+    rows: list[tuple[str, int, bool, str | None]] = []
+    for s in sections:
+        if isinstance(s, Section):
+            rows.append((s.name, s.chars, s.truncated, s.source))
+        elif isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("chars"), int):
+            rows.append((s["name"], s["chars"], bool(s.get("truncated")), s.get("source")))
+    gaps = len(_SEPARATOR) * max(0, len(rows) - 1)
+    if not rows or sum(r[1] for r in rows) + gaps != len(text):
+        return [PromptLayer(name="system prompt", chars=len(text), tokens=count(text))] if text else []
+    out: list[PromptLayer] = []
+    pos = 0
+    for name, chars, truncated, source in rows:
+        block = text[pos : pos + chars]
+        pos += chars + len(_SEPARATOR)
+        out.append(PromptLayer(name=name, chars=chars, tokens=count(block), source=source, truncated=truncated))
+    return out

@@ -43,7 +43,7 @@ from typing import Any
 import msgspec
 
 from dagctx.ledger.graph import SessionGraph
-from dagctx.protocol.context_messages import Budget, BudgetExceededDetails
+from dagctx.protocol.context_messages import Budget, BudgetExceededDetails, PromptLayer
 from dagctx.protocol.errors import DagctxError
 
 from .aging import owner_chain_id
@@ -198,12 +198,26 @@ def budget_exceeded(
     model: str | None,
     summary_calls: int = 0,
     failures: Sequence[str] = (),
+    system_layers: Sequence[PromptLayer] = (),
 ) -> DagctxError:
-    """``BudgetExceeded`` with the numbers: the request is never handed out over budget."""
+    """``BudgetExceeded`` with the numbers: the request is never handed out over budget.
+
+    ``system_layers``: the system prompt's layers and sizes; a prompt that alone does not
+    fit is named layer by layer (SPEC §7: it is never cut to make it fit)."""
     limit = input_limit(budget)
     protected = parts.total
     who = f"model {model}" if model else "the model"
-    if protected > limit:
+    if parts.system > limit:
+        over = protected - limit
+        layers = sorted(system_layers, key=lambda x: -x.tokens)
+        listed = ", ".join(f"{x.name} {x.tokens:,} tokens ({x.chars:,} chars)" for x in layers)
+        what = (f"The system prompt alone needs {parts.system:,} tokens"
+                + (f" — layers: {listed} —" if listed else "")
+                + f" but {who} leaves {limit:,} for input; the whole request needs {protected:,}")
+        fix = ("The system prompt is never cut: shorten its largest layers (workspace files such as "
+               "AGENTS.md, the skills in skills/, MEMORY.md), use promptMode 'minimal', use a model with a "
+               "larger context window, or lower maxOutputTokens to shrink the output reserve.")
+    elif protected > limit:
         over = protected - limit
         what = (
             f"The protected part of the request needs {protected:,} tokens (system prompt {parts.system:,}, "
@@ -242,6 +256,7 @@ def budget_exceeded(
         source=budget.source,
         summary_calls=summary_calls,
         failures=list(dict.fromkeys(failures)),
+        system_prompt_layers=list(system_layers),
     )
     return DagctxError("BudgetExceeded", message, details=msgspec.to_builtins(details))
 
@@ -405,7 +420,7 @@ def _step_blocked(graph: SessionGraph, step: str, items: Sequence[Item]) -> str 
     node = graph.nodes.get(step)
     if node is None:
         return "unknown"
-    if _signed_reasoning(node.output):
+    if _signed_reasoning(node.output) or _signed_reasoning(node.metadata.get("reasoning")):
         return "signedReasoning"
     for it in items:
         if it.synthetic or it.status == "running":
@@ -422,7 +437,8 @@ def _signed_reasoning(value: Any) -> bool:
     if isinstance(value, list):
         return any(
             isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking", "reasoning")
-            and (b.get("signature") or b.get("type") == "redacted_thinking" or b.get("encrypted_content"))
+            and (b.get("signature") or b.get("type") == "redacted_thinking" or b.get("encrypted_content")
+                 or b.get("encryptedContent"))
             for b in value
         )
     return False

@@ -224,11 +224,6 @@ async def _compact(engine: EngineCore, p: c.CompactParams, started: float) -> c.
     if not compaction_plan.covered_in_input(plan, sent) and p.fallback != "structural":
         return done(False, "failed", shown_before, shown_before,
                     error="internal check failed: a covered turn was not in the summarizer input")
-    # the branch must not have changed while the summarizer ran
-    graph_now = store.graph(sid)
-    if store.head(sid) != head_before or _touched(graph_now, snapshot, known, head):
-        return done(False, "conflict", shown_before, shown_before, identifier_retention=retention,
-                    error="the session changed while the summary was written; nothing was saved — retry")
     # 5. write exactly one node
     node = NodeInput(
         id=f"summary-{uuid.uuid4().hex[:20]}",
@@ -241,7 +236,21 @@ async def _compact(engine: EngineCore, p: c.CompactParams, started: float) -> c.
         metadata={**node_input["metadata"], "trigger": p.trigger, "identifierRetention": retention,
                   "agingManifest": aging_stats.get("manifest")},
     )
-    out = engine.write_node(sid, node, move_head=False)
+    derived = await engine.offload(lambda: engine.derive_node(node.role, node.input, node.output))
+
+    def check_and_append() -> Any:
+        # In the writer thread: the branch must not have changed while the summarizer ran,
+        # and nothing can change it between this check and the append.
+        graph_now = store.graph(sid)
+        if store.head(sid) != head_before or _touched(graph_now, snapshot, known, head):
+            return None
+        return store.append(sid, node, move_head=False, derived=derived)
+
+    out = await engine.write(check_and_append)
+    if out is None:
+        return done(False, "conflict", shown_before, shown_before, identifier_retention=retention,
+                    error="the session changed while the summary was written; nothing was saved — retry")
+    engine.announce(sid, [out.node], out.head)
 
     def after_render() -> Any:
         aged_after, _ = views.aging_for(sid, head, info)

@@ -82,6 +82,9 @@ class DaemonConfig:
 
     database: str | None = None
     max_frame_bytes: int = 64 * 1024 * 1024
+    #: the most any connection may lift its frame limit to (``$/dagctx/attach``), so one
+    #: client cannot make the daemon buffer without bound
+    max_frame_cap: int = 256 * 1024 * 1024
     log_level: str = "WARNING"
     #: True in the per-user daemon: the client's environment reaches it only through
     #: the forwarder, so ``DAGCTX_DB`` of the daemon's own environment is ignored

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import msgspec
@@ -59,6 +59,11 @@ log = logging.getLogger("dagctx.engine")
 T = TypeVar("T")
 
 
+#: The longest path and file name a path the client names may have (Linux ``PATH_MAX``,
+#: ``NAME_MAX``): longer ones are refused as InvalidParams before any system call.
+PATH_MAX = 4096
+NAME_MAX = 255
+
 #: Payloads larger than this are tokenized and mined for references (SPEC §8) in a worker
 #: thread, off the event loop: 64 KB of identifier-dense text costs about 20 ms of each.
 BIG_PAYLOAD_CHARS = 64_000
@@ -81,12 +86,18 @@ class EngineCore:
         self.client_database: str | None = None
         #: the client's working directory, when it differs from the daemon's (forwarded)
         self.client_cwd: str | None = None
+        #: the client's environment (SPEC §1.3): this process's own when standalone; in the
+        #: shared daemon only what the forwarder attached (the daemon's own is never read)
+        self.environ: Mapping[str, str] = {} if self.config.shared else os.environ
         #: called after every write with the session and the ids of nodes written
         #: (the server tells subscribers); a no-op in-process
         self.on_change: Callable[[str, frozenset[str]], None] = _no_change
         #: runs heavy local work of async operations (compaction's planning, an import's
         #: write) where the server runs heavy views — off its event loop; None: inline
         self.heavy_runner: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None
+        #: True when the server runs every handler in a worker thread (SPEC §1.4): a big
+        #: payload is then derived right there instead of hopping to another thread
+        self.in_worker = False
         self.options = m.InitializationOptions()
         #: this connection's id, named as ``origin`` in notifications
         self.connection_id: str | None = None
@@ -112,7 +123,7 @@ class EngineCore:
         self.options = p.initialization_options or m.InitializationOptions()
         self.client_capabilities = p.capabilities
         if self.options.config_file:
-            cfg = self.client_path(self.options.config_file)
+            cfg = self.client_path(self.options.config_file, "initializationOptions.configFile")
             try:
                 raw = read_config_file(cfg)
             except FileNotFoundError:
@@ -132,14 +143,15 @@ class EngineCore:
         env = None if self.config.shared else env_database()
         explicit = self.options.database or self.client_database or self.config.database or env
         if explicit and explicit != ":memory:" and not is_postgres_url(explicit):
-            name = self.client_path(explicit)
+            name = self.client_path(explicit, "initializationOptions.database")
         else:
             name = explicit or default_database()
         try:
             # SPEC §2.1: a postgresql:// URL is a server, anything else a SQLite file. Only the
             # default location is created; a path the user named must be in a folder that
             # exists (a typo must not create directories anywhere).
-            self.db = self.shared.acquire(name, create_parent=not explicit)
+            self.db = self.shared.acquire(name, create_parent=not explicit,
+                                          timeout=self.options.storage_timeout_seconds)
             self._store = self.db.store
             self.views.use_caches(self.db.caches)
             self.compaction_state = self.db.compaction
@@ -168,12 +180,21 @@ class EngineCore:
             return fn()
         return await self.heavy_runner(fn)
 
-    def client_path(self, path: str) -> str:
+    def client_path(self, path: str, field: str = "path") -> str:
         """A path the client named, as the client meant it: ``~`` expanded, and relative to
-        the client's working directory (the shared daemon's own is ``/``)."""
+        the client's working directory (the shared daemon's own is ``/``). A path no file
+        system can hold (longer than ``PATH_MAX``, or a name longer than ``NAME_MAX``) is
+        ``InvalidParams`` naming ``field``."""
         path = os.path.expanduser(path)
         if self.client_cwd and not os.path.isabs(path):
             path = os.path.join(self.client_cwd, path)
+        raw = os.fsencode(path)
+        longest = max((len(part) for part in raw.split(b"/")), default=0)
+        if len(raw) >= PATH_MAX or longest > NAME_MAX:
+            what = (f"is {len(raw):,} bytes long (at most {PATH_MAX - 1:,})" if len(raw) >= PATH_MAX
+                    else f"has a name of {longest:,} bytes (at most {NAME_MAX})")
+            raise DagctxError("InvalidParams", f"the path in {field} {what}; name an existing, shorter path",
+                              path=field)
         return path
 
     def close(self) -> None:
@@ -220,11 +241,11 @@ class EngineCore:
         outs = self.counter.count_values(stored, toks)
         return {tok: (ins[tok], outs[tok]) for tok in toks}
 
-    def derive_node(self, role: str, input: Any, output: Any) -> NodeDerived:
+    def derive_node(self, role: str, input: Any, output: Any, name: str = "") -> NodeDerived:
         """What the ledger keeps beside a node, computed once on what the store will keep
         (after spilling): token counts for every tokenizer, and for a tool result its
         ranked references (SPEC §8), so no render re-tokenizes or re-mines old output."""
-        stored, _ = spill_output(output, self.store.spill)
+        stored, _ = spill_output(output, self.store.spill, role=role, name=name)
         refs = aging.stored_references(stored) if role == "code" and stored is not None else None
         return NodeDerived(tokens=self._count_stored(input, stored), refs=refs)
 
@@ -253,12 +274,37 @@ class EngineCore:
 
     def write_node(self, session_id: str, node: Any, *, move_head: bool | None = None,
                    derived: NodeDerived | None = None) -> AppendOutcome:
-        """The one write path for a new node: derive, append, announce, ingest."""
+        """The one write path for a new node, for callers already off the event loop (a
+        view in a worker thread): derive, append, announce, ingest."""
         if derived is None:
-            derived = self.derive_node(node.role, node.input, node.output)
+            derived = self.derive_node(node.role, node.input, node.output, node.name)
         out = self.store.append(session_id, node, move_head=move_head, derived=derived)
         self.announce(session_id, [out.node], out.head)
         return out
+
+    async def write_node_async(self, session_id: str, node: Any, *, move_head: bool | None = None,
+                               derived: NodeDerived | None = None) -> AppendOutcome:
+        """``write_node`` from the event loop: the append goes to the database's writer
+        thread and is committed with the other appends waiting there (group commit)."""
+        if derived is None:
+            derived = await self._derive(node.role, node.input, node.output, node.name)
+        out = await self._db().calls.append(session_id, node, move_head=move_head, derived=derived)
+        self.announce(session_id, [out.node], out.head)
+        return out
+
+    def _db(self) -> OpenDatabase:
+        if self.db is None:
+            raise DagctxError("ServerNotInitialized", "send initialize first")
+        return self.db
+
+    async def _derive(self, role: str, input: Any, output: Any, name: str = "") -> NodeDerived:
+        if self._payload_is_big(input, output):
+            return await asyncio.to_thread(self.derive_node, role, input, output, name)
+        return self.derive_node(role, input, output, name)
+
+    def write(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]:
+        """A store write from the event loop, run by the database's writer thread."""
+        return self._db().calls.write(fn, *args)
 
     def announce(self, session_id: str, nodes: list[Any], head: str) -> None:
         """Nodes were written (by ``write_node`` or in bulk by an import): tell this
@@ -267,50 +313,63 @@ class EngineCore:
             self._observe("node/didAppend", session_id, node, head)
         self.on_change(session_id, frozenset(n.id for n in nodes))
 
-    def node_append(self, p: m.NodeAppendParams) -> Any:
-        if self._payload_is_big(p.node.input, p.node.output):
-            return self._node_append_off_loop(p)
-        return self._node_append(p, None)
+    def node_append(self, p: m.NodeAppendParams) -> Awaitable[m.NodeResult]:
+        return self._node_append(p)
 
-    async def _node_append_off_loop(self, p: m.NodeAppendParams) -> m.NodeResult:
-        derived = await asyncio.to_thread(self.derive_node, p.node.role, p.node.input, p.node.output)
-        return self._node_append(p, derived)
-
-    def _node_append(self, p: m.NodeAppendParams, derived: NodeDerived | None) -> m.NodeResult:
+    async def _node_append(self, p: m.NodeAppendParams) -> m.NodeResult:
         node = p.node
         if p.render_id is not None:
-            # An llm call records what it was sent: the render's reads and manifest.
-            rec = self.views.lookup_render(p.render_id)
-            if rec.session_id != p.session_id:
-                raise DagctxError("InvalidParams", "renderId belongs to another session", path="renderId")
-            meta = dict(node.metadata)
-            meta.setdefault("renderManifest", rec.manifest)
-            node = msgspec.structs.replace(node, reads=node.reads or list(rec.reads), metadata=meta)
-        out = self.write_node(p.session_id, node, move_head=p.move_head, derived=derived)
+            node = self._with_render(p.session_id, p.render_id, node, "renderId")
+        out = await self.write_node_async(p.session_id, node, move_head=p.move_head)
         return m.NodeResult(node=out.node, head=out.head)
 
-    def node_update(self, p: m.NodeUpdateParams) -> Any:
-        if p.output is None:
-            return self._node_update(p, None)
-        old = self.store.graph(p.session_id).get(p.node_id)
-        if self._payload_is_big(old.input, p.output):
-            return self._node_update_off_loop(p, old)
-        return self._node_update(p, self.derive_node(old.role, old.input, p.output))
+    def _with_render(self, session_id: str, render_id: str, node: Any, path: str) -> Any:
+        """An llm call records what it was sent: the render's reads and manifest."""
+        rec = self.views.lookup_render(render_id)
+        if rec.session_id != session_id:
+            raise DagctxError("InvalidParams", "renderId belongs to another session", path=path)
+        meta = dict(node.metadata)
+        meta.setdefault("renderManifest", rec.manifest)
+        return msgspec.structs.replace(node, reads=node.reads or list(rec.reads), metadata=meta)
 
-    async def _node_update_off_loop(self, p: m.NodeUpdateParams, old: Any) -> m.NodeResult:
-        derived = await asyncio.to_thread(self.derive_node, old.role, old.input, p.output)
-        return self._node_update(p, derived)
+    def node_append_batch(self, p: m.NodeAppendBatchParams) -> Awaitable[m.NodeBatchResult]:
+        return self._node_append_batch(p)
 
-    def _node_update(self, p: m.NodeUpdateParams, derived: NodeDerived | None) -> m.NodeResult:
-        out = self.store.update(
+    async def _node_append_batch(self, p: m.NodeAppendBatchParams) -> m.NodeBatchResult:
+        """A whole turn (or an importer's run of nodes) in one unit of the next group
+        commit: all or none (SPEC §4.2)."""
+        if not p.nodes:
+            raise DagctxError("InvalidParams", "nodes is empty: give at least one node", path="nodes")
+        nodes = [self._with_render(p.session_id, p.render_id, n, "renderId") if p.render_id is not None
+                 and n.role == "llm" else n for n in p.nodes]
+        if self._payload_is_big(*[n.input for n in nodes], *[n.output for n in nodes]):
+            derived = await asyncio.to_thread(
+                lambda: [self.derive_node(n.role, n.input, n.output, n.name) for n in nodes])
+        else:
+            derived = [self.derive_node(n.role, n.input, n.output, n.name) for n in nodes]
+        outs = await self._db().calls.append_batch(p.session_id, nodes, move_head=p.move_head, derived=derived)
+        head = outs[-1].head
+        self.announce(p.session_id, [o.node for o in outs], head)
+        return m.NodeBatchResult(nodes=[o.node for o in outs], head=head)
+
+    def node_update(self, p: m.NodeUpdateParams) -> Awaitable[m.NodeResult]:
+        return self._node_update(p)
+
+    async def _node_update(self, p: m.NodeUpdateParams) -> m.NodeResult:
+        derived = None
+        if p.output is not None:
+            old = await asyncio.get_running_loop().run_in_executor(
+                self._db().executor, lambda: self.store.graph(p.session_id).get(p.node_id))
+            derived = await self._derive(old.role, old.input, p.output, old.name)
+        out = await self.write(lambda: self.store.update(
             p.session_id, p.node_id, status=p.status, output=p.output, metadata=p.metadata, derived=derived
-        )
+        ))
         self._observe("node/didUpdate", p.session_id, out.node, out.head)
         self.on_change(p.session_id, frozenset((out.node.id,)))
         return m.NodeResult(node=out.node, head=out.head)
 
-    def session_spawn(self, p: m.SessionSpawnParams) -> m.SessionSpawnResult:
-        res = ledger_ops.session_spawn(self.store, p)
+    async def session_spawn(self, p: m.SessionSpawnParams) -> m.SessionSpawnResult:
+        res = await self.write(ledger_ops.session_spawn, self.store, p)
         self.announce(p.session_id, [res.node], res.head)
         return res
 
@@ -326,6 +385,7 @@ class EngineCore:
         r = self.views.render(
             p.session_id, head=head, fmt=p.format, model=p.model, frame=p.frame, expose=p.expose,
             include_system=p.include_system, aged=aged, extra_manifest=stats.get("manifest"),
+            reasoning=p.reasoning,
         )
         return self.views.render_result(r)
 
@@ -353,20 +413,20 @@ class EngineCore:
     def context_replay(self, p: c.ReplayParams) -> c.ReplayResult:
         return self.views.replay(p)
 
-    def usage_report(self, p: c.UsageReportParams) -> c.UsageReportResult:
-        result, note = self.views.usage_report(p)
+    async def usage_report(self, p: c.UsageReportParams) -> c.UsageReportResult:
+        result, note = await self.write(self.views.usage_report, p)
         if note is not None:
             self.peer.notify("context/compactionRecommended", note)
         self.lifecycle("after_turn", p.session_id, p.node_id, p)
         return result
 
-    def session_create(self, p: m.SessionCreateParams) -> m.SessionCreateResult:
-        res = ledger_ops.session_create(self.store, p)
+    async def session_create(self, p: m.SessionCreateParams) -> m.SessionCreateResult:
+        res = await self.write(ledger_ops.session_create, self.store, p)
         self.lifecycle("session_start", res.session_id)
         return res
 
-    def session_delete(self, p: m.SessionRef) -> m.SessionDeleteResult:
-        res = ledger_ops.session_delete(self.store, p)
+    async def session_delete(self, p: m.SessionRef) -> m.SessionDeleteResult:
+        res = await self.write(ledger_ops.session_delete, self.store, p)
         self.lifecycle("session_end", p.session_id)
         return res
 
@@ -387,15 +447,21 @@ class EngineCore:
                 )
                 compact = False
         if not compact and tr.fits(result.budget):
-            return result
+            return self._handed_out(p, result)
         return self._prepare_async(p, result, compact)
+
+    def _handed_out(self, p: c.PrepareParams, result: c.PrepareResult) -> c.PrepareResult:
+        """The request is handed out: only now is its new system-prompt node written
+        (SPEC §7: a refused request writes nothing)."""
+        self.views.commit_system_prompt(p.session_id, result.render_id)
+        return result
 
     async def _prepare_async(self, p: c.PrepareParams, result: c.PrepareResult, compact: bool) -> c.PrepareResult:
         if compact:
             result = await self._prepare_after_compaction(p, result)
             if tr.fits(result.budget):
-                return result
-        return await self._reduce_prepare(p, result)
+                return self._handed_out(p, result)
+        return self._handed_out(p, await self._reduce_prepare(p, result))
 
     async def _reduce_prepare(self, p: c.PrepareParams, first: c.PrepareResult) -> c.PrepareResult:
         """Reduce a prepared request within the turn (SPEC §8), or refuse it."""
@@ -474,21 +540,23 @@ class EngineCore:
     def handlers(self) -> dict[str, Callable[[Any], Any]]:
         """Protocol method → callable(params) returning a result (or an awaitable)."""
         s = lambda fn: (lambda p: fn(self.store, p))  # noqa: E731 - bind the store late
+        w = lambda fn: (lambda p: self.write(fn, self.store, p))  # noqa: E731 - in the writer thread
         return {
             "session/create": self.session_create,
             "session/list": s(ledger_ops.session_list),
             "session/get": s(ledger_ops.session_get),
-            "session/rename": s(ledger_ops.session_rename),
+            "session/rename": w(ledger_ops.session_rename),
             "session/delete": self.session_delete,
             "session/history": s(ledger_ops.session_history),
             "session/branches": s(ledger_ops.session_branches),
             "session/graph": s(ledger_ops.session_graph),
-            "session/checkout": s(ledger_ops.session_checkout),
-            "session/rewind": s(ledger_ops.session_rewind),
+            "session/checkout": w(ledger_ops.session_checkout),
+            "session/rewind": w(ledger_ops.session_rewind),
             "session/spawn": self.session_spawn,
-            "session/nameBranch": s(ledger_ops.session_name_branch),
+            "session/nameBranch": w(ledger_ops.session_name_branch),
             "node/append": self.node_append,
             "node/update": self.node_update,
+            "node/appendBatch": self.node_append_batch,
             "node/get": s(ledger_ops.node_get),
             "search/query": s(ledger_ops.search_query),
             "context/render": self.context_render,

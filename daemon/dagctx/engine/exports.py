@@ -348,10 +348,20 @@ class ClaudeCodeExport:
     def _llm(self, node: Call, parent: str | None, agent: str | None, sidechain: bool) -> str:
         md = node.metadata
         first: list[Any] = []
-        if isinstance(md.get("thinking"), str) and md["thinking"]:
-            first.append({"type": "thinking", "thinking": md["thinking"], "signature": ""})
-        for _ in range(int(md.get("redactedThinking") or 0)):
-            first.append({"type": "redacted_thinking", "data": ""})
+        kept = [b for b in md.get("reasoning") or () if isinstance(b, dict) and b.get("type") in (
+            "thinking", "redacted_thinking")]
+        if kept:
+            # the blocks as Claude returned them, signatures included (SPEC §4 metadata.reasoning)
+            for b in kept:
+                if b["type"] == "thinking":
+                    first.append({"type": "thinking", "thinking": b.get("text") or "", "signature": b.get("signature") or ""})
+                else:
+                    first.append({"type": "redacted_thinking", "data": b.get("data") or ""})
+        else:
+            if isinstance(md.get("thinking"), str) and md["thinking"]:
+                first.append({"type": "thinking", "thinking": md["thinking"], "signature": ""})
+            for _ in range(int(md.get("redactedThinking") or 0)):
+                first.append({"type": "redacted_thinking", "data": ""})
         for bt in md.get("otherBlocks") or ():
             first.append({"type": bt})
         text = node.output if isinstance(node.output, str) else (

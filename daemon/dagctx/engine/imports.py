@@ -27,6 +27,7 @@ from dagctx.ledger import NodeDerived, UsageRow
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
 from dagctx.transcripts import Transcript, iter_file, transcript_files
+from dagctx.transcripts.reading import CLIENT_ENVIRON
 from dagctx.transcripts.base import BESIDE_CHAIN_NAMES, MAX_REASON_CHARS
 from dagctx.protocol.limits import safe_text
 
@@ -46,7 +47,7 @@ def _derived(engine: EngineCore, t: Transcript) -> dict[str, NodeDerived]:
     out = {}
     for node in t.nodes:
         if node.id is not None:
-            out[node.id] = engine.derive_node(node.role, node.input, node.output)
+            out[node.id] = engine.derive_node(node.role, node.input, node.output, node.name)
     return out
 
 
@@ -109,6 +110,7 @@ def _not_imported(t: Transcript, fmt: str, records: int) -> str:
 
 
 async def session_import(engine: EngineCore, p: c.ImportParams) -> c.ImportResult:
+    CLIENT_ENVIRON.set(engine.environ)  # this task's context: its reads use the client's limits
     path = engine.client_path(p.path)
     if not os.path.exists(path):
         raise DagctxError("InvalidParams", f"no file or folder at {p.path!r}", path="path")

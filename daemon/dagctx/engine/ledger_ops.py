@@ -43,7 +43,10 @@ def session_delete(store: Store, p: m.SessionRef) -> m.SessionDeleteResult:
 def session_history(store: Store, p: m.SessionHistoryParams) -> m.SessionHistoryResult:
     check_head(store.graph(p.session_id), p.head)
     nodes, head = store.history(p.session_id, p.head)
-    return m.SessionHistoryResult(nodes=nodes, head=head)
+    total = len(nodes)
+    if p.offset or p.limit is not None:
+        nodes = nodes[p.offset : None if p.limit is None else p.offset + p.limit]
+    return m.SessionHistoryResult(nodes=nodes, head=head, total=total)
 
 
 def session_branches(store: Store, p: m.SessionRef) -> m.SessionBranchesResult:

@@ -24,7 +24,7 @@ import msgspec
 
 from dagctx.context import budget as budget_mod
 from dagctx.context import turn_reduction as tr
-from dagctx.context.system_prompt import PromptOptions, assemble_system_prompt
+from dagctx.context.system_prompt import PromptOptions, assemble_system_prompt, prompt_layers
 from dagctx.context.turn_reduction import Reductions
 from dagctx.protocol import context_messages as c
 
@@ -100,8 +100,8 @@ class ContextEngine:
             + ("" if info.known else " (unknown model: default limits)")
         )
         workspace = p.workspace or host.options.workspace
-        if workspace:
-            workspace = host.client_path(workspace)  # the client's folder, not the daemon's
+        if workspace:  # the client's folder, not the daemon's
+            workspace = host.client_path(workspace, "workspace" if p.workspace else "initializationOptions.workspace")
         options = PromptOptions(
             mode=p.prompt_mode,
             identity=p.identity,
@@ -109,9 +109,10 @@ class ContextEngine:
             prepend=p.prepend_system_context,
             append=p.append_system_context,
         )
-        system_text, system_node, notes = views.ensure_system_prompt(
+        prompt = views.ensure_system_prompt(
             p.session_id, graph, options, workspace, assembler=self.system_prompt_assembler
         )
+        system_text, system_node, notes = prompt.text, prompt.node_id, prompt.notes
         if not info.known:
             named = p.model or host.options.default_model
             what = f"model {named!r} is not in the model table" if named else "no model was named"
@@ -121,7 +122,8 @@ class ContextEngine:
                 "limits in initializationOptions.models or the model config file"
             )
         graph = store.graph(p.session_id)
-        where = f"node {system_node}" if system_node else "not stored (nothing to store)"
+        where = (f"node {system_node}" + (" (new: written when the request is handed out)" if prompt.pending else "")
+                 if system_node else "not stored (nothing to store)")
         path.append(f"system prompt ({p.prompt_mode}): {len(system_text):,} chars, {where}")
         hooks = {k: v for k, v in (("prependContext", p.prepend_context), ("memoryPrefetch", p.memory_prefetch)) if v}
         aged, aging_stats = views.aging_for(p.session_id, head, info, enabled=self.aging, ager=self.ager)
@@ -143,6 +145,8 @@ class ContextEngine:
             extra_manifest=extra,
             remember=remember,
             checkpoint=reductions.checkpoint,
+            pending_system=prompt.pending,
+            reasoning=p.reasoning,
         )
         messages = apply_turn_hooks(r.messages, hooks, p.format)
         hook_tokens = sum(counter.count(v, r.tokenizer) for v in hooks.values())
@@ -172,7 +176,9 @@ class ContextEngine:
         )
         parts = protected_of(graph, r, system_tokens, tools_tokens, hook_tokens)
         if parts.total > tr.input_limit(b):
-            raise tr.budget_exceeded(b, parts, input_used=b.input_used, model=info.name)
+            views.forget(r.record.render_id)  # refused: its prompt node is never written
+            layers = prompt_layers(system_text, prompt.sections, lambda t: counter.count(t, r.tokenizer))
+            raise tr.budget_exceeded(b, parts, input_used=b.input_used, model=info.name, system_layers=layers)
         # The compaction signals describe the session, not this reduced request: they
         # count what the reductions within the turn took out (SPEC §7, §8).
         saved = reductions.tokens_saved(aged) if reductions else 0

@@ -20,6 +20,7 @@ import socket
 import threading
 import time
 import urllib.parse
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dagctx.protocol import context_messages as c
@@ -41,7 +42,7 @@ async def create_message(engine: EngineCore, params: c.CreateMessageParams, *, t
             raise DagctxError("SamplingFailed", f"the client did not answer sampling/createMessage within {timeout:g} s") from exc
         return result.content.text, result.model
     if endpoint is not None:
-        return await asyncio.to_thread(_chat_completion, endpoint, params, timeout)
+        return await asyncio.to_thread(_chat_completion, endpoint, params, timeout, engine.environ)
     raise DagctxError(
         "SamplingFailed",
         "no summarizer: the client did not declare capabilities.sampling and no "
@@ -93,7 +94,8 @@ def check_fits(system: str, texts: list[str], max_tokens: int, window: int, mode
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 
 
-def _chat_completion(endpoint: Any, params: c.CreateMessageParams, timeout: float) -> tuple[str, str]:
+def _chat_completion(endpoint: Any, params: c.CreateMessageParams, timeout: float,
+                     environ: Mapping[str, str] | None = None) -> tuple[str, str]:
     """One ``POST {baseUrl}/chat/completions`` within a total deadline (SPEC §2).
 
     ``timeout`` bounds the whole exchange — connect, headers and body — not each socket
@@ -109,9 +111,12 @@ def _chat_completion(endpoint: Any, params: c.CreateMessageParams, timeout: floa
     body = json.dumps({"model": endpoint.model, "messages": messages, "max_tokens": params.max_tokens}).encode()
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if endpoint.api_key_env:
-        key = os.environ.get(endpoint.api_key_env)
+        # the key is read from the environment of the client that asked (SPEC §1.3), never
+        # from the shared daemon's own
+        key = (os.environ if environ is None else environ).get(endpoint.api_key_env)
         if not key:
-            raise DagctxError("SamplingFailed", f"environment variable {endpoint.api_key_env} (the endpoint's API key) is not set")
+            raise DagctxError("SamplingFailed", f"environment variable {endpoint.api_key_env} (the endpoint's API key) "
+                              "is not set in the client's environment (the one `dagctx serve` was started in)")
         headers["Authorization"] = f"Bearer {key}"
     url = endpoint.base_url.rstrip("/") + "/chat/completions"
     parts = urllib.parse.urlsplit(url)

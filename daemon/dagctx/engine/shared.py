@@ -7,26 +7,105 @@ cache, one registry of renders — so the second client pays nothing the first a
 paid. ``open_store`` is the one place a store is constructed, so a different backend
 slots in here.
 
+How the store is called (SPEC §1.4): never on the event loop for a write. Each open
+database has ONE writer thread (``dagctx.ledger.writer``: group commit of appends from
+every connection, and every other write in queue order) reached through
+``OpenDatabase.calls`` (awaitables), and an ``executor`` of a few threads where the
+server runs that database's light reads. A database that is locked by another process
+or a PostgreSQL server that stopped answering holds only its own threads.
+
 Architecture Invariant: no SQL and no JSON-RPC here.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from dagctx.ledger import Store, is_postgres_url
+from dagctx.ledger import AppendOutcome, AppendRequest, NodeDerived, Store, is_postgres_url
+from dagctx.ledger.backend import open_backend
+from dagctx.ledger.writer import Done, Writer
+from dagctx.protocol.nodes import NodeInput
 
 from . import compaction_pipeline
 
+T = TypeVar("T")
 
-def open_store(path: str, *, create_parent: bool) -> Store:
+#: threads per database for the server's light reads (``OpenDatabase.executor``)
+READ_THREADS = 2
+
+
+def open_store(path: str, *, create_parent: bool, timeout: float | None = None) -> Store:
     """The store of a database path or ``postgresql://`` URL (SPEC §2.1; the ledger picks
-    the backend)."""
-    return Store(path, create_parent=create_parent)
+    the backend). ``timeout``: how long a request waits for its database (None: default)."""
+    return Store(backend=open_backend(path, create_parent=create_parent, timeout=timeout))
+
+
+def _settle(items: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    for fut, ok, value in items:
+        if fut.done():
+            continue  # cancelled meanwhile
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
+
+
+def _notify(done: list[Done]) -> None:
+    """From the writer thread: wake each event loop once for the whole group."""
+    by_loop: dict[Any, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
+    for waiter, ok, value in done:
+        loop, fut = waiter
+        by_loop.setdefault(loop, []).append((fut, ok, value))
+    for loop, items in by_loop.items():
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(_settle, items)
+
+
+def _cancelled(waiter: Any) -> bool:
+    return waiter[1].cancelled()
+
+
+class StoreCalls:
+    """The awaitable writes of one database, run by its writer thread."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.writer = Writer(store, _notify, _cancelled)
+
+    def _waiter(self) -> tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]]:
+        loop = asyncio.get_running_loop()
+        return loop, loop.create_future()
+
+    async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` in the writer thread, after the writes queued before it."""
+        waiter = self._waiter()
+        self.writer.call(lambda: fn(*args, **kwargs), waiter)
+        return await waiter[1]
+
+    async def append(self, session_id: str, node: NodeInput, *, move_head: bool | None = None,
+                     derived: NodeDerived | None = None) -> AppendOutcome:
+        """One append, committed with whatever other appends are waiting (group commit)."""
+        waiter = self._waiter()
+        self.writer.append(AppendRequest(session_id, (node,), move_head, (derived,)), waiter)
+        out: list[AppendOutcome] = await waiter[1]
+        return out[0]
+
+    async def append_batch(self, session_id: str, nodes: Sequence[NodeInput], *, move_head: bool | None = None,
+                           derived: Sequence[NodeDerived | None] | None = None) -> list[AppendOutcome]:
+        """Nodes of one session, all or none, in the next group."""
+        waiter = self._waiter()
+        self.writer.append(AppendRequest(session_id, tuple(nodes), move_head, derived, batch=True), waiter)
+        return await waiter[1]
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 @dataclass
@@ -55,6 +134,20 @@ class OpenDatabase:
     caches: ViewCaches = field(default_factory=ViewCaches)
     compaction: compaction_pipeline.CompactionState = field(default_factory=compaction_pipeline.CompactionState)
     users: int = 0
+    #: the writes (group commit), awaitable; see the module docstring
+    calls: StoreCalls = field(init=False)
+    #: where the server runs this database's light (synchronous) reads
+    executor: ThreadPoolExecutor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.calls = StoreCalls(self.store)
+        self.executor = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="dagctx-db")
+
+    def close(self) -> None:
+        self.calls.close()
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        with self.store.lock:
+            self.store.close()
 
 
 def _key(path: str) -> str:
@@ -68,13 +161,14 @@ class EngineShared:
         self._open: dict[str, OpenDatabase] = {}
         self._lock = threading.Lock()
 
-    def acquire(self, path: str, *, create_parent: bool) -> OpenDatabase:
-        """The open database of ``path`` (opened on first use), counted as one more user."""
+    def acquire(self, path: str, *, create_parent: bool, timeout: float | None = None) -> OpenDatabase:
+        """The open database of ``path`` (opened on first use), counted as one more user.
+        ``timeout`` applies when this call opens it (the first user's)."""
         key = _key(path)
         with self._lock:
             db = self._open.get(key)
             if db is None or key == ":memory:":
-                db = OpenDatabase(key, open_store(path, create_parent=create_parent))
+                db = OpenDatabase(key, open_store(path, create_parent=create_parent, timeout=timeout))
                 if key != ":memory:":
                     self._open[key] = db
             db.users += 1
@@ -86,7 +180,36 @@ class EngineShared:
         with self._lock:
             db.users = max(0, db.users - 1)
             if db.key == ":memory:" and db.users == 0:
-                db.store.close()
+                db.close()
+
+    def warnings(self) -> list[str]:
+        """What ``daemon/status`` warns about: an open SQLite database that other users may
+        read (SPEC §2.1: what dagctx creates is 0600; an older or copied file may not be)."""
+        out = []
+        for db in self.databases():
+            if db.store.kind != "sqlite" or db.key == ":memory:":
+                continue
+            for path in (db.key, db.key + "-wal", db.key + "-shm"):
+                try:
+                    mode = os.stat(path).st_mode & 0o777
+                except OSError:
+                    continue
+                if mode & 0o077:
+                    out.append(f"{path} is readable or writable by other users (mode {mode:04o}): "
+                               f"run chmod 600 {path}")
+        return out
+
+    def close_unused(self, db: OpenDatabase) -> bool:
+        """Close ``db`` when no connection uses it (its caches go with it); the next
+        ``acquire`` opens it afresh. False when someone acquired it meanwhile."""
+        with self._lock:
+            if db.users > 0 or self._open.get(db.key) is not db:
+                return False
+            del self._open[db.key]
+        with db.store.lock:
+            db.store.close()
+        db.caches = ViewCaches()
+        return True
 
     def databases(self) -> list[OpenDatabase]:
         with self._lock:
@@ -98,5 +221,4 @@ class EngineShared:
             dbs = list(self._open.values())
             self._open.clear()
         for db in dbs:
-            with db.store.lock:
-                db.store.close()
+            db.close()

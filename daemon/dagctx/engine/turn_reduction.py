@@ -568,7 +568,7 @@ def build_render(engine: EngineCore, p: c.RenderParams, reductions: Reductions) 
     r = views.render(
         p.session_id, head=head, fmt=p.format, model=p.model, frame=p.frame, expose=p.expose,
         include_system=p.include_system, aged=reductions.aged_overlay(aged) if reductions else aged,
-        extra_manifest=extra, checkpoint=reductions.checkpoint,
+        extra_manifest=extra, checkpoint=reductions.checkpoint, reasoning=p.reasoning,
     )
     tools = budget_mod.tools_schema_tokens(p.tools, engine.counter, r.tokenizer)
     estimate = r.total + tools

@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from dagctx.context import budget as budget_mod
 from dagctx.context.cancel import stop_if_cancelled
-from dagctx.context.formats import to_messages
+from dagctx.context.formats import reasoning_payload, to_messages
 from dagctx.context.models import ModelInfo
 from dagctx.context.render import RENDER_POLICY_VERSION, View, render_view
 from dagctx.context.turn_reduction import Checkpoint, apply_checkpoint, checkpoint_from_manifest
 from dagctx.ledger import SessionGraph
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
+from dagctx.protocol.nodes import NodeInput
 
 from .shared import ViewCaches
 from .render_cache import CachedAging, CachedRender, Snapshot, join_views, still_valid_prefix
@@ -88,6 +89,8 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
     def __init__(self, engine: EngineCore, caches: ViewCaches | None = None) -> None:
         self.e = engine
         self.use_caches(caches or ViewCaches())
+        #: render id → the pending system-prompt node of a built request not yet handed out
+        self._pending_system: OrderedDict[str, NodeInput] = OrderedDict()
         #: incremental renders served from the cache (observability and tests)
         self.cache_hits = 0
 
@@ -123,6 +126,8 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
         remember: bool = True,
         use_cache: bool = True,
         checkpoint: Checkpoint | None = None,
+        pending_system: NodeInput | None = None,
+        reasoning: str = "provider",
     ) -> Rendering:
         # A render allocates ~15 containers per message, all acyclic and freed by
         # reference counting; letting the cyclic GC run in the middle of it rescans the
@@ -134,7 +139,8 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
                 session_id, head=head, fmt=fmt, model=model, frame=frame, expose=expose,
                 include_system=include_system, system_node_id=system_node_id, before_seq=before_seq,
                 aged=aged, extra_manifest=extra_manifest, exclude_summaries=exclude_summaries,
-                remember=remember, use_cache=use_cache, checkpoint=checkpoint,
+                remember=remember, use_cache=use_cache, checkpoint=checkpoint, pending_system=pending_system,
+                reasoning=reasoning,
             )
         finally:
             if enabled:
@@ -158,6 +164,8 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
         remember: bool,
         use_cache: bool,
         checkpoint: Checkpoint | None = None,
+        pending_system: NodeInput | None = None,
+        reasoning: str = "provider",
     ) -> Rendering:
         store = self.e.store
         graph = store.graph(session_id)
@@ -166,9 +174,10 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
         tokenizer = info.tokenizer or self.e.counter.tokenizer_for(info.name)
         aged_map = dict(aged or {})
         cacheable = (use_cache and frame is None and before_seq is None and not exclude_summaries
-                     and checkpoint is None)
-        key = (session_id, fmt, tokenizer, expose, include_system)
-        hit = self._extend_cached(graph, h, key, aged_map, system_node_id, fmt, tokenizer) if cacheable else None
+                     and checkpoint is None and pending_system is None)
+        key = (session_id, fmt, tokenizer, expose, include_system, reasoning)
+        hit = (self._extend_cached(graph, h, key, aged_map, system_node_id, fmt, tokenizer, reasoning)
+               if cacheable else None)
         if hit is not None:
             view, system, messages, node_ids, per_message, repairs = hit
         else:
@@ -181,17 +190,20 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
                 system_node_id=system_node_id,
                 before_seq=before_seq,
                 exclude_summaries=exclude_summaries,
+                pending_system=None if pending_system is None else (pending_system.id, pending_system.output),
             )
             stop_if_cancelled()
             synthetic = None
             if checkpoint is not None:
                 view = apply_checkpoint(view, graph, checkpoint)
                 synthetic = {checkpoint.id: checkpoint.text}
-            rendered = to_messages(view, fmt, include_system=include_system)  # type: ignore[arg-type]
+            rendered = to_messages(view, fmt, include_system=include_system,  # type: ignore[arg-type]
+                                   reasoning=reasoning)
             stop_if_cancelled()
             system, messages, node_ids = rendered
             repairs = list(rendered.repairs)
             per_message = self.count_messages(graph, messages, node_ids, tokenizer, aged_map, synthetic)
+            self._add_reasoning_tokens(messages, per_message, tokenizer)
         if cacheable:
             self._cache[key] = CachedRender(
                 key, Snapshot.of(graph, view.chain), view, aged_map, system, messages, node_ids,
@@ -212,6 +224,7 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
             "model": info.name,
             "tokenizer": tokenizer,
             "includeSystem": include_system,
+            "reasoning": reasoning,
             "repairs": list(repairs),
             "agedText": {k: aged_map[k] for k in sorted(aged_map)},
             "tokens": total,
@@ -227,11 +240,22 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
         stable = self._stable_prefix(record)
         if remember:
             self._remember(record)
+        if pending_system is not None:
+            self.hold_system_prompt(render_id, pending_system)
         return Rendering(view, system, messages, node_ids, per_message, system_tokens, total, tokenizer,
                          info, manifest, record, stable)
 
+    def _add_reasoning_tokens(self, messages: list[Any], per_message: list[int], tokenizer: str) -> None:
+        """Reasoning blocks a render sends are counted (SPEC §6): they are not part of any
+        node's stored counts, so their text is counted here (long texts once, cached)."""
+        for k, msg in enumerate(messages):
+            if isinstance(msg, dict) and msg.get("role") == "assistant":
+                for text in reasoning_payload(msg):
+                    per_message[k] += self.count_text(text, tokenizer)
+
     def _extend_cached(self, graph: SessionGraph, head: str, key: tuple[Any, ...], aged: dict[str, str],
-                       system_node_id: str | None, fmt: str, tokenizer: str) -> tuple[Any, ...] | None:
+                       system_node_id: str | None, fmt: str, tokenizer: str,
+                       reasoning: str = "provider") -> tuple[Any, ...] | None:
         """Render only what follows the cached render of this branch, or None (render fully)."""
         cached = self._cache.get(key)
         if cached is None or cached.aged != aged:
@@ -252,7 +276,10 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
             return None
         if suffix.system_node != cached.view.system_node or suffix.summary_id != cached.view.summary_id:
             return None
-        more = to_messages(suffix, fmt, include_system=False)  # type: ignore[arg-type]
+        if reasoning != "none" and (any(it.reasoning for it in suffix.items)
+                                    or any(it.reasoning for it in cached.view.items)):
+            return None  # which reasoning is sent depends on the whole branch (the current tool loop)
+        more = to_messages(suffix, fmt, include_system=False, reasoning=reasoning)  # type: ignore[arg-type]
         _, msgs, ids = more
         if msgs and cached.messages and fmt == "anthropic":
             # Anthropic merges same-role neighbours and may open with a placeholder:
@@ -298,6 +325,7 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
     def forget(self, render_id: str) -> None:
         """Drop a render that was built but not handed out (a reduction attempt), so it is
         neither a ``renderId`` nor the previous render ``stablePrefix`` compares with."""
+        self._pending_system.pop(render_id, None)
         rec = self._renders.pop(render_id, None)
         if rec is None:
             return
@@ -367,6 +395,8 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
             exclude_summaries=excluded,
             remember=False,
             checkpoint=checkpoint_from_manifest(manifest),
+            # renders made before reasoning was kept sent none
+            reasoning=manifest.get("reasoning") or "none",
         )
         messages = apply_turn_hooks(r.messages, manifest.get("turnHooks") or {}, r.manifest["format"])
         exact = list(r.view.reads) == list(node.reads or manifest.get("reads") or r.view.reads) and (

@@ -6,6 +6,6 @@ API Boundary: ``Store`` is the only way anything above reads or writes the recor
 
 from .backend import NodeDerived, UsageRow, is_postgres_url
 from .graph import SessionGraph
-from .store import AppendOutcome, SpillPolicy, Store, spill_output
+from .store import AppendOutcome, AppendRequest, SpillPolicy, Store, spill_output
 
-__all__ = ["AppendOutcome", "NodeDerived", "SessionGraph", "SpillPolicy", "Store", "UsageRow", "is_postgres_url", "spill_output"]
+__all__ = ["AppendOutcome", "AppendRequest", "NodeDerived", "SessionGraph", "SpillPolicy", "Store", "UsageRow", "is_postgres_url", "spill_output"]

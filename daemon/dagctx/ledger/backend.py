@@ -17,9 +17,12 @@ Contract every backend keeps (tests/unit/test_store.py runs over both):
   a failing ``COMMIT`` included, so the connection is never left inside a transaction.
 * ``session(..., lock=True)`` inside a transaction returns the latest committed row.
 * ``bodies_between(sid, lo, hi)`` returns node bodies with ``lo < rev <= hi`` in seq order.
+* ``transaction(session_id, guard)`` holds ``guard`` (the store's lock) only once the
+  database's write lock is ours: waiting for another process never holds up readers.
 * storage faults surface as ``DagctxError`` with a stable kind (``StorageFull``,
-  ``StorageReadOnly``, ``StorageCorrupt``, ``StorageUnavailable``) and a message saying
-  what to do; nothing half-written stays behind.
+  ``StorageReadOnly``, ``StorageCorrupt``, ``StorageUnavailable``, ``StorageBusy``) and a
+  message saying what to do; nothing half-written stays behind. ``fault_kind(exc)`` tells a
+  fault of the database (every write of a group fails) from a failure of one row.
 """
 
 from __future__ import annotations
@@ -146,8 +149,17 @@ class Backend(Protocol):
     #: what ``initialize`` reports as the database: a file path, or the URL without a password
     location: str
 
-    def transaction(self, session_id: str) -> AbstractContextManager[None]: ...
+    #: bumped when the backend reopened its database (the store then drops its caches)
+    generation: int
+
+    def transaction(
+        self, session_id: str, guard: AbstractContextManager[Any] | None = None, *, group: bool = False
+    ) -> AbstractContextManager[None]: ...
+    def fault_kind(self, exc: BaseException) -> str | None: ...
+    def vanished(self) -> bool: ...
+    def reopen(self) -> None: ...
     def session(self, session_id: str, *, lock: bool = False) -> SessionRow | None: ...
+    def lock_sessions(self, session_ids: Sequence[str]) -> dict[str, SessionRow]: ...
     def session_by_source(self, source_key: str) -> SessionRow | None: ...
     def sessions(self, limit: int, offset: int) -> tuple[list[SessionRow], int]: ...
     def insert_session(self, row: SessionRow) -> bool: ...
@@ -186,8 +198,17 @@ def storage_error(kind: str, what: str, location: str) -> DagctxError:
         "a backup (for a SQLite file, `sqlite3 FILE .recover` salvages what is readable)",
         "StorageUnavailable": "the database cannot be reached right now: check that it exists and "
         "the server is up, then retry; nothing of this request was written",
+        "StorageBusy": "another process holds the database's write lock (a standalone dagctx run, a "
+        "migration, or another program writing the file): nothing of this request was written; retry "
+        "when it is done, reads still work",
     }[kind]
     return DagctxError(kind, f"{what} ({location}): {advice}", details={"database": location})
+
+
+def busy_error(location: str, waited: float) -> DagctxError:
+    """A write that waited ``waited`` seconds for another process's lock (SPEC §7)."""
+    return storage_error("StorageBusy", f"cannot write: the database stayed locked by another process for "
+                         f"{waited:g} s", location)
 
 
 def is_postgres_url(name: str) -> bool:
@@ -197,13 +218,14 @@ def is_postgres_url(name: str) -> bool:
 
 
 def open_backend(
-    name: str, *, synchronous: str | None = None, create_parent: bool = True
+    name: str, *, synchronous: str | None = None, create_parent: bool = True, timeout: float | None = None
 ) -> Backend:
-    """The backend a database name means (SPEC §2.1)."""
+    """The backend a database name means (SPEC §2.1). ``timeout``: how long a request may wait
+    for its database (another process's lock; a PostgreSQL server slow or silent)."""
     if is_postgres_url(name):
         from .postgres_backend import PostgresBackend
 
-        return PostgresBackend(name)
+        return PostgresBackend(name, timeout=timeout)
     from .sqlite_backend import SqliteBackend
 
-    return SqliteBackend(name, synchronous=synchronous, create_parent=create_parent)
+    return SqliteBackend(name, synchronous=synchronous, create_parent=create_parent, lock_timeout=timeout)

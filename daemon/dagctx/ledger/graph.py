@@ -32,7 +32,7 @@ class SessionGraph:
 
     __slots__ = (
         "session_id", "root_id", "nodes", "conv_children", "callees", "rev", "by_seq", "updates",
-        "summaries", "system_prompts", "_chain_head", "_chain_ids", "_chain_pos",
+        "summaries", "system_prompts", "_chain_head", "_chain_ids", "_chain_pos", "nbytes", "used_at",
     )
 
     def __init__(self, session_id: str, root_id: str) -> None:
@@ -44,6 +44,10 @@ class SessionGraph:
         #: caller id → ids of nodes it called (seq order)
         self.callees: dict[str, list[str]] = {}
         self.rev = 0
+        #: stored bytes of the node bodies it holds (the cache's weight), and when it was last
+        #: brought up to date for a reader (``time.monotonic()``); see ``Store.cached_graphs``
+        self.nbytes = 0
+        self.used_at = 0.0
         self.by_seq: list[Call] = []
         #: ids of nodes replaced by the one mutation, in order (render caches check it)
         self.updates: list[str] = []

@@ -14,10 +14,11 @@ Search: ``pg_search`` turns the shared token preparation (``search.py``) into
 
 from __future__ import annotations
 
+import math
 import threading
 import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from dagctx.protocol.context_messages import Usage
@@ -77,6 +78,10 @@ def fault_kind(exc: BaseException) -> str | None:
         return "StorageReadOnly"
     if state in ("XX001", "XX002"):
         return "StorageCorrupt"
+    if state in _SCHEMA_GONE or state == "57014":  # schema dropped; statement timeout
+        return "StorageUnavailable"
+    if state == "55P03":  # lock_timeout
+        return "StorageBusy"
     if state.startswith(("08", "53", "57P")) or state in ("40001", "40P01"):
         return "StorageUnavailable"
     if isinstance(exc, psycopg.OperationalError) and not state:
@@ -84,10 +89,73 @@ def fault_kind(exc: BaseException) -> str | None:
     return None
 
 
+#: how long a request waits for the server by default (SPEC §2.1), seconds
+DEFAULT_TIMEOUT = 10.0
+
+#: URL parameters that are dagctx's own (removed before the URL reaches libpq)
+_OWN_PARAMS = ("dagctx_pool_timeout", "dagctx_pool_size")
+
+#: schema or table missing: the ``dagctx`` schema was dropped under a running daemon
+_SCHEMA_GONE = ("3F000", "42P01")
+
+
+def connection_settings(url: str, timeout: float) -> tuple[str, float, int]:
+    """The libpq conninfo to use, the pool wait limit and the pool size (SPEC §2.1).
+
+    What the URL sets itself wins; otherwise: ``connect_timeout`` (whole seconds, at least
+    2, libpq's minimum), TCP keepalives that notice a dead peer within about the timeout,
+    ``tcp_user_timeout`` for unacknowledged data, and a ``statement_timeout`` a little under
+    the timeout so a slow server answers with its own error first. dagctx's own
+    ``dagctx_pool_timeout`` and ``dagctx_pool_size`` are taken out."""
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    own = {k: v for k, v in query if k in _OWN_PARAMS}
+    if own:
+        rest = urllib.parse.urlencode([(k, v) for k, v in query if k not in _OWN_PARAMS])
+        url = f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{rest}" if rest else "")
+    params = psycopg.conninfo.conninfo_to_dict(url)
+    pool_timeout = float(own.get("dagctx_pool_timeout", timeout))
+    pool_size = int(own.get("dagctx_pool_size", 4))
+    if pool_timeout <= 0 or not 1 <= pool_size <= 100:
+        raise ValueError("dagctx_pool_timeout must be > 0 and dagctx_pool_size between 1 and 100")
+    params.setdefault("connect_timeout", str(max(2, math.ceil(timeout))))
+    params.setdefault("keepalives", "1")
+    params.setdefault("keepalives_idle", str(max(1, int(timeout // 3))))
+    params.setdefault("keepalives_interval", str(max(1, int(timeout // 6))))
+    params.setdefault("keepalives_count", "3")
+    params.setdefault("tcp_user_timeout", str(int(timeout * 1000)))
+    options = str(params.get("options") or "")
+    if "statement_timeout" not in options:
+        params["options"] = (options + f" -c statement_timeout={int(timeout * 900)}").strip()
+    return psycopg.conninfo.make_conninfo("", **params), pool_timeout, pool_size
+
+
+def _timed_connection(seconds: float) -> type:
+    """A connection class whose every wait for the server ends after ``seconds``: a server
+    that accepts but never answers (a frozen host, a half-open proxy) gives up the thread
+    that waits on it, and the connection, instead of holding them forever."""
+
+    class DagctxConnection(psycopg.Connection):  # type: ignore[misc, name-defined]
+        def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+            try:
+                return super().wait(gen, interval=interval, timeout=seconds if timeout is None else timeout)
+            except psycopg.errors._WaitTimeout:
+                self.pgconn.finish()  # its state is unknown: never reused
+                raise psycopg.OperationalError(
+                    f"the server did not answer within {seconds:g} s (it may be frozen or unreachable)"
+                ) from None
+
+    return DagctxConnection
+
+
+#: libpq's pipeline mode (libpq 14+; the binary wheels have it)
+_PIPELINE = psycopg is not None and psycopg.Pipeline.is_supported()
+
+
 class PostgresBackend:
     kind = "postgresql"
 
-    def __init__(self, url: str, *, pool_size: int = 4, connect_timeout: float = 10.0) -> None:
+    def __init__(self, url: str, *, pool_size: int | None = None, timeout: float | None = None) -> None:
         if psycopg is None:
             raise DagctxError(
                 "InvalidParams",
@@ -95,21 +163,23 @@ class PostgresBackend:
                 "(psycopg[binary] and psycopg-pool)",
                 path="initializationOptions.database",
             )
-        self.url = url
         self.location = redact(url)
+        self.timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
         try:
-            psycopg.conninfo.conninfo_to_dict(url)
-        except psycopg.ProgrammingError as exc:
+            self.url, pool_timeout, size = connection_settings(url, self.timeout)
+        except (psycopg.ProgrammingError, ValueError) as exc:
             raise DagctxError(
                 "InvalidParams",
                 f"{self.location!r} is not a valid PostgreSQL URL ({exc}); write "
                 "postgresql://USER:PASSWORD@HOST:PORT/DATABASE or postgresql:///DATABASE?host=/socket/dir",
                 path="initializationOptions.database",
             ) from exc
+        self._conn_class = _timed_connection(self.timeout)
+        url = self.url
         try:
             # One direct connection first: its error says why (server down, wrong password,
             # no such database), which a pool timeout would not.
-            with psycopg.connect(url, autocommit=True, connect_timeout=int(connect_timeout)) as conn:
+            with self._conn_class.connect(url, autocommit=True) as conn:
                 migrate(conn)
         except psycopg.Error as exc:
             raise DagctxError(
@@ -122,11 +192,24 @@ class PostgresBackend:
             raise DagctxError("InvalidParams", f"{self.location}: {exc}",
                               path="initializationOptions.database") from exc
         self.pool = psycopg_pool.ConnectionPool(
-            url, min_size=1, max_size=pool_size, kwargs={"autocommit": True}, open=False, timeout=30.0,
+            url, connection_class=self._conn_class, min_size=1, max_size=pool_size or size,
+            # no server-side prepared statements: a pipelined group that fails would leave
+            # psycopg believing in statements the server never prepared
+            kwargs={"autocommit": True, "prepare_threshold": None}, open=False, timeout=pool_timeout,
             name="dagctx",
+            reconnect_timeout=max(30.0, self.timeout * 3),
         )
-        self.pool.open(wait=True, timeout=connect_timeout)
+        try:
+            self.pool.open(wait=True, timeout=self.timeout)
+        except psycopg_pool.PoolTimeout as exc:
+            self.pool.close()
+            raise DagctxError(
+                "StorageUnavailable",
+                f"cannot open the PostgreSQL database {self.location}: no connection within {self.timeout:g} s",
+                details={"database": self.location},
+            ) from exc
         self._local = threading.local()
+        self._migrate_lock = threading.Lock()
 
     # ------------------------------------------------------------ faults and transactions
 
@@ -137,10 +220,29 @@ class PostgresBackend:
         except DagctxError:
             raise
         except Exception as exc:
+            if getattr(exc, "sqlstate", None) in _SCHEMA_GONE:
+                raise self._schema_gone(exc) from exc
             kind = fault_kind(exc)
             if kind is None:
                 raise
             raise storage_error(kind, f"cannot {what}: {str(exc).strip()}", self.location) from exc
+
+    def _schema_gone(self, exc: BaseException) -> DagctxError:
+        """The ``dagctx`` schema (or a table of it) vanished under the running daemon: create
+        it again now, on a connection of its own, so the next request finds an empty ledger
+        instead of failing forever. The request that met it was not written."""
+        try:
+            with self._migrate_lock, self._conn_class.connect(self.url, autocommit=True) as conn:
+                migrate(conn)
+            again = "it was created again (empty): retry"
+        except Exception as err:  # the next request tries again
+            again = f"creating it again failed too ({str(err).strip()})"
+        return DagctxError(
+            "StorageUnavailable",
+            f"the dagctx schema of {self.location} was dropped while this daemon ran ({str(exc).strip()}); "
+            f"nothing of this request was written; {again}",
+            details={"database": self.location, "reopen": True},
+        )
 
     @contextmanager
     def _conn(self, what: str) -> Iterator[Any]:
@@ -151,25 +253,52 @@ class PostgresBackend:
         with self._faults(what), self.pool.connection() as conn:
             yield conn
 
+    #: a server's database is never replaced under us the way a file is
+    generation = 0
+
+    def vanished(self) -> bool:
+        return False
+
+    def reopen(self) -> None:
+        return None
+
+    def fault_kind(self, exc: BaseException) -> str | None:
+        """The storage-fault kind of an exception raised inside a transaction, or None."""
+        return fault_kind(exc)
+
     @contextmanager
-    def transaction(self, session_id: str) -> Iterator[None]:
+    def transaction(self, session_id: str, guard: AbstractContextManager[Any] | None = None, *,
+                    group: bool = False) -> Iterator[None]:
         """``BEGIN`` … ``COMMIT``; the session is locked by the first ``session(lock=True)``;
-        any failure, COMMIT's own included, rolls back."""
+        ``guard`` is held from ``BEGIN`` until the transaction ends; any failure, COMMIT's
+        own included, rolls back.
+
+        ``group``: a group commit, whose writes need no answer: they go in pipeline mode, so
+        the group costs a few round trips instead of several per append. A row the server
+        refuses then surfaces at ``COMMIT`` as a failure of the whole group (the store runs
+        its units one by one to find it)."""
         if getattr(self._local, "conn", None) is not None:
             raise RuntimeError("write transactions do not nest")
         with self._faults("write"), self.pool.connection() as conn:
             conn.execute("BEGIN")
             self._local.conn = conn
             try:
-                yield
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                with guard if guard is not None else nullcontext():
                     try:
-                        conn.execute("ROLLBACK")
-                    except psycopg.Error:
-                        pass  # a broken connection: the pool discards it; never mask the cause
-                raise
+                        if group and _PIPELINE:
+                            with conn.pipeline():
+                                yield
+                                conn.execute("COMMIT")
+                        else:
+                            yield
+                            conn.execute("COMMIT")
+                    except BaseException:
+                        if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                            try:
+                                conn.execute("ROLLBACK")
+                            except psycopg.Error:
+                                pass  # a broken connection: the pool discards it; never mask the cause
+                        raise
             finally:
                 self._local.conn = None
 
@@ -186,6 +315,16 @@ class PostgresBackend:
         with self._conn("read a session") as c:
             r = c.execute(sql, (session_id,)).fetchone()
         return None if r is None else self._row(r)
+
+    def lock_sessions(self, session_ids: Sequence[str]) -> dict[str, SessionRow]:
+        """Inside a transaction: the rows of ``session_ids``, locked ``FOR UPDATE`` in id order
+        (every writer locks in that order, so two groups never deadlock) in one round trip."""
+        with self._conn("lock sessions") as c:
+            rows = c.execute(
+                f"SELECT {_SESSION_COLS} FROM dagctx.sessions WHERE id = ANY(%s) ORDER BY id FOR UPDATE",
+                (list(session_ids),),
+            ).fetchall()
+        return {r[0]: self._row(r) for r in rows}
 
     def session_by_source(self, source_key: str) -> SessionRow | None:
         with self._conn("read a session") as c:

@@ -16,8 +16,18 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+import msgspec
+
 from dagctx.protocol.errors import DagctxError
-from dagctx.protocol.nodes import ROOT_SENTINEL, SUMMARY_NAME, TERMINAL_STATUSES, Call, NodeInput
+from dagctx.protocol.nodes import (
+    REASONING_KEY,
+    ROOT_SENTINEL,
+    SUMMARY_NAME,
+    TERMINAL_STATUSES,
+    Call,
+    NodeInput,
+    ReasoningBlock,
+)
 
 from .graph import SessionGraph, is_summary
 
@@ -283,3 +293,25 @@ def check_title(title: str) -> None:
 def known(g: SessionGraph, ids: Sequence[str]) -> list[Call]:
     """The nodes named by ``ids`` (``"ROOT"`` allowed), or ``NodeNotFound`` for the first missing."""
     return [g.get(resolve(g.root_id, nid) or nid) for nid in ids]
+
+
+def check_reasoning(role: str, metadata: dict[str, object], path: str = "node.metadata.reasoning") -> None:
+    """``metadata.reasoning`` (SPEC §4): a list of reasoning blocks, on an llm node only."""
+    if REASONING_KEY not in metadata or metadata[REASONING_KEY] is None:
+        return
+    if role != "llm":
+        raise DagctxError(
+            "InvalidParams",
+            f"{path} belongs on an llm node (the call that produced the reasoning), not a {role} node",
+            path=path,
+        )
+    try:
+        msgspec.convert(metadata[REASONING_KEY], list[ReasoningBlock])
+    except msgspec.ValidationError as err:
+        raise DagctxError(
+            "InvalidParams",
+            f"{path} must be a list of reasoning blocks "
+            "({type: thinking|redacted_thinking|reasoning, text?, signature?, data?, id?, summary?, "
+            f"encryptedContent?}}): {err}",
+            path=path,
+        ) from None

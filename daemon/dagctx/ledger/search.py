@@ -42,6 +42,8 @@ def cjk_grams(text: str) -> str:
     ``text`` column: the ``Python`` glued inside is indexed again here, on its own, and an
     unqualified query word matches either column (SPEC §5).
     """
+    if text.isascii() or CJK_RUN.search(text) is None:  # no CJK (most tool output): nothing to add
+        return ""
     parts: list[str] = []
     for run in CJK_RUN.findall(text):
         parts.extend(run)

@@ -14,16 +14,27 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from dagctx.protocol.context_messages import Usage
 from dagctx.protocol.errors import DagctxError
 
 from . import search as fts
-from .backend import BlobRow, NodeRow, SearchRow, SessionRow, UsageRow, decode_meta, encode_meta, storage_error
+from .backend import (
+    BlobRow,
+    NodeRow,
+    SearchRow,
+    SessionRow,
+    UsageRow,
+    busy_error,
+    decode_meta,
+    encode_meta,
+    storage_error,
+)
 from .schema import SCHEMA_VERSION, current_version, migrate, refuse_newer
 
 _SESSION_COLS = (
@@ -46,40 +57,118 @@ def fault_kind(exc: sqlite3.Error) -> str | None:
     return None
 
 
+#: how long a write waits for another process's write lock before ``StorageBusy`` (seconds)
+DEFAULT_LOCK_TIMEOUT = 10.0
+
+
+def private_folder(path: str) -> None:
+    """Create the folders of ``path`` that are missing, each 0700 whatever the umask
+    (SPEC §2.1: what dagctx creates is private); existing folders are left alone."""
+    missing = []
+    folder = os.path.abspath(path)
+    while folder and not os.path.isdir(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            continue
+        os.chmod(folder, 0o700)
+
+
+def create_private_file(path: str) -> bool:
+    """Create an empty database file 0600 whatever the umask, if none exists; SQLite gives
+    its -wal and -shm files the database file's mode. Whether it was created here."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _ident(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 class SqliteBackend:
     kind = "sqlite"
 
-    def __init__(self, path: str, *, synchronous: str | None = None, create_parent: bool = True) -> None:
+    def __init__(self, path: str, *, synchronous: str | None = None, create_parent: bool = True,
+                 lock_timeout: float | None = None) -> None:
         self.location = path
         self._memory = path == ":memory:"
-        if not self._memory:
-            parent = os.path.dirname(os.path.abspath(path))
-            if create_parent:
-                os.makedirs(parent, exist_ok=True)
-            elif not os.path.isdir(parent):
-                raise FileNotFoundError(f"the folder {parent!r} does not exist")
-            self._refuse_orphaned_log(path)
+        self.lock_timeout = DEFAULT_LOCK_TIMEOUT if lock_timeout is None else float(lock_timeout)
         sync = (synchronous or os.environ.get("DAGCTX_SYNC") or "NORMAL").upper()
         if sync not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {sync!r}")
+        self._sync = sync
+        self._create_parent = create_parent
+        #: the connection in use by a thread inside ``transaction`` (the writer's)
+        self._tx = threading.local()
+        #: how many times the file was reopened (the store drops its caches when it changes)
+        self.generation = 0
+        self._open()
+
+    def _open(self) -> None:
+        path = self.location
+        if not self._memory:
+            parent = os.path.dirname(os.path.abspath(path))
+            if self._create_parent:
+                private_folder(parent)
+            elif not os.path.isdir(parent):
+                raise FileNotFoundError(f"the folder {parent!r} does not exist")
+            self._refuse_orphaned_log(path)
         self.read_only = not self._memory and self._on_read_only_storage(path)
+        #: ``db`` serves reads (under the store's lock); ``_wdb`` is the writer's own
+        #: connection, so a write waiting for another process's lock holds up no reader
+        self._wdb: sqlite3.Connection | None = None
         if self.read_only:
             self.db = self._open_read_only(path)
         else:
-            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+            if not self._memory:
+                create_private_file(path)
+            self.db = self._connect(path)
             try:
                 with self._faults("open the database"):
-                    self.db.execute("PRAGMA journal_mode=WAL")
-                    self.db.execute(f"PRAGMA synchronous={sync}")
-                    self.db.execute("PRAGMA busy_timeout=30000")
-                    # Our tables declare no foreign keys; checks stay on so a deferred constraint
-                    # (tests install one) fails at COMMIT like a full disk does.
-                    self.db.execute("PRAGMA foreign_keys=ON")
                     migrate(self.db)
+                self._wdb = self.db if self._memory else self._connect(path)
             except BaseException:
                 self.db.close()
                 raise
         self._ident = None if self._memory else self._file_ident()
+        #: the write-ahead log and shared-memory files that belong to the file we opened
+        self._logs = {} if self._memory else {sfx: _ident(path + sfx) for sfx in ("-wal", "-shm")}
+
+    def _connect(self, path: str) -> sqlite3.Connection:
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=self.lock_timeout)
+        try:
+            with self._faults("open the database"):
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute(f"PRAGMA synchronous={self._sync}")
+                db.execute(f"PRAGMA busy_timeout={int(self.lock_timeout * 1000)}")
+                # Our tables declare no foreign keys; checks stay on so a deferred constraint
+                # (tests install one) fails at COMMIT like a full disk does.
+                db.execute("PRAGMA foreign_keys=ON")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _c(self) -> sqlite3.Connection:
+        """This thread's connection: the writer's inside a transaction, else the reader."""
+        return getattr(self._tx, "conn", None) or self.db
 
     # ------------------------------------------------------------ the file under us
 
@@ -100,7 +189,8 @@ class SqliteBackend:
         opened ``immutable`` (WAL's shared-memory file cannot be created there)."""
         ro_mount = bool(os.statvfs(os.path.dirname(os.path.abspath(path))).f_flag & os.ST_RDONLY)
         uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro" + ("&immutable=1" if ro_mount else "")
-        db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30.0)
+        db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
+                             timeout=self.lock_timeout)
         try:
             with self._faults("open the database"):
                 found = current_version(db)
@@ -138,21 +228,48 @@ class SqliteBackend:
         st = os.stat(self.location)
         return st.st_dev, st.st_ino
 
+    def vanished(self) -> bool:
+        """Whether the path no longer names the file this backend opened (deleted, or
+        replaced by another file): the store then reopens it (SPEC §2.1)."""
+        if self._ident is None:
+            return False
+        try:
+            return self._file_ident() != self._ident
+        except OSError:
+            return True
+
+    def reopen(self) -> None:
+        """Close the file we had and open (or create) the one the path names now. Called by
+        the store with no transaction open and every user of the connections locked out.
+        Closing first lets SQLite fold its write-ahead log into the old file and remove
+        it, so the new file never meets the old one's log."""
+        old = (self._wdb, self.db)
+        for conn in old:
+            if conn is not None:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+        # SQLite leaves the log of an unlinked file where it was: it is ours, and the new
+        # file must never meet it (it would be replayed into it), so it goes now.
+        for sfx, ident in self._logs.items():
+            if ident is not None and _ident(self.location + sfx) == ident:
+                try:
+                    os.unlink(self.location + sfx)
+                except FileNotFoundError:
+                    pass
+        self._open()
+        self.generation += 1
+
     def _check_file(self) -> None:
         """The path still names the file we opened; else no write may be acknowledged."""
-        if self._ident is None:
-            return
-        try:
-            same = self._file_ident() == self._ident
-        except OSError:
-            same = False
-        if not same:
+        if self.vanished():
             raise DagctxError(
                 "StorageUnavailable",
                 f"the database file {self.location!r} was deleted or replaced while this daemon had "
-                "it open; nothing was written. Restore the file (or move the new one away) and "
-                "restart the daemon",
-                details={"database": self.location},
+                "it open; nothing was written to it. The daemon opens the file the path names now "
+                "for the next request: retry",
+                details={"database": self.location, "reopen": True},
             )
 
     # ------------------------------------------------------------ faults and transactions
@@ -167,27 +284,47 @@ class SqliteBackend:
                 raise
             raise storage_error(kind, f"cannot {what}: {exc}", self.location) from exc
 
+    def fault_kind(self, exc: BaseException) -> str | None:
+        """The storage-fault kind of an exception raised inside a transaction, or None."""
+        return fault_kind(exc) if isinstance(exc, sqlite3.Error) else None
+
     @contextmanager
-    def transaction(self, session_id: str) -> Iterator[None]:
-        """``BEGIN IMMEDIATE`` … ``COMMIT``; any failure, COMMIT's own included, rolls back."""
-        if self.read_only:
+    def transaction(self, session_id: str, guard: AbstractContextManager[Any] | None = None, *,
+                    group: bool = False) -> Iterator[None]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT`` on the writer's connection; ``guard`` is held from
+        the moment the write lock is ours until the transaction ends (the wait for another
+        process's lock holds nothing of ours). Any failure, COMMIT's own included, rolls back."""
+        if self.read_only or self._wdb is None:
             raise storage_error("StorageReadOnly", "cannot write", self.location)
-        with self._faults("start a write"):
-            self.db.execute("BEGIN IMMEDIATE")
+        if getattr(self._tx, "conn", None) is not None:
+            raise RuntimeError("write transactions do not nest")
+        w = self._wdb
         try:
-            self._check_file()
-            with self._faults("write"):
-                yield
-            self._check_file()  # again just before COMMIT: the file may have gone meanwhile
-            with self._faults("write"):
-                self.db.execute("COMMIT")
-        except BaseException:
-            if self.db.in_transaction:
+            w.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            if fault_kind(exc) == "StorageUnavailable" and "locked" in str(exc).lower():
+                raise busy_error(self.location, self.lock_timeout) from exc
+            with self._faults("start a write"):
+                raise
+        self._tx.conn = w
+        try:
+            with guard if guard is not None else nullcontext():
                 try:
-                    self.db.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass  # the connection rolls back itself when it cannot; never mask the cause
-            raise
+                    self._check_file()
+                    with self._faults("write"):
+                        yield
+                    self._check_file()  # again just before COMMIT: the file may have gone meanwhile
+                    with self._faults("write"):
+                        w.execute("COMMIT")
+                except BaseException:
+                    if w.in_transaction:
+                        try:
+                            w.execute("ROLLBACK")
+                        except sqlite3.Error:
+                            pass  # the connection rolls back itself when it cannot; never mask the cause
+                    raise
+        finally:
+            self._tx.conn = None
 
     # ------------------------------------------------------------ sessions
 
@@ -196,28 +333,39 @@ class SqliteBackend:
 
     def session(self, session_id: str, *, lock: bool = False) -> SessionRow | None:
         with self._faults("read a session"):
-            row = self.db.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE id=?", (session_id,)).fetchone()
+            row = self._c().execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE id=?", (session_id,)).fetchone()
         return None if row is None else self._row(row)
+
+    def lock_sessions(self, session_ids: Sequence[str]) -> dict[str, SessionRow]:
+        """Inside a transaction: the rows of ``session_ids`` (the write lock is the file's)."""
+        out: dict[str, SessionRow] = {}
+        with self._faults("read sessions"):
+            for k in range(0, len(session_ids), 500):
+                part = list(session_ids[k:k + 500])
+                marks = ",".join("?" * len(part))
+                for r in self._c().execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE id IN ({marks})", part):
+                    out[r[0]] = self._row(r)
+        return out
 
     def session_by_source(self, source_key: str) -> SessionRow | None:
         with self._faults("read a session"):
-            row = self.db.execute(
+            row = self._c().execute(
                 f"SELECT {_SESSION_COLS} FROM sessions WHERE source_key=?", (source_key,)
             ).fetchone()
         return None if row is None else self._row(row)
 
     def sessions(self, limit: int, offset: int) -> tuple[list[SessionRow], int]:
         with self._faults("list sessions"):
-            rows = self.db.execute(
+            rows = self._c().execute(
                 f"SELECT {_SESSION_COLS} FROM sessions ORDER BY updated_at DESC, id LIMIT ? OFFSET ?",
                 (limit, offset),
             ).fetchall()
-            total = self.db.execute("SELECT count(*) FROM sessions").fetchone()[0]
+            total = self._c().execute("SELECT count(*) FROM sessions").fetchone()[0]
         return [self._row(r) for r in rows], total
 
     def insert_session(self, row: SessionRow) -> bool:
         try:
-            self.db.execute(
+            self._c().execute(
                 f"INSERT INTO sessions({_SESSION_COLS}) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
                 (row.id, row.title, row.root_id, row.head, row.created_at, row.updated_at, row.next_seq,
                  row.rev, row.node_count, row.source_key, encode_meta(row.metadata)),
@@ -227,7 +375,7 @@ class SqliteBackend:
         return True
 
     def save_session(self, row: SessionRow) -> None:
-        self.db.execute(
+        self._c().execute(
             "UPDATE sessions SET title=?, head=?, next_seq=?, rev=?, node_count=?, updated_at=?, metadata=? "
             "WHERE id=?",
             (row.title, row.head, row.next_seq, row.rev, row.node_count, row.updated_at,
@@ -235,56 +383,56 @@ class SqliteBackend:
         )
 
     def delete_session(self, session_id: str) -> int:
-        self.db.execute(
+        self._c().execute(
             "DELETE FROM search WHERE rowid IN (SELECT rowid FROM nodes WHERE session_id=?)", (session_id,)
         )
-        n = self.db.execute("DELETE FROM nodes WHERE session_id=?", (session_id,)).rowcount
+        n = self._c().execute("DELETE FROM nodes WHERE session_id=?", (session_id,)).rowcount
         for table in ("usage", "blobs"):
-            self.db.execute(f"DELETE FROM {table} WHERE session_id=?", (session_id,))
-        self.db.execute("DELETE FROM sessions WHERE id=?", (session_id,))
+            self._c().execute(f"DELETE FROM {table} WHERE session_id=?", (session_id,))
+        self._c().execute("DELETE FROM sessions WHERE id=?", (session_id,))
         return n
 
     # ------------------------------------------------------------ nodes
 
     def insert_node(self, r: NodeRow) -> None:
-        cur = self.db.execute(
+        cur = self._c().execute(
             "INSERT INTO nodes(session_id, id, seq, rev, role, name, status, caller, predecessor, created_at, body, "
             "tokens, refs) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (r.session_id, r.id, r.seq, r.rev, r.role, r.name, r.status, r.caller, r.predecessor, r.created_at,
              r.body, r.tokens, r.refs),
         )
         if r.search_text is not None:
-            self.db.execute(
+            self._c().execute(
                 "INSERT INTO search(rowid, text, grams, session_id, node_id, role) VALUES(?,?,?,?,?,?)",
                 (cur.lastrowid, r.search_text, fts.cjk_grams(r.search_text), r.session_id, r.id, r.role),
             )
 
     def fill_node(self, r: NodeRow) -> None:
-        rowid = self.db.execute(
+        rowid = self._c().execute(
             "SELECT rowid FROM nodes WHERE session_id=? AND id=?", (r.session_id, r.id)
         ).fetchone()[0]
-        self.db.execute(
+        self._c().execute(
             "UPDATE nodes SET status=?, rev=?, body=?, tokens=COALESCE(?, tokens), refs=COALESCE(?, refs) "
             "WHERE rowid=?",
             (r.status, r.rev, r.body, r.tokens, r.refs, rowid),
         )
-        self.db.execute("DELETE FROM search WHERE rowid=?", (rowid,))
+        self._c().execute("DELETE FROM search WHERE rowid=?", (rowid,))
         if r.search_text is not None:
-            self.db.execute(
+            self._c().execute(
                 "INSERT INTO search(rowid, text, grams, session_id, node_id, role) VALUES(?,?,?,?,?,?)",
                 (rowid, r.search_text, fts.cjk_grams(r.search_text), r.session_id, r.id, r.role),
             )
 
     def bodies_between(self, session_id: str, lo: int, hi: int) -> Iterable[bytes]:
         with self._faults("read nodes"):
-            rows = self.db.execute(
+            rows = self._c().execute(
                 "SELECT body FROM nodes WHERE session_id=? AND rev>? AND rev<=? ORDER BY seq", (session_id, lo, hi)
             ).fetchall()
         return [r[0] for r in rows]
 
     def node_rows(self, session_id: str) -> list[NodeRow]:
         with self._faults("read nodes"):
-            rows = self.db.execute(
+            rows = self._c().execute(
                 "SELECT n.session_id, n.id, n.seq, n.rev, n.role, n.name, n.status, n.caller, n.predecessor, "
                 "n.created_at, n.body, n.tokens, n.refs, s.text FROM nodes n LEFT JOIN search s ON s.rowid = n.rowid "
                 "WHERE n.session_id=? ORDER BY n.seq",
@@ -294,32 +442,32 @@ class SqliteBackend:
 
     def blob_rows(self, session_id: str) -> list[BlobRow]:
         with self._faults("read spilled outputs"):
-            rows = self.db.execute(
+            rows = self._c().execute(
                 "SELECT session_id, node_id, field, chars, lines, data FROM blobs WHERE session_id=?", (session_id,)
             ).fetchall()
         return [BlobRow(*r) for r in rows]
 
     def put_blob(self, b: BlobRow) -> None:
-        self.db.execute(
+        self._c().execute(
             "INSERT OR REPLACE INTO blobs(session_id, node_id, field, chars, lines, data) VALUES(?,?,?,?,?,?)",
             (b.session_id, b.node_id, b.field, b.chars, b.lines, b.data),
         )
 
     def blob(self, session_id: str, node_id: str, field: str) -> str | None:
         with self._faults("read a spilled output"):
-            got = self.db.execute(
+            got = self._c().execute(
                 "SELECT data FROM blobs WHERE session_id=? AND node_id=? AND field=?", (session_id, node_id, field)
             ).fetchone()
         return None if got is None else got[0]
 
     def token_rows(self, session_id: str) -> Iterable[tuple[str, bytes]]:
         with self._faults("read token counts"):
-            return self.db.execute(
+            return self._c().execute(
                 "SELECT id, tokens FROM nodes WHERE session_id=? AND tokens IS NOT NULL", (session_id,)
             ).fetchall()
 
     def fill_refs(self, session_id: str, rows: Sequence[tuple[str, bytes]]) -> None:
-        self.db.executemany(
+        self._c().executemany(
             "UPDATE nodes SET refs=? WHERE session_id=? AND id=? AND refs IS NULL",
             [(blob, session_id, nid) for nid, blob in rows],
         )
@@ -329,18 +477,18 @@ class SqliteBackend:
         sql = "SELECT id, refs FROM nodes WHERE session_id=? AND seq>? AND refs IS NOT NULL"
         with self._faults("read node references"):
             if ids is None:
-                return self.db.execute(sql, (session_id, after_seq)).fetchall()
+                return self._c().execute(sql, (session_id, after_seq)).fetchall()
             out: list[tuple[str, bytes]] = []
             for k in range(0, len(ids), 500):
                 chunk = list(ids[k:k + 500])
                 marks = ",".join("?" * len(chunk))
-                out += self.db.execute(f"{sql} AND id IN ({marks})", (session_id, after_seq, *chunk)).fetchall()
+                out += self._c().execute(f"{sql} AND id IN ({marks})", (session_id, after_seq, *chunk)).fetchall()
             return out
 
     # ------------------------------------------------------------ usage
 
     def put_usage(self, session_id: str, u: UsageRow) -> None:
-        self.db.execute(
+        self._c().execute(
             "INSERT OR REPLACE INTO usage(session_id, node_id, model, input, output, cache_read, cache_write, "
             "estimated, reported_at) VALUES(?,?,?,?,?,?,?,?,?)",
             (session_id, u.node_id, u.model, u.usage.input, u.usage.output, u.usage.cache_read, u.usage.cache_write,
@@ -350,7 +498,7 @@ class SqliteBackend:
 
     def usage_rows(self, session_id: str) -> list[UsageRow]:
         with self._faults("read usage"):
-            rows = self.db.execute(
+            rows = self._c().execute(
                 "SELECT node_id, model, input, output, cache_read, cache_write, estimated, reported_at "
                 "FROM usage WHERE session_id=? ORDER BY reported_at",
                 (session_id,),
@@ -377,11 +525,13 @@ class SqliteBackend:
         sql += " ORDER BY score LIMIT ?"
         args.append(limit)
         try:
-            rows = self.db.execute(sql, args).fetchall()
-        except sqlite3.OperationalError as exc:
-            if fault_kind(exc) is not None:
-                with self._faults("search"):
-                    raise
+            rows = self._c().execute(sql, args).fetchall()
+        except sqlite3.DatabaseError as exc:
+            # A damaged file answers its storage kind (a damaged search index included),
+            # never a query error or an internal one.
+            if fault_kind(exc) is not None or not isinstance(exc, sqlite3.OperationalError):
+                kind = fault_kind(exc) or "StorageCorrupt"
+                raise storage_error(kind, f"cannot search: {exc}", self.location) from exc
             raise DagctxError(
                 "InvalidQuery",
                 f"the search query {query!r} is not valid full-text syntax ({exc}); quote phrases "
@@ -406,13 +556,13 @@ class SqliteBackend:
             return True
         if self.read_only:
             with self._faults("read request summaries"):
-                found = self.db.execute(
+                found = self._c().execute(
                     "SELECT 1 FROM sqlite_master WHERE type='table' AND name='reduction_summaries'"
                 ).fetchone()
             self._reduction_ready = found is not None
             return self._reduction_ready
         with self._faults("create the request summary table"):
-            self.db.execute(self._REDUCTION_DDL)
+            self._c().execute(self._REDUCTION_DDL)
         self._reduction_ready = True
         return True
 
@@ -424,7 +574,7 @@ class SqliteBackend:
             for i in range(0, len(keys), 500):
                 part = list(keys[i : i + 500])
                 marks = ",".join("?" * len(part))
-                for key, text, tin, tout in self.db.execute(
+                for key, text, tin, tout in self._c().execute(
                     f"SELECT key, text, input_tokens, output_tokens FROM reduction_summaries WHERE key IN ({marks})",
                     part,
                 ):
@@ -433,11 +583,13 @@ class SqliteBackend:
 
     def put_reduction_summaries(self, rows: Sequence[tuple[str, str, str, int, int]], now: float) -> None:
         self._reduction_table()
-        self.db.executemany(
+        self._c().executemany(
             "INSERT OR REPLACE INTO reduction_summaries(key, kind, text, input_tokens, output_tokens, created_at) "
             "VALUES(?,?,?,?,?,?)",
             [(*r, now) for r in rows],
         )
 
     def close(self) -> None:
+        if self._wdb is not None and self._wdb is not self.db:
+            self._wdb.close()
         self.db.close()

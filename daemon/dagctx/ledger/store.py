@@ -23,6 +23,7 @@ JSON-RPC, tokens or rendering.
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import threading
 import time
@@ -36,7 +37,7 @@ import msgspec
 
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.messages import BranchInfo, SearchHit, SessionInfo
-from dagctx.protocol.nodes import ROOT_SENTINEL, Call, NodeInput
+from dagctx.protocol.nodes import ROOT_SENTINEL, SYSTEM_PROMPT_NAME, Call, NodeInput
 
 from . import rules
 from . import search as fts
@@ -56,7 +57,9 @@ from .backend import (
 from .graph import SessionGraph, is_spawn_root
 from .text import node_text
 
-__all__ = ["AppendOutcome", "NodeDerived", "SpillPolicy", "Store", "UsageRow", "spill_output"]
+log = logging.getLogger("dagctx.ledger")
+
+__all__ = ["AppendOutcome", "AppendRequest", "NodeDerived", "SpillPolicy", "Store", "UsageRow", "spill_output"]
 
 #: the transaction key of writes that belong to no session (derived caches)
 _DERIVED = "\x00derived"
@@ -64,11 +67,11 @@ _DERIVED = "\x00derived"
 
 @dataclass(frozen=True)
 class SpillPolicy:
-    """Outputs longer than both limits are stored whole in ``blobs`` and the node keeps
-    head + tail with a marker (write path, once, deterministic)."""
+    """Function and tool results of at least ``min_chars`` characters, whatever their
+    line count, are stored whole in ``blobs`` and the node keeps head + tail with a marker
+    (write path, once, deterministic; SPEC §4). A system prompt is never spilled."""
 
     min_chars: int = 32_000
-    min_lines: int = 100
     head_chars: int = 6_000
     tail_chars: int = 3_000
 
@@ -78,6 +81,28 @@ class AppendOutcome:
     node: Call
     head: str
     moved: bool
+
+
+@dataclass
+class AppendRequest:
+    """One unit of a group commit: nodes appended to one session, all or none of them
+    (``node/append`` is a unit of one, ``node/appendBatch`` a unit of many)."""
+
+    session_id: str
+    nodes: Sequence[NodeInput]
+    move_head: bool | None = None
+    #: per node, what the layers above derived (or None)
+    derived: Sequence[NodeDerived | None] | None = None
+    #: ``node/appendBatch``: errors name the node's index (``nodes[2].predecessor``)
+    batch: bool = False
+
+
+class _Redo(Exception):
+    """A unit failed after it wrote: the group is rolled back and run again without it."""
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        self.index = index
+        self.error = error
 
 
 class Store:
@@ -110,11 +135,16 @@ class Store:
         self._graph_born: dict[str, float] = {}
         self._enc = msgspec.msgpack.Encoder()
         self._dec = msgspec.msgpack.Decoder(Call)
-        #: Held for a whole write transaction and while a cached graph is brought up to
-        #: date: a render in the daemon's worker thread and a write on its event loop
-        #: share this store (and, on SQLite, its one connection), and a refresh must never
-        #: see half a transaction.
+        #: bumped whenever the database was reopened (caches above compare it)
+        self.generation = 0
+        #: Held while a cached graph is brought up to date, while a read uses the backend's
+        #: reading connection, and over a write transaction from the moment its database
+        #: lock is ours until it commits or rolls back: a refresh never sees half a write.
+        #: Waiting for another process's lock (or a slow server) does not hold it.
         self.lock = threading.RLock()
+        #: One write transaction of this store at a time (the database's writer thread,
+        #: and in-process callers); always taken before ``lock``, never after it.
+        self._wlock = threading.RLock()
 
     @property
     def kind(self) -> str:
@@ -130,18 +160,49 @@ class Store:
         """One write transaction of one session; any failure (COMMIT's included) rolls
         back and drops the session's cached graph, so the cache never holds a node the
         database does not (the next read rebuilds it from what was committed)."""
+        with self._write_many((session_id,)):
+            yield
+
+    @contextmanager
+    def _write_many(self, session_ids: Sequence[str], *, group: bool = False) -> Iterator[None]:
+        """One write transaction touching ``session_ids``; a failure drops their graphs
+        before the store's lock is released."""
+        with self._wlock:
+            self.ensure_file()
+            with self.backend.transaction(session_ids[0], guard=self._dropping(session_ids), group=group):
+                yield
+
+    @contextmanager
+    def _dropping(self, session_ids: Sequence[str]) -> Iterator[None]:
         with self.lock:
             try:
-                with self.backend.transaction(session_id):
-                    yield
+                yield
             except BaseException:
-                self._graphs.pop(session_id, None)
-                self._graph_born.pop(session_id, None)
+                for sid in session_ids:
+                    self._graphs.pop(sid, None)
+                    self._graph_born.pop(sid, None)
                 raise
+
+    def ensure_file(self) -> None:
+        """A database file deleted or replaced under us is reopened (or created, SPEC §2.1)
+        before the next request uses it, and every cached graph of the old file dropped."""
+        if not self.backend.vanished():
+            return
+        with self._wlock, self.lock:
+            if not self.backend.vanished():
+                return
+            log.warning("the database file %s was deleted or replaced while open: opening the file the path "
+                        "names now (a missing one is created)", self.path)
+            self.backend.reopen()
+            self._graphs.clear()
+            self._graph_born.clear()
+            self.generation += 1
 
     # ------------------------------------------------------------ sessions
 
     def _session_row(self, session_id: str, *, lock: bool = False) -> SessionRow:
+        if not lock:  # a read, outside any write: the file may have been replaced
+            self.ensure_file()
         with self.lock:
             row = self.backend.session(session_id, lock=lock)
         if row is None:
@@ -242,6 +303,7 @@ class Store:
         return self.get_session(sid), True
 
     def find_by_source(self, source_key: str) -> SessionInfo | None:
+        self.ensure_file()
         with self.lock:
             row = self.backend.session_by_source(source_key)
         return None if row is None else self._info(row)
@@ -251,6 +313,7 @@ class Store:
 
     def list_sessions(self, limit: int = 100, offset: int = 0) -> tuple[list[SessionInfo], int]:
         rules.check_list_window(limit, offset)
+        self.ensure_file()
         with self.lock:
             rows, total = self.backend.sessions(limit, offset)
         return [self._info(r) for r in rows], total
@@ -300,13 +363,32 @@ class Store:
             # read is loaded by the next refresh, never half now.
             for body in self.backend.bodies_between(row.id, g.rev, row.rev):
                 g.add(dec(body))
+                g.nbytes += len(body)
                 loaded += 1
             g.rev = row.rev
             if loaded >= 1000:
                 # A big load is long-lived data: keep the cyclic GC from re-scanning it on
                 # every render (it was a third of a warm render's time on 10k nodes).
                 gc.freeze()
+        g.used_at = time.monotonic()
         return g
+
+    def cached_graphs(self) -> list[tuple[str, int, float]]:
+        """``(session id, bytes, last used)`` of every cached session graph: what a bound on
+        the daemon's memory weighs (bytes are the stored bodies the graph decoded; the
+        objects weigh a small multiple of that), for ``evict`` to act on."""
+        with self.lock:
+            return [(sid, g.nbytes, g.used_at) for sid, g in self._graphs.items()]
+
+    def cache_bytes(self) -> int:
+        with self.lock:
+            return sum(g.nbytes for g in self._graphs.values())
+
+    def evict(self, session_id: str) -> bool:
+        """Drop a session's cached graph (the next read rebuilds it from the database)."""
+        with self.lock:
+            self._graph_born.pop(session_id, None)
+            return self._graphs.pop(session_id, None) is not None
 
     def forget(self, session_id: str) -> None:
         """Drop a session's cached graph (after rows were written around the rules: a copy)."""
@@ -363,6 +445,96 @@ class Store:
             self._finish(row, g)
         return out
 
+    def append_group(self, units: Sequence[AppendRequest]) -> list[list[AppendOutcome] | BaseException]:
+        """Group commit (SPEC §4.2): every unit in ONE transaction (one sync), each unit
+        all or nothing, failures isolated per unit, in the order given.
+
+        Each unit meets the rules exactly as a lone ``append`` would, after the units before
+        it: seq and HEAD are per session, as if the units had been appended one by one. A
+        unit the rules refuse before it wrote anything just answers its error; a unit that
+        fails after writing (a later node of a batch, a row the database refuses) rolls the
+        group back, and the group runs again without it. A fault of the database itself
+        (full, read-only, gone, a failing COMMIT) fails every unit of the group: none was
+        written. Returns, per unit, its outcomes or the exception it answers.
+        """
+        results: list[list[AppendOutcome] | BaseException] = [RuntimeError("not run")] * len(units)
+        todo = list(range(len(units)))
+        while todo:
+            sids = sorted({units[i].session_id for i in todo})
+            done: dict[int, list[AppendOutcome] | BaseException] = {}
+            try:
+                with self._write_many(sids, group=True):
+                    state: dict[str, tuple[SessionRow, SessionGraph, int] | BaseException] = {}
+                    # every session of the group locked in one round trip, in id order
+                    locked = self.backend.lock_sessions(sids)
+                    for sid in sids:
+                        row = locked.get(sid)
+                        if row is None:
+                            self._graphs.pop(sid, None)
+                            state[sid] = DagctxError(
+                                "SessionNotFound",
+                                f"session {sid!r} does not exist; list sessions with session/list "
+                                "or create one with session/create",
+                                session_id=sid,
+                            )
+                        else:
+                            state[sid] = (row, self._refresh(row), row.rev)
+                    for i in todo:
+                        done[i] = self._apply_unit(i, units[i], state[units[i].session_id])
+                    for st in state.values():
+                        if isinstance(st, tuple) and st[0].rev != st[2]:
+                            self._finish(st[0], st[1])
+            except _Redo as redo:
+                results[redo.index] = redo.error
+                todo.remove(redo.index)
+                continue
+            except BaseException as exc:
+                if len(todo) > 1 and isinstance(exc, Exception) and not isinstance(exc, DagctxError) \
+                        and self.backend.fault_kind(exc) is None:
+                    # Not a fault of the database but of some row, found only at COMMIT (a
+                    # deferred constraint): each unit alone, so only the culprit fails.
+                    for i in todo:
+                        results[i] = self.append_group([units[i]])[0]
+                    return results
+                for i in todo:
+                    results[i] = exc
+                return results
+            for i in todo:
+                results[i] = done[i]
+            return results
+        return results
+
+    def _apply_unit(self, index: int, unit: AppendRequest,
+                    st: tuple[SessionRow, SessionGraph, int] | BaseException) -> list[AppendOutcome] | BaseException:
+        if isinstance(st, BaseException):
+            return st
+        row, g, _ = st
+        rev0 = row.rev
+        derived = unit.derived or [None] * len(unit.nodes)
+        out: list[AppendOutcome] = []
+        try:
+            for k, (inp, d) in enumerate(zip(unit.nodes, derived)):
+                # In a batch, moveHead is about its conversation nodes; a nested call never moves HEAD.
+                mh = None if unit.batch and unit.move_head and inp.predecessor is None else unit.move_head
+                try:
+                    out.append(self._append_locked(row, g, inp, mh, d))
+                except DagctxError as err:
+                    if unit.batch:
+                        rest = err.path[len("node"):] if err.path and err.path.startswith("node") else (
+                            f".{err.path}" if err.path else "")
+                        err.path = f"nodes[{k}]{rest}"
+                        err.message = f"nodes[{k}]: {err.message}; nothing of the batch was written"
+                    raise
+        except DagctxError as err:
+            if row.rev == rev0:
+                return err  # refused before it wrote: its group-mates go on
+            raise _Redo(index, err) from err
+        except Exception as exc:
+            if self.backend.fault_kind(exc) is not None:
+                raise  # the database's fault: every unit of the group fails
+            raise _Redo(index, exc) from exc
+        return out
+
     def _append_locked(
         self,
         row: SessionRow,
@@ -380,8 +552,9 @@ class Store:
         caller = rules.resolve(row.root_id, inp.caller)
         # Errors name the client's id, never one made up for a node that was not written.
         rules.check_edges(g, row.head, inp.id, inp, predecessor, caller, spawn_ok=spawn_ok)
+        rules.check_reasoning(inp.role, inp.metadata)
 
-        output, spilled = spill_output(inp.output, self.spill)
+        output, spilled = spill_output(inp.output, self.spill, role=inp.role, name=inp.name)
         metadata = dict(inp.metadata)
         if spilled is not None:
             metadata["spill"] = {k: v for k, v in spilled.items() if k != "data"}
@@ -459,7 +632,9 @@ class Store:
             row, g = self._locked(session_id)
             old = g.get(node_id)
             rules.check_update(session_id, old, status)
-            new_output, spilled = spill_output(output if output is not None else old.output, self.spill)
+            rules.check_reasoning(old.role, metadata or {}, "metadata.reasoning")
+            new_output, spilled = spill_output(output if output is not None else old.output, self.spill,
+                                               role=old.role, name=old.name)
             meta = {**old.metadata, **(metadata or {})}
             if spilled is not None:
                 meta["spill"] = {k: v for k, v in spilled.items() if k != "data"}
@@ -624,6 +799,8 @@ class Store:
         rules.check_search(query, limit)
         if session_id is not None:
             self._session_row(session_id)
+        else:
+            self.ensure_file()
         with self.lock:
             rows = self.backend.search(query, session_id=session_id, roles=roles, limit=limit)
         terms = fts.query_terms(query)
@@ -669,7 +846,7 @@ class Store:
         as they are, and a list already stored is never replaced."""
         if not refs:
             return
-        with self.lock, self.backend.transaction(_DERIVED):
+        with self._write_many((_DERIVED,)):
             self.backend.fill_refs(session_id, [(nid, encode_refs(r)) for nid, r in refs.items()])
 
     def put_usage(self, session_id: str, usage: UsageRow) -> None:
@@ -693,7 +870,7 @@ class Store:
         transaction (idempotent: the same key always holds the same meaning)."""
         if not rows:
             return
-        with self.lock, self.backend.transaction(_DERIVED):
+        with self._write_many((_DERIVED,)):
             self.backend.put_reduction_summaries(rows, time.time())
 
     def usage(self, session_id: str) -> list[UsageRow]:
@@ -701,18 +878,22 @@ class Store:
             return self.backend.usage_rows(session_id)
 
 
-def spill_output(output: Any, policy: SpillPolicy) -> tuple[Any, dict[str, Any] | None]:
+def spill_output(output: Any, policy: SpillPolicy, *, role: str = "code",
+                 name: str = "") -> tuple[Any, dict[str, Any] | None]:
     """What the node keeps of ``output``, and the spill record (``data`` = the whole text).
 
     Pure and deterministic, so the engine can count the tokens of exactly what the
-    store will keep before it appends.
+    store will keep before it appends. Size alone decides (SPEC §4: a 50 MB output on
+    one line spills like a 50 MB log). Only function and tool results (``role`` code)
+    spill: a user's message and a model's reply are what the conversation is, and a
+    ``context/system_prompt`` node (``name``) is sent whole, so it is stored and counted
+    whole, however long.
     """
     p = policy
-    if not isinstance(output, str) or len(output) < p.min_chars:
+    if (role != "code" or name == SYSTEM_PROMPT_NAME or not isinstance(output, str)
+            or len(output) < p.min_chars):
         return output, None
     lines = output.count("\n") + 1
-    if lines <= p.min_lines:
-        return output, None
     chars = len(output)
     head = output[: p.head_chars]
     tail = output[chars - p.tail_chars :]

@@ -39,9 +39,9 @@ def run_forwarder(*, database: str | None, max_frame_bytes: int | None = None) -
 
 
 def run_daemon(*, socket_path: str, idle_timeout: float | None, max_queue_bytes: int | None,
-               log_path: str | None) -> int:
+               log_path: str | None, max_frame_cap: int | None = None) -> int:
     """Serve every client of this user on ``socket_path``; the exit code."""
-    from .unix_daemon import MAX_QUEUE_BYTES, run_daemon as run
+    from .unix_daemon import MAX_FRAME_CAP, MAX_QUEUE_BYTES, run_daemon as run
 
     return run(socket_path, idle_timeout=idle_timeout, max_queue_bytes=max_queue_bytes or MAX_QUEUE_BYTES,
-               log_path=log_path)
+               log_path=log_path, max_frame_cap=max_frame_cap or MAX_FRAME_CAP)

@@ -23,6 +23,7 @@ import os
 import socket
 import sys
 import threading
+import time
 
 from dagctx.protocol import transport
 
@@ -42,14 +43,24 @@ def _say(message: str) -> None:
         pass
 
 
+#: Bytes read per system call, each way.
+CHUNK = 1 << 18
+#: A body at most this long is held until complete (it may be the closing frame); longer
+#: ones are passed on piece by piece as they arrive.
+SMALL_BODY = 256
+
+
 def _pump_in(sock: socket.socket, fd: int) -> None:
-    """Client stdin → daemon; at EOF half-close so the daemon sees the client go."""
+    """Client stdin → daemon, through one reused buffer (no copy of ours); at EOF
+    half-close so the daemon sees the client go."""
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
     try:
         while True:
-            data = os.read(fd, 1 << 16)
-            if not data:
+            n = os.readv(fd, [buf])
+            if not n:
                 break
-            sock.sendall(data)
+            sock.sendall(view[:n])
     except OSError:
         pass
     try:
@@ -58,53 +69,101 @@ def _pump_in(sock: socket.socket, fd: int) -> None:
         pass
 
 
+def _content_length(header: bytes) -> int | None:
+    length = None
+    for line in header.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            try:
+                length = int(value.strip())
+            except ValueError:
+                length = None
+    return length
+
+
 class _Outbound:
-    """Daemon → client stdout, passing frames through and catching the closing frame."""
+    """Daemon → client stdout: frames pass through as they arrive, the closing frame is
+    caught. Headers and small bodies are held until complete; a large body is written
+    piece by piece straight from the receive buffer, so every byte is copied once into
+    this process and once out of it."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.buf = bytearray()
+        self.head = bytearray()  # a header split across reads
+        self.header = b""  # the header of the small body being held
+        self.small: bytearray | None = None
+        self.remaining = 0
         self.closing: dict | None = None
 
-    def feed(self, data: bytes) -> None:
-        self.buf += data
-        out = bytearray()
-        while True:
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
-                break
-            length = None
-            for line in bytes(self.buf[:end]).split(b"\r\n"):
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    try:
-                        length = int(value.strip())
-                    except ValueError:
-                        length = None
-            if length is None:  # not ours to judge: pass it on as it is
-                out += self.buf[: end + 4]
-                del self.buf[: end + 4]
+    def feed(self, data: bytes | bytearray, n: int | None = None) -> None:
+        """The first ``n`` bytes of ``data`` (all of it by default) came from the daemon."""
+        mv = memoryview(data)
+        n = len(data) if n is None else n
+        out: list[bytes | memoryview] = []
+        i = 0
+        while i < n:
+            if self.remaining:
+                take = min(self.remaining, n - i)
+                if self.small is not None:
+                    self.small += mv[i : i + take]
+                else:
+                    out.append(mv[i : i + take])
+                self.remaining -= take
+                i += take
+                if not self.remaining and self.small is not None:
+                    self._small_done(out)
                 continue
-            total = end + 4 + length
-            if len(self.buf) < total:
-                break
-            body = bytes(self.buf[end + 4 : total])
-            if CLOSING_MARK in body[:64]:
-                try:
-                    self.closing = json.loads(body).get("params") or {}
-                except ValueError:
-                    self.closing = {}
+            if self.head:
+                held = len(self.head)
+                self.head += mv[i:n]
+                end = self.head.find(b"\r\n\r\n")
+                if end < 0:
+                    if len(self.head) > 65536:  # not ours to judge: pass it on as it is
+                        out.append(bytes(self.head))
+                        self.head.clear()
+                    break
+                header = bytes(self.head[: end + 4])
+                i += end + 4 - held
+                self.head.clear()
             else:
-                out += self.buf[:total]
-            del self.buf[:total]
+                end = data.find(b"\r\n\r\n", i, n)
+                if end < 0:
+                    self.head += mv[i:n]
+                    break
+                header = bytes(mv[i : end + 4])
+                i = end + 4
+            length = _content_length(header[:-4])
+            if length is None:
+                out.append(header)
+            elif length <= SMALL_BODY:
+                self.header, self.small, self.remaining = header, bytearray(), length
+                if not length:
+                    self._small_done(out)
+            else:
+                out.append(header)
+                self.remaining = length
         if out:
-            self._write(bytes(out))
+            self._write(out)
 
-    def _write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            n = os.write(self.fd, view)
-            view = view[n:]
+    def _small_done(self, out: list[bytes | memoryview]) -> None:
+        body = bytes(self.small or b"")
+        self.small = None
+        if CLOSING_MARK in body[:64]:
+            try:
+                self.closing = json.loads(body).get("params") or {}
+            except ValueError:
+                self.closing = {}
+        else:
+            out.append(self.header + body)
+
+    def _write(self, chunks: list[bytes | memoryview]) -> None:
+        while chunks:
+            n = os.writev(self.fd, chunks[:512])
+            while chunks and n >= len(chunks[0]):
+                n -= len(chunks[0])
+                chunks.pop(0)
+            if n:
+                chunks[0] = memoryview(chunks[0])[n:]
 
 
 def run_forwarder(database: str | None, max_frame_bytes: int | None = None) -> int:
@@ -124,18 +183,20 @@ def run_forwarder(database: str | None, max_frame_bytes: int | None = None) -> i
             "cwd": os.getcwd(),
             "database": transport.client_database(database),
             "pid": os.getppid(),
+            "env": dict(os.environ),
             **({"maxFrameBytes": max_frame_bytes} if max_frame_bytes else {}),
         },
     }
     sock.sendall(_frame(attach))
     threading.Thread(target=_pump_in, args=(sock, sys.stdin.fileno()), daemon=True).start()
     out = _Outbound(sys.stdout.fileno())
+    buf = bytearray(CHUNK)
     try:
         while True:
-            data = sock.recv(1 << 16)
-            if not data:
+            n = sock.recv_into(buf)
+            if not n:
                 break
-            out.feed(data)
+            out.feed(buf, n)  # written out before the buffer is reused
     except ConnectionResetError:
         pass
     except BrokenPipeError:
@@ -143,8 +204,19 @@ def run_forwarder(database: str | None, max_frame_bytes: int | None = None) -> i
     finally:
         sock.close()
     if out.closing is None:
+        sock_path = transport.socket_path()
+        time.sleep(0.3)  # a killed daemon's listening socket closes a moment after its streams
+        try:
+            alive = transport.try_connect(sock_path)
+        except Exception:  # noqa: BLE001 - unsure: say what we know
+            alive = None
+        if alive is not None:  # it lives: it dropped this connection (the log says why)
+            alive.close()
+            _say("the dagctx daemon dropped this connection without saying why (it is still running; "
+                 f"requests in flight got no answer) — its log: {transport.log_path(sock_path)}")
+            return 1
         _say("the dagctx daemon closed the connection unexpectedly (it died or was killed); "
-             f"requests in flight got no answer — its log: {transport.log_path(transport.socket_path())}; "
+             f"requests in flight got no answer — its log: {transport.log_path(sock_path)}; "
              "the next `dagctx serve` starts a fresh daemon")
         return 1
     reason = out.closing.get("reason")

@@ -9,7 +9,7 @@ A per-user daemon (SPEC §1) serves many connections on one event loop. The hub
   exactly what is new — after a write of this daemon at once, and every
   ``POLL_SECONDS`` for writes of other processes on the same file (another daemon, a
   standalone CI run), so they reach subscribers within 250 ms;
-* owns the worker thread that runs heavy views off the event loop;
+* owns the work pool (``pool.FairPool``) where every request runs off the event loop;
 * arms the idle timer and stops the daemon (``daemon/stop``, SIGTERM, idle).
 
 Architecture Invariant: only the server knows JSON-RPC; the hub encodes each
@@ -26,7 +26,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +38,7 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.version import PROTOCOL_VERSION, __version__
 
 from . import guards
+from .pool import FairPool
 
 if TYPE_CHECKING:
     from .jsonrpc_server import DagctxProtocol
@@ -47,6 +47,47 @@ log = logging.getLogger("dagctx.server")
 
 #: How often other processes' writes to a watched session are looked for.
 POLL_SECONDS = 0.1
+#: Seconds a database stays open with no connection on it before it is closed and its
+#: caches are freed (``DAGCTX_CACHE_IDLE_SECONDS``): memory returns when clients leave.
+CACHE_IDLE_SECONDS = 60.0
+
+
+def _proc_status() -> tuple[int, int]:
+    """(RSS, peak RSS) in bytes from ``/proc/self/status``; zeros where there is none."""
+    rss = peak = 0
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith("VmHWM:"):
+                    peak = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return rss, peak
+
+
+def _give_back_memory() -> None:
+    """Empty the views' memo caches (``functools.lru_cache``s of dagctx modules: they only
+    hold what can be recomputed), collect garbage and hand freed heap pages back to the
+    system (glibc ``malloc_trim``)."""
+    import functools
+    import gc
+    import sys
+
+    for name, module in list(sys.modules.items()):
+        if not name.startswith(("dagctx.context", "dagctx.engine", "dagctx.transcripts")):
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, functools._lru_cache_wrapper):
+                value.cache_clear()
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 @dataclass
@@ -60,6 +101,10 @@ class Watch:
     updates_seen: int = 0
     head: str | None = None
     title: str | None = None
+    #: one diff at a time (a writer's worker, the poller's job)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: a poll of this watch is queued or running in the pool
+    polling: bool = False
 
 
 class Hub:
@@ -81,13 +126,25 @@ class Hub:
         self.connections: dict[str, DagctxProtocol] = {}
         self._ids = itertools.count(1)
         self.watches: dict[tuple[int, str], Watch] = {}
-        #: heavy views (render, prepare, search, replay) run here, one at a time
-        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dagctx-views")
+        #: work before a connection has a database (initialize, big frames of a new client)
+        self.pool = FairPool(name="dagctx-work")
+        #: every request handler runs off the loop in its database's pool, the connections
+        #: served in turn: one database's trouble holds only its own threads
+        self.pools: dict[str, FairPool] = {}
+        self._pools_lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._poller: asyncio.Task[None] | None = None
         self._idle: asyncio.TimerHandle | None = None
         self.stopped: asyncio.Future[str] | None = None
+        self.baseline_rss = 0
+        try:
+            self.cache_idle = float(os.environ.get("DAGCTX_CACHE_IDLE_SECONDS") or CACHE_IDLE_SECONDS)
+        except ValueError:
+            self.cache_idle = CACHE_IDLE_SECONDS
+        #: database key → when its last connection left
+        self._unused_since: dict[str, float] = {}
+        self._release: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------ running
 
@@ -97,6 +154,7 @@ class Hub:
         self._loop_thread = threading.get_ident()
         self.stopped = self.loop.create_future()
         self._poller = self.loop.create_task(self._poll_forever())
+        self.baseline_rss = _proc_status()[0]
         self._arm_idle()
 
     def on_loop(self) -> bool:
@@ -115,12 +173,36 @@ class Hub:
             self.stopped.set_result(why)
 
     async def close(self) -> None:
+        if self._release is not None:
+            self._release.cancel()
         if self._poller is not None:
             self._poller.cancel()
         if self._idle is not None:
             self._idle.cancel()
-        self.worker.shutdown(wait=True, cancel_futures=True)
+        for pool in [self.pool, *self.pools.values()]:
+            pool.shutdown()
         self.shared.close_all()
+
+    def pool_for(self, database: str | None) -> FairPool:
+        """The work pool of a database (by its key), made on first use."""
+        if database is None:
+            return self.pool
+        pool = self.pools.get(database)
+        if pool is None:
+            with self._pools_lock:
+                pool = self.pools.get(database)
+                if pool is None:
+                    pool = self.pools[database] = FairPool(name=f"dagctx-db{len(self.pools) + 1}")
+        return pool
+
+    def queue_depth(self) -> tuple[int, int]:
+        """(jobs queued, jobs running) over every pool."""
+        queued = running = 0
+        for pool in [self.pool, *list(self.pools.values())]:
+            q, r = pool.depth()
+            queued += q
+            running += r
+        return queued, running
 
     # ------------------------------------------------------------ connections
 
@@ -139,6 +221,51 @@ class Hub:
             if not w.subscribers:
                 del self.watches[key]
         self._arm_idle()
+        self._arm_release()
+
+    # ------------------------------------------------------------ memory
+
+    def _arm_release(self) -> None:
+        """Look again for databases nobody uses once the youngest could have idled out."""
+        if self.loop is None or self.mode != "shared":
+            return
+        now = time.monotonic()
+        for db in self.shared.databases():
+            if db.users <= 0:
+                self._unused_since.setdefault(db.key, now)
+            else:
+                self._unused_since.pop(db.key, None)
+        if self._unused_since and self._release is None:
+            due = min(self._unused_since.values()) + self.cache_idle - now
+            self._release = self.loop.call_later(max(0.05, due), self._release_unused)
+
+    def _release_unused(self) -> None:
+        """Close every database no connection has used for ``cache_idle`` seconds: its
+        graphs, view caches, connections and pool go, and the freed memory goes back to
+        the system (the next client reopens it; the record is all in the database)."""
+        self._release = None
+        now = time.monotonic()
+        closed = []
+        for db in self.shared.databases():
+            since = self._unused_since.get(db.key)
+            if db.users > 0 or since is None or now - since < self.cache_idle:
+                continue
+            pool = self.pools.get(db.key)
+            if pool is not None and pool.depth() != (0, 0):
+                continue  # a view of a gone connection still runs: next time
+            if any(w.store is db.store for w in self.watches.values()):
+                continue
+            if self.shared.close_unused(db):
+                closed.append(db.key)
+                self._unused_since.pop(db.key, None)
+                pool = self.pools.pop(db.key, None)
+                if pool is not None:
+                    pool.shutdown()
+        if closed:
+            log.info("closed %d database(s) no client used for %g s: %s", len(closed), self.cache_idle,
+                     ", ".join(closed))
+            _give_back_memory()
+        self._arm_release()
 
     def _arm_idle(self) -> None:
         if self.mode != "shared" or self.idle_timeout is None or self.loop is None or self.connections:
@@ -183,13 +310,27 @@ class Hub:
         """A write of ``origin`` touched the session: tell its subscribers what is new.
 
         Nodes named in ``written`` carry ``origin``; any other new node came from
-        another process (``origin: null``). Safe to call from the worker thread.
+        another process (``origin: null``). Called in the worker that wrote, the reads
+        run there (before its answer is queued, so the writer's subscribers hear of a
+        write before its answer); called on the loop, they go to the pool: the loop
+        never reads storage.
         """
-        if not self.on_loop():
-            self.call_on_loop(self.changed, store, session_id, origin, written)
-            return
         w = self.watches.get((id(store), session_id))
-        if w is not None:
+        if w is None:
+            return
+        if self.on_loop() and self.loop is not None:
+            self._watch_pool(w).submit(("watch", id(store), session_id), lambda: self._diff_locked(w, origin, written))
+        else:
+            self._diff_locked(w, origin, written)
+
+    def _watch_pool(self, w: Watch) -> FairPool:
+        for db in self.shared.databases():
+            if db.store is w.store:
+                return self.pool_for(db.key)
+        return self.pool
+
+    def _diff_locked(self, w: Watch, origin: str | None, written: frozenset[str]) -> None:
+        with w.lock:
             self._diff(w, origin, written)
 
     def _diff(self, w: Watch, origin: str | None, written: frozenset[str]) -> None:
@@ -231,22 +372,50 @@ class Hub:
 
     def _send(self, w: Watch, method: str, params: Any) -> None:
         data = guards.encode_message_safely(codec.Notification(method=method, params=params))
-        for conn in list(w.subscribers):
+        self.call_on_loop(self._write_to, list(w.subscribers), data)
+
+    @staticmethod
+    def _write_to(conns: list[DagctxProtocol], data: bytes) -> None:
+        for conn in conns:
             conn.write_bytes(data)
 
+    def _poll(self, w: Watch) -> None:
+        try:
+            self._diff_locked(w, None, frozenset())
+        except Exception as exc:  # a bad row must not end the watch
+            log.error("watching session %s failed", w.session_id, exc_info=exc)
+        finally:
+            w.polling = False
+
     async def _poll_forever(self) -> None:
+        """Every ``POLL_SECONDS``, each watch not already being looked at is diffed in the
+        pool (a slow database delays its own watches, never the loop)."""
         while True:
             await asyncio.sleep(POLL_SECONDS)
             for w in list(self.watches.values()):
+                if w.polling:
+                    continue
+                w.polling = True
                 try:
-                    self._diff(w, None, frozenset())
-                except Exception as exc:  # a bad row must not end the poller
-                    log.error("watching session %s failed", w.session_id, exc_info=exc)
+                    self._watch_pool(w).submit(("watch", id(w.store), w.session_id), lambda w=w: self._poll(w))
+                except RuntimeError:
+                    return  # the pool is closed: the daemon is stopping
 
     # ------------------------------------------------------------ status
 
     def status(self) -> m.DaemonStatus:
         now = time.time()
+        rss, peak = _proc_status()
+        queued, running = self.queue_depth()
+        mono = time.monotonic()
+        caches = []
+        for db in self.shared.databases():
+            graphs = dict(getattr(db.store, "_graphs", {}))
+            since = self._unused_since.get(db.key)
+            caches.append(m.CacheStatus(
+                database=db.key, users=db.users, sessions=len(graphs),
+                nodes=sum(len(g.nodes) for g in graphs.values()), renders=len(db.caches.renders),
+                idle_seconds=round(mono - since, 3) if since is not None and db.users <= 0 else None))
         clients = []
         for cid, conn in self.connections.items():
             clients.append(conn.client_status())
@@ -262,4 +431,9 @@ class Hub:
             idle_timeout_seconds=self.idle_timeout if self.mode == "shared" else None,
             databases=sorted(db.key for db in self.shared.databases()),
             clients=clients,
+            memory=m.MemoryStatus(rss_bytes=rss, peak_rss_bytes=peak, baseline_rss_bytes=self.baseline_rss),
+            queue=m.QueueStatus(queued=queued, running=running,
+                                threads=sum(p.threads() for p in [self.pool, *list(self.pools.values())])),
+            caches=caches,
+            warnings=self.shared.warnings(),
         )

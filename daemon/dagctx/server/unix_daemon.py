@@ -33,6 +33,9 @@ log = logging.getLogger("dagctx.server")
 
 #: Default bytes queued for one client before it counts as not reading.
 MAX_QUEUE_BYTES = 64 * 1024 * 1024
+#: Default hard cap on a connection's frame limit (``DAGCTX_MAX_FRAME_CAP``): a forwarder's
+#: ``--max-frame-bytes`` may lift its connection's limit up to this, never beyond.
+MAX_FRAME_CAP = 256 * 1024 * 1024
 #: Default seconds without any connection before the daemon exits.
 IDLE_TIMEOUT = 300.0
 #: Seconds in-flight requests get to finish when the daemon stops.
@@ -51,7 +54,8 @@ class SocketWriter:
         if self.transport.is_closing():
             raise BrokenPipeError("the connection is closed")
         self.transport.write(data)
-        if self.transport.get_write_buffer_size() > self.limit:
+        # one whole answer (up to the frame limit) always fits beside what is queued
+        if self.transport.get_write_buffer_size() > self.limit + len(data):
             self.on_overflow(self.transport.get_write_buffer_size())
 
     def close(self) -> None:
@@ -85,6 +89,8 @@ class Connection(asyncio.Protocol):
             "disconnecting it so the other clients are not held up",
             self.proto.connection_id, info.name if info else "unnamed client", queued, self.max_queue,
         )
+        # dropped at once (a client that reads nothing would never let a closing frame
+        # through); its forwarder finds the daemon alive and says it was dropped, not dead
         self.proto.exit_code = 1
         self.transport.abort()
 
@@ -124,9 +130,11 @@ def run_daemon(
     max_queue_bytes: int = MAX_QUEUE_BYTES,
     max_frame_bytes: int = 64 * 1024 * 1024,
     log_path: str | None = None,
+    max_frame_cap: int = MAX_FRAME_CAP,
 ) -> int:
     """Serve every client of this user on ``socket_path`` until stopped; the exit code."""
-    config = DaemonConfig(max_frame_bytes=max_frame_bytes, shared=True)
+    config = DaemonConfig(max_frame_bytes=min(max_frame_bytes, max_frame_cap), shared=True,
+                          max_frame_cap=max_frame_cap)
     try:
         return asyncio.run(_serve(socket_path, config, idle_timeout, max_queue_bytes, log_path))
     except KeyboardInterrupt:

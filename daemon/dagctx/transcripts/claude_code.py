@@ -357,8 +357,16 @@ class _Parser:
             elif bt == "thinking":
                 if isinstance(blk.get("thinking"), str) and blk["thinking"]:
                     self.thinking[nid].append(blk["thinking"])
+                # kept whole, signature included, in order (SPEC §4: metadata.reasoning)
+                kept: dict[str, Any] = {"type": "thinking", "text": blk.get("thinking") if isinstance(
+                    blk.get("thinking"), str) else ""}
+                if isinstance(blk.get("signature"), str) and blk["signature"]:
+                    kept["signature"] = blk["signature"]
+                node.metadata.setdefault("reasoning", []).append(kept)
             elif bt == "redacted_thinking":
                 node.metadata["redactedThinking"] = node.metadata.get("redactedThinking", 0) + 1
+                if isinstance(blk.get("data"), str):
+                    node.metadata.setdefault("reasoning", []).append({"type": "redacted_thinking", "data": blk["data"]})
             elif bt == "tool_use":
                 tid = blk.get("id") if isinstance(blk.get("id"), str) else None
                 # dagctx's own export names a node id that differs from its tool_use id

@@ -198,6 +198,19 @@ class _Parser:
             md["reasoningItems"] = md.get("reasoningItems", 0) + 1
             if p.get("encrypted_content"):
                 md["reasoningEncrypted"] = md.get("reasoningEncrypted", 0) + 1
+            # the item itself, encrypted content included (SPEC §4: metadata.reasoning)
+            kept: dict[str, Any] = {"type": "reasoning"}
+            if isinstance(p.get("id"), str) and p["id"]:
+                kept["id"] = p["id"]
+            summary = [s.get("text") for s in (p.get("summary") or []) if isinstance(s, dict) and isinstance(s.get("text"), str)]
+            if summary:
+                kept["summary"] = summary
+            content_text = [c.get("text") for c in (p.get("content") or []) if isinstance(c, dict) and isinstance(c.get("text"), str)]
+            if content_text:
+                kept["text"] = "\n\n".join(content_text)
+            if isinstance(p.get("encrypted_content"), str) and p["encrypted_content"]:
+                kept["encryptedContent"] = p["encrypted_content"]
+            md.setdefault("reasoning", []).append(kept)
             return
         if it in ("function_call", "custom_tool_call", "local_shell_call"):
             nid = self._open(no, ts)

@@ -265,6 +265,7 @@ class _Parser:
             node = b.llm(
                 b.unique(f"oh-{eid}-llm"), model, self.tip, output=text, key=key, timestamp=ts,
                 responseId=resp.get("id"), thinking=reasoning if isinstance(reasoning, str) and reasoning else None,
+                reasoning=[{"type": "reasoning", "text": reasoning}] if isinstance(reasoning, str) and reasoning else None,
             )
             llm_id = node.id
             self.llm_by_response[rid] = llm_id

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,16 @@ DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 _CHUNK = 1 << 20
 
 
+#: The environment of the client whose import runs (SPEC §1.3: the shared daemon's own
+#: environment is not the client's); None: this process's environment.
+CLIENT_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("dagctx_client_environ", default=None)
+
+
 def max_line_bytes() -> int:
-    """The record cap in bytes (read on every call, so a test may lower it per daemon)."""
-    raw = os.environ.get("DAGCTX_IMPORT_MAX_LINE_BYTES", "")
+    """The record cap in bytes (read on every call, from the requesting client's
+    ``DAGCTX_IMPORT_MAX_LINE_BYTES``)."""
+    env = CLIENT_ENVIRON.get()
+    raw = (os.environ if env is None else env).get("DAGCTX_IMPORT_MAX_LINE_BYTES", "")
     try:
         value = int(raw)
     except ValueError:

@@ -1,11 +1,14 @@
 // A minimal coding agent on dagctx (TypeScript): the whole loop, nothing hidden.
 //
 // Each step: context/prepare (system prompt + history under the model's budget, OpenAI
-// format) → an OpenAI-compatible chat completion with tools → the reply appended as an
-// llm node (with the prepare's renderId, so context/replay rebuilds what the model saw)
-// and each tool call as a code node, running while it runs, completed/error after →
-// usage/report with the provider's numbers → context/compact when dagctx recommends it
-// (the daemon gets the summary from the same endpoint: samplingEndpoint).
+// format; when it recommends compaction, context/compact first — the daemon gets the
+// summary from the same endpoint: samplingEndpoint — and prepare again) → an
+// OpenAI-compatible chat completion with tools → the reply appended as an llm node (with
+// the prepare's renderId, so context/replay rebuilds what the model saw) and each tool
+// call as a code node, running while it runs, completed/error after → usage/report with
+// the provider's numbers (they calibrate the next prepare's count). A compaction that
+// found nothing to fold is not tried again in the same turn: within a turn dagctx
+// reduces what the model sees by itself.
 //
 //   node dist/agent.js --base-url https://api.openai.com/v1 --model gpt-4o \
 //       --workspace ./scratch "Add a README to this project"
@@ -97,6 +100,7 @@ async function main(): Promise<number> {
       session: { type: "string" },
       "max-steps": { type: "string", default: "12" },
       "keep-recent-tokens": { type: "string" },
+      "context-window": { type: "string" },
     },
   });
   const task = positionals.join(" ");
@@ -112,7 +116,11 @@ async function main(): Promise<number> {
   const apiKey = process.env[apiKeyEnv];
   const client = await DagctxClient.spawn({
     database: values.db,
-    initializationOptions: { samplingEndpoint: { baseUrl, model, apiKeyEnv } },
+    initializationOptions: {
+      samplingEndpoint: { baseUrl, model, apiKeyEnv },
+      // the model's window, for a model dagctx's table does not know
+      ...(values["context-window"] ? { models: { [model]: { contextWindow: Number(values["context-window"]) } } } : {}),
+    },
   });
   try {
     let sid: string;
@@ -128,20 +136,27 @@ async function main(): Promise<number> {
     console.log(`session ${sid}`);
     head = (await client.append(sid, { role: "user", output: task, predecessor: head })).head;
 
+    const prepare = () => client.prepare(sid, { model, format: "openai", tools: TOOLS, promptMode: "minimal", identity: IDENTITY });
+    let nothingToFold = false; // a compaction of this turn found nothing: not again this turn
     for (let step = 0; step < Number(values["max-steps"]); step++) {
-      const prep = await client.prepare(sid, { model, format: "openai", tools: TOOLS, promptMode: "minimal", identity: IDENTITY });
+      let prep = await prepare();
+      if (prep.recommendCompaction && !nothingToFold) {
+        const keep = values["keep-recent-tokens"];
+        const res = await client.compact(sid, { model, keepRecentTokens: keep ? Number(keep) : null });
+        console.log(`  compaction: ${res.ok && res.summaryId ? `summary ${res.summaryId}` : res.reason} (${res.tokensBefore} → ${res.tokensAfter} tokens)`);
+        if (res.ok && res.summaryId) prep = await prepare();
+        else nothingToFold = true;
+      }
       const reply = await chat(baseUrl, apiKey, { model, messages: prep.messages, tools: TOOLS });
       const msg = reply.choices[0]!.message;
       const calls = msg.tool_calls ?? [];
       const llm = await client.append(sid, { role: "llm", name: model, output: msg.content ?? "", predecessor: head }, { renderId: prep.renderId });
       head = llm.head;
-      let recommend = false;
       const u = reply.usage;
       if (u?.prompt_tokens) {
         const cached = u.prompt_tokens_details?.cached_tokens ?? 0;
-        const rep = await client.usageReport(sid, llm.node.id,
+        await client.usageReport(sid, llm.node.id,
           { input: u.prompt_tokens - cached, output: u.completion_tokens ?? 0, cacheRead: cached }, model);
-        recommend = rep.recommendCompaction;
       }
       for (const call of calls) {
         let args: Record<string, unknown>;
@@ -165,11 +180,6 @@ async function main(): Promise<number> {
         }
         await client.update(sid, code.node.id, { status, output: out });
         console.log(`  tool ${call.function.name} ${JSON.stringify(args).slice(0, 80)} → ${status}`);
-      }
-      if (recommend) {
-        const keep = values["keep-recent-tokens"];
-        const res = await client.compact(sid, { model, keepRecentTokens: keep ? Number(keep) : null });
-        console.log(`  compaction: ${res.ok && res.summaryId ? `summary ${res.summaryId}` : res.reason} (${res.tokensBefore} → ${res.tokensAfter} tokens)`);
       }
       if (calls.length === 0) {
         console.log(msg.content ?? "");

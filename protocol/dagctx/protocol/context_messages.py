@@ -17,6 +17,10 @@ ImportFormat = Literal["auto", "claude-code", "codex", "openclaw", "swe-agent", 
 #: Transcript formats ``session/export`` writes.
 ExportFormat = Literal["claude-code", "openai"]
 Expose = Literal["io", "full"]
+#: Which reasoning blocks of llm nodes (``metadata.reasoning``, SPEC §6) a render sends:
+#: ``provider`` the format's documented rule, ``all`` every block the format can carry,
+#: ``none`` none.
+ReasoningMode = Literal["provider", "all", "none"]
 TokenSource = Literal["provider", "calibrated", "estimate"]
 
 
@@ -39,6 +43,10 @@ class RenderParams(_Params):
     expose: Expose = "io"
     include_system: bool = True
     aging: bool = True
+    #: reasoning blocks sent (SPEC §6): ``provider`` (Anthropic and neutral: the blocks of
+    #: the current tool loop's assistant turns, unchanged, first in their message; OpenAI
+    #: Chat Completions: none), ``all``, ``none``; their tokens are counted
+    reasoning: ReasoningMode = "provider"
     #: check the render against the model's input budget (SPEC §8, reduction within a
     #: turn): over the budget, tool results of the turn are summarized for this request
     #: (and, if that is not enough, a request checkpoint replaces the turn's earlier
@@ -150,6 +158,8 @@ class PrepareParams(_Params):
     append_system_context: str | None = None
     prepend_context: str | None = None
     memory_prefetch: str | None = None
+    #: reasoning blocks sent, as in ``context/render`` (SPEC §6)
+    reasoning: ReasoningMode = "provider"
     #: seconds reduction within the turn may take in all (at most 60, SPEC §8)
     reduction_timeout_seconds: float = 60.0
     work_done_token: Int64 | str | None = None
@@ -168,6 +178,19 @@ class Budget(_Result):
     source: TokenSource = "estimate"
     #: tokens kept free below the input budget for estimate error (SPEC §8)
     safety_margin: int = 0
+
+
+class PromptLayer(_Result):
+    """One layer of the assembled system prompt (SPEC §7): a section of its text."""
+
+    #: ``prepend``, ``identity``, ``AGENTS.md`` …, ``agent_prompt``, ``skills``, ``memory``, ``append``
+    name: str
+    chars: int
+    tokens: int
+    #: the workspace-relative file it came from (``skills`` for the index), null for inline text
+    source: str | None = None
+    #: cut by the assembler's per-file or total cap
+    truncated: bool = False
 
 
 class BudgetExceededDetails(_Result):
@@ -194,6 +217,9 @@ class BudgetExceededDetails(_Result):
     source: TokenSource = "estimate"
     summary_calls: int = 0
     failures: list[str] = msgspec.field(default_factory=list)
+    #: the system prompt's layers and their sizes (``context/prepare``, and a render with
+    #: ``budget`` whose prompt node records them), largest problem first in the message
+    system_prompt_layers: list[PromptLayer] = msgspec.field(default_factory=list)
 
 
 class PrepareResult(_Result):

@@ -31,6 +31,8 @@ ERROR_KINDS: dict[str, int] = {
     "ShutdownInProgress": INVALID_REQUEST,
     "RequestCancelled": REQUEST_CANCELLED,
     "FrameTooLarge": INVALID_REQUEST,
+    # an answer bigger than the connection's frame limit: nothing was sent; page it (SPEC §1.4)
+    "ResponseTooLarge": APPLICATION_ERROR,
     "SessionNotFound": APPLICATION_ERROR,
     "NodeNotFound": APPLICATION_ERROR,
     "DuplicateNode": APPLICATION_ERROR,
@@ -50,6 +52,7 @@ ERROR_KINDS: dict[str, int] = {
     "StorageFull": APPLICATION_ERROR,
     "StorageReadOnly": APPLICATION_ERROR,
     "StorageCorrupt": APPLICATION_ERROR,
+    "StorageBusy": APPLICATION_ERROR,
 }
 
 

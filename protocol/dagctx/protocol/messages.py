@@ -107,6 +107,9 @@ class InitializationOptions(_Params):
     config_file: FilePath | None = None
     #: aging policy overrides, e.g. ``{"turnUnit": "step", "keepRecentTurns": 4, "minAgeSeconds": 60}``
     aging: AgingOptions | None = None
+    #: how long a request may wait for its database (SPEC §2.1; default 10 s); the first
+    #: connection that opens a database in a daemon sets it there
+    storage_timeout_seconds: Annotated[float, msgspec.Meta(ge=0.5, le=300)] | None = None
 
 
 class AttachParams(_Params):
@@ -120,8 +123,11 @@ class AttachParams(_Params):
     cwd: str | None = None
     database: str | None = None
     pid: int | None = None
-    #: ``dagctx serve --max-frame-bytes``: this connection's frame limit
+    #: ``dagctx serve --max-frame-bytes``: this connection's frame limit (the daemon caps it)
     max_frame_bytes: int | None = None
+    #: the client's environment: what is read per request (an endpoint's ``apiKeyEnv``,
+    #: ``DAGCTX_IMPORT_MAX_LINE_BYTES``) comes from here, never from the daemon's own
+    env: dict[str, str] | None = None
 
 
 class ClosingParams(_Params):
@@ -218,13 +224,20 @@ class SessionDeleteResult(_Result):
 
 
 class SessionHistoryParams(_Params):
+    """``session/history``; ``offset``/``limit`` page the branch (oldest first), for a
+    branch whose nodes would not fit one answer (``ResponseTooLarge``)."""
+
     session_id: str
     head: str | None = None
+    offset: Count = 0
+    limit: Count | None = None
 
 
 class SessionHistoryResult(_Result):
     nodes: list[Call]
     head: str
+    #: the branch's length (ROOT excluded), whatever the page
+    total: int = 0
 
 
 class BranchInfo(_Result):
@@ -385,6 +398,23 @@ class NodeResult(_Result):
     head: str
 
 
+class NodeAppendBatchParams(_Params):
+    """Several nodes of one session appended as one unit: all of them or none."""
+
+    session_id: str
+    nodes: list[NodeInput]
+    #: as ``node/append``'s, for each conversation node of the batch (nested calls never move HEAD)
+    move_head: bool | None = None
+    #: the render the batch's ``llm`` nodes were sent (their reads and manifest)
+    render_id: str | None = None
+
+
+class NodeBatchResult(_Result):
+    #: the nodes as stored, in the order given (consecutive seq)
+    nodes: list[Call]
+    head: str
+
+
 class NodeUpdateParams(_Params):
     """Fill a ``running`` node on exit: the ledger's only mutation."""
 
@@ -524,6 +554,37 @@ class ClientStatus(_Result):
     in_flight: int = 0
 
 
+class MemoryStatus(_Result):
+    """The daemon's memory (Linux ``/proc``; 0 where unknown)."""
+
+    rss_bytes: int = 0
+    peak_rss_bytes: int = 0
+    #: RSS when the daemon had started and served nothing yet
+    baseline_rss_bytes: int = 0
+
+
+class QueueStatus(_Result):
+    """The work pools (SPEC §1.4): jobs waiting, jobs running, threads."""
+
+    queued: int = 0
+    running: int = 0
+    threads: int = 0
+
+
+class CacheStatus(_Result):
+    """One open database and what its caches hold."""
+
+    database: str
+    #: connections using it now; at 0 it is closed (its caches freed) after ``idleSeconds``
+    users: int = 0
+    #: session graphs held in memory, and their nodes
+    sessions: int = 0
+    nodes: int = 0
+    #: cached renders (their ``renderId``s) and render prefixes
+    renders: int = 0
+    idle_seconds: float | None = None
+
+
 class DaemonStatus(_Result):
     pid: int
     version: str
@@ -536,6 +597,11 @@ class DaemonStatus(_Result):
     idle_timeout_seconds: float | None
     databases: list[str]
     clients: list[ClientStatus]
+    memory: MemoryStatus = msgspec.field(default_factory=MemoryStatus)
+    queue: QueueStatus = msgspec.field(default_factory=QueueStatus)
+    caches: list[CacheStatus] = msgspec.field(default_factory=list)
+    #: things the user should fix, e.g. an open database other users can read (SPEC §2.1)
+    warnings: list[str] = msgspec.field(default_factory=list)
 
 
 class DaemonStopResult(_Result):

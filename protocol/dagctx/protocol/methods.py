@@ -132,7 +132,17 @@ _ALL: list[MethodSpec] = [
     # nodes
     _req("node/append", m.NodeAppendParams, m.NodeResult, "Append one node; HEAD moves only when it extends HEAD.",
          "SessionNotFound, NodeNotFound, DuplicateNode, PredecessorMissing, InvalidEdge, InvalidParams",
-         "Append-only; HEAD moves only when the node extends HEAD (or moveHead=true); a refused append writes nothing.",
+         "Append-only; HEAD moves only when the node extends HEAD (or moveHead=true); a refused append writes nothing. "
+         "A function/tool result of ≥ 32,000 characters is spilled (§4): the answer carries what the node keeps.",
+         writes=True),
+    _req("node/appendBatch", m.NodeAppendBatchParams, m.NodeBatchResult,
+         "Append several nodes of one session at once (a whole turn, an importer's run): all or none.",
+         "SessionNotFound, NodeNotFound, DuplicateNode, PredecessorMissing, InvalidEdge, InvalidParams (an "
+         "empty batch; an error about one node names it by index: `nodes[2].predecessor`)",
+         "Each node meets the rules of `node/append` after the nodes before it (a node may name an earlier "
+         "node of the batch as its predecessor or caller); consecutive seq; HEAD follows each conversation node "
+         "that extends it (or every one with moveHead=true; nested calls never move HEAD). One refused node: "
+         "nothing of the batch is written. Committed in one group with other appends (SPEC §4.2).",
          writes=True),
     _req("node/update", m.NodeUpdateParams, m.NodeResult, "Finish a running node (the only mutation).",
          "NodeNotFound, NotRunning, InvalidParams",
@@ -150,7 +160,8 @@ _ALL: list[MethodSpec] = [
     _req("context/prepare", c.PrepareParams, c.PrepareResult, "Everything one turn needs.",
          "SessionNotFound, BudgetExceeded, RequestCancelled, InvalidParams (head is not a conversation node), "
          "WorkspaceEscape never (refused files become notes)",
-         "May append one context/system_prompt node (when the prompt's hash changed); never moves HEAD; never hands "
+         "May append one context/system_prompt node, whole (when the prompt's hash changed), only with a request "
+         "that is handed out: a refused prepare writes nothing; never moves HEAD; never hands "
          "out a request over its limit (§8). Runs off the event loop.", writes=True, offload=True),
     _req("context/compact", c.CompactParams, c.CompactResult, "Compact a branch into a rolling summary.",
          "SessionNotFound, InvalidParams (head is not a conversation node), SamplingFailed (as reason)",

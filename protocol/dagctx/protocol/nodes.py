@@ -28,6 +28,31 @@ SYSTEM_PROMPT_NAME = "context/system_prompt"
 SUMMARY_MARKER = "[Previous conversation summary]"
 
 
+#: The llm node's metadata key holding its reasoning blocks (SPEC §4, §6).
+REASONING_KEY = "reasoning"
+
+
+class ReasoningBlock(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """One reasoning block of an llm call, kept as the provider returned it, in order, in
+    the llm node's ``metadata.reasoning`` (a list of these; SPEC §4).
+
+    * Anthropic ``thinking``: ``text`` (the thinking) and ``signature``;
+      ``redacted_thinking``: ``data``. Sent back unchanged (SPEC §6).
+    * OpenAI Responses / Codex ``reasoning`` items: ``id``, ``summary`` (the summary
+      texts), ``text`` (reasoning content, if any) and ``encryptedContent``.
+    * Plain reasoning text (OpenHands ``reasoning_content``, DeepSeek-style models):
+      ``type: "reasoning"`` with ``text`` only.
+    """
+
+    type: Literal["thinking", "redacted_thinking", "reasoning"]
+    text: str | None = None
+    signature: str | None = None
+    data: str | None = None
+    id: str | None = None
+    summary: list[str] | None = None
+    encrypted_content: str | None = None
+
+
 class Call(msgspec.Struct, rename="camel", kw_only=True):
     """One node: a user message, an LLM call, or a function/tool call.
 

@@ -14,15 +14,16 @@ import msgspec
 
 from . import codec
 from .errors import ERROR_KINDS, ErrorData, ResponseError
+from .context_messages import BudgetExceededDetails
 from .methods import METHODS, PROTOCOL_VERSION
-from .nodes import Call, NodeInput
+from .nodes import Call, NodeInput, ReasoningBlock
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
 
 def build_schema() -> dict[str, Any]:
     specs = list(METHODS.values())
-    types: list[Any] = [Call, NodeInput, ErrorData, ResponseError]
+    types: list[Any] = [Call, NodeInput, ReasoningBlock, ErrorData, ResponseError, BudgetExceededDetails]
     for spec in specs:
         types.append(spec.params)
         if spec.result is not None:

@@ -138,7 +138,7 @@ class DagctxClient:
         client.daemon_log = transport.log_path(socket_path or transport.socket_path())
         db = os.fspath(database) if database is not None else os.environ.get("DAGCTX_DB") or None
         client.notify("$/dagctx/attach", m.AttachParams(
-            cwd=os.getcwd(), database=transport.client_database(db), pid=os.getpid()))
+            cwd=os.getcwd(), database=transport.client_database(db), pid=os.getpid(), env=dict(os.environ)))
         if initialize:
             await client.initialize(initialization_options=initialization_options, capabilities=capabilities)
         return client
@@ -396,6 +396,23 @@ class DagctxClient:
         return await self.request(
             "node/append",
             m.NodeAppendParams(session_id=session_id, node=node, move_head=move_head, render_id=render_id),
+        )
+
+    async def append_batch(
+        self,
+        session_id: str,
+        nodes: Sequence[NodeInput | dict[str, Any]],
+        *,
+        move_head: bool | None = None,
+        render_id: str | None = None,
+    ) -> m.NodeBatchResult:
+        """Append several nodes of one session as one unit (``node/appendBatch``): all of them
+        or none. A node may name an earlier node of the batch (give it an ``id``) as its
+        predecessor or caller. Nodes are ``NodeInput`` or dicts of its fields (snake_case)."""
+        items = [n if isinstance(n, NodeInput) else NodeInput(**n) for n in nodes]
+        return await self.request(
+            "node/appendBatch",
+            m.NodeAppendBatchParams(session_id=session_id, nodes=items, move_head=move_head, render_id=render_id),
         )
 
     async def update(self, session_id: str, node_id: str, status: str, output: Any = None, **metadata: Any) -> m.NodeResult:

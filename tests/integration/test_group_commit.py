@@ -1,0 +1,298 @@
+"""Group commit (SPEC §4.2): appends from many connections of one shared daemon, committed
+together, keep every rule of a lone append — on both backends.
+
+* seq stays contiguous per session and each connection's appends keep their order;
+* HEAD ends where the rule puts it when the committed nodes are replayed one by one in
+  seq order;
+* a failing append (refused by the rules, or by the database after it wrote) fails alone;
+* ``node/appendBatch`` is all or nothing, and names the node that was refused;
+* ``kill -9`` while groups are in flight loses no acknowledged append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rawdb import RawDb
+from dagctx.client import DagctxClient, RpcError
+from dagctx.protocol import messages as m
+from dagctx.protocol.nodes import NodeInput
+
+CLIENTS = 8
+
+
+@pytest.fixture
+def db_path(database: str) -> str:
+    return database
+
+
+class SharedDaemon:
+    """One shared daemon on a private socket; ``connect`` opens one more connection."""
+
+    def __init__(self, database: str) -> None:
+        self.database = database
+        self.run = tempfile.mkdtemp(prefix="gc-", dir="/tmp")  # short: socket paths are limited
+        self.socket = os.path.join(self.run, "d.sock")
+        self.clients: list[DagctxClient] = []
+        self.pid: int | None = None
+
+    async def connect(self, **kw: Any) -> DagctxClient:
+        c = await DagctxClient.connect(self.database, socket_path=self.socket, **kw)
+        self.clients.append(c)
+        if self.pid is None:
+            self.pid = (await c.daemon_status()).pid
+        return c
+
+    async def stop(self) -> None:
+        for c in self.clients:
+            try:
+                await asyncio.wait_for(c.close(), 5)
+            except Exception:
+                pass
+        if self.pid is not None:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.kill(self.pid, sig)
+                except ProcessLookupError:
+                    break
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    try:
+                        os.kill(self.pid, 0)
+                    except ProcessLookupError:
+                        break
+                    await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def shared(db_path: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SharedDaemon]:
+    monkeypatch.delenv("DAGCTX_STANDALONE", raising=False)
+    monkeypatch.setenv("DAGCTX_IDLE_TIMEOUT", "60")
+    d = SharedDaemon(db_path)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", d.run)
+    monkeypatch.setenv("DAGCTX_STATE_DIR", os.path.join(d.run, "state"))
+    yield d
+    await d.stop()
+
+
+def replay_head(rows: list[tuple[str, str | None, str | None, bool]], root: str) -> str:
+    """HEAD after appending ``rows`` (id, predecessor, caller, conversation?) one by one with
+    the default rule: a conversation node that extends HEAD becomes HEAD."""
+    head = root
+    for nid, pred, _caller, conv in rows:
+        if conv and pred == head:
+            head = nid
+    return head
+
+
+async def _pipeline(c: DagctxClient, sid: str, nodes: list[NodeInput]) -> list[Any]:
+    futs = [c.send_request("node/append", m.NodeAppendParams(session_id=sid, node=n))[1] for n in nodes]
+    return await asyncio.gather(*futs, return_exceptions=True)
+
+
+async def test_pipelined_appends_from_many_connections_keep_seq_order_and_head(shared: SharedDaemon) -> None:
+    clients = [await shared.connect() for _ in range(CLIENTS)]
+    s = await clients[0].session_create("group")
+    sid, root = s.session_id, s.root_id
+    # Every client extends its own branch from ROOT (one of them extends HEAD at a time),
+    # and also appends to a session of its own.
+    own = [await c.session_create(f"own {i}") for i, c in enumerate(clients)]
+    per = 40
+
+    async def work(i: int, c: DagctxClient) -> tuple[list[Any], list[Any]]:
+        chain, mine = [], []
+        prev, prev_own = root, own[i].head
+        for k in range(per):
+            role = "user" if k % 2 == 0 else "llm"
+            chain.append(NodeInput(role=role, id=f"c{i}.{k}", predecessor=prev, output=f"{i}:{k}"))
+            mine.append(NodeInput(role=role, id=f"o{i}.{k}", predecessor=prev_own, output=f"own {i}:{k}"))
+            prev, prev_own = f"c{i}.{k}", f"o{i}.{k}"
+        got = await asyncio.gather(_pipeline(c, sid, chain), _pipeline(c, own[i].session_id, mine))
+        return got[0], got[1]
+
+    results = await asyncio.gather(*(work(i, c) for i, c in enumerate(clients)))
+    for i, (chain, mine) in enumerate(results):
+        assert all(isinstance(r, m.NodeResult) for r in chain + mine), [r for r in chain + mine if not
+                                                                        isinstance(r, m.NodeResult)][:3]
+        # a connection's appends keep their order
+        assert [r.node.seq for r in chain] == sorted(r.node.seq for r in chain)
+        assert [r.node.id for r in mine] == [f"o{i}.{k}" for k in range(per)]
+        # its own session: seq 1..per, HEAD followed the chain
+        assert [r.node.seq for r in mine] == list(range(1, per + 1))
+        assert mine[-1].head == f"o{i}.{per - 1}"
+
+    with RawDb(shared.database) as raw:
+        rows = raw.execute("SELECT id, predecessor, caller, seq FROM nodes WHERE session_id=? ORDER BY seq", (sid,))
+        ((head, next_seq, count),) = raw.execute("SELECT head, next_seq, node_count FROM sessions WHERE id=?",
+                                                 (sid,))
+    seqs = [r[3] for r in rows]
+    assert seqs == list(range(CLIENTS * per + 1)) and next_seq == CLIENTS * per + 1 and count == CLIENTS * per + 1
+    assert head == replay_head([(r[0], r[1], r[2], True) for r in rows[1:]], root)
+    info = await clients[0].session_get(sid)
+    assert info.head == head and info.node_count == CLIENTS * per + 1
+    # every connection's chain is intact in the history of its own tip
+    for i in range(CLIENTS):
+        hist = await clients[i].history(sid, head=f"c{i}.{per - 1}")
+        assert [n.id for n in hist.nodes] == [f"c{i}.{k}" for k in range(per)]
+
+
+def _poison(database: str) -> None:
+    """A database rule the ledger does not know: a node named ``poison`` is refused by the
+    database itself, after the ledger wrote the rows before it in the same transaction."""
+    with RawDb(database) as raw:
+        if raw.pg:
+            raw.execute("CREATE FUNCTION dagctx.poison() RETURNS trigger LANGUAGE plpgsql AS "
+                        "$$ BEGIN IF NEW.name = convert_to('poison', 'UTF8') THEN "
+                        "RAISE EXCEPTION 'poisoned node'; END IF; RETURN NEW; END $$")
+            raw.execute("CREATE TRIGGER poison BEFORE INSERT ON dagctx.nodes FOR EACH ROW "
+                        "EXECUTE FUNCTION dagctx.poison()")
+        else:
+            raw.execute("CREATE TRIGGER poison BEFORE INSERT ON nodes WHEN NEW.name = 'poison' "
+                        "BEGIN SELECT RAISE(ABORT, 'poisoned node'); END")
+
+
+async def test_a_failing_append_fails_alone(shared: SharedDaemon) -> None:
+    clients = [await shared.connect() for _ in range(CLIENTS)]
+    s = await clients[0].session_create("isolation")
+    sid = s.session_id
+    _poison(shared.database)
+    rounds = 6
+
+    async def work(i: int, c: DagctxClient) -> list[tuple[str, Any]]:
+        out = []
+        for k in range(rounds):
+            base = f"w{i}.{k}"
+            plan = [
+                (f"{base}.ok", NodeInput(role="user", id=f"{base}.ok", predecessor=s.root_id, output="fine")),
+                # refused by the rules before anything is written
+                (f"{base}.missing", NodeInput(role="llm", id=f"{base}.missing", predecessor="nope")),
+                # refused by the database after its rows were written
+                (f"{base}.poison", NodeInput(role="user", id=f"{base}.poison", name="poison",
+                                             predecessor=s.root_id)),
+                (f"{base}.dup", NodeInput(role="user", id=f"{base}.ok", predecessor=s.root_id)),
+                (f"{base}.ok2", NodeInput(role="llm", id=f"{base}.ok2", predecessor=f"{base}.ok", output="fine")),
+            ]
+            got = await _pipeline(c, sid, [n for _, n in plan])
+            out += [(name, r) for (name, _), r in zip(plan, got)]
+        return out
+
+    everything = [x for part in await asyncio.gather(*(work(i, c) for i, c in enumerate(clients))) for x in part]
+    ok = [name for name, r in everything if isinstance(r, m.NodeResult)]
+    for name, r in everything:
+        if name.endswith((".ok", ".ok2")):
+            assert isinstance(r, m.NodeResult), (name, r)
+        else:
+            assert isinstance(r, RpcError), (name, r)
+    kinds = {name.rsplit(".", 1)[1]: r.kind for name, r in everything if isinstance(r, RpcError)}
+    assert kinds["missing"] == "NodeNotFound" and kinds["dup"] == "DuplicateNode"
+    assert "poisoned node" in next(r.message for n, r in everything if n.endswith(".poison"))
+    with RawDb(shared.database) as raw:
+        stored = {r[0] for r in raw.execute("SELECT id FROM nodes WHERE session_id=?", (sid,))}
+        seqs = [r[0] for r in raw.execute("SELECT seq FROM nodes WHERE session_id=? ORDER BY seq", (sid,))]
+    assert stored == set(ok) | {s.root_id}
+    assert seqs == list(range(len(ok) + 1))
+
+
+async def test_append_batch_is_all_or_nothing(shared: SharedDaemon) -> None:
+    c = await shared.connect()
+    s = await c.session_create("batch")
+    sid = s.session_id
+    turn = [
+        {"role": "user", "id": "u1", "output": "run the tests", "predecessor": s.head},
+        {"role": "llm", "id": "a1", "name": "gpt-4o", "output": "running", "predecessor": "u1"},
+        {"role": "code", "id": "t1", "name": "bash", "input": {"cmd": "pytest"}, "output": "ok", "caller": "a1",
+         "metadata": {"toolCallId": "call_1"}},
+        {"role": "llm", "id": "a2", "name": "gpt-4o", "output": "all green", "predecessor": "a1"},
+    ]
+    res = await c.append_batch(sid, turn)
+    assert [n.id for n in res.nodes] == ["u1", "a1", "t1", "a2"]
+    assert [n.seq for n in res.nodes] == [1, 2, 3, 4]
+    assert res.head == "a2" and (await c.session_get(sid)).head == "a2"
+
+    bad = [
+        {"role": "user", "id": "u2", "output": "again", "predecessor": "a2"},
+        {"role": "llm", "id": "b2", "output": "x", "predecessor": "no-such-node"},
+    ]
+    with pytest.raises(RpcError) as err:
+        await c.append_batch(sid, bad)
+    assert err.value.kind == "NodeNotFound" and "nodes[1]" in err.value.message
+    info = await c.session_get(sid)
+    assert info.node_count == 5 and info.head == "a2"  # nothing of the refused batch
+    with pytest.raises(RpcError) as empty:
+        await c.append_batch(sid, [])
+    assert empty.value.kind == "InvalidParams"
+    # a batch the database refuses after writing its first node: nothing stays
+    _poison(shared.database)
+    with pytest.raises(RpcError):
+        await c.append_batch(sid, [{"role": "user", "id": "u3", "predecessor": "a2"},
+                                   {"role": "llm", "id": "p3", "name": "poison", "predecessor": "u3"}])
+    info = await c.session_get(sid)
+    assert info.node_count == 5 and info.head == "a2"
+    nxt = await c.append(sid, "user", id="u4", predecessor="a2", output="still fine")
+    assert nxt.node.seq == 5 and nxt.head == "u4"
+
+
+async def test_kill_9_during_groups_loses_no_acknowledged_append(shared: SharedDaemon) -> None:
+    clients = [await shared.connect() for _ in range(CLIENTS)]
+    s = await clients[0].session_create("killed")
+    sid, root = s.session_id, s.root_id
+    acked: list[str] = []
+    sent: dict[int, list[str]] = {i: [] for i in range(CLIENTS)}
+    killed = asyncio.Event()
+
+    async def work(i: int, c: DagctxClient) -> None:
+        prev = root
+        window: set[asyncio.Future[Any]] = set()
+        for k in range(400):
+            if c.closed.done():
+                break
+            nid = f"k{i}.{k}"
+            node = NodeInput(role="user" if k % 2 == 0 else "llm", id=nid, predecessor=prev, output=f"{i} {k}")
+            _, fut = c.send_request("node/append", m.NodeAppendParams(session_id=sid, node=node))
+            sent[i].append(nid)
+            prev = nid
+            fut.add_done_callback(lambda f, n=nid: acked.append(n)
+                                  if not f.cancelled() and f.exception() is None else None)
+            window.add(fut)
+            if len(window) >= 8:
+                _, window = await asyncio.wait(window, return_when=asyncio.FIRST_COMPLETED)
+            if killed.is_set():
+                break
+        if window:
+            await asyncio.wait(window, timeout=10)
+
+    async def killer() -> None:
+        while len(acked) < 300:
+            await asyncio.sleep(0.005)
+        assert shared.pid is not None
+        os.kill(shared.pid, signal.SIGKILL)
+        killed.set()
+
+    await asyncio.gather(killer(), *(work(i, c) for i, c in enumerate(clients)))
+    acked_now = set(acked)
+    assert len(acked_now) >= 300
+    with RawDb(shared.database) as raw:
+        rows = raw.execute("SELECT id, seq FROM nodes WHERE session_id=? ORDER BY seq", (sid,))
+        ((next_seq, count),) = raw.execute("SELECT next_seq, node_count FROM sessions WHERE id=?", (sid,))
+    stored = {r[0] for r in rows}
+    assert acked_now <= stored, f"{len(acked_now - stored)} acknowledged appends lost"
+    assert [r[1] for r in rows] == list(range(len(rows))) and next_seq == len(rows) and count == len(rows)
+    # whatever each connection got committed is a prefix of what it sent
+    for i in range(CLIENTS):
+        mine = [nid for nid in sent[i] if nid in stored]
+        assert mine == sent[i][: len(mine)]
+    # a new daemon goes on from there
+    shared.pid = None
+    shared.clients = []
+    c2 = await shared.connect()
+    more = await c2.append(sid, "user", id="after", predecessor=root, output="after the crash")
+    assert more.node.seq == len(rows)

@@ -1,0 +1,238 @@
+"""One shared daemon, several real clients: one client's heavy work is never felt by another
+(SPEC §1.4). Each test starts heavy work on connection A and keeps asking connection B for
+small answers; it asserts B's answers arrive WHILE A's work is still running — an order of
+events, not a duration (CI is loaded) — and that A's work still succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dagctx.client import DagctxClient, RpcError
+from dagctx.protocol import messages as m
+
+from test_shared_daemon import shared_env, spawn  # noqa: F401 - the fixture is used by name
+
+pytestmark = pytest.mark.asyncio
+
+
+def claude_code_transcript(path: Path, turns: int, result_chars: int) -> None:
+    """A Claude Code JSONL of ``turns`` tool-using turns, each tool result ``result_chars`` long."""
+    sid = "0e9d2a54-7f3c-4b51-9a43-5b3d1c0f7a11"
+    body = " ".join(f"w{k} src/mod_{k % 50}.py total {k * 7}" for k in range(result_chars // 30))
+    parent = None
+    n = 0
+
+    def line(kind: str, message: dict[str, Any]) -> str:
+        nonlocal parent, n
+        n += 1
+        uid = f"00000000-0000-4000-8000-{n:012d}"
+        rec = {"type": kind, "uuid": uid, "parentUuid": parent, "sessionId": sid, "isSidechain": False,
+               "timestamp": f"2026-01-01T00:{(n // 60) % 60:02d}:{n % 60:02d}.000Z", "message": message}
+        parent = uid
+        return json.dumps(rec)
+
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(turns):
+            f.write(line("user", {"role": "user", "content": f"turn {i}: check src/mod_{i % 50}.py"}) + "\n")
+            f.write(line("assistant", {"role": "assistant", "id": f"msg_{i}a", "content": [
+                {"type": "tool_use", "id": f"toolu_{i}", "name": "Bash", "input": {"command": f"cat f{i}"}}]}) + "\n")
+            f.write(line("user", {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": f"{body} {i}"}]}) + "\n")
+            f.write(line("assistant", {"role": "assistant", "id": f"msg_{i}b",
+                                       "content": [{"type": "text", "text": f"done {i}"}]}) + "\n")
+
+
+async def answered_meanwhile(heavy: asyncio.Future[Any], small: Any) -> tuple[int, float]:
+    """Ask ``small()`` over and over until ``heavy`` is done: (answers that arrived before
+    it was done, the worst latency of those)."""
+    before = 0
+    worst = 0.0
+    while not heavy.done():
+        t = time.monotonic()
+        await small()
+        if not heavy.done():
+            before += 1
+            worst = max(worst, time.monotonic() - t)
+    return before, worst
+
+
+async def test_a_small_render_of_another_client_finishes_before_a_cold_heavy_render(shared_env, tmp_path: Path) -> None:
+    """The work pool serves connections in turn: B's 2-node render and session/list are
+    answered while A's cold render of a big session (aging on) is still running."""
+    db = tmp_path / "fair.db"
+    src = tmp_path / "big.jsonl"
+    claude_code_transcript(src, turns=300, result_chars=31_000)  # under the spill threshold: kept whole, so the render is heavy
+    a = await spawn(db)
+    try:
+        imported = await a.import_path(str(src))
+        big = imported.sessions[0].session_id
+    finally:
+        await a.close()  # the daemon keeps running (idle timeout): A's caches stay…
+    a = await spawn(db)
+    b = await spawn(db)
+    try:
+        s = await b.session_create("small")
+        u = await b.append(s.session_id, "user", output="hello", predecessor=s.head)
+        # …so make the render cold: a model whose aging plan and rendering were never asked for
+        _, heavy = a.send_request("context/render", {"sessionId": big, "model": "claude-sonnet-4", "aging": True,
+                                                     "format": "anthropic"})
+
+        async def small() -> None:
+            r = await b.render(s.session_id, head=u.node.id, model="gpt-4o")
+            assert r.messages
+            await b.session_list(limit=5)
+
+        before, worst = await answered_meanwhile(heavy, small)
+        res = await heavy
+        assert res.messages
+        # An outcome, not a rate: B's render and list were answered while A's render still ran
+        # (how many fit in depends on the machine's load).
+        assert before >= 1, f"B got no answer while A's render ran (worst {worst:.3f} s)"
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_session_list_is_answered_while_another_client_imports_and_exports(shared_env, tmp_path: Path) -> None:
+    db = tmp_path / "io.db"
+    src = tmp_path / "import.jsonl"
+    claude_code_transcript(src, turns=150, result_chars=100_000)  # ~15 MB
+    a = await spawn(db)
+    b = await spawn(db)
+    try:
+        await b.session_create("other")
+        _, imp = a.send_request("session/import", {"path": str(src)})
+        before, worst = await answered_meanwhile(imp, lambda: b.session_list(limit=5))
+        res = await imp
+        sid = res["sessions"][0]["sessionId"] if isinstance(res, dict) else res.sessions[0].session_id
+        assert before >= 1, f"B got no answer while A imported (worst {worst:.3f} s)"
+
+        out = tmp_path / "export.jsonl"
+        _, exp = a.send_request("session/export", {"sessionId": sid, "format": "claude-code", "path": str(out)})
+        before, worst = await answered_meanwhile(exp, lambda: b.session_list(limit=5))
+        await exp
+        assert out.stat().st_size > 10_000_000
+        assert before >= 1, f"B got no answer while A exported (worst {worst:.3f} s)"
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_cancelled_queued_render_is_answered_at_once_and_the_next_one_runs(shared_env, tmp_path: Path) -> None:
+    """Two heavy renders of one connection run one after the other (its background lane);
+    cancelling the queued one answers RequestCancelled before the running one finishes."""
+    db = tmp_path / "cancel.db"
+    src = tmp_path / "big.jsonl"
+    claude_code_transcript(src, turns=200, result_chars=31_000)  # under the spill threshold: kept whole
+    a = await spawn(db)
+    try:
+        big = (await a.import_path(str(src))).sessions[0].session_id
+        _, first = a.send_request("context/render", {"sessionId": big, "model": "claude-sonnet-4", "aging": True})
+        rid, second = a.send_request("context/render", {"sessionId": big, "model": "gpt-4o", "aging": True})
+        await asyncio.sleep(0.05)
+        a.cancel(rid)
+        with pytest.raises(RpcError) as exc:
+            await asyncio.wait_for(second, 60)
+        assert exc.value.kind == "RequestCancelled"
+        assert (await first).messages
+    finally:
+        await a.close()
+
+
+# ---------------------------------------------------------------- large answers, frame caps
+
+
+async def test_an_answer_over_the_frame_limit_is_refused_with_how_to_page(shared_env, tmp_path: Path) -> None:
+    """SPEC §1.4: the daemon never sends a frame the client cannot take; it answers
+    ResponseTooLarge naming the paging parameters, and the connection lives on."""
+    db = tmp_path / "large.db"
+    a = await spawn(db, extra_args=["--max-frame-bytes", "200000"])
+    try:
+        s = await a.session_create("large")
+        head = s.head
+        for i in range(3):
+            r = await a.append(s.session_id, "user", output=f"{i} " + "y" * 120_000, predecessor=head)
+            head = r.head
+        with pytest.raises(RpcError) as exc:
+            await a.history(s.session_id)
+        assert exc.value.kind == "ResponseTooLarge"
+        assert "offset" in str(exc.value) and "limit" in str(exc.value) and "200,000" in str(exc.value)
+        page = await a.request("session/history", {"sessionId": s.session_id, "offset": 1, "limit": 1})
+        assert page.total == 3 and len(page.nodes) == 1 and page.nodes[0].output.startswith("1 ")
+        with pytest.raises(RpcError) as exc:
+            await a.get_nodes(s.session_id, [head, page.nodes[0].id])
+        assert exc.value.kind == "ResponseTooLarge" and "range" in str(exc.value)
+        piece = await a.get_nodes(s.session_id, [head], range=m.OutputRange(offset=0, length=1000))
+        assert len(piece.nodes[0].output) == 1000
+        assert (await a.session_list()).sessions  # the connection lives on
+        assert a.process.returncode is None
+    finally:
+        await a.close()
+
+
+async def test_a_connection_cannot_lift_its_frame_limit_past_the_daemons_cap(shared_env, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DAGCTX_MAX_FRAME_CAP", "1000000")  # the daemon this test starts reads it
+    a = await spawn(tmp_path / "cap.db", extra_args=["--max-frame-bytes", "50000000"])
+    try:
+        s = await a.session_create("cap")
+        # over the cap: the frame is skipped (FrameTooLarge, id null: it was never read)
+        _, skipped = a.send_request("node/append", {"sessionId": s.session_id, "node": {
+            "role": "user", "output": "z" * 2_000_000, "predecessor": s.head}})
+        ok = await a.append(s.session_id, "user", output="z" * 500_000, predecessor=s.head)
+        assert [n.id for n in (await a.history(s.session_id)).nodes] == [ok.node.id]
+        assert not skipped.done()
+        skipped.cancel()
+        log = Path((await a.daemon_status()).log).read_text()
+        assert "capped at 1000000" in log
+    finally:
+        await a.close()
+
+
+# ---------------------------------------------------------------- memory comes back
+
+
+async def _rounds_of_big_sessions(tmp_path: Path, src: Path, tag: str, status: DagctxClient) -> m.DaemonStatus:
+    for i in range(3):
+        c = await spawn(tmp_path / f"{tag}{i}.db")
+        try:
+            sid = (await c.import_path(str(src))).sessions[0].session_id
+            assert (await c.render(sid, model="gpt-4o", aging=True)).messages
+        finally:
+            await c.close()
+    held = await status.daemon_status()
+    assert any(cache.sessions for cache in held.caches)  # the last one is still cached
+    for _ in range(300):  # released once nobody used it for DAGCTX_CACHE_IDLE_SECONDS
+        st = await status.daemon_status()
+        if not st.caches:
+            return st
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the unused databases were never closed: {st.caches}")
+
+
+async def test_memory_is_given_back_when_clients_leave(shared_env, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC §1.6: a database no client uses is closed after DAGCTX_CACHE_IDLE_SECONDS, its
+    caches with it; the daemon's memory stays bounded over rounds of big sessions instead of
+    growing with every session it ever served."""
+    monkeypatch.setenv("DAGCTX_CACHE_IDLE_SECONDS", "1")
+    src = tmp_path / "big.jsonl"
+    claude_code_transcript(src, turns=30, result_chars=100_000)
+    status = await spawn(None, initialize=False)
+    try:
+        first = await _rounds_of_big_sessions(tmp_path, src, "a", status)
+        second = await _rounds_of_big_sessions(tmp_path, src, "b", status)
+        grown = second.memory.rss_bytes - first.memory.rss_bytes
+        assert grown < 0.2 * first.memory.rss_bytes, (first.memory, second.memory)
+        assert second.memory.rss_bytes < second.memory.peak_rss_bytes
+        assert second.queue.queued == 0
+    finally:
+        status.notify("exit")
+        await status.wait(10)
