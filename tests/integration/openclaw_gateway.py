@@ -176,7 +176,7 @@ class Gateway:
 
     def __init__(self, root: Path, node: Path, stub: ModelStub, *, window: int = 16_000, engine: str = "dagctx",
                  dagctx_command: list[str] | None = None, database: Path | None = None, trace: Path | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, daemon_env: dict[str, str] | None = None) -> None:
         self.root, self.node, self.stub = root, node, stub
         self.state = root / "state"
         self.workspace = root / "workspace"
@@ -187,6 +187,7 @@ class Gateway:
         self.dagctx_command = dagctx_command or [sys.executable, "-P", "-m", "dagctx.cli", "serve"]
         self.database = database or root / "dagctx.db"
         self.trace = trace
+        self.daemon_env = daemon_env
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = root / "gateway.log"
         self.env = {
@@ -217,6 +218,7 @@ class Gateway:
         plugins["entries"]["dagctx"]["config"] = {
             "database": str(self.database), "command": self.dagctx_command,
             **({"trace": str(self.trace)} if self.trace else {}),
+            **({"env": self.daemon_env} if self.daemon_env else {}),
         }
         plugins["slots"] = {"contextEngine": self.engine}
         # Only what the test needs loads (the bundled channel, browser and provider plugins
@@ -292,6 +294,23 @@ class Gateway:
             raise AssertionError(f"the gateway answered {e.code}: {e.read()[:2000]!r}") from None
         out["_seconds"] = time.monotonic() - t0
         return out
+
+    def log_files(self) -> list[Path]:
+        return [p for p in (self.log, self.root / "openclaw.log") if p.exists()]
+
+    def log_mark(self) -> dict[Path, int]:
+        """Where each log file ends now (for ``log_since``)."""
+        return {p: p.stat().st_size for p in self.log_files()}
+
+    def log_since(self, mark: dict[Path, int], *, console_only: bool = False) -> str:
+        """What the gateway logged after ``mark`` (``console_only``: its console lines alone,
+        in order; otherwise followed by its own JSON log file)."""
+        parts = []
+        for p in self.log_files()[:1] if console_only else self.log_files():
+            with open(p, "rb") as f:
+                f.seek(mark.get(p, 0))
+                parts.append(f.read().decode(errors="replace"))
+        return "\n".join(parts)
 
     def log_text(self) -> str:
         """The gateway's stdout/stderr and its own log files."""

@@ -16,7 +16,10 @@ requests the model received, the plugin's trace and the dagctx database:
   function (the stub received dagctx's summarizer prompt; dagctx has no other model);
 - the model's call of the recall tool `dagctx_search` returned dagctx data: the text of
   turn 1, which by then no request carried any more;
-- with dagctx stopped (its command fails, its daemon is gone) OpenClaw keeps answering.
+- with dagctx stopped (its command fails, its daemon is gone) OpenClaw keeps answering:
+  the plugin says DEGRADED on the host's log and OpenClaw never quarantines the engine;
+- when dagctx comes back the plugin says RECOVERED, runs on dagctx again, and the turns
+  answered during the outage are in dagctx, each once.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import asyncio
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -113,9 +117,15 @@ def gateway(tmp_path_factory: pytest.TempPathFactory):
     launcher = root / "dagctx-launch"
     launcher.write_text(f"#!/bin/sh\nexec {sys.executable} -P -m dagctx.cli serve \"$@\"\n")
     launcher.chmod(0o755)
-    env = {"XDG_RUNTIME_DIR": str(root / "run")}
+    # The plugin runs as a user's would: `dagctx serve` forwards to the shared daemon, here
+    # in a runtime folder of the test's own (the suite otherwise runs daemons standalone).
+    env = {"XDG_RUNTIME_DIR": str(root / "run"), "DAGCTX_STATE_DIR": str(root / "dagctx-state"),
+           "DAGCTX_STANDALONE": "0", "DAGCTX_IDLE_TIMEOUT": "300"}
     stub = ModelStub(script)
-    gw = Gateway(root, node, stub, window=WINDOW, dagctx_command=[str(launcher)], trace=root / "trace.jsonl", env=env)
+    # OpenClaw keeps XDG_RUNTIME_DIR out of its own environment (host env security): the
+    # plugin config names it, so the plugin shares the daemon `dagctx daemon stop` finds.
+    gw = Gateway(root, node, stub, window=WINDOW, dagctx_command=[str(launcher)], trace=root / "trace.jsonl", env=env,
+                 daemon_env=env)
     (gw.workspace / "notes").mkdir()
     (gw.workspace / "notes" / "alpha.txt").write_text("alpha notes: the quartz module lives in pkg/quartz.py\n")
     installed = gw.install(plugin_archive())
@@ -129,7 +139,6 @@ def gateway(tmp_path_factory: pytest.TempPathFactory):
         gw.stop()
         stub.close()
         subprocess_env = {**os.environ, **env}
-        import subprocess
         subprocess.run([sys.executable, "-P", "-m", "dagctx.cli", "daemon", "stop"], env=subprocess_env,
                        capture_output=True, timeout=60)
 
@@ -164,6 +173,7 @@ def test_openclaw_gateway_runs_every_turn_on_dagctx(gateway) -> None:
 
     # 0 degraded turns, nothing degraded inside the plugin.
     assert "degraded to" not in log, [line for line in log.splitlines() if "degraded to" in line][:3]
+    assert "quarantin" not in log.lower(), [line for line in log.splitlines() if "uarantin" in line][:3]
     assert "[dagctx] DEGRADED" not in log, [line for line in log.splitlines() if "DEGRADED" in line][:3]
     assert all(a for a in answers), answers
 
@@ -221,15 +231,42 @@ def test_openclaw_gateway_runs_every_turn_on_dagctx(gateway) -> None:
     assert reads and "pkg/quartz.py" in str(reads[0].output), [str(n.output)[:100] for n in reads]
 
     # dagctx stopped: its command fails and its daemon is gone; OpenClaw keeps answering.
+    working = launcher.read_text()
+    mark = gw.log_mark()
     launcher.write_text("#!/bin/sh\necho 'dagctx is stopped (test)' >&2\nexit 1\n")
-    import subprocess
     stop = subprocess.run([sys.executable, "-P", "-m", "dagctx.cli", "daemon", "stop"], env={**os.environ, **env},
                           capture_output=True, text=True, timeout=60)
-    assert stop.returncode == 0, stop.stdout + stop.stderr
-    time.sleep(1)
-    for i in (TURNS + 1, TURNS + 2):
+    assert stop.returncode == 0 and "stopped the dagctx daemon" in stop.stdout, stop.stdout + stop.stderr
+    outage = (TURNS + 1, TURNS + 2)
+    for i in outage:
         out = gw.turn(user_text(i))
         assert out["choices"][0]["message"]["content"], out
-    assert turn_of(stub.agent[-1]["body"]) == TURNS + 2
-    after = gw.log_text()[len(log):]
-    assert "[dagctx] DEGRADED" in after, after[-3000:]
+        assert turn_of(stub.agent[-1]["body"]) == i
+    during = gw.log_since(mark)
+    mark = gw.log_mark()
+    assert "[dagctx] DEGRADED" in during, during[-3000:]
+    assert "quarantin" not in during.lower(), [line for line in during.splitlines() if "uarantin" in line][:3]
+    assert "degraded to" not in during, [line for line in during.splitlines() if "degraded to" in line][:3]
+
+    # dagctx back: the plugin reconnects (at most one attempt per 5 s), says so, and the
+    # outage's turns are recorded in dagctx, each once.
+    launcher.write_text(working)
+    time.sleep(6)
+    back = (TURNS + 3, TURNS + 4)
+    for i in back:
+        out = gw.turn(user_text(i))
+        assert out["choices"][0]["message"]["content"], out
+    later = gw.log_since(mark, console_only=True)
+    assert "[dagctx] RECOVERED" in later, later[-3000:]
+    recovered_at = later.index("[dagctx] RECOVERED")
+    assert "[dagctx] DEGRADED" not in later[recovered_at:], later[recovered_at:][:3000]
+    full = gw.log_text()
+    assert "quarantin" not in full.lower() and "degraded to" not in full
+    nodes = asyncio.run(dagctx_record(gw.database, env, []))
+    for i in (*outage, *back):
+        users = [n for n in nodes if n.role == "user" and f"marker-{i}-quartz" in str(n.output)]
+        assert len(users) == 1, (i, [str(n.output)[:80] for n in users])
+    assert any(e["event"] == "replay" for e in trace_events(gw.trace))
+    # after the recovery, the model again sees dagctx's assembly
+    last = [e for e in trace_events(gw.trace) if e["event"] == "assemble"][-1]
+    assert not last.get("degraded"), last

@@ -56,6 +56,9 @@ export const ENGINE_VERSION = "0.2.0";
 /** Session keys of OpenClaw's internal-effects runs (memory flush and the like): `agent:<id>:internal-session-effects:…`. */
 const INTERNAL_RUN = /^agent:[^:]+:internal-session-effects:/;
 
+/** Turns per host session kept for replay while dagctx is unreachable. */
+const MAX_BACKLOG = 200;
+
 export interface DagctxEngineOptions {
   /** SQLite database of the daemon (`--db`). */
   database?: string;
@@ -102,14 +105,24 @@ interface Shared {
   parents: Map<string, string>;
   /** Session key → host session id, as last seen. */
   keys: Map<string, string>;
-  /** Turns whose dagctx work failed, already reported on the log (one line per failure kind per turn). */
+  /** Steps that did not go through dagctx (each said so on the host's log). */
   degraded: number;
+  /** When the current outage began (null: dagctx answers). */
+  outageSince: number | null;
+  /** Host session id → what its steps could not record during an outage, oldest first. */
+  backlog: Map<string, { messages: Message[]; turn?: string }[]>;
+  /** Host session id → its state once opened (read synchronously while dagctx is away). */
+  states: Map<string, SessionState>;
+  /** Backlog entries recorded since the outage ended. */
+  replayed: number;
+  /** Host session id → its replay in progress. */
+  replaying: Map<string, Promise<void>>;
 }
 const shared = new WeakMap<DaemonLink, Shared>();
 function stateOf(link: DaemonLink): Shared {
   let s = shared.get(link);
   if (s === undefined) {
-    s = { sessions: new Map(), parents: new Map(), keys: new Map(), degraded: 0 };
+    s = { sessions: new Map(), parents: new Map(), keys: new Map(), degraded: 0, outageSince: null, backlog: new Map(), states: new Map(), replayed: 0, replaying: new Map() };
     shared.set(link, s);
   }
   return s;
@@ -161,16 +174,96 @@ export class DagctxContextEngine implements ContextEngine {
     else console.warn(text);
   }
 
-  /** Say loudly that this call did not go through dagctx, then rethrow (the host falls back for it). */
-  private async guard<T>(what: string, fn: () => Promise<T>): Promise<T> {
+  /**
+   * Run one step on dagctx. When dagctx fails (stopped, unreachable, erring) the step does
+   * not throw: OpenClaw quarantines a context engine for the whole process on the first
+   * error a lifecycle method throws (and would never come back to dagctx). The step says
+   * loudly that it degraded and answers `degraded()` instead — what the host's own engine
+   * would do for it. Only the host's own abort is rethrown (as its abort reason, which the
+   * host does not count as an engine failure). The link retries the daemon at most every
+   * few seconds, and the first step that goes through again says so (RECOVERED).
+   */
+  private async guard<T>(what: string, fn: () => Promise<T>, degraded: (err: unknown) => T, signal?: AbortSignal): Promise<T> {
     try {
-      return await fn();
+      const out = await fn();
+      this.recovered();
+      return out;
     } catch (err) {
+      if (signal?.aborted) throw signal.reason instanceof Error ? signal.reason : abortError(String(signal.reason ?? "aborted by the host"));
       const msg = err instanceof Error ? err.message : String(err);
-      if (/disposed|closed|EPIPE|not running|exited|unavailable|cannot start/i.test(msg)) this.link.broken(err);
-      this.shared.degraded += 1;
-      this.warn(`DEGRADED: ${what} did not go through dagctx (${msg}); OpenClaw handles this step without dagctx.`);
-      throw err;
+      if (/disposed|closed|EPIPE|ECONNRESET|not running|exited|unavailable|cannot start|stopped|ENOENT/i.test(msg)) this.link.broken(err);
+      const sh = this.shared;
+      sh.degraded += 1;
+      if (sh.outageSince === null) sh.outageSince = Date.now();
+      this.warn(`DEGRADED: ${what} did not go through dagctx (${msg}); OpenClaw goes on without dagctx for this step (${sh.degraded} degraded step(s) so far).`);
+      return degraded(err);
+    }
+  }
+
+  /** The first step that went through dagctx after an outage says so. */
+  private recovered(): void {
+    const sh = this.shared;
+    // A step that needed nothing from dagctx (a session already open) proves nothing.
+    if (sh.outageSince === null || !this.link.connected) return;
+    const seconds = Math.round((Date.now() - sh.outageSince) / 100) / 10;
+    sh.outageSince = null;
+    const kept = [...sh.backlog.values()].reduce((n, b) => n + b.length, 0);
+    this.warn(`RECOVERED: dagctx answers again after ${seconds} s; ${sh.replayed} step(s) the outage kept from dagctx were recorded now${kept > 0 ? `, ${kept} more when their sessions next run` : ""}.`);
+    sh.replayed = 0;
+  }
+
+  /**
+   * The dagctx session of a host session with the turns it missed replayed first: a
+   * commit (or afterTurn) that could not reach dagctx is kept (per session, bounded) and
+   * recorded, in order, by the next step that reaches dagctx. Message keys make the
+   * replay idempotent.
+   */
+  private async ready(hostSessionId: string, sessionKey?: string): Promise<SessionState> {
+    const s = await this.session(hostSessionId, sessionKey);
+    const sh = this.shared;
+    // One replay per session at a time: steps arriving meanwhile wait for it (two replays
+    // appending the same turn concurrently would fork the branch).
+    for (;;) {
+      const running = sh.replaying.get(hostSessionId);
+      if (running !== undefined) {
+        await running;
+        continue;
+      }
+      const backlog = sh.backlog.get(hostSessionId);
+      if (backlog === undefined || backlog.length === 0) {
+        sh.backlog.delete(hostSessionId);
+        return s;
+      }
+      const run = this.replay(s, hostSessionId, backlog).finally(() => sh.replaying.delete(hostSessionId));
+      sh.replaying.set(hostSessionId, run);
+      await run;
+    }
+  }
+
+  private async replay(s: SessionState, hostSessionId: string, backlog: { messages: Message[]; turn?: string }[]): Promise<void> {
+    while (backlog.length > 0) {
+      const entry = backlog[0]!;
+      if (entry.turn === undefined || !s.advanced.has(entry.turn)) {
+        for (const m of entry.messages) await this.record(s, m, entry.turn);
+        if (entry.turn !== undefined) s.advanced.add(entry.turn);
+      }
+      backlog.shift();
+      this.shared.replayed += 1;
+      this.trace("replay", { sessionId: hostSessionId, advancementKey: entry.turn ?? null, messages: entry.messages.length });
+    }
+  }
+
+  /** Keep what a step could not record, for the next step that reaches dagctx. */
+  private keep(hostSessionId: string, messages: Message[], turn?: string): void {
+    let backlog = this.shared.backlog.get(hostSessionId);
+    if (backlog === undefined) {
+      backlog = [];
+      this.shared.backlog.set(hostSessionId, backlog);
+    }
+    backlog.push({ messages: [...messages], turn });
+    if (backlog.length > MAX_BACKLOG) {
+      backlog.shift();
+      this.warn(`DEGRADED: more than ${MAX_BACKLOG} turns of ${hostSessionId} missed dagctx; the oldest is no longer kept for replay (OpenClaw's transcript still has it).`);
     }
   }
 
@@ -197,7 +290,7 @@ export class DagctxContextEngine implements ContextEngine {
     if (s === undefined) {
       s = this.openSession(hostSessionId, sessionKey);
       this.shared.sessions.set(hostSessionId, s);
-      s.catch(() => this.shared.sessions.delete(hostSessionId));
+      s.then((st) => void this.shared.states.set(hostSessionId, st), () => this.shared.sessions.delete(hostSessionId));
     }
     return s;
   }
@@ -323,36 +416,44 @@ export class DagctxContextEngine implements ContextEngine {
 
   async bootstrap(params: BootstrapParams): Promise<BootstrapResult> {
     if (isInternal(params.sessionKey)) return { bootstrapped: false, reason: "internal run: reads the host's view of its parent" };
-    await this.guard("bootstrap", () => this.session(params.sessionId, params.sessionKey));
-    return { bootstrapped: true, importedMessages: 0 };
+    return this.guard("bootstrap", async (): Promise<BootstrapResult> => {
+      await this.ready(params.sessionId, params.sessionKey);
+      return { bootstrapped: true, importedMessages: 0 };
+    }, (): BootstrapResult => ({ bootstrapped: false, reason: "dagctx is unavailable" }));
   }
 
   async ingest(params: IngestParams): Promise<{ ingested: boolean }> {
     if (isInternal(params.sessionKey)) return { ingested: false };
     return this.guard("ingest", async () => {
-      const s = await this.session(params.sessionId, params.sessionKey);
+      const s = await this.ready(params.sessionId, params.sessionKey);
       return { ingested: await this.record(s, params.message) };
+    }, () => {
+      this.keep(params.sessionId, [params.message]);
+      return { ingested: false };
     });
   }
 
   async ingestBatch(params: IngestBatchParams): Promise<{ ingestedCount: number }> {
     if (isInternal(params.sessionKey)) return { ingestedCount: 0 };
     return this.guard("ingestBatch", async () => {
-      const s = await this.session(params.sessionId, params.sessionKey);
+      const s = await this.ready(params.sessionId, params.sessionKey);
       let n = 0;
       for (const m of params.messages) if (await this.record(s, m)) n += 1;
       return { ingestedCount: n };
+    }, () => {
+      this.keep(params.sessionId, params.messages);
+      return { ingestedCount: 0 };
     });
   }
 
   async afterTurn(params: AfterTurnParams): Promise<void> {
     if (isInternal(params.sessionKey)) return;
+    const added = params.messages.slice(params.prePromptMessageCount);
     await this.guard("afterTurn", async () => {
-      const s = await this.session(params.sessionId, params.sessionKey);
-      const added = params.messages.slice(params.prePromptMessageCount);
+      const s = await this.ready(params.sessionId, params.sessionKey);
       for (const m of added) await this.record(s, m);
       this.learn(s, added, params.tokenBudget);
-    });
+    }, () => this.keep(params.sessionId, added));
   }
 
   /**
@@ -362,7 +463,7 @@ export class DagctxContextEngine implements ContextEngine {
   async commitTurn(params: CommitTurnParams): Promise<{ status: "committed" | "duplicate" }> {
     if (isInternal(params.sessionKey)) return { status: "committed" };
     return this.guard("commitTurn", async () => {
-      const s = await this.session(params.sessionId, params.sessionKey);
+      const s = await this.ready(params.sessionId, params.sessionKey);
       if (s.advanced.has(params.advancementKey)) {
         this.trace("commitTurn", { sessionId: params.sessionId, advancementKey: params.advancementKey, status: "duplicate" });
         return { status: "duplicate" as const };
@@ -376,6 +477,12 @@ export class DagctxContextEngine implements ContextEngine {
       const status = n === 0 && params.messages.length > 0 ? ("duplicate" as const) : ("committed" as const);
       this.trace("commitTurn", { sessionId: params.sessionId, advancementKey: params.advancementKey, status, recorded: n, overhead: s.overhead });
       return { status };
+    }, () => {
+      // The host's transcript holds the turn; this process records it in dagctx as soon as
+      // dagctx answers again (the same advancement key, so at most once).
+      this.keep(params.sessionId, params.messages, params.advancementKey);
+      this.trace("commitTurn", { sessionId: params.sessionId, advancementKey: params.advancementKey, status: "kept for replay" });
+      return { status: "committed" as const };
     });
   }
 
@@ -420,7 +527,7 @@ export class DagctxContextEngine implements ContextEngine {
       return { messages: params.messages, estimatedTokens: sum(params.messages), contextProjection: { mode: "per_turn" } };
     }
     return this.guard("assemble", async () => {
-      const s = await this.session(params.sessionId, params.sessionKey);
+      const s = await this.ready(params.sessionId, params.sessionKey);
       const model = params.model ?? this.opts.model ?? null;
       if (s.recorded === 0 && params.messages.length > 0) {
         // Enabled mid-session: the host's history is recorded once, before anything is rendered.
@@ -472,7 +579,26 @@ export class DagctxContextEngine implements ContextEngine {
         limits: params.runtimeSettings?.limits ?? null, tools: params.availableTools?.size ?? null, messages: view.messages, systemPromptAddition: result.systemPromptAddition ?? null,
       });
       return result;
-    });
+    }, () => this.passThrough(params));
+  }
+
+  /**
+   * What the model sees while dagctx is unreachable: the host's own messages, as its
+   * default engine would hand them on, less the oldest groups when they do not fit the
+   * budget (what dagctx last learned of it, else the host's tokenBudget).
+   */
+  private passThrough(params: AssembleParams): AssembleResult {
+    const known = this.shared.states.get(params.sessionId);
+    const limit = known !== undefined ? this.limitFor(known, params) : params.tokenBudget ?? null;
+    let messages = params.messages;
+    let dropped = 0;
+    while (limit !== null && messages.length > 1 && sum(messages) > limit) {
+      messages = dropOldest(messages);
+      dropped += 1;
+    }
+    if (dropped > 0) this.warn(`DEGRADED: without dagctx, left out the ${dropped} oldest message group(s) of ${params.sessionId} to fit the host's budget (${limit} tokens).`);
+    this.trace("assemble", { sessionId: params.sessionId, sessionKey: params.sessionKey, degraded: true, limit, dropped, given: params.messages.length, messages });
+    return { messages, estimatedTokens: sum(messages), contextProjection: { mode: "per_turn" } };
   }
 
   /**
@@ -498,8 +624,9 @@ export class DagctxContextEngine implements ContextEngine {
 
   async compact(params: CompactParams): Promise<CompactResult> {
     if (isInternal(params.sessionKey)) return { ok: true, compacted: false, reason: "nothing to compact: internal run" };
+    const signal = params.abortSignal;
     return this.guard("compact", async () => {
-      const s = await this.session(params.sessionId, params.sessionKey);
+      const s = await this.ready(params.sessionId, params.sessionKey);
       const model = this.opts.model ?? params.runtimeSettings?.model.resolved ?? null;
       const c = await this.connection();
       const before = await c.prepare(s.sessionId, { model, format: "openai", promptMode: "none" });
@@ -544,7 +671,11 @@ export class DagctxContextEngine implements ContextEngine {
           details: { summaryId: res.summaryId, coversIds: res.coversIds, dagctxSessionId: s.sessionId },
         },
       };
-    });
+    }, () => ({
+      // Not a failure the host should act on: each request still fits (assemble leaves out
+      // the oldest messages while dagctx is away) and dagctx compacts when it is back.
+      ok: true, compacted: false, reason: "already under target: dagctx is unavailable, so each request is fitted to the budget by the plugin",
+    }), signal);
   }
 
   private async compactSession(
@@ -553,16 +684,18 @@ export class DagctxContextEngine implements ContextEngine {
     o: { llm?: HostLlm | null; instructions?: string; keepRecentTokens?: number; signal?: AbortSignal },
   ) {
     const c = await this.connection();
-    if (o.signal?.aborted) throw new Error("compaction aborted by the host");
-    return this.link.withLlm(o.llm ?? null, () =>
-      c.compact(s.sessionId, {
+    // A background compaction the host aborts (a foreground turn arrived) stops here with
+    // the host's own abort reason, also after waiting its turn behind another compaction.
+    return this.link.withLlm(o.llm ?? null, () => {
+      if (o.signal?.aborted) throw o.signal.reason instanceof Error ? o.signal.reason : abortError("compaction aborted by the host");
+      return c.compact(s.sessionId, {
         model,
         instructions: o.instructions ?? null,
         keepRecentTokens: o.keepRecentTokens ?? this.opts.keepRecentTokens ?? null,
         fallback: this.opts.structuralFallback ? "structural" : "none",
         trigger: "auto",
-      }),
-    );
+      });
+    });
   }
 
   // ------------------------------------------------------------ subagents
@@ -589,6 +722,12 @@ export class DagctxContextEngine implements ContextEngine {
  */
 function outputReserve(s: SessionState): number {
   return s.window === null ? s.reserve : Math.min(s.reserve, Math.floor(0.1 * s.window));
+}
+
+function abortError(message: string): Error {
+  const err = new Error(message);
+  err.name = "AbortError";
+  return err;
 }
 
 function fresh(sessionId: string, head: string): SessionState {

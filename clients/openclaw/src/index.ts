@@ -25,6 +25,13 @@ export function engineOptions(config: Record<string, unknown> | undefined): Dagc
   if (typeof c.keepRecentTokens === "number") opts.keepRecentTokens = c.keepRecentTokens;
   if (typeof c.structuralFallback === "boolean") opts.structuralFallback = c.structuralFallback;
   if (typeof c.trace === "string") opts.trace = c.trace;
+  if (c.env !== null && typeof c.env === "object" && !Array.isArray(c.env)) {
+    // OpenClaw keeps variables such as XDG_RUNTIME_DIR out of its own environment (host env
+    // security), so a daemon it starts would not find the user's shared daemon: name them here.
+    const env: Record<string, string> = {};
+    for (const [k, v] of Object.entries(c.env as Record<string, unknown>)) if (typeof v === "string") env[k] = v;
+    opts.env = env;
+  }
   return opts;
 }
 

@@ -27,6 +27,11 @@ export interface HostLlm {
   }) => Promise<{ text: string; model?: string; provider?: string }>;
 }
 
+/** The link refused to try the daemon again yet (it failed moments ago). */
+export class LinkWaiting extends Error {
+  override name = "LinkWaiting";
+}
+
 export interface LinkOptions {
   database?: string;
   command?: string[];
@@ -41,6 +46,8 @@ export class DaemonLink {
   private lastError: Error | null = null;
   private lent: { llm: HostLlm; scope: AsyncResource } | null = null;
   private queue: Promise<unknown> = Promise.resolve();
+  /** A connection is open and initialized (it answered `initialize`). */
+  private live: DagctxClient | null = null;
   /** How many connections this link opened (one per process unless the daemon went away). */
   connections = 0;
   /** Host completion calls made for the daemon's sampling requests. */
@@ -52,7 +59,7 @@ export class DaemonLink {
     if (this.client !== null) return this.client;
     const retry = this.opts.retryMs ?? 5_000;
     if (this.lastError !== null && Date.now() - this.failedAt < retry) {
-      return Promise.reject(new Error(`dagctx is unavailable (${this.lastError.message}); retrying in ${Math.ceil((retry - (Date.now() - this.failedAt)) / 1000)} s`));
+      return Promise.reject(new LinkWaiting(`dagctx is unavailable (${this.lastError.message}); retrying in ${Math.ceil((retry - (Date.now() - this.failedAt)) / 1000)} s`));
     }
     this.connections += 1;
     // Opened in the plugin's load-time async context, not the turn's that happens to ask first:
@@ -70,8 +77,10 @@ export class DaemonLink {
     pending.then(
       (c) => {
         this.lastError = null;
+        this.live = c;
         // A connection that closes (daemon stopped, killed) is dropped; the next call reconnects.
         void c.exited.then(() => {
+          if (this.live === c) this.live = null;
           if (this.client === pending) this.client = null;
         });
       },
@@ -84,12 +93,20 @@ export class DaemonLink {
     return pending;
   }
 
+  /** Whether a connection to dagctx is open now. */
+  get connected(): boolean {
+    return this.live !== null;
+  }
+
   /** Mark the connection broken after a call failed because the daemon went away. */
   broken(err: unknown): void {
+    // The link's own "retrying in N s" answer does not push the next attempt further out.
+    if (err instanceof LinkWaiting) return;
     this.failedAt = Date.now();
     this.lastError = err instanceof Error ? err : new Error(String(err));
     const pending = this.client;
     this.client = null;
+    this.live = null;
     void pending?.then((c) => c.dispose(), () => undefined);
   }
 
@@ -133,6 +150,7 @@ export class DaemonLink {
   async close(): Promise<void> {
     const pending = this.client;
     this.client = null;
+    this.live = null;
     const c = await pending?.catch(() => null);
     await c?.close();
   }

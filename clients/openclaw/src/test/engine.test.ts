@@ -10,7 +10,7 @@
 // → dispose. Types come from the real package, so a drifted interface fails the build.
 
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
@@ -18,7 +18,7 @@ import { after, test } from "node:test";
 import type { AgentMessage, HarnessContextEngine as ContextEngine } from "openclaw/plugin-sdk/agent-harness-runtime" with { "resolution-mode": "import" };
 import type { OpenClawPluginApi, OpenClawPluginDefinition } from "openclaw/plugin-sdk/plugin-entry" with { "resolution-mode": "import" };
 
-import { DagctxClient } from "dagctx-client";
+import { DagctxClient, resolveCommand } from "dagctx-client";
 
 import { closeAllLinks } from "../link";
 import type { RecallTool } from "../tools";
@@ -299,4 +299,56 @@ test("OpenClaw's durable turn contract: declared, idempotent commits, assemble n
     await c.close();
   }
   assert.deepEqual(warnings, []);
+});
+
+test("dagctx stopped: every step goes on without dagctx and says so, none throws (OpenClaw would quarantine the engine); back, it records what it missed", async () => {
+  const launcher = join(dir, "dagctx-launch");
+  const quote = (a: string) => `'${a.replace(/'/g, `'\\''`)}'`;
+  const working = `#!/bin/sh\nexec ${resolveCommand({}).map(quote).join(" ")} "$@"\n`;
+  writeFileSync(launcher, working, { mode: 0o755 });
+  const { factory, warnings } = loadPlugin({ database: db, model: "gpt-4o", command: [launcher] });
+  const engine = (await factory({})) as ContextEngine & { connection(): Promise<DagctxClient>; dagctxSessionId(id: string): Promise<string> };
+  const sessionId = "oc-outage";
+  const sessionKey = "agent:main:outage";
+  const admission = {} as never;
+  const terminal = {} as never;
+  const t1 = turnMessages(31);
+  assert.deepEqual(await engine.commitTurn!({ advancementKey: "o-1", admission, terminal, messages: t1, sessionId, sessionKey }), { status: "committed" });
+
+  // the host aborts a background compaction: its own abort reason comes back (not an engine failure)
+  const ctl = new AbortController();
+  const reason = Object.assign(new Error("Session maintenance yielded to a foreground turn"), { name: "AbortError" });
+  ctl.abort(reason);
+  await assert.rejects(engine.compact({ sessionId, sessionKey, force: true, tokenBudget: 50_000, abortSignal: ctl.signal } as never), (e) => e === reason);
+  assert.equal(warnings.length, 0, warnings.join("\n"));
+
+  // dagctx stops: its daemon dies and its command fails
+  writeFileSync(launcher, "#!/bin/sh\necho 'dagctx is stopped (test)' >&2\nexit 1\n", { mode: 0o755 });
+  const conn = await engine.connection();
+  conn.process?.kill("SIGKILL");
+  await conn.exited;
+
+  const t2 = turnMessages(32);
+  const given = [...t1, t2[0]!];
+  const view = await engine.assemble({ sessionId, sessionKey, messages: given, model: "gpt-4o", tokenBudget: 50_000 });
+  assert.deepEqual(view.messages, given, "without dagctx the model sees the host's own messages");
+  assert.deepEqual(await engine.commitTurn!({ advancementKey: "o-2", admission, terminal, messages: t2, sessionId, sessionKey }), { status: "committed" });
+  const compacted = await engine.compact({ sessionId, sessionKey, tokenBudget: 50_000 });
+  assert.equal(compacted.ok, true);
+  assert.equal(compacted.compacted, false);
+  const small = await engine.assemble({ sessionId, sessionKey, messages: [...t1, ...t2], model: "gpt-4o", tokenBudget: 20 });
+  assert.ok(small.messages.length < 4 && small.messages.length > 0, "over the budget, the oldest messages are left out");
+  assert.ok(warnings.length >= 4 && warnings.every((w) => w.includes("[dagctx] DEGRADED")), warnings.join("\n"));
+
+  // dagctx is back: the next step after the retry wait reconnects, replays the kept turn, says so
+  writeFileSync(launcher, working, { mode: 0o755 });
+  await new Promise((r) => setTimeout(r, 5_200));
+  const t3 = turnMessages(33);
+  assert.deepEqual(await engine.commitTurn!({ advancementKey: "o-3", admission, terminal, messages: t3, sessionId, sessionKey }), { status: "committed" });
+  assert.match(warnings.at(-1)!, /\[dagctx\] RECOVERED: .*1 step\(s\)/);
+  const back = await engine.assemble({ sessionId, sessionKey, messages: [], model: "gpt-4o", tokenBudget: 50_000 });
+  assert.deepEqual(back.messages.map(text), [...t1, ...t2, ...t3].map(text), "each turn once, in order, the outage's included");
+  // the host retrying the outage's commit: a duplicate
+  assert.deepEqual(await engine.commitTurn!({ advancementKey: "o-2", admission, terminal, messages: t2, sessionId, sessionKey }), { status: "duplicate" });
+  await closeAllLinks();
 });
