@@ -83,4 +83,11 @@ fi
 # The Hermes engine's test builds its own virtualenv (hermes-agent pins conflict with
 # ours) under ${XDG_CACHE_HOME:-~/.cache}/dagctx-tests and reuses it between runs.
 
-exec "$PY" -m pytest -q "$@"
+# Two workers, a test file each at a time (module fixtures and the Hermes virtualenv build stay in
+# one process): most integration tests wait on subprocesses, so two workers roughly halve the wall
+# time on CI's 2 cores. DAGCTX_TEST_WORKERS=0 runs in one process.
+workers=${DAGCTX_TEST_WORKERS:-2}
+if [ "$workers" = 0 ]; then
+  exec "$PY" -m pytest -q "$@"
+fi
+exec "$PY" -m pytest -q -n "$workers" --dist loadfile "$@"

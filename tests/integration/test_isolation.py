@@ -7,7 +7,6 @@ events, not a duration (CI is loaded) — and that A's work still succeeds.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -17,36 +16,9 @@ import pytest
 from dagctx.client import DagctxClient, RpcError
 from dagctx.protocol import messages as m
 
-from test_shared_daemon import shared_env, spawn  # noqa: F401 - the fixture is used by name
+from test_shared_daemon import claude_code_transcript, heavy_transcript, shared_env, spawn  # noqa: F401 - the fixture is used by name
 
 pytestmark = pytest.mark.asyncio
-
-
-def claude_code_transcript(path: Path, turns: int, result_chars: int) -> None:
-    """A Claude Code JSONL of ``turns`` tool-using turns, each tool result ``result_chars`` long."""
-    sid = "0e9d2a54-7f3c-4b51-9a43-5b3d1c0f7a11"
-    body = " ".join(f"w{k} src/mod_{k % 50}.py total {k * 7}" for k in range(result_chars // 30))
-    parent = None
-    n = 0
-
-    def line(kind: str, message: dict[str, Any]) -> str:
-        nonlocal parent, n
-        n += 1
-        uid = f"00000000-0000-4000-8000-{n:012d}"
-        rec = {"type": kind, "uuid": uid, "parentUuid": parent, "sessionId": sid, "isSidechain": False,
-               "timestamp": f"2026-01-01T00:{(n // 60) % 60:02d}:{n % 60:02d}.000Z", "message": message}
-        parent = uid
-        return json.dumps(rec)
-
-    with open(path, "w", encoding="utf-8") as f:
-        for i in range(turns):
-            f.write(line("user", {"role": "user", "content": f"turn {i}: check src/mod_{i % 50}.py"}) + "\n")
-            f.write(line("assistant", {"role": "assistant", "id": f"msg_{i}a", "content": [
-                {"type": "tool_use", "id": f"toolu_{i}", "name": "Bash", "input": {"command": f"cat f{i}"}}]}) + "\n")
-            f.write(line("user", {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": f"{body} {i}"}]}) + "\n")
-            f.write(line("assistant", {"role": "assistant", "id": f"msg_{i}b",
-                                       "content": [{"type": "text", "text": f"done {i}"}]}) + "\n")
 
 
 async def answered_meanwhile(heavy: asyncio.Future[Any], small: Any) -> tuple[int, float]:
@@ -68,7 +40,7 @@ async def test_a_small_render_of_another_client_finishes_before_a_cold_heavy_ren
     answered while A's cold render of a big session (aging on) is still running."""
     db = tmp_path / "fair.db"
     src = tmp_path / "big.jsonl"
-    claude_code_transcript(src, turns=300, result_chars=31_000)  # under the spill threshold: kept whole, so the render is heavy
+    heavy_transcript(src)  # many turns: a cold render with aging is heavy
     a = await spawn(db)
     try:
         imported = await a.import_path(str(src))
@@ -130,7 +102,7 @@ async def test_a_cancelled_queued_render_is_answered_at_once_and_the_next_one_ru
     cancelling the queued one answers RequestCancelled before the running one finishes."""
     db = tmp_path / "cancel.db"
     src = tmp_path / "big.jsonl"
-    claude_code_transcript(src, turns=200, result_chars=31_000)  # under the spill threshold: kept whole
+    heavy_transcript(src)
     a = await spawn(db)
     try:
         big = (await a.import_path(str(src))).sessions[0].session_id

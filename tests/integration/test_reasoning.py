@@ -246,3 +246,52 @@ async def test_reduction_within_the_turn_never_alters_reasoning(tmp_path: Path) 
         assert check_pairs(p.messages, "anthropic") == []
     finally:
         await c.close()
+
+
+async def test_signed_reasoning_blocks_a_checkpoint_only_where_it_is_sent(tmp_path: Path) -> None:
+    """A long tool loop whose replies carry signed thinking and long texts, with small tool
+    results (nothing to summarize): only a request checkpoint makes it fit a 32k window.
+    Chat Completions (and reasoning "none") send none of the blocks, so the checkpoint
+    covers those steps; Anthropic and neutral send the loop's signed blocks byte for byte,
+    so no checkpoint may drop them and the request is refused, writing nothing (SPEC §6, §8)."""
+    from sampling_stub import ScriptedSampler
+
+    sampler = ScriptedSampler(lambda params: "condensed: " + " ".join(
+        "\n".join(m.content.text for m in params.messages).split()[:30]))
+    c = await DagctxClient.spawn(tmp_path / "signed.db", capabilities={"sampling": {}},
+                                 initialization_options={"models": {"small-32k": {"contextWindow": 32000,
+                                                                                  "maxOutput": 4000}}})
+    c.on_request("sampling/createMessage", sampler)
+    try:
+        s = await c.session_create("signed loop")
+        sid = s.session_id
+        prev = (await c.append(sid, "user", output="Refactor every module under src/pkg", predecessor=s.head)).node.id
+        for i in range(80):
+            block = {"type": "thinking", "text": f"Module {i} next.", "signature": f"c2lnLXt7aX19-{i:03d}=="}
+            text = f"Step {i}: " + " ".join(f"module_{i} function_{k} returns value_{k} after check_{k};"
+                                            for k in range(40))
+            llm = await c.append(sid, "llm", name="claude-sonnet-4-5", output=text, predecessor=prev,
+                                 metadata={"reasoning": [block]})
+            await c.append(sid, "code", name="read_file", input={"path": f"src/pkg/mod_{i}.py"},
+                           output=f"ok {i}", caller=llm.node.id, metadata={"toolCallId": f"toolu_{i:03d}"})
+            prev = llm.node.id
+        # Chat Completions takes no reasoning back: the steps may be checkpointed
+        p = await c.prepare(sid, model="small-32k", format="openai", prompt_mode="none")
+        assert p.reduction is not None and p.reduction.checkpoint is not None, p.decision_path
+        assert len(p.reduction.checkpoint.covers_ids) >= 8
+        assert p.budget.input_used <= p.budget.input_budget - p.budget.safety_margin
+        assert check_pairs(p.messages, "openai") == []
+        # Anthropic with reasoning "none" sends no block either
+        n = await c.prepare(sid, model="small-32k", format="anthropic", prompt_mode="none", reasoning="none")
+        assert n.reduction is not None and n.reduction.checkpoint is not None
+        assert thinking_blocks(n.messages) == []
+        # Anthropic and neutral send the loop's signed blocks: no checkpoint may drop them
+        count = (await c.session_get(sid)).node_count
+        for fmt in ("anthropic", "neutral"):
+            with pytest.raises(RpcError) as err:
+                await c.prepare(sid, model="small-32k", format=fmt, prompt_mode="none")
+            assert err.value.kind == "BudgetExceeded"
+            assert any("signedReasoning" in f for f in err.value.data["details"]["failures"]), err.value.data
+        assert (await c.session_get(sid)).node_count == count
+    finally:
+        await c.close()

@@ -50,10 +50,6 @@ async def request(c: DagctxClient, sid: str, head: str, kind: str, model: str) -
     return what_was_sent(res)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "open (issue 18 follow-up): a step with stored signed/encrypted reasoning now blocks request "
-    "checkpoints whatever the format, so one request of this rollout (codex-71) is refused with "
-    "BudgetExceeded; the checkpoint rule must depend on whether the render sends those blocks"))
 async def test_every_request_of_a_real_codex_rollout_is_the_same_from_two_daemons(
         tmp_path: Path, corpus: Path) -> None:
     db = tmp_path / "codex.db"

@@ -177,12 +177,39 @@ def test_checkpoint_steps_stop_at_blockers_and_keep_the_newest() -> None:
     shape = tr.turn_shape(view, t.g)
     steps, why = tr.checkpoint_steps(t.g, view, shape)
     assert steps == [f"a{i}" for i in range(10 - tr.KEEP_RECENT_STEPS)] and why is None
-    # signed reasoning in step 4 stops the checkpoint before it
+    # thinking blocks in a reply's output are never sent: they bind nothing
     t.g.nodes["a4"] = Call(**{**_fields(t.g.nodes["a4"]), "output": [
         {"type": "thinking", "thinking": "hmm", "signature": "sig"}, {"type": "text", "text": "Step 4."}]})
     view = render_view(t.g, t.tip)
-    steps, why = tr.checkpoint_steps(t.g, view, tr.turn_shape(view, t.g))
-    assert steps == ["a0", "a1", "a2", "a3"] and why == "signedReasoning"
+    steps, why = tr.checkpoint_steps(t.g, view, tr.turn_shape(view, t.g),
+                                     tr.signed_reasoning_sent(view, "anthropic", "provider"))
+    assert len(steps) == 10 - tr.KEEP_RECENT_STEPS and why is None
+
+
+@pytest.mark.parametrize("fmt, mode, block, stops", [
+    ("anthropic", "provider", {"type": "thinking", "text": "hmm", "signature": "sig"}, True),
+    ("anthropic", "all", {"type": "redacted_thinking", "data": "ZW5j"}, True),
+    ("neutral", "provider", {"type": "reasoning", "text": "", "encryptedContent": "gAAA"}, True),
+    ("anthropic", "none", {"type": "thinking", "text": "hmm", "signature": "sig"}, False),
+    ("openai", "provider", {"type": "thinking", "text": "hmm", "signature": "sig"}, False),
+    ("openai", "all", {"type": "reasoning", "text": "t", "encryptedContent": "gAAA"}, False),
+    # unsigned thinking never goes to Anthropic; Codex encrypted reasoning neither
+    ("anthropic", "provider", {"type": "thinking", "text": "hmm"}, False),
+    ("anthropic", "provider", {"type": "reasoning", "text": "", "encryptedContent": "gAAA"}, False),
+])
+def test_signed_reasoning_stops_a_checkpoint_only_when_the_render_sends_it(
+        fmt: str, mode: str, block: dict[str, Any], stops: bool) -> None:
+    """SPEC §6, §8: a step's stored signed or encrypted reasoning stops a checkpoint only
+    when this format and reasoning mode send it (it must go out byte for byte)."""
+    t = long_turn(10)
+    t.g.nodes["a4"] = Call(**{**_fields(t.g.nodes["a4"]), "metadata": {"reasoning": [block]}})
+    view = render_view(t.g, t.tip)
+    signed = tr.signed_reasoning_sent(view, fmt, mode)
+    steps, why = tr.checkpoint_steps(t.g, view, tr.turn_shape(view, t.g), signed)
+    if stops:
+        assert signed == {"a4"} and steps == ["a0", "a1", "a2", "a3"] and why == "signedReasoning"
+    else:
+        assert signed == frozenset() and len(steps) == 10 - tr.KEEP_RECENT_STEPS and why is None
 
 
 @pytest.mark.parametrize("blocker, why", [("image", "multimodal"), ("running", "unfinished"), ("ask", "userMessage")])
@@ -344,3 +371,66 @@ def test_reduction_summaries_are_kept_by_key(database: str) -> None:
         assert again.reduction_summaries(["a"]) == {"a": ("short", 900, 12)}
     finally:
         again.close()
+
+
+# ---------------------------------------------------------------- inside a running function
+
+
+def _frame_turn(inner: int, *, nested: bool = False) -> tuple[Turn, str, list[str]]:
+    """User, A, A's tool call F (running, or G running → K → F when ``nested``), and
+    ``inner`` inner calls of F, each with one finished tool call."""
+    t = Turn()
+    t.user()
+    a = t.add("A", "llm", name="m", output="Delegating.", caller="root", predecessor=t.tip)
+    t.tip = a
+    top = t.add("G" if nested else "F", "code", name="agent", input={"task": "port"}, status="running",
+                caller=a, metadata={"toolCallId": "call_top"})
+    fn = top
+    if nested:
+        k = t.add("K", "llm", name="m", output="Planning.", caller=top)
+        t.add("Kt", "code", name="read_file", input={"path": "plan.md"}, output=body(99), caller=k,
+              metadata={"toolCallId": "call_k"})
+        fn = t.add("F", "code", name="worker", input={"part": "lexer"}, status="running", caller=k,
+                   metadata={"toolCallId": "call_f"})
+    calls = []
+    for i in range(inner):
+        li = t.add(f"L{i}", "llm", name="m", output=f"Inner {i}.", caller=fn)
+        t.add(f"T{i}", "code", name="read_file", input={"path": f"p{i}.py"}, output=body(i), caller=li,
+              metadata={"toolCallId": f"call_in_{i}"})
+        calls.append(li)
+    return t, fn, calls
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_frame_s_steps_are_the_function_s_inner_calls(nested: bool) -> None:
+    """SPEC §8: in a frame the running function's inner calls are the steps; only its
+    newest and the open call stack are protected; a checkpoint covers the oldest."""
+    t, fn, calls = _frame_turn(10, nested=nested)
+    view = render_view(t.g, t.tip, frame=fn)
+    shape = tr.turn_shape(view, t.g)
+    assert shape.frame == fn and shape.steps == tuple(calls) and shape.user == "u1"
+    assert shape.stack == ({"A", "G", "K", "F"} if nested else {"A", "F"})
+    # results outside the newest inner call are candidates (the planner's too when nested)
+    cands = tr.result_candidates(view, t.g, shape, t.token_of, aged={})
+    assert [x.node_id for x in cands] == (["Kt"] if nested else []) + [f"T{i}" for i in range(9)]
+    # the protected part: the user's message, the open calls and the newest inner call
+    rendered = to_messages(view, "neutral")
+    per = [count(json_dumps(m)) for m in rendered.messages]
+    parts = tr.protected_parts(t.g, shape, rendered.node_ids, per, system=0, tools=0)
+    assert parts.newest_step < sum(per) // 3
+    steps, why = tr.checkpoint_steps(t.g, view, shape)
+    assert steps == calls[:-tr.KEEP_RECENT_STEPS] and why is None
+    cp = tr.Checkpoint(id="cp", covers=tuple(steps), summary="did the first eight", key="k")
+    out = tr.apply_checkpoint(view, t.g, cp)
+    ids = [it.node_id for it in out.items]
+    assert not {f"L{i}" for i in range(8)} & set(ids) and not {f"T{i}" for i in range(8)} & set(ids)
+    assert {"u1", "A", fn, "L8", "T8", "L9", "T9"} <= set(ids) and "cp" in ids
+    assert ids.index("cp") < ids.index("L8") and ids.index(fn) < ids.index("cp")
+    assert check_pairs(to_messages(out, "anthropic").messages, "anthropic") == []
+    assert "worker" in tr.task_text(view, shape, t.g) if nested else "agent" in tr.task_text(view, shape, t.g)
+
+
+def json_dumps(value: Any) -> str:
+    import json
+
+    return json.dumps(value)

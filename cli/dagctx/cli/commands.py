@@ -143,6 +143,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-writes", action="store_true",
                    help="let the page check out and fork (read-only without it)")
 
+    p = add("eval", _command("cmd_eval", "cmd_eval"),
+            "measure the quality of dagctx's context decisions by replaying transcripts or sessions (M1–M7, no model needed)",
+            db_help="database holding the --session sessions (the replay itself runs in a scratch database)")
+    p.add_argument("paths", nargs="*", metavar="PATH", help="transcript files or folders (any importable format)")
+    p.add_argument("--session", action="append", default=[], metavar="ID",
+                   help="a stored session to replay (repeatable; a unique prefix is enough)")
+    p.add_argument("--window", action="append", default=[], metavar="TOKENS",
+                   help="context window to replay at, e.g. 16k (repeatable or comma-separated; default 16k,32k,128k)")
+    p.add_argument("--format", default="anthropic", choices=get_args(Format),
+                   help="request format whose bytes are compared (default anthropic)")
+    p.add_argument("--compaction", default="recommended", choices=["recommended", "auto", "off"],
+                   help="recommended: compact when context/prepare recommends it (the reference agent loop); "
+                        "auto: prepare's allowCompaction; off: never")
+    p.add_argument("--keep-recent-tokens", type=int, metavar="TOKENS",
+                   help="context/compact's keepRecentTokens (default: the daemon's keep-tail target)")
+    p.add_argument("--cache-ttl", type=float, default=300.0,
+                   help="prompt-cache lifetime in seconds: a longer pause in the source makes the cache cold (default 300)")
+    p.add_argument("--summarizer", default="stand-in", choices=["stand-in", "structural", "endpoint"],
+                   help="who writes summaries: the deterministic stand-in (default, no model), the daemon's "
+                        "structural fallback (no summaries within a turn), or --endpoint")
+    p.add_argument("--endpoint", help="OpenAI-compatible endpoint for the summaries (default: the deterministic stand-in)")
+    p.add_argument("--endpoint-model", help="model name at that endpoint")
+    p.add_argument("--api-key-env", help="environment variable holding the endpoint's API key")
+    p.add_argument("--no-recall", action="store_true", help="skip M1 (its searches are the slowest part)")
+    p.add_argument("--max-sessions", type=int, help="replay at most this many sessions")
+    p.add_argument("--jobs", type=int, default=2, help="sessions replayed at once, each in its own scratch daemon (default 2)")
+    p.add_argument("--plots", metavar="DIR", help="write SVG plots into DIR (tokens per request, retention by class)")
+    json_flag(p, "every metric, per session, window and in total")
+
     p = add("demo", _command("demo", "run_demo"), "generate a realistic agent session through the daemon and show what dagctx does",
             db_help="database file to use (default: a new temporary one, removed afterwards unless --keep)")
     p.add_argument("--keep", action="store_true", help="keep the demo database and print its path")

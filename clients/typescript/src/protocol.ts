@@ -709,6 +709,13 @@ export interface OutputRange {
   length?: number | null;
 }
 
+/**
+ * ``context/prepare``: the next request of a turn, checked against the budget.
+ *
+ * ``frame`` is a running code node's id, as in ``context/render``: the request of a
+ * model call made inside that function (SPEC §6); reduction within the turn then
+ * reduces the function's finished inner calls like a turn's steps (SPEC §8).
+ */
 export interface PrepareParams {
   sessionId: string;
   /** @default null */
@@ -717,6 +724,8 @@ export interface PrepareParams {
   model?: string | null;
   /** @default "neutral" */
   format?: "anthropic" | "neutral" | "openai";
+  /** @default null */
+  frame?: string | null;
   /** @default [] */
   tools?: Record<string, unknown>[];
   /** @default null */

@@ -18,7 +18,8 @@ functions over a rendered ``View``, how one *request* is brought under its budge
    ``checkpoint_steps`` / ``choose_checkpoint`` pick a prefix of the turn's steps (top-level
    model calls after the user's message), never the newest ``KEEP_RECENT_STEPS``, and
    stopping before any step that holds a user-authored message, multimodal content,
-   an unfinished tool call or signed reasoning. ``apply_checkpoint`` replaces those
+   an unfinished tool call or signed reasoning *that this render sends*
+   (``signed_reasoning_sent``: by format and reasoning mode, SPEC §6). ``apply_checkpoint`` replaces those
    steps' items with one task summary (``checkpoint_text``); the user's message
    stays first.
 
@@ -47,7 +48,8 @@ from dagctx.protocol.context_messages import Budget, BudgetExceededDetails, Prom
 from dagctx.protocol.errors import DagctxError
 
 from .aging import owner_chain_id
-from .render import Item, View, json_text, value_blocks
+from .formats import reasoning_owners
+from .render import Item, View, is_chain_member, json_text, value_blocks
 
 #: Bumped whenever a rule here changes what a reduced request looks like.
 REDUCTION_POLICY_VERSION = 1
@@ -104,17 +106,63 @@ def fits(budget: Budget) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class TurnShape:
-    """The current user turn of a view: its user node and its steps, oldest first."""
+    """The current user turn of a view: its user node and its steps, oldest first.
+
+    In a frame (``View.frame``, a running function F, SPEC §6) the steps are F's own
+    inner calls — its direct callees — and every item belongs to a *unit*: a chain node
+    (the turn's earlier steps, the user's message), a direct callee of a function or
+    call on the open stack A → … → F (a finished inner call, reducible like a step), or
+    an open stack node itself (protected with F's newest step, SPEC §8)."""
 
     user: str | None
     steps: tuple[str, ...]
-    #: chain-owner id of every item (parallel to ``view.items``)
+    #: the unit of every item (parallel to ``view.items``); the chain owner outside a frame
     owners: tuple[str, ...]
+    #: the running function of a frame, else None
+    frame: str | None = None
+    #: the open call stack of a frame, A … F (chain node down to the function)
+    stack: frozenset[str] = frozenset()
+
+
+def frame_stack(graph: SessionGraph, frame: str) -> list[str]:
+    """[A, …, F]: the chain node down to the running function ``frame`` by ``caller``."""
+    out = [frame]
+    node = graph.nodes[frame]
+    while not is_chain_member(graph, node) and node.caller in graph.nodes and node.caller != graph.root_id:
+        if node.caller in out:
+            break
+        node = graph.nodes[node.caller]
+        out.append(node.id)
+    out.reverse()
+    return out
+
+
+def unit_of(graph: SessionGraph, shape: TurnShape, node_id: str, cache: dict[str, str]) -> str:
+    """The unit ``node_id`` belongs to (see ``TurnShape``): its chain owner outside a frame."""
+    if shape.frame is None:
+        return owner_chain_id(graph, node_id, cache)
+    if node_id in cache:
+        return cache[node_id]
+    path: list[str] = []
+    nid = node_id
+    out = node_id
+    while nid in graph.nodes:
+        if nid in cache:
+            out = cache[nid]
+            break
+        node = graph.nodes[nid]
+        path.append(nid)
+        if (nid in shape.stack or node.caller in shape.stack or is_chain_member(graph, node)
+                or node.caller is None or node.caller == graph.root_id):
+            out = nid
+            break
+        nid = node.caller
+    for x in path:
+        cache[x] = out
+    return out
 
 
 def turn_shape(view: View, graph: SessionGraph) -> TurnShape:
-    cache: dict[str, str] = {}
-    owners = tuple(owner_chain_id(graph, it.node_id, cache) for it in view.items)
     user: str | None = None
     start = 0
     for i in range(len(view.chain) - 1, -1, -1):
@@ -122,6 +170,16 @@ def turn_shape(view: View, graph: SessionGraph) -> TurnShape:
         if node is not None and node.role == "user" and not node.metadata.get("spawn_branch_root"):
             user, start = node.id, i + 1
             break
+    cache: dict[str, str] = {}
+    if view.frame is not None and view.frame in graph.nodes:
+        # inside a running function: its own inner calls are the steps (SPEC §8)
+        stack = frozenset(frame_stack(graph, view.frame))
+        shape = TurnShape(user, (), (), view.frame, stack)
+        owners = tuple(unit_of(graph, shape, it.node_id, cache) for it in view.items)
+        inner = {o for o in owners if o in graph.nodes and graph.nodes[o].caller == view.frame and o not in stack}
+        steps = tuple(sorted(inner, key=lambda o: graph.nodes[o].seq))
+        return TurnShape(user, steps, owners, view.frame, stack)
+    owners = tuple(owner_chain_id(graph, it.node_id, cache) for it in view.items)
     steps = tuple(
         nid for nid in view.chain[start:]
         if nid in graph.nodes and graph.nodes[nid].role in ("llm", "code") and nid != user
@@ -169,11 +227,14 @@ def protected_parts(
     for k, (ids, n) in enumerate(zip(node_ids, per_message)):
         if system_in_messages and k == 0:
             continue
-        owners = {owner_chain_id(graph, i, cache) for i in ids if i in graph.nodes}
+        owners = {unit_of(graph, shape, i, cache) for i in ids if i in graph.nodes}
         if shape.user is not None and (shape.user in owners or any(
-            graph.nodes[i].role == "user" and owner_chain_id(graph, i, cache) in turn for i in ids if i in graph.nodes
+            graph.nodes[i].role == "user" and unit_of(graph, shape, i, cache) in turn for i in ids if i in graph.nodes
         )):
             user_tokens += n
+        elif owners & shape.stack:
+            # a frame's open call stack (its calls, their "[in progress]" results)
+            step_tokens += n
         elif newest is not None and newest in owners:
             # the newest step's finished plain-text results may be summarized, last
             # (SPEC §8): what is protected of them is about a summary's size
@@ -415,12 +476,15 @@ class Checkpoint:
         return CHECKPOINT_MARKER.format(steps=len(self.covers)) + "\n" + self.summary.strip()
 
 
-def _step_blocked(graph: SessionGraph, step: str, items: Sequence[Item]) -> str | None:
-    """Why a step (with its rendered ``items``) may not go into a checkpoint, or None."""
+def _step_blocked(graph: SessionGraph, step: str, items: Sequence[Item], signed: frozenset[str]) -> str | None:
+    """Why a step (with its rendered ``items``) may not go into a checkpoint, or None.
+
+    ``signed``: the llm nodes whose signed or encrypted reasoning this render sends
+    (``signed_reasoning_sent``); a checkpoint would drop those blocks, so it stops there."""
     node = graph.nodes.get(step)
     if node is None:
         return "unknown"
-    if _signed_reasoning(node.output) or _signed_reasoning(node.metadata.get("reasoning")):
+    if step in signed:
         return "signedReasoning"
     for it in items:
         if it.synthetic or it.status == "running":
@@ -433,26 +497,44 @@ def _step_blocked(graph: SessionGraph, step: str, items: Sequence[Item]) -> str 
     return None
 
 
-def _signed_reasoning(value: Any) -> bool:
-    if isinstance(value, list):
-        return any(
-            isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking", "reasoning")
-            and (b.get("signature") or b.get("type") == "redacted_thinking" or b.get("encrypted_content")
-                 or b.get("encryptedContent"))
-            for b in value
-        )
-    return False
+def _signed_block(block: dict[str, Any], format: str) -> bool:
+    """Whether ``block`` (a stored reasoning block) goes out signed or encrypted in ``format``:
+    Anthropic sends signed ``thinking`` and ``redacted_thinking`` unchanged; neutral every
+    block as stored (a Codex ``encrypted_content`` too); Chat Completions only text."""
+    kind = block.get("type")
+    if format == "openai":
+        return False
+    if kind == "thinking":
+        return bool(block.get("signature"))
+    if kind == "redacted_thinking":
+        return bool(block.get("data")) or format == "neutral"
+    return format == "neutral" and bool(block.get("encrypted_content") or block.get("encryptedContent"))
 
 
-def checkpoint_steps(graph: SessionGraph, view: View, shape: TurnShape) -> tuple[list[str], str | None]:
-    """The steps a checkpoint may cover (a prefix of the turn), and what stopped it."""
+def signed_reasoning_sent(view: View, format: str, mode: str) -> frozenset[str]:
+    """The llm nodes whose signed or encrypted reasoning blocks this render sends (SPEC §6:
+    by format and ``reasoning`` mode). Only those blocks bind a request: they go out
+    byte for byte, so no checkpoint may cover their step. Stored blocks that are not sent
+    (OpenAI Chat Completions, mode ``none``, an earlier turn under ``provider``) bind nothing."""
+    owners = reasoning_owners(view, format, mode)
+    if not owners:
+        return frozenset()
+    return frozenset(it.node_id for it in view.items
+                     if it.node_id in owners and it.kind == "assistant"
+                     and any(_signed_block(b, format) for b in it.reasoning))
+
+
+def checkpoint_steps(graph: SessionGraph, view: View, shape: TurnShape,
+                     signed: frozenset[str] = frozenset()) -> tuple[list[str], str | None]:
+    """The steps a checkpoint may cover (a prefix of the turn), and what stopped it.
+    ``signed``: the steps whose signed reasoning the render sends (``signed_reasoning_sent``)."""
     limit = max(0, len(shape.steps) - KEEP_RECENT_STEPS)
     by_owner: dict[str, list[Item]] = {}
     for it, owner in zip(view.items, shape.owners):
         by_owner.setdefault(owner, []).append(it)
     out: list[str] = []
     for step in shape.steps[:limit]:
-        why = _step_blocked(graph, step, by_owner.get(step, ()))
+        why = _step_blocked(graph, step, by_owner.get(step, ()), signed)
         if why is not None:
             return out, why
         out.append(step)
@@ -468,7 +550,7 @@ def step_tokens(shape: TurnShape, graph: SessionGraph, node_ids: Sequence[Sequen
     for ids, n in zip(node_ids, per_message):
         for i in ids:
             if i in graph.nodes:
-                owner = owner_chain_id(graph, i, cache)
+                owner = unit_of(graph, shape, i, cache)
                 if owner in steps:
                     out[owner] += n
                 break
@@ -532,8 +614,15 @@ def steps_text(view: View, shape: TurnShape, steps: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def task_text(view: View, shape: TurnShape) -> str:
-    return "\n".join(it.text for it, o in zip(view.items, shape.owners) if o == shape.user and it.kind == "user")
+def task_text(view: View, shape: TurnShape, graph: SessionGraph | None = None) -> str:
+    """The task a checkpoint summarizes toward: the user's message of the turn, and in a
+    frame the running function's call (its name and arguments)."""
+    text = "\n".join(it.text for it, o in zip(view.items, shape.owners) if o == shape.user and it.kind == "user")
+    if shape.frame is not None and graph is not None and shape.frame in graph.nodes:
+        f = graph.nodes[shape.frame]
+        args = "" if f.input is None else (f.input if isinstance(f.input, str) else json_text(f.input))
+        text += f"\n\nThe steps below are the inner calls of the running function {f.name or 'function'}({args})."
+    return text
 
 
 def checkpoint_messages(task: str, segment: str, *, previous: str | None, words: int) -> tuple[str, str]:
@@ -555,11 +644,11 @@ def checkpoint_messages(task: str, segment: str, *, previous: str | None, words:
 def apply_checkpoint(view: View, graph: SessionGraph, cp: Checkpoint) -> View:
     """The view with the checkpoint's steps replaced by one user message (pure)."""
     covered = set(cp.covers)
-    cache: dict[str, str] = {}
+    owners = turn_shape(view, graph).owners
     items: list[Item] = []
     placed = False
-    for it in view.items:
-        if owner_chain_id(graph, it.node_id, cache) in covered:
+    for it, owner in zip(view.items, owners):
+        if owner in covered:
             if not placed:
                 items.append(Item(kind="summary", node_id=cp.id, role="user", seq=it.seq,
                                   content=[{"type": "text", "text": cp.text}], text=cp.text, turn=it.turn))
@@ -709,6 +798,7 @@ __all__ = [
     "checkpoint_summary_cap",
     "choose_checkpoint",
     "expected_saving",
+    "frame_stack",
     "fits",
     "input_limit",
     "is_context_overflow",
@@ -720,10 +810,12 @@ __all__ = [
     "result_summary_cap",
     "results_needed",
     "safety_margin",
+    "signed_reasoning_sent",
     "split_segments",
     "step_tokens",
     "steps_text",
     "summary_key",
     "task_text",
     "turn_shape",
+    "unit_of",
 ]

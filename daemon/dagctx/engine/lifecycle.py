@@ -126,7 +126,8 @@ class ContextEngine:
                  if system_node else "not stored (nothing to store)")
         path.append(f"system prompt ({p.prompt_mode}): {len(system_text):,} chars, {where}")
         hooks = {k: v for k, v in (("prependContext", p.prepend_context), ("memoryPrefetch", p.memory_prefetch)) if v}
-        aged, aging_stats = views.aging_for(p.session_id, head, info, enabled=self.aging, ager=self.ager)
+        aged, aging_stats = views.aging_for(p.session_id, head, info, enabled=self.aging, ager=self.ager,
+                                            frame=p.frame)
         if aging_stats.get("toolResultsAged"):
             path.append(
                 f"aging: {aging_stats['toolResultsAged']} old tool results shrunk, "
@@ -140,6 +141,7 @@ class ContextEngine:
             head=head,
             fmt=p.format,
             model=p.model,
+            frame=p.frame,
             system_node_id=system_node,
             aged=reductions.aged_overlay(aged) if reductions else aged,
             extra_manifest=extra,

@@ -271,10 +271,15 @@ def _plan(run: _Run, base: Built) -> _Plan:
     newest = tr.result_candidates(view, graph, shape, token_of, aged=base.aged, newest_step=True)
     keys = {x.node_id: tr.summary_key("result", "\0".join((x.tool, x.arguments, x.status, x.text)), run.config)
             for x in cands + newest}
-    owners = {x.node_id: graph.owner(x.node_id) for x in cands + newest}
-    eligible, blocked = tr.checkpoint_steps(graph, view, shape)
+    units: dict[str, str] = {}
+    owners = {x.node_id: tr.unit_of(graph, shape, x.node_id, units) for x in cands + newest}
+    # only signed reasoning this render sends binds a step (SPEC §6, §8): by format and mode
+    manifest = base.rendering.manifest
+    signed = tr.signed_reasoning_sent(view, str(manifest.get("format") or "neutral"),
+                                      str(manifest.get("reasoning") or "provider"))
+    eligible, blocked = tr.checkpoint_steps(graph, view, shape, signed)
     texts = {st: tr.steps_text(view, shape, [st]) for st in eligible}
-    return _Plan(base, shape, cands, keys, owners, eligible, blocked, texts, tr.task_text(view, shape), newest)
+    return _Plan(base, shape, cands, keys, owners, eligible, blocked, texts, tr.task_text(view, shape, graph), newest)
 
 
 async def _summarize_results(run: _Run, plan: _Plan, chosen: list[tr.ResultCandidate], red: Reductions) -> None:
@@ -489,9 +494,11 @@ async def reduce(engine: EngineCore, build: Callable[[Reductions], Built], *, se
         saving = sum(max(0, tr.expected_saving(x)) for x in plan.candidates)
         tokens = tr.step_tokens(plan.shape, engine.store.graph(session_id), built.rendering.node_ids,
                                 built.rendering.per_message)
-        # 1. results alone, when their expected saving covers the need within the calls
-        if saving >= need and (tr.results_needed(plan.candidates, need) <= tr.MAX_SUMMARY_CALLS
-                               or not plan.eligible):
+        # 1. results alone, when their expected saving covers the need within the calls,
+        #    or whenever no step may be checkpointed (e.g. the loop's signed reasoning is
+        #    sent: the results are condensed, the signed blocks go out unchanged)
+        if not plan.eligible or (saving >= need
+                                 and tr.results_needed(plan.candidates, need) <= tr.MAX_SUMMARY_CALLS):
             final = await _reduce_results(run, plan, build, red, frozenset())
         # 2. else (or when they did not make it fit) a checkpoint of the turn's earlier
         #    steps, the fewest quanta that free the need, then results after it

@@ -56,6 +56,7 @@ from .backend import (
 )
 from .graph import SessionGraph, is_spawn_root
 from .text import node_text
+from .write_marks import WriteMarks
 
 log = logging.getLogger("dagctx.ledger")
 
@@ -145,6 +146,9 @@ class Store:
         #: One write transaction of this store at a time (the database's writer thread,
         #: and in-process callers); always taken before ``lock``, never after it.
         self._wlock = threading.RLock()
+        #: this process's writes per session, begun before each transaction, so a poller
+        #: never mistakes one for another process's before it was announced (SPEC §1.5)
+        self.marks = WriteMarks()
 
     @property
     def kind(self) -> str:
@@ -167,10 +171,17 @@ class Store:
     def _write_many(self, session_ids: Sequence[str], *, group: bool = False) -> Iterator[None]:
         """One write transaction touching ``session_ids``; a failure drops their graphs
         before the store's lock is released."""
-        with self._wlock:
-            self.ensure_file()
-            with self.backend.transaction(session_ids[0], guard=self._dropping(session_ids), group=group):
-                yield
+        marked = [sid for sid in session_ids if sid != _DERIVED]
+        self.marks.begin(marked)
+        committed = False
+        try:
+            with self._wlock:
+                self.ensure_file()
+                with self.backend.transaction(session_ids[0], guard=self._dropping(session_ids), group=group):
+                    yield
+            committed = True
+        finally:
+            self.marks.end(marked, committed)
 
     @contextmanager
     def _dropping(self, session_ids: Sequence[str]) -> Iterator[None]:

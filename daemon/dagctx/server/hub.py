@@ -8,7 +8,9 @@ A per-user daemon (SPEC §1) serves many connections on one event loop. The hub
   its subscribers have heard (newest seq, updates, HEAD, title) and ``changed`` sends
   exactly what is new — after a write of this daemon at once, and every
   ``POLL_SECONDS`` for writes of other processes on the same file (another daemon, a
-  standalone CI run), so they reach subscribers within 250 ms;
+  standalone CI run), so they reach subscribers within 250 ms; a poll leaves a session
+  alone while a write of this daemon to it is not yet announced (the store's
+  ``WriteMarks``), so this daemon's nodes always carry their origin;
 * owns the work pool (``pool.FairPool``) where every request runs off the event loop;
 * arms the idle timer and stops the daemon (``daemon/stop``, SIGTERM, idle).
 
@@ -286,7 +288,9 @@ class Hub:
         key = (id(store), session_id)
         w = self.watches.get(key)
         if w is None:
+            told = store.marks.finished(session_id)
             g = store.graph(session_id)
+            store.marks.announced(session_id, told)  # what the graph holds is known
             w = Watch(store, session_id, seq_seen=g.by_seq[-1].seq if g.by_seq else 0,
                       updates_seen=len(g.updates), head=info.head, title=info.title)
             self.watches[key] = w
@@ -317,6 +321,7 @@ class Hub:
         """
         w = self.watches.get((id(store), session_id))
         if w is None:
+            store.marks.announced(session_id, store.marks.finished(session_id))  # nobody to tell
             return
         if self.on_loop() and self.loop is not None:
             self._watch_pool(w).submit(("watch", id(store), session_id), lambda: self._diff_locked(w, origin, written))
@@ -329,21 +334,38 @@ class Hub:
                 return self.pool_for(db.key)
         return self.pool
 
-    def _diff_locked(self, w: Watch, origin: str | None, written: frozenset[str]) -> None:
+    def _diff_locked(self, w: Watch, origin: str | None, written: frozenset[str], *, poll: bool = False) -> None:
         with w.lock:
-            self._diff(w, origin, written)
+            self._diff(w, origin, written, poll)
 
-    def _diff(self, w: Watch, origin: str | None, written: frozenset[str]) -> None:
+    def _diff(self, w: Watch, origin: str | None, written: frozenset[str], poll: bool = False) -> None:
+        """Send what is new since the subscribers last heard. A poll (``poll``) is for
+        other processes' writes: while a write of this daemon to the session is not yet
+        announced, or when one began while the poll read, it sends nothing and leaves it
+        all to that write's announcement, which names its origin (``WriteMarks``)."""
         sid = w.session_id
+        marks = w.store.marks
+        if poll:
+            quiet, begun = marks.settled(sid)
+            if not quiet:
+                return
+        else:
+            told = marks.finished(sid)  # before reading: what this announcement covers
         try:
             info = w.store.get_session(sid)
             g = w.store.graph(sid)
         except DagctxError as err:
             if err.kind != "SessionNotFound":
                 raise
+            if poll and marks.begun(sid) != begun:
+                return
             self._send(w, "session/didChange", m.SessionChange(session_id=sid, change="deleted", origin=origin))
             self.watches.pop((id(w.store), sid), None)
+            if not poll:
+                marks.announced(sid, told)
             return
+        if poll and marks.begun(sid) != begun:
+            return  # a write of this daemon began while this poll read: its announcement follows
 
         def who(node_id: str) -> str | None:
             return origin if not written or node_id in written else None
@@ -369,6 +391,8 @@ class Hub:
             w.title = info.title
             self._send(w, "session/didChange", m.SessionChange(session_id=sid, change="renamed",
                                                                head=info.head, title=info.title, origin=origin))
+        if not poll:
+            marks.announced(sid, told)
 
     def _send(self, w: Watch, method: str, params: Any) -> None:
         data = guards.encode_message_safely(codec.Notification(method=method, params=params))
@@ -381,7 +405,7 @@ class Hub:
 
     def _poll(self, w: Watch) -> None:
         try:
-            self._diff_locked(w, None, frozenset())
+            self._diff_locked(w, None, frozenset(), poll=True)
         except Exception as exc:  # a bad row must not end the watch
             log.error("watching session %s failed", w.session_id, exc_info=exc)
         finally:

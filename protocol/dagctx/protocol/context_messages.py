@@ -142,10 +142,18 @@ class RenderResult(_Result):
 
 
 class PrepareParams(_Params):
+    """``context/prepare``: the next request of a turn, checked against the budget.
+
+    ``frame`` is a running code node's id, as in ``context/render``: the request of a
+    model call made inside that function (SPEC §6); reduction within the turn then
+    reduces the function's finished inner calls like a turn's steps (SPEC §8).
+    """
+
     session_id: str
     head: str | None = None
     model: str | None = None
     format: Format = "neutral"
+    frame: str | None = None
     tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
     max_output_tokens: Positive | None = None
     allow_compaction: bool = False

