@@ -335,3 +335,23 @@ async def test_recovery_reads_an_identifier_cut_by_read_node_pages(tmp_path: Pat
     m1 = w["M1"]
     # the one identifier of the result (the rest is plain letters) was removed by aging and found
     assert m1["nodes"] == {"toolu_0001": [1, 1]} and m1["removed"] == 1, m1["lost"]
+
+
+def test_eval_replays_a_stored_session(tmp_path: Path) -> None:
+    """``--session`` takes a session of the user's database (named by a prefix); the replay
+    runs in a scratch database and leaves the user's database as it was."""
+    src = tmp_path / "stored.jsonl"
+    known = claude_code_session(src, turns=3, result_chars=400)
+    db = tmp_path / "user.db"
+    p = dagctx("import", str(src), "--db", str(db), "--standalone", "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    sid = json.loads(p.stdout)["sessions"][0]["sessionId"]
+    before = db.stat().st_size, json.loads(dagctx("sessions", "--db", str(db), "--standalone", "--json").stdout)
+    doc = run_eval("--session", sid[:8], "--db", str(db), "--standalone", "--window", "16k")
+    (s,) = doc["sessions"]
+    assert s["source"] == f"session {sid}" and s["modelCalls"] == known["calls"]
+    assert s["windows"][0]["M7"]["identical"] == known["calls"]
+    after = json.loads(dagctx("sessions", "--db", str(db), "--standalone", "--json").stdout)
+    assert after == before[1]
+    p = dagctx("eval", "--session", "ffffffff", "--db", str(db), "--standalone")
+    assert p.returncode == 1 and "no session id starts with it" in p.stdout + p.stderr

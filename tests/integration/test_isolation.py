@@ -208,3 +208,37 @@ async def test_memory_is_given_back_when_clients_leave(shared_env, tmp_path: Pat
     finally:
         status.notify("exit")
         await status.wait(10)
+
+
+async def test_session_caches_in_use_stay_within_their_byte_bound(shared_env, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC §1.6: while a database is in use, its cached session graphs are bounded by
+    DAGCTX_CACHE_BYTES, least recently used evicted first; an evicted session answers the
+    same as before (read again from the database)."""
+    monkeypatch.setenv("DAGCTX_CACHE_BYTES", "3000000")  # the daemon this test starts reads it
+    base = tmp_path / "base.jsonl"
+    claude_code_transcript(base, turns=60, result_chars=20_000)  # ~1.2 MB of node bodies, none spilled
+    c = await spawn(tmp_path / "lru.db")
+    try:
+        sids, first = [], []
+        for i in range(4):
+            src = tmp_path / f"s{i}.jsonl"
+            src.write_text(base.read_text().replace("0e9d2a54-7f3c-4b51-9a43-5b3d1c0f7a11",
+                                                    f"0e9d2a54-7f3c-4b51-9a43-5b3d1c0f7a1{i}"))
+            sid = (await c.import_path(str(src))).sessions[0].session_id
+            sids.append(sid)
+            first.append((await c.render(sid, model="gpt-4o", aging=True)).messages)
+        st = await c.daemon_status()
+        assert st.memory.cache_limit_bytes == 3_000_000
+        for _ in range(600):  # a hang guard: the bound is looked at about once a second
+            st = await c.daemon_status()
+            cached = sum(cache.bytes for cache in st.caches)
+            if cached <= 3_000_000:
+                break
+            await asyncio.sleep(0.05)
+        assert 0 < cached <= 3_000_000, st.caches
+        assert sum(cache.sessions for cache in st.caches) < 4  # some were evicted…
+        for sid, messages in zip(sids, first):  # …and answer exactly as before
+            assert (await c.render(sid, model="gpt-4o", aging=True)).messages == messages
+    finally:
+        await c.close()

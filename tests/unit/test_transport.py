@@ -36,7 +36,9 @@ def test_the_build_hash_changes_with_every_version(monkeypatch: pytest.MonkeyPat
 
 def test_without_xdg_the_folder_is_private_under_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
-    monkeypatch.setattr(transport.tempfile, "gettempdir", lambda: str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
     folder = transport.runtime_dir()
     assert folder == str(tmp_path / f"dagctx-{os.getuid()}")
     assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700

@@ -159,6 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     fast = _fast_serve(args_list if args_list else ["serve"])
     if fast is not None:
         return fast
+    if "sessions" in args_list and not standalone_requested(args_list):
+        from dagctx.cli import quick  # stdlib only: the most typed command without the full CLI's imports
+
+        answered = quick.run(args_list)
+        if answered is not None:
+            return answered
     parser = build_parser()
     commands = _command_names(parser)
     if not any(a in commands for a in args_list) and not {"-h", "--help", "--version"} & set(args_list):

@@ -28,20 +28,27 @@ async def cmd_sessions(args: argparse.Namespace) -> int:
         print_json(res)
         return 0
     what = f" from {args.source}" if args.source else ""
-    table = Table(title=f"{res.total} sessions{what} in {db}")
-    table.add_column("session", min_width=36)
-    table.add_column("title", overflow="ellipsis", max_width=max(16, console.width - 103), no_wrap=True)
-    table.add_column("nodes", justify="right")
-    table.add_column("updated")
-    table.add_column("head")
-    table.add_column("from")
-    for s in res.sessions:
-        table.add_row(s.session_id, escape(s.title), str(s.node_count), when(s.updated_at), short(s.head),
-                      source_of(s))
+    rows = [[s.session_id, escape(s.title), str(s.node_count), when(s.updated_at), short(s.head), source_of(s)]
+            for s in res.sessions]
+    table = sessions_table(f"{res.total} sessions{what} in {db}", rows, console.width)
     console.print(table)
     if res.total > len(res.sessions):
         console.print(f"… {res.total - len(res.sessions)} more (--limit)")
     return 0
+
+
+def sessions_table(title: str, rows: list[list[str]], width: int) -> Table:
+    """The ``sessions`` table (cli/quick.py draws the same one without rich)."""
+    table = Table(title=title)
+    table.add_column("session", min_width=36)
+    table.add_column("title", overflow="ellipsis", max_width=max(16, width - 103), no_wrap=True)
+    table.add_column("nodes", justify="right")
+    table.add_column("updated")
+    table.add_column("head")
+    table.add_column("from")
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 async def cmd_delete(args: argparse.Namespace) -> int:

@@ -83,14 +83,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     mib = 1024 * 1024
     mem = st.memory
     print(f"  memory    {mem.rss_bytes / mib:.0f} MiB resident (peak {mem.peak_rss_bytes / mib:.0f} MiB, "
-          f"at start {mem.baseline_rss_bytes / mib:.0f} MiB)")
+          f"at start {mem.baseline_rss_bytes / mib:.0f} MiB; session caches bounded at "
+          f"{mem.cache_limit_bytes / mib:.0f} MiB)")
     print(f"  queue     {st.queue.queued} waiting, {st.queue.running} running ({st.queue.threads} threads)")
     print(f"  databases {len(st.databases)}")
     for d in st.databases:
         print(f"    {d}")
     for cache in st.caches:
         idle = f", unused for {cache.idle_seconds:.0f} s" if cache.idle_seconds is not None else ""
-        print(f"    cached: {cache.sessions} sessions ({cache.nodes} nodes), {cache.renders} renders, "
+        print(f"    cached: {cache.sessions} sessions ({cache.nodes} nodes, {cache.bytes / mib:.1f} MiB), "
+              f"{cache.renders} renders, "
               f"{cache.users} clients{idle} — {cache.database}")
     print(f"  clients   {len(st.clients)}")
     for c in st.clients:

@@ -133,6 +133,8 @@ export interface CacheStatus {
   /** @default 0 */
   nodes?: number;
   /** @default 0 */
+  bytes?: number;
+  /** @default 0 */
   renders?: number;
   /** @default null */
   idleSeconds?: number | null;
@@ -581,6 +583,8 @@ export interface MemoryStatus {
   peakRssBytes?: number;
   /** @default 0 */
   baselineRssBytes?: number;
+  /** @default 0 */
+  cacheLimitBytes?: number;
 }
 
 /**

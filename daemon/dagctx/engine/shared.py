@@ -124,6 +124,15 @@ class ViewCaches:
     aging: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     texts: OrderedDict[tuple[str, str], int] = field(default_factory=OrderedDict)
 
+    def drop_session(self, session_id: str) -> None:
+        """Forget what the views derived from one session (its graph was evicted); a
+        ``renderId`` stays resolvable (its record is small and a later append names it)."""
+        for cache in (self.tokens, self.prefixes, self.updates_seen, self.aging):
+            for key in [k for k in list(cache) if k and k[0] == session_id]:
+                cache.pop(key, None)
+        self.refs.pop(session_id, None)
+        self.refs_seen.pop(session_id, None)
+
 
 @dataclass
 class OpenDatabase:

@@ -611,10 +611,12 @@ class Store:
         row.next_seq += 1
         row.node_count += 1
         full = node_text(call) if spilled is None else node_text(msgspec.structs.replace(call, output=spilled["data"]))
-        self.backend.insert_node(self._node_row(row.id, call, rev=row.rev, derived=derived, search_text=full))
+        node_row = self._node_row(row.id, call, rev=row.rev, derived=derived, search_text=full)
+        self.backend.insert_node(node_row)
         if spilled is not None:
             self.backend.put_blob(self._blob(row.id, node_id, spilled))
         g.add(call)
+        g.nbytes += len(node_row.body)  # what a refresh would have decoded (the cache bound's weight)
         if moved:
             if call.predecessor == row.head:
                 rules.move_branch_name(row.metadata.get("_branches"), row.head, call.id)
@@ -676,11 +678,12 @@ class Store:
             full = node_text(call) if spilled is None else node_text(
                 msgspec.structs.replace(call, output=spilled["data"])
             )
-            self.backend.fill_node(self._node_row(session_id, call, rev=row.rev, derived=derived,
-                                                  search_text=full))
+            node_row = self._node_row(session_id, call, rev=row.rev, derived=derived, search_text=full)
+            self.backend.fill_node(node_row)
             if spilled is not None:
                 self.backend.put_blob(self._blob(session_id, node_id, spilled))
             g.add(call)
+            g.nbytes += len(node_row.body)
             self._finish(row, g)
         return AppendOutcome(call, row.head, False)
 

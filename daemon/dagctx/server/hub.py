@@ -12,6 +12,9 @@ A per-user daemon (SPEC §1) serves many connections on one event loop. The hub
   alone while a write of this daemon to it is not yet announced (the store's
   ``WriteMarks``), so this daemon's nodes always carry their origin;
 * owns the work pool (``pool.FairPool``) where every request runs off the event loop;
+* bounds the session graphs the open databases cache (``DAGCTX_CACHE_BYTES``, least
+  recently used evicted first; a database nobody uses is closed after
+  ``DAGCTX_CACHE_IDLE_SECONDS``);
 * arms the idle timer and stops the daemon (``daemon/stop``, SIGTERM, idle).
 
 Architecture Invariant: only the server knows JSON-RPC; the hub encodes each
@@ -52,6 +55,13 @@ POLL_SECONDS = 0.1
 #: Seconds a database stays open with no connection on it before it is closed and its
 #: caches are freed (``DAGCTX_CACHE_IDLE_SECONDS``): memory returns when clients leave.
 CACHE_IDLE_SECONDS = 60.0
+#: The bound on the session graphs the open databases cache, in stored bytes
+#: (``DAGCTX_CACHE_BYTES``); past it the least recently used go (SPEC §1.6).
+CACHE_BYTES = 256 * 2**20
+#: A graph used this recently is in use (a view may be walking it): never evicted.
+IN_USE_SECONDS = 1.0
+#: Polls between two looks at the cache bound.
+TRIM_EVERY = 10
 
 
 def _proc_status() -> tuple[int, int]:
@@ -144,6 +154,11 @@ class Hub:
             self.cache_idle = float(os.environ.get("DAGCTX_CACHE_IDLE_SECONDS") or CACHE_IDLE_SECONDS)
         except ValueError:
             self.cache_idle = CACHE_IDLE_SECONDS
+        try:
+            self.cache_bytes = max(0, int(os.environ.get("DAGCTX_CACHE_BYTES") or CACHE_BYTES))
+        except ValueError:
+            self.cache_bytes = CACHE_BYTES
+        self._trimming = False
         #: database key → when its last connection left
         self._unused_since: dict[str, float] = {}
         self._release: asyncio.TimerHandle | None = None
@@ -268,6 +283,51 @@ class Hub:
                      ", ".join(closed))
             _give_back_memory()
         self._arm_release()
+
+    def _trim_soon(self) -> None:
+        """Look at the cache bound in the pool (the store's lock is never taken on the loop)."""
+        if self._trimming:
+            return
+        self._trimming = True
+        try:
+            self.pool.submit(("trim",), self._trim_caches)
+        except RuntimeError:
+            self._trimming = False  # the pool is closed: the daemon is stopping
+
+    def _trim_caches(self) -> None:
+        """Evict the least recently used session graphs (and what the views derived from
+        them) until the cached bytes are within ``cache_bytes``. A graph used in the last
+        ``IN_USE_SECONDS`` or watched by a subscriber stays: the next read would only
+        rebuild it. An evicted session is read again from the database when asked for."""
+        try:
+            watched = {(id(w.store), w.session_id) for w in list(self.watches.values())}
+            total = 0
+            candidates = []
+            now = time.monotonic()
+            for db in self.shared.databases():
+                for sid, nbytes, used in db.store.cached_graphs():
+                    total += nbytes
+                    if (id(db.store), sid) not in watched and now - used >= IN_USE_SECONDS:
+                        candidates.append((used, nbytes, sid, db))
+            if total <= self.cache_bytes:
+                return
+            evicted = freed = 0
+            for _used, nbytes, sid, db in sorted(candidates, key=lambda c: c[0]):
+                if total <= self.cache_bytes:
+                    break
+                if db.store.evict(sid):
+                    db.caches.drop_session(sid)
+                    total -= nbytes
+                    freed += nbytes
+                    evicted += 1
+            if evicted:
+                log.info("evicted %d session graph(s) (%d bytes) over the cache bound of %d bytes", evicted,
+                         freed, self.cache_bytes)
+                _give_back_memory()
+        except Exception as exc:  # a bound not kept this time is kept next time
+            log.error("bounding the caches failed", exc_info=exc)
+        finally:
+            self._trimming = False
 
     def _arm_idle(self) -> None:
         if self.mode != "shared" or self.idle_timeout is None or self.loop is None or self.connections:
@@ -414,8 +474,12 @@ class Hub:
     async def _poll_forever(self) -> None:
         """Every ``POLL_SECONDS``, each watch not already being looked at is diffed in the
         pool (a slow database delays its own watches, never the loop)."""
+        rounds = 0
         while True:
             await asyncio.sleep(POLL_SECONDS)
+            rounds += 1
+            if rounds % TRIM_EVERY == 0:
+                self._trim_soon()
             for w in list(self.watches.values()):
                 if w.polling:
                     continue
@@ -438,7 +502,8 @@ class Hub:
             since = self._unused_since.get(db.key)
             caches.append(m.CacheStatus(
                 database=db.key, users=db.users, sessions=len(graphs),
-                nodes=sum(len(g.nodes) for g in graphs.values()), renders=len(db.caches.renders),
+                nodes=sum(len(g.nodes) for g in graphs.values()), bytes=sum(g.nbytes for g in graphs.values()),
+                renders=len(db.caches.renders),
                 idle_seconds=round(mono - since, 3) if since is not None and db.users <= 0 else None))
         clients = []
         for cid, conn in self.connections.items():
@@ -455,7 +520,8 @@ class Hub:
             idle_timeout_seconds=self.idle_timeout if self.mode == "shared" else None,
             databases=sorted(db.key for db in self.shared.databases()),
             clients=clients,
-            memory=m.MemoryStatus(rss_bytes=rss, peak_rss_bytes=peak, baseline_rss_bytes=self.baseline_rss),
+            memory=m.MemoryStatus(rss_bytes=rss, peak_rss_bytes=peak, baseline_rss_bytes=self.baseline_rss,
+                                  cache_limit_bytes=self.cache_bytes),
             queue=m.QueueStatus(queued=queued, running=running,
                                 threads=sum(p.threads() for p in [self.pool, *list(self.pools.values())])),
             caches=caches,

@@ -590,6 +590,8 @@ class MemoryStatus(_Result):
     peak_rss_bytes: int = 0
     #: RSS when the daemon had started and served nothing yet
     baseline_rss_bytes: int = 0
+    #: the bound on the session graphs every open database caches (``DAGCTX_CACHE_BYTES``)
+    cache_limit_bytes: int = 0
 
 
 class QueueStatus(_Result):
@@ -609,6 +611,8 @@ class CacheStatus(_Result):
     #: session graphs held in memory, and their nodes
     sessions: int = 0
     nodes: int = 0
+    #: what those graphs were decoded from (stored bytes): what the cache bound weighs
+    bytes: int = 0
     #: cached renders (their ``renderId``s) and render prefixes
     renders: int = 0
     idle_seconds: float | None = None

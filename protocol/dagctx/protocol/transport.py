@@ -11,8 +11,9 @@ client use: connect; else take the start lock, connect again (a racing client ma
 started it), remove a stale socket, start the daemon detached (its own session, logs
 in the state directory) and connect with bounded, growing waits.
 
-Stdlib only and no msgspec: the forwarder imports this, and its start-up must stay
-close to a bare Python start.
+Stdlib only and no msgspec: the forwarder and ``dagctx sessions``' quick path import this,
+and their start-up must stay close to a bare Python start (``subprocess`` and ``tempfile``
+are imported only when needed).
 """
 
 from __future__ import annotations
@@ -21,9 +22,7 @@ import errno
 import hashlib
 import os
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 
 from .version import LEDGER_SCHEMA_VERSION, PROTOCOL_VERSION, __version__
@@ -91,6 +90,8 @@ def runtime_dir() -> str:
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg and os.path.isdir(xdg):
         return _private_dir(os.path.join(xdg, "dagctx"))
+    import tempfile  # only without XDG_RUNTIME_DIR: the common path skips its imports
+
     return _private_dir(os.path.join(tempfile.gettempdir(), f"dagctx-{os.getuid()}"))
 
 
@@ -151,6 +152,8 @@ def daemon_command(sock: str) -> list[str]:
 
 def start_daemon(sock: str) -> int:
     """Start the daemon detached: its own session, stdin from /dev/null, output to its log."""
+    import subprocess  # only to start a daemon: connecting to a running one skips it
+
     log = log_path(sock)
     with open(log, "ab", buffering=0) as out, open(os.devnull, "rb") as devnull:
         os.chmod(log, 0o600)

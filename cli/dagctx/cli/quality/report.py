@@ -10,7 +10,7 @@ from typing import Any
 
 from dagctx.cli.quality.identifiers import CLASSES
 
-#: sessions in the terminal's per-session table (the longest); --json has all
+#: sessions in the terminal's per-session table and the token plots (the longest); --json has all
 SESSIONS_SHOWN = 12
 
 
@@ -189,9 +189,11 @@ def retention_svg(title: str, groups: list[tuple[str, dict[str, list[int]]]]) ->
 
 
 def write_plots(doc: dict[str, Any], folder: str) -> list[str]:
+    """Tokens per request of the longest sessions (one file per session and window) and
+    retention by class of every summary group."""
     os.makedirs(folder, exist_ok=True)
     written = []
-    for s in doc["sessions"]:
+    for s in sorted(doc["sessions"], key=lambda s: -s["modelCalls"])[:SESSIONS_SHOWN]:
         for w in s["windows"]:
             path = os.path.join(folder, f"tokens-{_slug(s['title'])}-{s['session'][:8]}-{w['label']}.svg")
             with open(path, "w", encoding="utf-8") as f:

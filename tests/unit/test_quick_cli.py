@@ -1,0 +1,83 @@
+"""``dagctx sessions``' quick path (cli/quick.py) draws what rich draws, or steps aside.
+
+The quick path answers without importing rich; these tests hold its table, title and
+"more" line byte-equal to rich's for the same rows at many widths, on a terminal and in
+a pipe, and check that it declines (None) exactly where it cannot be equal.
+"""
+
+from __future__ import annotations
+
+import io
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+
+from dagctx.cli import quick
+from dagctx.cli.cmd_sessions import sessions_table
+
+ASCII = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126, blacklist_characters="[]\\"),
+                max_size=70)
+
+
+def rich_text(renderable: object, width: int, styled: bool) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=width, force_terminal=styled, color_system="standard" if styled else None,
+            soft_wrap=False).print(renderable)
+    return buf.getvalue()
+
+
+row = st.tuples(
+    st.uuids().map(str) | st.text(alphabet="abcdef0123456789-", min_size=1, max_size=40),
+    ASCII,
+    st.integers(0, 10**7).map(str),
+    st.sampled_from(["2026-12-01 18:00", "1970-01-01 00:00"]),
+    st.sampled_from(["", "0c8e1a3e", "toolu_01NUB6cF"]),
+    st.sampled_from(["native", "claude-code", "codex", "openhands"]),
+).map(list)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(row, max_size=6), width=st.integers(60, 220), styled=st.booleans(),
+       total=st.integers(0, 10**6), db=st.text(alphabet="abc/._-0123456789", min_size=1, max_size=120))
+def test_the_table_equals_richs_or_the_quick_path_steps_aside(rows: list[list[str]], width: int, styled: bool,
+                                                               total: int, db: str) -> None:
+    title = f"{total} sessions in {db}"
+    mine = quick.table(title, rows, width, max(16, width - 103), styled=styled)
+    if mine is not None:
+        assert mine == rich_text(sessions_table(title, rows, width), width, styled)
+
+
+def test_the_common_table_is_drawn_here_in_a_pipe_and_on_a_terminal() -> None:
+    rows = [["0c8e1a3e-9a35-4b7a-8f5e-0a8c6c7a1e2b", "a title long enough to be cut by the column's maximum width",
+             "12", "2026-12-01 18:00", "0c8e1a3e", "native"],
+            ["5f0c", "short", "1234", "2026-12-01 18:00", "", "claude-code"]]
+    for width, styled in ((140, False), (120, True), (200, True)):
+        mine = quick.table("2 sessions in /tmp/x.db", rows, width, max(16, width - 103), styled=styled)
+        assert mine is not None, (width, styled)
+        assert mine == rich_text(sessions_table("2 sessions in /tmp/x.db", rows, width), width, styled)
+    assert "…" in quick.table("t", rows, 140, 37)  # the long title was cut, as rich cuts it
+
+
+def test_it_steps_aside_where_rich_measures_or_reads_markup() -> None:
+    row = ["5f0c", "重构缓存", "1", "2026-12-01 18:00", "", "native"]
+    assert quick.table("1 sessions in /x", [row], 140, 37) is None  # wide characters
+    assert quick.table("1 sessions in /x[1]", [], 140, 37) is None  # markup in the title
+    assert quick.table("1 sessions in /x", [["5f0c", "t", "1", "d", "h", "native"]], 60, 16) is None  # too narrow
+
+
+def test_the_more_line_equals_richs() -> None:
+    for styled in (False, True):
+        buf = io.StringIO()
+        Console(file=buf, width=140, force_terminal=styled, color_system="standard" if styled else None,
+                soft_wrap=False).print("… 17 more (--limit)")
+        assert quick.more_line(17, styled=styled) == buf.getvalue()
+
+
+def test_only_its_own_arguments_take_the_quick_path() -> None:
+    assert quick.parse(["sessions"]) == {"db": None, "limit": 50, "json": False}
+    assert quick.parse(["--db", "x.db", "sessions", "--limit", "5", "--json"]) == {"db": "x.db", "limit": 5, "json": True}
+    assert quick.parse(["sessions", "--db=y.db", "--limit=7"]) == {"db": "y.db", "limit": 7, "json": False}
+    for argv in (["sessions", "--source", "codex"], ["sessions", "-h"], ["sessions", "--standalone"],
+                 ["show", "sessions"], ["sessions", "sessions"], ["sessions", "--limit", "x"], ["history", "s"]):
+        assert quick.parse(argv) is None, argv
