@@ -22,6 +22,7 @@ import msgspec
 
 from dagctx.client import DagctxClient, RpcError
 from dagctx.protocol import context_messages as c
+from dagctx.protocol import memory_messages as mem
 from dagctx.protocol import messages as m
 from dagctx.protocol.methods import METHODS
 from dagctx.protocol.schema import build_schema
@@ -129,6 +130,19 @@ async def _examples() -> dict[str, tuple[Any, Any]]:
     await call("session/nameBranch", m.BranchNameParams(session_id=sid, head=retry.node.id, name="retry"))
     await call("session/spawn", m.SessionSpawnParams(session_id=sid, caller_id=tool.node.id, source="subagent", output="Find callers of parse_config"))
     await call("search/query", m.SearchParams(query="parse_config", limit=2))
+    ws = Path(tmp) / "workspace"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# Decisions\n\nThe cache eviction policy is LRU with a five minute TTL.\n")
+    (ws / "memory" / "deploys.md").write_text("Deploys go through the blue green pipeline.\n")
+    await call("memory/index", mem.MemoryIndexParams(workspace=str(ws)))
+    await call("memory/status", mem.MemoryStatusParams(workspace=str(ws)))
+    found = await call("memory/search", mem.MemorySearchParams(
+        query="what did we decide about cache eviction?", workspace=str(ws), max_results=2,
+        temporal_decay=mem.MemoryDecay(half_life_days=30)))
+    await call("memory/get", mem.MemoryGetParams(workspace=str(ws), chunk_id=found.hits[0].chunk_id))
+    for name in ("memory/index", "memory/status", "memory/search", "memory/get"):
+        if name in ex:
+            ex[name] = _tmp_paths(ex[name], str(ws))
     other = await DagctxClient.spawn(Path(tmp) / "other.db")  # a second database to copy from
     await other.session_create("from another database")
     await other.close()
@@ -144,6 +158,16 @@ async def _examples() -> dict[str, tuple[Any, Any]]:
     client.notify("exit")
     await client.wait()
     return ex
+
+
+def _tmp_paths(pair: tuple[Any, Any], ws: str) -> tuple[Any, Any]:
+    """The example's temporary workspace as ``/tmp/…/workspace``; file times and hashes as placeholders."""
+    real = str(Path(ws).resolve())
+    text = json.dumps(pair, ensure_ascii=False).replace(real, "/tmp/…/workspace").replace(ws, "/tmp/…/workspace")
+    text = re.sub(r'("(?:mtime|time|indexedAt)": )[0-9.]+', r"\g<1>0", text)
+    text = re.sub(r'("(?:textScore)": )[0-9.e-]+', r"\g<1>1.0", text)
+    req, res = json.loads(text)
+    return req, res
 
 
 class _RpcFailure(dict):

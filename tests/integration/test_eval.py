@@ -13,8 +13,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from dagctx.cli.quality import evaluate as ev
 from dagctx.cli.quality import replay as rp
 

@@ -575,6 +575,144 @@ export interface LogMessageParams {
   message: string;
 }
 
+/**
+ * Temporal decay: a hit's score times ``0.5 ** (ageDays / halfLifeDays)``; age from the
+ * file's modification time (a chunk) or the node's creation (a session hit).
+ */
+export interface MemoryDecay {
+  /** @default 30 */
+  halfLifeDays?: number;
+}
+
+export interface MemoryFileInfo {
+  path: string;
+  source: "extra" | "memory";
+  hash: string;
+  mtime: number;
+  size: number;
+  chunks: number;
+}
+
+/** ``memory/get``: one chunk (``chunkId``) or lines of a memory file (``path``). */
+export interface MemoryGetParams {
+  /** @default null */
+  workspace?: string | null;
+  /** @default null */
+  chunkId?: string | null;
+  /** @default null */
+  path?: string | null;
+  /** @default null */
+  fromLine?: number | null;
+  /** @default null */
+  lines?: number | null;
+}
+
+export interface MemoryGetResult {
+  path: string;
+  text: string;
+  startLine: number;
+  endLine: number;
+  totalLines: number;
+  /** @default null */
+  chunkId?: string | null;
+}
+
+export interface MemoryHit {
+  source: "memory" | "sessions";
+  score: number;
+  textScore: number;
+  snippet: string;
+  text: string;
+  /** @default null */
+  chunkId?: string | null;
+  /** @default null */
+  path?: string | null;
+  /** @default null */
+  startLine?: number | null;
+  /** @default null */
+  endLine?: number | null;
+  /** @default null */
+  sessionId?: string | null;
+  /** @default null */
+  nodeId?: string | null;
+  /** @default null */
+  time?: number | null;
+}
+
+/** How files are chunked and which files count; every field has a default. */
+export interface MemoryIndexOptions {
+  /** @default [] */
+  extraPaths?: string[];
+  /** @default 400 */
+  chunkTokens?: number;
+  /** @default 80 */
+  overlapTokens?: number;
+  /** @default 4194304 */
+  maxFileBytes?: number;
+}
+
+/** ``memory/index``: bring the workspace's memory index up to date. */
+export interface MemoryIndexParams {
+  /** @default null */
+  workspace?: string | null;
+  /** @default null */
+  options?: MemoryIndexOptions | null;
+  /** @default false */
+  force?: boolean;
+}
+
+export interface MemoryIndexResult {
+  workspace: string;
+  files: number;
+  reindexed: number;
+  unchanged: number;
+  removed: number;
+  chunks: number;
+  skipped: MemorySkip[];
+  complete: boolean;
+}
+
+/**
+ * Maximal marginal relevance: pick greedily by ``λ·relevance − (1−λ)·max similarity to
+ * the hits already picked`` (similarity: Jaccard of the two texts' word sets).
+ */
+export interface MemoryMmr {
+  /** @default 0.7 */
+  lambda?: number;
+}
+
+/** ``memory/search``: keyword search over memory chunks (and optionally session nodes). */
+export interface MemorySearchParams {
+  query: string;
+  /** @default null */
+  workspace?: string | null;
+  /** @default 6 */
+  maxResults?: number;
+  /** @default 0 */
+  minScore?: number;
+  sources?: ("memory" | "sessions")[];
+  /** @default null */
+  sessionId?: string | null;
+  /** @default null */
+  temporalDecay?: MemoryDecay | null;
+  /** @default null */
+  mmr?: MemoryMmr | null;
+}
+
+export interface MemorySearchResult {
+  hits: MemoryHit[];
+  mode: "fts";
+  expression: string;
+  keywords: string[];
+}
+
+/** A file that was found but not indexed, and why. */
+export interface MemorySkip {
+  path: string;
+  kind: "binary" | "notRegular" | "notUtf8" | "symlinkOutside" | "tooLarge" | "unreadable";
+  note: string;
+}
+
 /** The daemon's memory (Linux ``/proc``; 0 where unknown). */
 export interface MemoryStatus {
   /** @default 0 */
@@ -585,6 +723,22 @@ export interface MemoryStatus {
   baselineRssBytes?: number;
   /** @default 0 */
   cacheLimitBytes?: number;
+}
+
+export interface MemoryStatusParams {
+  /** @default null */
+  workspace?: string | null;
+}
+
+export interface MemoryStatusResult {
+  workspace: string;
+  files: MemoryFileInfo[];
+  chunks: number;
+  skipped: MemorySkip[];
+  /** @default null */
+  indexedAt?: number | null;
+  /** @default false */
+  complete?: boolean;
 }
 
 /**
@@ -1328,6 +1482,14 @@ export interface Methods {
   "usage/report": { params: UsageReportParams; result: UsageReportResult };
   /** Full-text search, one session or all. */
   "search/query": { params: SearchParams; result: SearchResult };
+  /** Index a workspace's memory files (MEMORY.md, memory/**\/*.md, extra paths) incrementally. */
+  "memory/index": { params: MemoryIndexParams; result: MemoryIndexResult };
+  /** The indexed memory files of a workspace. */
+  "memory/status": { params: MemoryStatusParams; result: MemoryStatusResult };
+  /** Keyword search over memory chunks (and session nodes), with decay and MMR. */
+  "memory/search": { params: MemorySearchParams; result: MemorySearchResult };
+  /** A memory chunk by id, or a line range of a memory file. */
+  "memory/get": { params: MemoryGetParams; result: MemoryGetResult };
   /** Copy every session of another database into this one (idempotent). */
   "database/migrate": { params: DatabaseMigrateParams; result: DatabaseMigrateResult };
   /** The daemon: pid, uptime, socket, databases, clients. */
@@ -1408,6 +1570,10 @@ export const METHOD_NAMES = [
   "context/replay",
   "usage/report",
   "search/query",
+  "memory/index",
+  "memory/status",
+  "memory/search",
+  "memory/get",
   "database/migrate",
   "daemon/status",
   "daemon/stop",
@@ -1465,6 +1631,7 @@ export type ErrorKind =
   | "WorkspaceEscape"
   | "ImportFailed"
   | "InvalidQuery"
+  | "ChunkNotFound"
   | "StorageUnavailable"
   | "StorageFull"
   | "StorageReadOnly"
@@ -1497,6 +1664,7 @@ export const ERROR_KINDS: Readonly<Record<ErrorKind, number>> = {
   WorkspaceEscape: -32001,
   ImportFailed: -32001,
   InvalidQuery: -32602,
+  ChunkNotFound: -32001,
   StorageUnavailable: -32001,
   StorageFull: -32001,
   StorageReadOnly: -32001,

@@ -38,7 +38,7 @@ from dagctx.protocol.methods import CLIENT_REQUESTS, PROTOCOL_VERSION, SERVER_NO
 from dagctx.context import turn_reduction as tr
 from dagctx.context.turn_reduction import Reductions
 
-from . import compaction_pipeline, exports, imports, ledger_ops, migration, turn_reduction
+from . import compaction_pipeline, exports, imports, ledger_ops, memory, migration, turn_reduction
 from .config import (
     SEARCH_CAPABILITY,
     DaemonConfig,
@@ -568,4 +568,8 @@ class EngineCore:
             "context/compact": lambda p: compaction_pipeline.compact(self, p),
             "session/export": lambda p: exports.session_export(self, p),
             "database/migrate": lambda p: migration.database_migrate(self, p),
+            "memory/index": lambda p: memory.memory_index(self, p),
+            "memory/status": lambda p: memory.memory_status(self, p),
+            "memory/search": lambda p: memory.memory_search(self, p),
+            "memory/get": lambda p: memory.memory_get(self, p),
         }

@@ -15,7 +15,7 @@ from typing import Any
 
 from .schema import refuse_newer
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: advisory lock key that serialises migrations ("dagctx" as an int)
 MIGRATION_LOCK = 0x646167637478
@@ -92,7 +92,44 @@ _V2 = """
 ALTER TABLE dagctx.nodes ADD COLUMN refs BYTEA
 """
 
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
+#: Version 3 (SPEC §5.1): memory files, their chunks with a weighted ``tsvector`` (as ``nodes``), and
+#: what each workspace's last index run skipped.
+_V3 = """
+CREATE TABLE IF NOT EXISTS dagctx.memory_files(
+  workspace TEXT NOT NULL,
+  path TEXT NOT NULL,
+  source TEXT NOT NULL,
+  hash TEXT NOT NULL,
+  mtime DOUBLE PRECISION NOT NULL,
+  size BIGINT NOT NULL,
+  lines BIGINT NOT NULL,
+  chunks BIGINT NOT NULL,
+  PRIMARY KEY(workspace, path)
+);
+CREATE TABLE IF NOT EXISTS dagctx.memory_chunks(
+  workspace TEXT NOT NULL,
+  id TEXT NOT NULL,
+  path TEXT NOT NULL,
+  source TEXT NOT NULL,
+  start_line BIGINT NOT NULL,
+  end_line BIGINT NOT NULL,
+  hash TEXT NOT NULL,
+  mtime DOUBLE PRECISION NOT NULL,
+  text TEXT NOT NULL,
+  search_vec TSVECTOR,
+  search_full BOOLEAN,
+  PRIMARY KEY(workspace, id)
+);
+CREATE INDEX IF NOT EXISTS memory_chunks_path ON dagctx.memory_chunks(workspace, path);
+CREATE INDEX IF NOT EXISTS memory_chunks_search ON dagctx.memory_chunks USING gin(search_vec);
+CREATE TABLE IF NOT EXISTS dagctx.memory_runs(
+  workspace TEXT PRIMARY KEY,
+  indexed_at DOUBLE PRECISION NOT NULL,
+  skipped BYTEA NOT NULL
+)
+"""
+
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3}
 
 #: Indexes every open makes sure of, whatever the version (they change no row, so an older
 #: dagctx reads the schema as before): session and node ids by prefix in byte order

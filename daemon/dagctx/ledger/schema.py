@@ -19,7 +19,7 @@ from dagctx.protocol.version import __version__
 
 from .search import cjk_grams
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -88,8 +88,47 @@ _V2 = """
 ALTER TABLE nodes ADD COLUMN refs BLOB
 """
 
+#: Version 3 (SPEC §5.1): a workspace's memory files, their chunks (line ranges, content hashes, the
+#: file's modification time) and the chunks' full-text index (same columns as ``search``; the rowid is
+#: the chunk's), and what each workspace's last index run skipped. Derived data: ``memory/index`` rebuilds it.
+_V3 = """
+CREATE TABLE IF NOT EXISTS memory_files(
+  workspace TEXT NOT NULL,
+  path TEXT NOT NULL,
+  source TEXT NOT NULL,
+  hash TEXT NOT NULL,
+  mtime REAL NOT NULL,
+  size INTEGER NOT NULL,
+  lines INTEGER NOT NULL,
+  chunks INTEGER NOT NULL,
+  PRIMARY KEY(workspace, path)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS memory_chunks(
+  rowid INTEGER PRIMARY KEY,
+  workspace TEXT NOT NULL,
+  id TEXT NOT NULL,
+  path TEXT NOT NULL,
+  source TEXT NOT NULL,
+  start_line INTEGER NOT NULL,
+  end_line INTEGER NOT NULL,
+  hash TEXT NOT NULL,
+  mtime REAL NOT NULL,
+  text TEXT NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS memory_chunks_id ON memory_chunks(workspace, id);
+CREATE INDEX IF NOT EXISTS memory_chunks_path ON memory_chunks(workspace, path);
+CREATE VIRTUAL TABLE IF NOT EXISTS memory_search USING fts5(
+  text, grams, tokenize = 'unicode61 remove_diacritics 2'
+);
+CREATE TABLE IF NOT EXISTS memory_runs(
+  workspace TEXT PRIMARY KEY,
+  indexed_at REAL NOT NULL,
+  skipped BLOB NOT NULL
+) WITHOUT ROWID
+"""
+
 #: version → script that brings version-1 to version.
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3}
 
 #: Indexes a writable open makes sure of, whatever the version (they change no row, so an
 #: older dagctx reads the file as before): node ids by prefix (SPEC §4.3; session ids

@@ -47,6 +47,8 @@ ERROR_KINDS: dict[str, int] = {
     "WorkspaceEscape": APPLICATION_ERROR,
     "ImportFailed": APPLICATION_ERROR,
     "InvalidQuery": INVALID_PARAMS,
+    # memory/get of a chunk id the index does not hold (re-indexed or never there, SPEC §5.1)
+    "ChunkNotFound": APPLICATION_ERROR,
     # storage faults (SPEC §3): nothing of the request was written; reads keep working
     "StorageUnavailable": APPLICATION_ERROR,
     "StorageFull": APPLICATION_ERROR,

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import msgspec
 
 from . import context_messages as c
+from . import memory_messages as mem
 from . import messages as m
 from .version import PROTOCOL_VERSION
 
@@ -184,6 +185,29 @@ _ALL: list[MethodSpec] = [
          "Read-only; best match first (BM25 on SQLite, ts_rank on PostgreSQL), the same hits on both. "
          "Runs off the event loop.",
          offload=True),
+    # memory (SPEC §5.1)
+    _req("memory/index", mem.MemoryIndexParams, mem.MemoryIndexResult,
+         "Index a workspace's memory files (MEMORY.md, memory/**/*.md, extra paths) incrementally.",
+         "InvalidParams (no workspace; not a folder; overlapTokens not below chunkTokens), WorkspaceEscape (an "
+         "extra path outside the workspace), StorageReadOnly",
+         "One transaction: the index afterwards holds every file found (unchanged ones by content hash, "
+         "changed ones re-chunked) and no file that is gone; a file that cannot be indexed (binary, not UTF-8, "
+         "too large, a symlink out of the workspace, unreadable) is a `skipped` entry with a note, its old "
+         "chunks removed, and `complete` is false. Nothing is written when the run is refused. "
+         "Runs off the event loop.", offload=True),
+    _req("memory/status", mem.MemoryStatusParams, mem.MemoryStatusResult,
+         "The indexed memory files of a workspace.", "InvalidParams (no workspace)", "Read-only."),
+    _req("memory/search", mem.MemorySearchParams, mem.MemorySearchResult,
+         "Keyword search over memory chunks (and session nodes), with decay and MMR.",
+         "InvalidQuery, InvalidParams (no workspace), SessionNotFound",
+         "Read-only; best first. A conversational query (no operators, quotes or parentheses) is reduced to "
+         "its keywords, joined with OR. Runs off the event loop.", offload=True),
+    _req("memory/get", mem.MemoryGetParams, mem.MemoryGetResult,
+         "A memory chunk by id, or a line range of a memory file.",
+         "InvalidParams (neither or both of chunkId and path; a path that is not a memory file; a binary or "
+         "non-UTF-8 file; a line past the end), ChunkNotFound (no such chunk: re-indexed or never there), WorkspaceEscape (a path "
+         "outside the workspace or through a symlink out of it)",
+         "Read-only; a file is read now from the workspace (confined, no symlink followed), a chunk from the index."),
     _req("database/migrate", m.DatabaseMigrateParams, m.DatabaseMigrateResult,
          "Copy every session of another database into this one (idempotent).",
          "InvalidParams (no such source, same database), StorageUnavailable (source unreachable)",

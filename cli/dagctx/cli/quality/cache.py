@@ -194,8 +194,9 @@ def economics(seq: Sequence[Sent], counter: TokenCounter, *, ttl: float = DEFAUL
                  "rewritten": total - prefix_tokens, "warm": warm, "cause": causes[0], "causes": causes}
             breaks.append(b)
             row["break"] = causes[0]
-            c = by_cause.setdefault(causes[0], {"breaks": 0, "invalidated": 0, "rewritten": 0})
+            c = by_cause.setdefault(causes[0], {"breaks": 0, "warm": 0, "invalidated": 0, "rewritten": 0})
             c["breaks"] += 1
+            c["warm"] += int(warm)  # a break while the cache is cold costs nothing extra
             c["invalidated"] += b["invalidated"]
             c["rewritten"] += b["rewritten"]
         rows.append(row)

@@ -109,6 +109,13 @@ async def evaluate_source(client: DagctxClient, src: rp.Source, cfg: Config, cou
         sent = [cm.Sent(r.at, r.system, r.messages, r.manifest, served=r.node_id is not None) for r in rep.requests]
         econ = cm.economics(sent, counter, ttl=cfg.ttl, window=w.tokens, max_output=w.max_output)
         outs = [r.max_output_tokens or w.max_output for r in rep.requests]
+        # the daemon's own prediction (``stablePrefix``, SPEC §6) against the measured prefix
+        agree = checked = 0
+        for r, row in zip(rep.requests, econ["rows"]):
+            if row.get("served") and r.stable_prefix.get("previousRenderId") and r.index > 0:
+                checked += 1
+                measured = max(0, row["prefixUnits"] - (1 if r.system else 0))
+                agree += int(measured == r.stable_prefix.get("messages"))
         m4 = cm.budget(sent, econ, w.tokens, outs)
         m4["refused"] = sum(1 for r in rep.requests if r.refused)
         m4["refusals"] = [r.refused for r in rep.requests if r.refused][:5]
@@ -144,7 +151,8 @@ async def evaluate_source(client: DagctxClient, src: rp.Source, cfg: Config, cou
             "M5": {"dagctx": {"totals": dag, "byCause": econ["byCause"], "breaks": econ["breaks"][:200]},
                    "unmanaged": {"totals": none["totals"], "byCause": none["byCause"]},
                    "naive": {"totals": nai["totals"], "byCause": nai["byCause"]},
-                   "costVsNaive": round(dag["cost"] / nai["totals"]["cost"], 4) if nai["totals"]["cost"] else None},
+                   "costVsNaive": round(dag["cost"] / nai["totals"]["cost"], 4) if nai["totals"]["cost"] else None,
+                   "stablePrefixPrediction": {"checked": checked, "agree": agree}},
             "M6": m6, "M7": m7,
             "seconds": {k: round(v, 2) for k, v in timing.items()},
             "series": {"dagctx": [row.get("tokens") for row in econ["rows"]],
@@ -166,7 +174,8 @@ def totals(sessions: list[dict[str, Any]]) -> dict[str, Any]:
                                             "M4maxOvershoot": 0, "M4overshootRequests": 0,
                                             "M5": {"dagctx": 0.0, "unmanaged": 0.0, "naive": 0.0, "dagctxBreaks": 0,
                                                    "naiveBreaks": 0, "unmanagedServed": 0, "naiveServed": 0,
-                                                   "dagctxServed": 0, "byCause": {}},
+                                                   "dagctxServed": 0, "stablePrefixChecked": 0,
+                                                   "stablePrefixAgree": 0, "byCause": {}},
                                             "M6": [0, 0], "M7": [0, 0]})
             t["sessions"] += 1
             t["requests"] += w["requests"]
@@ -193,8 +202,10 @@ def totals(sessions: list[dict[str, Any]]) -> dict[str, Any]:
             t["M5"]["dagctxServed"] += m5["dagctx"]["totals"]["served"]
             t["M5"]["unmanagedServed"] += m5["unmanaged"]["totals"]["served"]
             t["M5"]["naiveServed"] += m5["naive"]["totals"]["served"]
+            t["M5"]["stablePrefixChecked"] += m5["stablePrefixPrediction"]["checked"]
+            t["M5"]["stablePrefixAgree"] += m5["stablePrefixPrediction"]["agree"]
             for cause, c in m5["dagctx"]["byCause"].items():
-                o = t["M5"]["byCause"].setdefault(cause, {"breaks": 0, "invalidated": 0, "rewritten": 0})
+                o = t["M5"]["byCause"].setdefault(cause, {"breaks": 0, "warm": 0, "invalidated": 0, "rewritten": 0})
                 for k in o:
                     o[k] += c[k]
             t["M6"][0] += w["M6"]["regretted"]

@@ -20,7 +20,6 @@ client without context management would send — the first baseline of M5.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -374,12 +373,3 @@ def _canon(value: Any) -> bytes:
 
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
-
-async def gather_limited(coros: list[Any], limit: int = 2) -> list[Any]:
-    sem = asyncio.Semaphore(limit)
-
-    async def one(c: Any) -> Any:
-        async with sem:
-            return await c
-
-    return await asyncio.gather(*(one(c) for c in coros))

@@ -52,19 +52,17 @@ def print_tables(doc: dict[str, Any], console: Any) -> None:
                       _pct(w["M7"]["identical"], w["M7"]["requests"]))
     console.print(t)
     tot = doc["totals"]
-    t = Table(title="total")
-    for col in ("window", "sessions", "requests", "refused", "compactions", "M1 recall", "M3 files",
-                "M4 max share", "M4 overshoot", "M5 dagctx", "naive", "unmanaged (served only)", "dagctx / naive",
-                "breaks dagctx / naive", "M6 regret", "M7 identical"):
+    t = Table(title=f"total over {len(doc['sessions'])} sessions")
+    for col in ("window", "requests (refused)", "compactions", "M1 recall", "M3 files", "M4 max · over",
+                "M5 cost", "÷ naive", "breaks dagctx / naive", "unmanaged served", "M6 regret", "M7 same"):
         t.add_column(col, overflow="fold")
     for label, w in tot["byWindow"].items():
         m5 = w["M5"]
-        t.add_row(label, str(w["sessions"]), str(w["requests"]), str(w["refused"]), str(w["compactions"]),
-                  _pct(*w["M1"]), _pct(*w["M3"]), f"{w['M4maxShare']:.0%}", str(w["M4maxOvershoot"]),
-                  f"{m5['dagctx']:,.0f} ({m5['dagctxServed']} served)", f"{m5['naive']:,.0f} ({m5['naiveServed']} served)",
-                  f"{m5['unmanaged']:,.0f} ({m5['unmanagedServed']} served)",
+        t.add_row(label, f"{w['requests']} ({w['refused']})", str(w["compactions"]), _pct(*w["M1"]), _pct(*w["M3"]),
+                  f"{w['M4maxShare']:.0%} · {w['M4maxOvershoot']}", f"{m5['dagctx']:,.0f}",
                   f"{m5['costVsNaive']:.2f}×" if m5["costVsNaive"] else "–",
-                  f"{m5['dagctxBreaks']} / {m5['naiveBreaks']}", _pct(*w["M6"]), _pct(*w["M7"]))
+                  f"{m5['dagctxBreaks']} / {m5['naiveBreaks']}", f"{m5['unmanagedServed']} of {w['requests']}",
+                  _pct(*w["M6"]), _pct(*w["M7"]))
     console.print(t)
     t = Table(title="M2: identifiers of the covered turns each summary names, by class")
     t.add_column("summaries")
@@ -99,12 +97,16 @@ def print_tables(doc: dict[str, Any], console: Any) -> None:
         t.add_row(name, *cells, _pct(allk, alln), _pct(*files))
     console.print(t)
     t = Table(title="M5: cache breaks of dagctx's requests by cause")
-    for col in ("window", "cause", "breaks", "tokens invalidated", "tokens rewritten"):
+    for col in ("window", "cause", "breaks", "while warm", "tokens invalidated", "tokens rewritten"):
         t.add_column(col)
     for label, w in tot["byWindow"].items():
         for cause, c in sorted(w["M5"]["byCause"].items()):
-            t.add_row(label, cause, str(c["breaks"]), f"{c['invalidated']:,}", f"{c['rewritten']:,}")
+            t.add_row(label, cause, str(c["breaks"]), str(c["warm"]), f"{c['invalidated']:,}", f"{c['rewritten']:,}")
     console.print(t)
+    for label, w in tot["byWindow"].items():
+        m5 = w["M5"]
+        console.print(f"{label}: the daemon's stablePrefix predicted the measured prefix in "
+                      f"{_pct(m5['stablePrefixAgree'], m5['stablePrefixChecked'])} of the requests it predicted")
 
 
 # ---------------------------------------------------------------- plots

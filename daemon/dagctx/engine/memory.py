@@ -1,0 +1,336 @@
+"""``memory/index``, ``memory/status``, ``memory/search``, ``memory/get`` (SPEC §5.1).
+
+Files are read here, under the workspace's confinement (``open_beneath``: no symlink
+followed out of it, no hard-linked file), chunked by ``context.memory_text`` and written
+through the ledger's memory index in one transaction per run, by the database's writer.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import os
+import stat
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from dagctx.context import memory_text as mt
+from dagctx.context.system_prompt import open_beneath, resolve_inside
+from dagctx.ledger.memory import FileUpdate, MemoryChunkRow, MemoryFileRow, MemoryIndex
+from dagctx.protocol import memory_messages as mem
+from dagctx.protocol.errors import DagctxError
+
+if TYPE_CHECKING:
+    from .core import EngineCore
+
+_skips_enc = msgspec.msgpack.Encoder()
+_skips_dec = msgspec.msgpack.Decoder(list[mem.MemorySkip])
+
+#: files found below memory/ and extra folders beyond this many are not indexed (a note says so)
+MAX_FILES = 10_000
+#: a search hit's ``text`` is capped at this many characters
+HIT_TEXT_CHARS = 4_000
+
+
+def workspace_of(engine: EngineCore, given: str | None) -> str:
+    """The workspace's real path: the request's, else ``initializationOptions.workspace``."""
+    raw = given or engine.options.workspace
+    field = "workspace" if given else "initializationOptions.workspace"
+    if not raw:
+        raise DagctxError("InvalidParams", "no workspace: pass `workspace` (the folder holding MEMORY.md and "
+                          "memory/) or set initializationOptions.workspace", path="workspace")
+    path = engine.client_path(raw, field)
+    if not os.path.isdir(path):
+        raise DagctxError("InvalidParams", f"the workspace {raw!r} is not a folder; name the folder holding "
+                          "MEMORY.md and memory/", path=field)
+    return os.path.realpath(path)
+
+
+# ---------------------------------------------------------------- reading files
+
+
+@dataclass
+class _Read:
+    text: str | None = None
+    data: bytes = b""
+    mtime: float = 0.0
+    size: int = 0
+    skip: mem.MemorySkip | None = None
+
+
+def _read(root: str, rel: str, max_bytes: int) -> _Read:
+    """``root/rel`` as UTF-8 text, or the reason it is skipped (never raises for the file)."""
+    def skip(kind: Any, note: str) -> _Read:
+        return _Read(skip=mem.MemorySkip(path=rel, kind=kind, note=f"{rel}: {note}"))
+
+    try:
+        fd = open_beneath(root, rel)
+    except DagctxError as err:
+        return skip("symlinkOutside", f"not indexed: {err.message}")
+    except FileNotFoundError:
+        return skip("unreadable", "vanished while indexing; not indexed")
+    except OSError as err:
+        return skip("unreadable", f"cannot open ({err.strerror or type(err).__name__}); not indexed")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return skip("notRegular", "not a regular file; not indexed")
+        if info.st_nlink > 1:
+            return skip("symlinkOutside", f"has {info.st_nlink} hard links (one may be outside the workspace); "
+                        "not indexed — copy it instead")
+        if info.st_size > max_bytes:
+            return skip("tooLarge", f"{info.st_size:,} bytes, over the limit of {max_bytes:,} "
+                        "(options.maxFileBytes); not indexed — split it into smaller files")
+        parts: list[bytes] = []
+        got = 0
+        while got <= max_bytes:
+            b = os.read(fd, min(1 << 20, max_bytes + 1 - got))
+            if not b:
+                break
+            parts.append(b)
+            got += len(b)
+    except OSError as err:
+        return skip("unreadable", f"read failed ({err.strerror or type(err).__name__}); not indexed")
+    finally:
+        os.close(fd)
+    data = b"".join(parts)
+    if len(data) > max_bytes:
+        return skip("tooLarge", f"grew past the limit of {max_bytes:,} bytes while read; not indexed")
+    if b"\x00" in data:
+        return skip("binary", "holds NUL bytes (a binary file); not indexed")
+    try:
+        text = codecs.decode(data, "utf-8-sig")
+    except UnicodeDecodeError as err:
+        return skip("notUtf8", f"not valid UTF-8 (byte {err.start}); not indexed — save it as UTF-8")
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return _Read(text=text, data=data, mtime=info.st_mtime, size=len(data))
+
+
+def _walk_md(root: str, rel_dir: str, found: list[str], skipped: list[mem.MemorySkip]) -> None:
+    """Every ``*.md`` below ``root/rel_dir`` (sorted; symlinked folders are not entered)."""
+    stack = [rel_dir]
+    while stack:
+        d = stack.pop()
+        try:
+            entries = sorted(os.scandir(os.path.join(root, d)), key=lambda e: e.name)
+        except OSError as err:
+            skipped.append(mem.MemorySkip(path=d, kind="unreadable",
+                                          note=f"{d}: cannot list ({err.strerror or type(err).__name__})"))
+            continue
+        subdirs = []
+        for e in entries:
+            rel = os.path.join(d, e.name)
+            try:
+                e.name.encode("utf-8")
+            except UnicodeEncodeError:
+                skipped.append(mem.MemorySkip(path=rel.encode("utf-8", "replace").decode(), kind="unreadable",
+                                              note="a file name that is not valid UTF-8; not indexed — rename it"))
+                continue
+            if e.is_dir(follow_symlinks=False):
+                subdirs.append(rel)
+            elif e.name.lower().endswith(".md") and (e.is_file(follow_symlinks=False) or e.is_symlink()):
+                found.append(rel)
+        stack.extend(reversed(subdirs))
+
+
+def _candidates(root: str, opts: mem.MemoryIndexOptions) -> tuple[list[tuple[str, str]], list[mem.MemorySkip]]:
+    """(relative path, source) of every memory file, and what was skipped while looking.
+    An extra path outside the workspace refuses the whole run (``WorkspaceEscape``)."""
+    extras: list[str] = []
+    for i, extra in enumerate(opts.extra_paths):
+        try:
+            resolve_inside(root, extra)
+        except DagctxError as err:
+            raise DagctxError("WorkspaceEscape", f"options.extraPaths[{i}]: {err.message}",
+                              path=f"options.extraPaths[{i}]") from err
+        extras.append(os.path.normpath(extra))
+    skipped: list[mem.MemorySkip] = []
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+
+    def add(rel: str, source: str) -> None:
+        if rel not in seen:
+            seen.add(rel)
+            out.append((rel, source))
+
+    if os.path.lexists(os.path.join(root, "MEMORY.md")):
+        add("MEMORY.md", "memory")
+    found: list[str] = []
+    if os.path.isdir(os.path.join(root, "memory")) and not os.path.islink(os.path.join(root, "memory")):
+        _walk_md(root, "memory", found, skipped)
+    for rel in found:
+        add(rel, "memory")
+    for extra in extras:
+        full = os.path.join(root, extra)
+        if os.path.isdir(full):
+            more: list[str] = []
+            _walk_md(root, extra, more, skipped)
+            for rel in more:
+                add(rel, "extra")
+        elif os.path.lexists(full):
+            add(extra, "extra")
+        else:
+            skipped.append(mem.MemorySkip(path=extra, kind="unreadable",
+                                          note=f"{extra}: no such file or folder (options.extraPaths); nothing indexed from it"))
+    if len(out) > MAX_FILES:
+        for rel, _ in out[MAX_FILES:]:
+            skipped.append(mem.MemorySkip(path=rel, kind="tooLarge",
+                                          note=f"{rel}: more than {MAX_FILES:,} memory files; not indexed"))
+        out = out[:MAX_FILES]
+    return out, skipped
+
+
+def _chunk_id(workspace: str, path: str, c: mt.Chunk) -> str:
+    key = f"{workspace}\x00{path}\x00{c.start_line}\x00{c.end_line}\x00{c.text}"
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
+
+
+# ---------------------------------------------------------------- the methods
+
+
+def memory_index(engine: EngineCore, p: mem.MemoryIndexParams) -> Awaitable[mem.MemoryIndexResult]:
+    opts = p.options or mem.MemoryIndexOptions()
+    if opts.overlap_tokens >= opts.chunk_tokens:
+        raise DagctxError("InvalidParams", f"options.overlapTokens ({opts.overlap_tokens}) must be below "
+                          f"options.chunkTokens ({opts.chunk_tokens})", path="options.overlapTokens")
+    ws = workspace_of(engine, p.workspace)
+    index = MemoryIndex(engine.store)
+    stored = {f.path: f for f in index.files(ws)}
+    files, skipped = _candidates(ws, opts)
+    settings = f"\x00chunk={opts.chunk_tokens}/{opts.overlap_tokens}".encode()
+    put: list[FileUpdate] = []
+    kept: set[str] = set()
+    reindexed = unchanged = 0
+    for rel, source in files:
+        got = _read(ws, rel, opts.max_file_bytes)
+        if got.skip is not None:
+            skipped.append(got.skip)
+            continue
+        assert got.text is not None
+        digest = hashlib.sha256(got.data + settings).hexdigest()
+        lines = got.text.count("\n") + (0 if got.text.endswith("\n") or not got.text else 1)
+        old = stored.get(rel)
+        kept.add(rel)
+        if old is not None and old.hash == digest and not p.force:
+            unchanged += 1
+            if old.mtime != got.mtime or old.source != source:
+                put.append(FileUpdate(MemoryFileRow(rel, source, digest, got.mtime, got.size, lines, old.chunks), None))
+            continue
+        chunks = mt.chunk_text(got.text, opts.chunk_tokens, opts.overlap_tokens)
+        rows = [MemoryChunkRow(_chunk_id(ws, rel, c), rel, source, c.start_line, c.end_line, c.hash, got.mtime, c.text)
+                for c in chunks]
+        put.append(FileUpdate(MemoryFileRow(rel, source, digest, got.mtime, got.size, lines, len(rows)), rows))
+        reindexed += 1
+    drop = [path for path in stored if path not in kept]
+    now = time.time()
+    skips = _skips_enc.encode(skipped)
+
+    async def finish() -> mem.MemoryIndexResult:
+        await engine.write(_apply, index, ws, drop, put, now, skips)
+        return mem.MemoryIndexResult(
+            workspace=ws, files=len(kept), reindexed=reindexed, unchanged=unchanged, removed=len(drop), chunks=index.chunk_count(ws), skipped=skipped, complete=not skipped)
+
+    return finish()
+
+
+def _apply(index: MemoryIndex, ws: str, drop: list[str], put: list[FileUpdate], now: float, skips: bytes) -> None:
+    index.apply(ws, drop=drop, put=put, indexed_at=now, skipped=skips)
+
+
+def memory_status(engine: EngineCore, p: mem.MemoryStatusParams) -> mem.MemoryStatusResult:
+    ws = workspace_of(engine, p.workspace)
+    index = MemoryIndex(engine.store)
+    files = index.files(ws)
+    run = index.run(ws)
+    skipped = _skips_dec.decode(run[1]) if run else []
+    return mem.MemoryStatusResult(
+        workspace=ws,
+        files=[mem.MemoryFileInfo(path=f.path, source=f.source, hash=f.hash, mtime=f.mtime, size=f.size,  # type: ignore[arg-type]
+                                  chunks=f.chunks) for f in files],
+        chunks=index.chunk_count(ws), skipped=skipped, indexed_at=run[0] if run else None,
+        complete=run is not None and not skipped)
+
+
+def memory_search(engine: EngineCore, p: mem.MemorySearchParams) -> mem.MemorySearchResult:
+    from dagctx.ledger import search as fts
+
+    expr, words = mt.expression(p.query)
+    want = p.max_results * (4 if p.mmr is not None else 2)
+    hits: list[mem.MemoryHit] = []
+    terms = words or fts.query_terms(p.query)
+    if "memory" in p.sources:
+        ws = workspace_of(engine, p.workspace)
+        for row, raw in MemoryIndex(engine.store).search(ws, expr, want):
+            s = mt.text_score(raw)
+            hits.append(mem.MemoryHit(
+                source="memory", score=s, text_score=s, snippet=fts.snippet(row.text, terms),
+                text=row.text[:HIT_TEXT_CHARS], chunk_id=row.id, path=row.path, start_line=row.start_line,
+                end_line=row.end_line, time=row.mtime))
+    if "sessions" in p.sources:
+        store = engine.store
+        for h in store.search(expr, session_id=p.session_id, limit=want):
+            node = store.graph(h.session_id).nodes.get(h.node_id)
+            s = mt.text_score(h.score)
+            hits.append(mem.MemoryHit(
+                source="sessions", score=s, text_score=s, snippet=h.snippet, text=h.snippet,
+                session_id=h.session_id, node_id=h.node_id,
+                time=getattr(node, "created_at", None)))
+    if p.temporal_decay is not None:
+        now = time.time()
+        hl = p.temporal_decay.half_life_days
+        hits = [msgspec.structs.replace(h, score=mt.decay(h.score, now - (h.time if h.time is not None else now), hl))
+                for h in hits]
+    hits = [h for h in hits if h.score >= p.min_score]
+    hits.sort(key=lambda h: (-h.score, h.path or "", h.start_line or 0, h.session_id or "", h.node_id or ""))
+    if p.mmr is not None:
+        hits = mt.mmr(hits, lambda h: h.score, lambda h: h.text, p.mmr.lambda_, p.max_results)
+    return mem.MemorySearchResult(hits=hits[: p.max_results], mode="fts", expression=expr, keywords=words)
+
+
+def memory_get(engine: EngineCore, p: mem.MemoryGetParams) -> mem.MemoryGetResult:
+    if (p.chunk_id is None) == (p.path is None):
+        raise DagctxError("InvalidParams", "give exactly one of chunkId (a chunk from memory/search) and path "
+                          "(a memory file, relative to the workspace)", path="chunkId")
+    ws = workspace_of(engine, p.workspace)
+    index = MemoryIndex(engine.store)
+    if p.chunk_id is not None:
+        row = index.chunk(ws, p.chunk_id)
+        if row is None:
+            raise DagctxError("ChunkNotFound", f"no chunk {p.chunk_id!r} in the memory index of {ws}: the file "
+                              "changed and was re-indexed, or the id is wrong; search again", path="chunkId")
+        total = next((f.lines for f in index.files(ws) if f.path == row.path), row.end_line)
+        lines = row.text.split("\n")
+        start = row.start_line + max(0, (p.from_line or 1) - 1)
+        take = lines[(p.from_line or 1) - 1:][: p.lines] if p.lines else lines[(p.from_line or 1) - 1:]
+        return mem.MemoryGetResult(path=row.path, text="\n".join(take), start_line=start,
+                                   end_line=start + len(take) - 1, total_lines=total, chunk_id=row.id)
+    assert p.path is not None
+    rel = os.path.normpath(p.path)
+    resolve_inside(ws, rel)  # WorkspaceEscape: absolute, '..', or through a symlink out of the workspace
+    indexed = {f.path for f in index.files(ws)}
+    is_memory = rel == "MEMORY.md" or (rel.startswith("memory" + os.sep) and rel.lower().endswith(".md"))
+    if not is_memory and rel not in indexed:
+        raise DagctxError("InvalidParams", f"{p.path!r} is not a memory file: name MEMORY.md, a file below "
+                          "memory/, or an indexed extra path", path="path")
+    got = _read(ws, rel, mem.MemoryIndexOptions().max_file_bytes)
+    if got.skip is not None:
+        if got.skip.kind == "symlinkOutside":
+            raise DagctxError("WorkspaceEscape", got.skip.note, path="path")
+        if got.skip.kind == "unreadable" and not os.path.lexists(os.path.join(ws, rel)):
+            raise DagctxError("InvalidParams", f"{p.path!r}: no such file in the workspace", path="path")
+        raise DagctxError("InvalidParams", got.skip.note, path="path")
+    assert got.text is not None
+    lines = got.text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    first = p.from_line or 1
+    if first > max(1, len(lines)):
+        raise DagctxError("InvalidParams", f"fromLine {first} is past the end of {p.path} ({len(lines)} lines)",
+                          path="fromLine")
+    take = lines[first - 1:][: p.lines] if p.lines else lines[first - 1:]
+    return mem.MemoryGetResult(path=rel, text="\n".join(take), start_line=first, end_line=first + len(take) - 1,
+                               total_lines=len(lines))

@@ -1,0 +1,183 @@
+"""Memory: a workspace's memory files indexed in the ledger, searched and read (SPEC §5.1).
+
+``MEMORY.md`` and every ``*.md`` below ``memory/`` of a workspace (plus configured extra
+paths inside it) are chunked by tokens with overlap, each chunk keeping its file, line
+range, source and the file's modification time; ``memory/index`` brings the index up to
+date incrementally (by content hash), ``memory/search`` ranks chunks (and optionally
+session nodes) by keyword, ``memory/get`` reads a chunk or a line range of a memory file.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from .messages import Count, FilePath, Positive, Share, _Params, _Result
+
+MemorySource = Literal["memory", "sessions"]
+
+ChunkTokens = Annotated[int, msgspec.Meta(ge=16, le=8192)]
+HalfLifeDays = Annotated[float, msgspec.Meta(gt=0, le=36_500)]
+MaxResults = Annotated[int, msgspec.Meta(ge=1, le=200)]
+MaxFileBytes = Annotated[int, msgspec.Meta(ge=1, le=1 << 30)]
+#: an extra memory path: relative to the workspace, no NUL
+ExtraPath = Annotated[str, msgspec.Meta(min_length=1, pattern=r"^[^\u0000]*$",
+                                        description="a path relative to the workspace (a .md file or a folder)")]
+
+
+class MemoryIndexOptions(_Params):
+    """How files are chunked and which files count; every field has a default."""
+
+    #: extra workspace-relative files or folders (their ``*.md``) beside ``MEMORY.md`` and ``memory/``
+    extra_paths: list[ExtraPath] = msgspec.field(default_factory=list)
+    #: tokens per chunk (estimated, CJK-aware)
+    chunk_tokens: ChunkTokens = 400
+    #: tokens each chunk repeats from the end of the one before (less than ``chunkTokens``)
+    overlap_tokens: Count = 80
+    #: a larger file is skipped with a note, never read
+    max_file_bytes: MaxFileBytes = 4 << 20
+
+
+class MemoryIndexParams(_Params):
+    """``memory/index``: bring the workspace's memory index up to date."""
+
+    #: the workspace root; default: ``initializationOptions.workspace``
+    workspace: FilePath | None = None
+    options: MemoryIndexOptions | None = None
+    #: re-chunk every file even when its content hash did not change
+    force: bool = False
+
+
+class MemorySkip(_Result):
+    """A file that was found but not indexed, and why."""
+
+    path: str
+    kind: Literal["binary", "notUtf8", "tooLarge", "symlinkOutside", "unreadable", "notRegular"]
+    note: str
+
+
+class MemoryIndexResult(_Result):
+    workspace: str
+    #: files indexed now (their chunks are current)
+    files: int
+    #: files whose chunks were (re)written by this run
+    reindexed: int
+    #: files whose content hash had not changed
+    unchanged: int
+    #: files that were indexed before and are gone (their chunks removed)
+    removed: int
+    #: chunks in the index now
+    chunks: int
+    skipped: list[MemorySkip]
+    #: false when any file was skipped: the index holds every other file, never part of one
+    complete: bool
+
+
+class MemoryStatusParams(_Params):
+    workspace: FilePath | None = None
+
+
+class MemoryFileInfo(_Result):
+    path: str
+    source: Literal["memory", "extra"]
+    #: sha-256 of the file's bytes (and the chunking options)
+    hash: str
+    mtime: float
+    size: int
+    chunks: int
+
+
+class MemoryStatusResult(_Result):
+    workspace: str
+    files: list[MemoryFileInfo]
+    chunks: int
+    #: what the last ``memory/index`` of this workspace skipped
+    skipped: list[MemorySkip]
+    #: when the last ``memory/index`` ran (Unix seconds); null: never indexed
+    indexed_at: float | None = None
+    complete: bool = False
+
+
+class MemoryDecay(_Params):
+    """Temporal decay: a hit's score times ``0.5 ** (ageDays / halfLifeDays)``; age from the
+    file's modification time (a chunk) or the node's creation (a session hit)."""
+
+    half_life_days: HalfLifeDays = 30.0
+
+
+class MemoryMmr(_Params):
+    """Maximal marginal relevance: pick greedily by ``λ·relevance − (1−λ)·max similarity to
+    the hits already picked`` (similarity: Jaccard of the two texts' word sets)."""
+
+    lambda_: Share = msgspec.field(default=0.7, name="lambda")
+
+
+class MemorySearchParams(_Params):
+    """``memory/search``: keyword search over memory chunks (and optionally session nodes)."""
+
+    query: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+    workspace: FilePath | None = None
+    max_results: MaxResults = 6
+    #: hits scoring below it (after decay) are dropped; scores lie in [0, 1)
+    min_score: Share = 0.0
+    sources: list[MemorySource] = msgspec.field(default_factory=lambda: ["memory"])
+    #: with ``sessions`` among the sources: only this session's nodes
+    session_id: str | None = None
+    temporal_decay: MemoryDecay | None = None
+    mmr: MemoryMmr | None = None
+
+
+class MemoryHit(_Result):
+    source: MemorySource
+    #: after decay; in [0, 1)
+    score: float
+    #: the keyword score before decay
+    text_score: float
+    snippet: str
+    #: the chunk's text (memory hits) or the node's indexed text, capped
+    text: str
+    #: memory hits: the chunk id (for ``memory/get``), the file and its 1-based inclusive lines
+    chunk_id: str | None = None
+    path: str | None = None
+    start_line: int | None = None
+    end_line: int | None = None
+    #: session hits
+    session_id: str | None = None
+    node_id: str | None = None
+    #: the file's modification time or the node's creation time (Unix seconds)
+    time: float | None = None
+
+
+class MemorySearchResult(_Result):
+    hits: list[MemoryHit]
+    #: how candidates were found: keyword only (no embedding provider in this build)
+    mode: Literal["fts"]
+    #: the full-text expression that ran
+    expression: str
+    #: the words taken from a conversational query (empty when the query was used as written)
+    keywords: list[str]
+
+
+class MemoryGetParams(_Params):
+    """``memory/get``: one chunk (``chunkId``) or lines of a memory file (``path``)."""
+
+    workspace: FilePath | None = None
+    chunk_id: str | None = None
+    #: workspace-relative path of a memory file (MEMORY.md, memory/…, or an extra path)
+    path: FilePath | None = None
+    #: 1-based first line (default 1)
+    from_line: Positive | None = None
+    #: how many lines (default: to the end)
+    lines: Positive | None = None
+
+
+class MemoryGetResult(_Result):
+    path: str
+    text: str
+    #: 1-based inclusive range of ``text``; ``endLine < startLine`` when it is empty
+    start_line: int
+    end_line: int
+    #: lines in the file (a chunk: the file's lines when it was indexed)
+    total_lines: int
+    chunk_id: str | None = None

@@ -1,0 +1,260 @@
+"""memory/index, memory/status, memory/search, memory/get through the real daemon on both
+backends (SPEC §5.1): incremental re-index, decay, MMR, line ranges, and every bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from dagctx.client import DagctxClient, RpcError
+from dagctx.protocol import memory_messages as mem
+
+pytestmark = [pytest.mark.slow]
+
+
+@pytest_asyncio.fixture
+async def client(database: str) -> AsyncIterator[DagctxClient]:
+    c = await DagctxClient.spawn(database)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+def write(ws: Path, rel: str, text: str | bytes) -> Path:
+    p = ws / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        p.write_bytes(text)
+    else:
+        p.write_text(text, encoding="utf-8")
+    return p
+
+
+async def index(c: DagctxClient, ws: Path, **options: Any) -> mem.MemoryIndexResult:
+    params: dict[str, Any] = {"workspace": str(ws)}
+    force = options.pop("force", False)
+    if options:
+        params["options"] = options
+    if force:
+        params["force"] = True
+    return await c.request("memory/index", params)
+
+
+async def search(c: DagctxClient, ws: Path, query: str, **kw: Any) -> mem.MemorySearchResult:
+    return await c.request("memory/search", {"workspace": str(ws), "query": query, **kw})
+
+
+async def status(c: DagctxClient, ws: Path) -> mem.MemoryStatusResult:
+    return await c.request("memory/status", {"workspace": str(ws)})
+
+
+async def error_of(coro: Any) -> RpcError:
+    with pytest.raises(RpcError) as info:
+        await coro
+    return info.value
+
+
+async def test_an_edit_reindexes_only_that_file(client: DagctxClient, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    write(ws, "MEMORY.md", "# Decisions\n\nThe cache eviction policy is LRU with a five minute TTL.\n")
+    write(ws, "memory/notes.md", "Deploys go through the blue green pipeline.\nRollbacks take one command.\n")
+    first = await index(client, ws)
+    assert (first.files, first.reindexed, first.unchanged, first.removed, first.complete) == (2, 2, 0, 0, True)
+    before = {h.path: h.chunk_id for h in (await search(client, ws, "eviction OR pipeline")).hits}
+    assert set(before) == {"MEMORY.md", "memory/notes.md"}
+
+    again = await index(client, ws)
+    assert (again.reindexed, again.unchanged, again.chunks) == (0, 2, first.chunks)
+
+    write(ws, "memory/notes.md", "Deploys go through the blue green pipeline.\nRollbacks take one command.\n"
+          "The zeppelin dashboard shows deploy health.\n")
+    edited = await index(client, ws)
+    assert (edited.reindexed, edited.unchanged, edited.removed) == (1, 1, 0)
+    hits = (await search(client, ws, "zeppelin")).hits
+    assert [(h.path, h.start_line, h.end_line) for h in hits] == [("memory/notes.md", 1, 3)]
+    # the edited file's old chunk is gone; the untouched file kept its chunk id
+    err = await error_of(client.request("memory/get", {"workspace": str(ws), "chunkId": before["memory/notes.md"]}))
+    assert err.kind == "ChunkNotFound"
+    kept = await client.request("memory/get", {"workspace": str(ws), "chunkId": before["MEMORY.md"]})
+    assert "eviction policy" in kept.text and kept.path == "MEMORY.md"
+
+    (ws / "memory/notes.md").unlink()
+    gone = await index(client, ws)
+    assert (gone.files, gone.removed, gone.reindexed) == (1, 1, 0)
+    assert (await search(client, ws, "zeppelin")).hits == []
+    st = await status(client, ws)
+    assert [f.path for f in st.files] == ["MEMORY.md"] and st.chunks == gone.chunks and st.complete
+
+
+async def test_decay_orders_two_equal_chunks_by_age(client: DagctxClient, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    text = "We chose PostgreSQL advisory locks for the migration runner.\n"
+    old = write(ws, "memory/a-old.md", text)
+    write(ws, "memory/b-new.md", text)
+    sixty_days_ago = time.time() - 60 * 86_400
+    os.utime(old, (sixty_days_ago, sixty_days_ago))
+    await index(client, ws)
+    plain = (await search(client, ws, "advisory locks")).hits
+    assert [h.path for h in plain] == ["memory/a-old.md", "memory/b-new.md"]  # equal scores: path order
+    assert plain[0].score == pytest.approx(plain[1].score)
+    decayed = (await search(client, ws, "advisory locks", temporalDecay={"halfLifeDays": 30})).hits
+    assert [h.path for h in decayed] == ["memory/b-new.md", "memory/a-old.md"]
+    # sixty days at a thirty-day half-life: a quarter of the fresh chunk's score
+    assert decayed[1].score / decayed[0].score == pytest.approx(0.25, rel=0.01)
+    assert decayed[1].text_score == pytest.approx(decayed[0].text_score)
+
+
+async def test_mmr_removes_a_near_duplicate(client: DagctxClient, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    write(ws, "memory/1.md", "deploy pipeline: the deploy pipeline runs blue green deployment with canary checks\n")
+    write(ws, "memory/2.md", "deploy pipeline: the deploy pipeline runs blue green deployment with canary checks today\n")
+    write(ws, "memory/3.md", "rollback notes for the deploy step: when the pipeline fails during an incident, "
+          "revert the release tag, page the on call engineer and write the postmortem\n")
+    await index(client, ws)
+    plain = (await search(client, ws, "deploy pipeline", maxResults=2)).hits
+    assert {h.path for h in plain} == {"memory/1.md", "memory/2.md"}
+    diverse = (await search(client, ws, "deploy pipeline", maxResults=2, mmr={"lambda": 0.5})).hits
+    assert len(diverse) == 2 and diverse[0].path in ("memory/1.md", "memory/2.md")
+    assert diverse[1].path == "memory/3.md"
+    # λ = 1 is relevance only: the duplicate stays
+    same = (await search(client, ws, "deploy pipeline", maxResults=2, mmr={"lambda": 1.0})).hits
+    assert [h.path for h in same] == [h.path for h in plain]
+
+
+async def test_get_reads_line_ranges_and_chunks(client: DagctxClient, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    lines = [f"line {i}: the retention window for metrics is {i} days" for i in range(1, 41)]
+    write(ws, "memory/log.md", "\n".join(lines) + "\n")
+    res = await index(client, ws, chunkTokens=60, overlapTokens=20)
+    assert res.chunks > 3
+    got = await client.request("memory/get", {"workspace": str(ws), "path": "memory/log.md", "fromLine": 3, "lines": 4})
+    assert got.text == "\n".join(lines[2:6]) and (got.start_line, got.end_line, got.total_lines) == (3, 6, 40)
+    tail = await client.request("memory/get", {"workspace": str(ws), "path": "memory/log.md", "fromLine": 39})
+    assert tail.text == "\n".join(lines[38:]) and tail.end_line == 40
+    err = await error_of(client.request("memory/get", {"workspace": str(ws), "path": "memory/log.md", "fromLine": 41}))
+    assert err.kind == "InvalidParams" and "past the end" in err.message
+
+    hits = (await search(client, ws, "retention", maxResults=50)).hits
+    spans = sorted((h.start_line, h.end_line, h.chunk_id) for h in hits)
+    assert spans[0][0] == 1 and spans[-1][1] == 40
+    for (s1, e1, _), (s2, _e2, _) in zip(spans, spans[1:]):
+        assert s2 <= e1 + 1 and s2 > s1  # consecutive chunks overlap (or touch), never skip a line
+    assert any(s2 <= e1 for (_, e1, _), (s2, _, _) in zip(spans, spans[1:]))  # the overlap is real
+    for start, end, cid in spans:
+        chunk = await client.request("memory/get", {"workspace": str(ws), "chunkId": cid})
+        assert chunk.text == "\n".join(lines[start - 1 : end]) and chunk.total_lines == 40
+    one = await client.request("memory/get", {"workspace": str(ws), "chunkId": spans[1][2], "fromLine": 2, "lines": 1})
+    assert one.text == lines[spans[1][0]] and one.start_line == one.end_line == spans[1][0] + 1
+
+
+async def test_bad_input_is_refused_or_skipped_with_a_note(client: DagctxClient, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    outside = tmp_path / "outside.md"
+    outside.write_text("secret outside the workspace\n")
+    write(ws, "MEMORY.md", "good memory about the release train\n")
+    write(ws, "memory/latin1.md", "caf\xe9 notes about the release train\n")
+    assert (await index(client, ws)).complete  # valid UTF-8 so far
+
+    # an extra path outside the workspace refuses the run and writes nothing
+    before = await status(client, ws)
+    for extra in ("../outside.md", str(outside)):
+        err = await error_of(index(client, ws, extraPaths=[extra]))
+        assert err.kind == "WorkspaceEscape" and "extraPaths[0]" in err.message
+    assert await status(client, ws) == before
+
+    (ws / "memory/latin1.md").write_bytes("caf\xe9 notes about the release train\n".encode("latin-1"))
+    write(ws, "memory/blob.md", b"PK\x03\x04\x00\x00binary release train")
+    os.symlink(outside, ws / "memory" / "link.md")
+    with open(ws / "memory" / "huge.md", "wb") as f:
+        f.truncate(3 << 30)  # sparse: 3 GB on paper, nothing read
+    res = await index(client, ws)
+    kinds = {s.path: s.kind for s in res.skipped}
+    assert kinds == {"memory/latin1.md": "notUtf8", "memory/blob.md": "binary", "memory/link.md": "symlinkOutside",
+                     "memory/huge.md": "tooLarge"}
+    assert not res.complete and res.files == 1 and all(s.note.startswith(s.path) for s in res.skipped)
+    # the file that turned bad lost its old chunks: the index never claims what it no longer holds
+    assert [h.path for h in (await search(client, ws, "release train")).hits] == ["MEMORY.md"]
+    assert (await search(client, ws, "secret")).hits == []
+    st = await status(client, ws)
+    assert not st.complete and {s.path for s in st.skipped} == set(kinds)
+
+    for params, kind in (
+        ({"path": "memory/link.md"}, "WorkspaceEscape"),
+        ({"path": "../outside.md"}, "WorkspaceEscape"),
+        ({"path": str(outside)}, "WorkspaceEscape"),
+        ({"path": "memory/blob.md"}, "InvalidParams"),
+        ({"path": "memory/latin1.md"}, "InvalidParams"),
+        ({"path": "memory/huge.md"}, "InvalidParams"),
+        ({"path": "README.txt"}, "InvalidParams"),
+        ({"path": "memory/missing.md"}, "InvalidParams"),
+        ({"chunkId": "nope"}, "ChunkNotFound"),
+        ({}, "InvalidParams"),
+    ):
+        err = await error_of(client.request("memory/get", {"workspace": str(ws), **params}))
+        assert err.kind == kind, (params, err.kind, err.message)
+    for params, kind in (
+        ({"workspace": str(tmp_path / "nowhere")}, "InvalidParams"),
+        ({"workspace": str(ws), "options": {"chunkTokens": 50, "overlapTokens": 50}}, "InvalidParams"),
+    ):
+        err = await error_of(client.request("memory/index", params))
+        assert err.kind == kind, (params, err.message)
+    err = await error_of(client.request("memory/search", {"query": "x"}))
+    assert err.kind == "InvalidParams" and "workspace" in err.message
+    # still serving
+    assert (await status(client, ws)).files[0].path == "MEMORY.md"
+
+
+async def test_conversational_and_cjk_queries_and_sessions(client: DagctxClient, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    write(ws, "MEMORY.md", "Cache eviction: we settled on LRU with a five minute TTL.\n\n我们决定缓存淘汰策略使用LRU。\n")
+    await index(client, ws)
+    res = await search(client, ws, "what did we decide about the cache eviction policy?")
+    assert res.keywords == ["cache", "eviction", "policy"] and res.expression == "cache OR eviction OR policy"
+    assert [h.path for h in res.hits] == ["MEMORY.md"]
+    cjk = await search(client, ws, "缓存淘汰策略是什么")
+    assert [h.path for h in cjk.hits] == ["MEMORY.md"] and "缓存" in cjk.keywords
+    # a session node is a second source, selectable per query
+    s = await client.session_create("ops")
+    await client.append(s.session_id, "user", input="remember: the cache eviction runs nightly", predecessor=s.head)
+    both = await search(client, ws, "cache eviction", sources=["memory", "sessions"])
+    assert {h.source for h in both.hits} == {"memory", "sessions"}
+    only = await search(client, ws, "cache eviction", sources=["sessions"])
+    assert [h.session_id for h in only.hits] == [s.session_id] and only.hits[0].time is not None
+    high = await search(client, ws, "cache eviction", minScore=0.999)
+    assert high.hits == []
+
+
+def test_the_memory_commands(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    write(ws, "MEMORY.md", "The staging database lives on port 5433.\n")
+    db = str(tmp_path / "cli.db")
+    env = {**os.environ, "COLUMNS": "200", "PYTHONIOENCODING": "utf-8"}
+    env.pop("DAGCTX_DB", None)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-P", "-m", "dagctx.cli", "--db", db, "memory", *args],
+                              capture_output=True, text=True, timeout=90, env=env)
+
+    p = cli("index", "--standalone", "--workspace", str(ws), "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["files"] == 1
+    p = cli("search", "--standalone", "--workspace", str(ws), "--json", "which port is staging on")
+    hit = json.loads(p.stdout)["hits"][0]
+    assert hit["path"] == "MEMORY.md" and hit["startLine"] == 1
+    p = cli("get", "--standalone", "--workspace", str(ws), "--chunk", hit["chunkId"])
+    assert p.returncode == 0 and p.stdout == "The staging database lives on port 5433.\n"
+    p = cli("get", "--standalone", "--workspace", str(ws), "--path", "../etc/passwd")
+    assert p.returncode == 1 and "WorkspaceEscape" in p.stdout + p.stderr
+    write(ws, "memory/bad.md", b"\xff\xfe bad")
+    p = cli("index", "--standalone", "--workspace", str(ws))
+    assert p.returncode == 3 and "notUtf8" in p.stdout + p.stderr
