@@ -353,3 +353,10 @@ def test_eval_replays_a_stored_session(tmp_path: Path) -> None:
     assert after == before[1]
     p = dagctx("eval", "--session", "ffffffff", "--db", str(db), "--standalone")
     assert p.returncode == 1 and "no session id starts with it" in p.stdout + p.stderr
+
+
+def test_eval_says_when_nothing_can_be_replayed(tmp_path: Path) -> None:
+    src = tmp_path / "chat.jsonl"
+    src.write_text(json.dumps({"conversations": [{"from": "human", "value": "hello"}]}) + "\n", encoding="utf-8")
+    p = dagctx("eval", str(src), "--window", "16k")
+    assert p.returncode == 1 and "no session with a model call to replay" in p.stdout + p.stderr

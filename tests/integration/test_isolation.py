@@ -145,6 +145,35 @@ async def test_an_answer_over_the_frame_limit_is_refused_with_how_to_page(shared
         assert len(piece.nodes[0].output) == 1000
         assert (await a.session_list()).sessions  # the connection lives on
         assert a.process.returncode is None
+
+        # a render too large for the frame: refused, naming `range`; asked in pieces, the
+        # pieces are exactly the whole render another connection (default limit) gets
+        with pytest.raises(RpcError) as exc:
+            await a.render(s.session_id, head=head, model="gpt-4o", aging=False)
+        assert exc.value.kind == "ResponseTooLarge" and "`range`" in str(exc.value)
+        b = await spawn(db)
+        try:
+            whole = await b.render(s.session_id, head=head, model="gpt-4o", aging=False)
+        finally:
+            await b.close()
+        assert whole.message_count == len(whole.messages) == 3
+        pieces, per = [], []
+        offset = 0
+        while True:
+            page = await a.request("context/render", {"sessionId": s.session_id, "head": head, "model": "gpt-4o",
+                                                      "aging": False, "range": {"offset": offset, "limit": 1}})
+            assert page.message_count == 3 and page.tokens.total == whole.tokens.total
+            assert {k: v for k, v in page.manifest.items() if k != "renderId"} == \
+                {k: v for k, v in whole.manifest.items() if k != "renderId"}  # one render, a new id each time
+            if not page.messages:
+                break
+            pieces += page.messages
+            per += page.tokens.per_message
+            offset += len(page.messages)
+        assert pieces == whole.messages and per == whole.tokens.per_message
+        with pytest.raises(RpcError) as exc:  # a bad range is the caller's mistake, named
+            await a.request("context/render", {"sessionId": s.session_id, "range": {"offset": -1}})
+        assert exc.value.kind == "InvalidParams" and exc.value.data.get("path", "").startswith("params.range")
     finally:
         await a.close()
 
@@ -242,3 +271,28 @@ async def test_session_caches_in_use_stay_within_their_byte_bound(shared_env, tm
             assert (await c.render(sid, model="gpt-4o", aging=True)).messages == messages
     finally:
         await c.close()
+
+
+async def test_session_list_is_answered_while_another_client_appends_50_mb(shared_env, tmp_path: Path) -> None:
+    """A 50 MB node/append (its frame read and decoded, its tokens counted, its output
+    spilled, its row written — all off the event loop) never holds up another connection."""
+    db = tmp_path / "big-append.db"
+    a = await spawn(db)
+    b = await spawn(db)
+    try:
+        await b.session_create("other")
+        s = await a.session_create("big")
+        u = await a.append(s.session_id, "user", output="run it", predecessor=s.head)
+        big = "".join(f"line {i} of the build log: compiling src/mod_{i % 97}.c\n" for i in range(1_000_000))[:50_000_000]
+        _, app = a.send_request("node/append", {"sessionId": s.session_id, "node": {
+            "role": "code", "name": "bash", "input": {"cmd": "make"}, "output": big, "caller": u.node.id}})
+        before, worst = await answered_meanwhile(app, lambda: b.session_list(limit=5))
+        res = await app
+        node = res["node"] if isinstance(res, dict) else res.node
+        assert before >= 1, f"B got no answer while A appended 50 MB (worst {worst:.3f} s)"
+        got = await a.get_nodes(s.session_id, [node.id if not isinstance(node, dict) else node["id"]],
+                                range=m.OutputRange(offset=len(big) - 40, length=40))
+        assert got.nodes[0].output == big[-40:]  # kept whole (spilled), read back in a range
+    finally:
+        await a.close()
+        await b.close()

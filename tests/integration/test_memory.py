@@ -230,6 +230,7 @@ async def test_conversational_and_cjk_queries_and_sessions(client: DagctxClient,
     assert {h.source for h in both.hits} == {"memory", "sessions"}
     only = await search(client, ws, "cache eviction", sources=["sessions"])
     assert [h.session_id for h in only.hits] == [s.session_id] and only.hits[0].time is not None
+    assert only.hits[0].text == "remember: the cache eviction runs nightly"
     high = await search(client, ws, "cache eviction", minScore=0.999)
     assert high.hits == []
 

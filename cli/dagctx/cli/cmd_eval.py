@@ -73,6 +73,12 @@ async def cmd_eval(args: argparse.Namespace) -> int:
         console.print(f"[dim]… {escape(text)}[/dim]", highlight=False)
 
     doc = await ev.evaluate(cfg, sources_from=sources_from, progress=progress)
+    for note in doc["notes"]:
+        console.print(f"[yellow]note[/yellow]: {escape(note)}")
+    if not doc["sessions"]:
+        console.print("[red]error[/red]: no session with a model call to replay (a transcript needs at least "
+                      "one assistant reply; `dagctx import` shows what was read)")
+        return 1
     if args.plots:
         written = report.write_plots(doc, args.plots)
         console.print(f"plots: {len(written)} SVG files in {escape(args.plots)}")
@@ -80,4 +86,4 @@ async def cmd_eval(args: argparse.Namespace) -> int:
         print_json(doc)
     else:
         report.print_tables(doc, console)
-    return 0 if doc["sessions"] else 1
+    return 0

@@ -742,6 +742,17 @@ export interface MemoryStatusResult {
 }
 
 /**
+ * A slice of a render's messages (SPEC §6, paging a render too large for one answer):
+ * ``messages[offset : offset + limit]``; no ``limit``: to the end.
+ */
+export interface MessageRange {
+  /** @default 0 */
+  offset?: number;
+  /** @default null */
+  limit?: number | null;
+}
+
+/**
  * Settings for one model name (``initializationOptions.models``, the config file).
  *
  * A field left out keeps what the name resolved to before (a built-in row or the
@@ -1047,6 +1058,8 @@ export interface RenderParams {
   reductionTimeoutSeconds?: number;
   /** @default null */
   workDoneToken?: number | string | null;
+  /** @default null */
+  range?: MessageRange | null;
 }
 
 export interface RenderResult {
@@ -1062,6 +1075,8 @@ export interface RenderResult {
   budget?: Budget | null;
   /** @default null */
   reduction?: TurnReduction | null;
+  /** @default 0 */
+  messageCount?: number;
 }
 
 export interface ReplayParams {

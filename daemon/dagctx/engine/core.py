@@ -379,6 +379,9 @@ class EngineCore:
         check_head(self.store.graph(p.session_id), p.head)
         if p.budget:
             return self._render_with_budget(p)
+        return _page(self._render_whole(p), p.range)
+
+    def _render_whole(self, p: c.RenderParams) -> c.RenderResult:
         head = p.head or self.store.head(p.session_id)
         info = self.models.get(p.model or self.options.default_model)
         aged, stats = self.views.aging_for(p.session_id, head, info, enabled=p.aging, frame=p.frame)
@@ -396,7 +399,7 @@ class EngineCore:
         info = self.models.get(p.model or self.options.default_model)
         built = turn_reduction.build_render(self, p, Reductions())
         if built.fits:
-            return built.result
+            return _page(built.result, p.range)
         return self._reduce_render(p, head, info, built)
 
     async def _reduce_render(self, p: c.RenderParams, head: str, info: Any,
@@ -408,7 +411,7 @@ class EngineCore:
         )
         result = built.result
         result.reduction = rep
-        return result
+        return _page(result, p.range)
 
     def context_replay(self, p: c.ReplayParams) -> c.ReplayResult:
         return self.views.replay(p)
@@ -573,3 +576,15 @@ class EngineCore:
             "memory/search": lambda p: memory.memory_search(self, p),
             "memory/get": lambda p: memory.memory_get(self, p),
         }
+
+
+def _page(result: c.RenderResult, range: c.MessageRange | None) -> c.RenderResult:
+    """The asked slice of a render's messages (SPEC §6): ``messageCount`` counts them all,
+    ``tokens.perMessage`` follows the slice, ``tokens.total`` stays the whole render's."""
+    result.message_count = len(result.messages)
+    if range is None:
+        return result
+    end = None if range.limit is None else range.offset + range.limit
+    result.messages = result.messages[range.offset:end]
+    result.tokens = msgspec.structs.replace(result.tokens, per_message=result.tokens.per_message[range.offset:end])
+    return result

@@ -21,6 +21,7 @@ import msgspec
 from dagctx.context import memory_text as mt
 from dagctx.context.system_prompt import open_beneath, resolve_inside
 from dagctx.ledger.memory import FileUpdate, MemoryChunkRow, MemoryFileRow, MemoryIndex
+from dagctx.ledger.text import node_text
 from dagctx.protocol import memory_messages as mem
 from dagctx.protocol.errors import DagctxError
 
@@ -275,8 +276,10 @@ def memory_search(engine: EngineCore, p: mem.MemorySearchParams) -> mem.MemorySe
         for h in store.search(expr, session_id=p.session_id, limit=want):
             node = store.graph(h.session_id).nodes.get(h.node_id)
             s = mt.text_score(h.score)
+            # the node's searchable text (a spilled output's kept preview), so MMR compares whole texts
+            text = node_text(node)[:HIT_TEXT_CHARS] if node is not None else h.snippet
             hits.append(mem.MemoryHit(
-                source="sessions", score=s, text_score=s, snippet=h.snippet, text=h.snippet,
+                source="sessions", score=s, text_score=s, snippet=h.snippet, text=text,
                 session_id=h.session_id, node_id=h.node_id,
                 time=getattr(node, "created_at", None)))
     if p.temporal_decay is not None:

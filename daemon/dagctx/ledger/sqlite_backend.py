@@ -128,6 +128,11 @@ class SqliteBackend:
         self._create_parent = create_parent
         #: the connection in use by a thread inside ``transaction`` (the writer's)
         self._tx = threading.local()
+        #: per thread, a reading connection of its own for reads that need no lock of the
+        #: store (``sessions_unlocked``); all of them, to close them with the backend
+        self._own = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
         #: how many times the file was reopened (the store drops its caches when it changes)
         self.generation = 0
         self._open()
@@ -254,7 +259,9 @@ class SqliteBackend:
         the store with no transaction open and every user of the connections locked out.
         Closing first lets SQLite fold its write-ahead log into the old file and remove
         it, so the new file never meets the old one's log."""
-        old = (self._wdb, self.db)
+        with self._readers_lock:  # a reader left open on the old file would, closing later,
+            readers, self._readers = self._readers, []  # fold or remove the log at this path
+        old = (self._wdb, self.db, *readers)
         for conn in old:
             if conn is not None:
                 try:
@@ -388,6 +395,31 @@ class SqliteBackend:
         with self._faults("look up node ids"):
             return [(r[0], r[1], r[2]) for r in self._c().execute(
                 prefix_sql("nodes", hi is not None, session_id is not None), args)]
+
+    def sessions_unlocked(self, limit: int, offset: int) -> tuple[list[SessionRow], int] | None:
+        """``sessions`` on this thread's own connection, so it needs none of the store's
+        locks: a long write transaction of this daemon (a 50 MB node being indexed) holds
+        it up not at all (SPEC §1.4). In WAL mode it reads the last commit. None when this
+        file cannot have one (in memory, read-only storage, inside a transaction)."""
+        if self._memory or self.read_only or getattr(self._tx, "conn", None) is not None:
+            return None
+        conn = getattr(self._own, "conn", None)
+        if conn is None or getattr(self._own, "generation", -1) != self.generation:
+            conn = self._connect(self.location)
+            with self._readers_lock:
+                self._readers.append(conn)
+            self._own.conn, self._own.generation = conn, self.generation
+        try:
+            with self._faults("list sessions"):
+                rows = conn.execute(
+                    f"SELECT {_SESSION_COLS} FROM sessions ORDER BY updated_at DESC, id LIMIT ? OFFSET ?",
+                    (limit, offset),
+                ).fetchall()
+                total = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
+        except sqlite3.ProgrammingError:  # closed by a reopen meanwhile: the locked way waits for it
+            self._own.conn = None
+            return None
+        return [self._row(r) for r in rows], total
 
     def insert_session(self, row: SessionRow) -> bool:
         try:
@@ -619,3 +651,7 @@ class SqliteBackend:
         if self._wdb is not None and self._wdb is not self.db:
             self._wdb.close()
         self.db.close()
+        with self._readers_lock:
+            readers, self._readers = self._readers, []
+        for conn in readers:
+            conn.close()

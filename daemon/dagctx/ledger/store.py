@@ -325,8 +325,12 @@ class Store:
     def list_sessions(self, limit: int = 100, offset: int = 0) -> tuple[list[SessionInfo], int]:
         rules.check_list_window(limit, offset)
         self.ensure_file()
-        with self.lock:
-            rows, total = self.backend.sessions(limit, offset)
+        unlocked = getattr(self.backend, "sessions_unlocked", None)
+        got = unlocked(limit, offset) if unlocked is not None else None
+        if got is None:
+            with self.lock:
+                got = self.backend.sessions(limit, offset)
+        rows, total = got
         return [self._info(r) for r in rows], total
 
     def resolve_ids(self, prefix: str, kinds: str = "any", session_id: str | None = None,

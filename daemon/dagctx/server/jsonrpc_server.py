@@ -85,8 +85,9 @@ PAGING = {
     "session/history": "Page the branch with `offset` and `limit` (the answer's `total` is its length).",
     "node/get": "Ask for fewer `ids` at a time, and read a long output in slices with `range` "
                 "({offset, length} in characters).",
-    "context/render": "Page the branch with `session/history` (`offset`/`limit`) and read long outputs with "
-                      "`node/get` `range`; or render less: turn `aging` on, or pass `budget: true`.",
+    "context/render": "Ask for the render in pieces with `range` ({offset, limit} in messages; the answer's "
+                      "`messageCount` says how many there are; pass the same explicit `head` for every piece), "
+                      "or render less: turn `aging` on, or pass `budget: true`.",
     "context/prepare": "Render less: keep `aging` on, or let the daemon compact the branch (`context/compact`).",
     "context/replay": "Read the call's inputs with `node/get` (`range` for long outputs) instead.",
     "session/export": "Export to a file with `path` instead of returning the content.",

@@ -27,6 +27,14 @@ TokenSource = Literal["provider", "calibrated", "estimate"]
 # ---------------------------------------------------------------- render
 
 
+class MessageRange(_Params):
+    """A slice of a render's messages (SPEC §6, paging a render too large for one answer):
+    ``messages[offset : offset + limit]``; no ``limit``: to the end."""
+
+    offset: Count = 0
+    limit: Positive | None = None
+
+
 class RenderParams(_Params):
     """``context/render``: the messages a head's branch shows a model.
 
@@ -59,6 +67,9 @@ class RenderParams(_Params):
     #: with ``budget``: seconds the reduction may take in all (at most 60, SPEC §8)
     reduction_timeout_seconds: float = 60.0
     work_done_token: Int64 | str | None = None
+    #: answer only these messages of the render (``messageCount`` says how many it has);
+    #: pass the same explicit ``head`` for every page, so every page is of one render
+    range: MessageRange | None = None
 
 
 class TokenCounts(_Result):
@@ -136,6 +147,9 @@ class RenderResult(_Result):
     #: with ``budget``: the budget of this request
     budget: Budget | None = None
     reduction: TurnReduction | None = None
+    #: how many messages the whole render has (with ``range``, ``messages`` and
+    #: ``tokens.perMessage`` hold only the asked slice; ``tokens.total`` is the whole render's)
+    message_count: int = 0
 
 
 # ---------------------------------------------------------------- prepare

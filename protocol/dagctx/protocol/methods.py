@@ -162,7 +162,8 @@ _ALL: list[MethodSpec] = [
          "node); with `budget`: BudgetExceeded; "
          "RequestCancelled",
          "Never writes the ledger. Same data + same params → same bytes. With `budget` over the limit: reduction "
-         "within the turn (§8), whose summaries go to the derived cache only. Runs off the event loop.", offload=True),
+         "within the turn (§8), whose summaries go to the derived cache only. `range` answers a slice of the "
+         "messages (`messageCount`: all of them). Runs off the event loop.", offload=True),
     _req("context/prepare", c.PrepareParams, c.PrepareResult, "Everything one turn needs.",
          "SessionNotFound, BudgetExceeded, RequestCancelled, InvalidParams (head is not a conversation node), "
          "WorkspaceEscape never (refused files become notes)",
