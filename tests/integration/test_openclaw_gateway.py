@@ -16,6 +16,7 @@ requests the model received, the plugin's trace and the dagctx database:
   function (the stub received dagctx's summarizer prompt; dagctx has no other model);
 - the model's call of the recall tool `dagctx_search` returned dagctx data: the text of
   turn 1, which by then no request carried any more;
+- OpenClaw's own `openclaw sessions compact KEY` succeeds through the plugin (exit 0, ok);
 - with dagctx stopped (its command fails, its daemon is gone) OpenClaw keeps answering:
   the plugin says DEGRADED on the host's log and OpenClaw never quarantines the engine;
 - when dagctx comes back the plugin says RECOVERED, runs on dagctx again, and the turns
@@ -229,6 +230,14 @@ def test_openclaw_gateway_runs_every_turn_on_dagctx(gateway) -> None:
     # OpenClaw's own tool ran in turn TOOL_TURN and dagctx recorded its result on the call.
     reads = [n for n in nodes if n.role == "code" and n.name == "read"]
     assert reads and "pkg/quartz.py" in str(reads[0].output), [str(n.output)[:100] for n in reads]
+
+    # OpenClaw's own command asks the engine to compact the session: it succeeds (compacted,
+    # or "nothing to compact": never belowThreshold with exit 1).
+    key = next(e["sessionKey"] for e in assembles if e.get("sessionKey"))
+    compact = gw.openclaw("sessions", "compact", key, "--json", "--url", f"ws://127.0.0.1:{gw.port}", "--token", gw.TOKEN,
+                          timeout=300)
+    assert compact.returncode == 0, compact.stdout[-2000:] + compact.stderr[-2000:]
+    assert json.loads(compact.stdout[compact.stdout.index("{"):])["ok"] is True, compact.stdout[-2000:]
 
     # dagctx stopped: its command fails and its daemon is gone; OpenClaw keeps answering.
     working = launcher.read_text()
