@@ -253,9 +253,25 @@ def seed_world(call: Any) -> None:
         World.nodes += [s["rootId"], u["node"]["id"], llm["node"]["id"], tool["node"]["id"]]
 
 
+#: method → the error kinds the fuzz runs got from it (checked against the method table last)
+SEEN: dict[str, set[str]] = {}
+
+#: kinds any request may answer (SPEC §3): the door (framing, decoding, lifecycle), a
+#: cancel, an answer too large to send, and the storage faults of whatever it reads
+ANY_METHOD = {"ParseError", "InvalidRequest", "MethodNotFound", "InvalidParams", "ServerNotInitialized",
+              "ShutdownInProgress", "FrameTooLarge", "RequestCancelled", "ResponseTooLarge", "StorageUnavailable",
+              "StorageFull", "StorageReadOnly", "StorageCorrupt", "StorageBusy"}
+
+
+def seen(method: str, kind: Any) -> None:
+    if isinstance(kind, str):
+        SEEN.setdefault(method, set()).add(kind)
+
+
 def check_answer(msg: dict[str, Any], before: Any, db: Path, what: Any) -> None:
     if "error" in msg:
         e = msg["error"]
+        seen(what[0], e.get("data", {}).get("kind"))
         assert isinstance(e.get("message"), str) and "Traceback" not in e["message"]
         assert e.get("data", {}).get("kind") != "InternalError", (what, e)
         assert snapshot(db) == before, ("a failed request wrote", what, e)
@@ -339,6 +355,25 @@ def test_fuzzed_client_requests_are_answered_without_internal_errors(client_worl
     try:
         loop.run_until_complete(client.request(method, value, timeout=TIMEOUT))
     except RpcError as exc:
+        seen(method, exc.kind)
         assert exc.kind != "InternalError", (method, params, exc.message)
         assert snapshot(db) == before, ("a failed request wrote", method, params, exc.message)
     assert client.process is not None and client.process.returncode is None
+
+
+def test_every_kind_the_fuzz_runs_got_is_in_the_method_table() -> None:
+    """SPEC §3 and the method reference: each error kind a method answered above (besides the
+    kinds any request may answer) is listed in that method's ``errors`` in
+    protocol/methods.py, from which SPEC.md's method reference is generated."""
+    if not SEEN:
+        pytest.skip("run with the fuzz tests above (they collect the kinds)")
+    import re
+
+    missing = {}
+    for method, kinds in sorted(SEEN.items()):
+        listed = set(re.findall(r"[A-Z][A-Za-z]+", METHODS[method].errors))
+        extra = sorted(kinds - ANY_METHOD - listed)
+        if extra:
+            missing[method] = extra
+    assert not missing, f"kinds answered but not in the method table: {missing}"
+    assert "InternalError" not in set().union(*SEEN.values())
