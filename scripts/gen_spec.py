@@ -122,6 +122,7 @@ async def _examples() -> dict[str, tuple[Any, Any]]:
         m.NodeInput(role="code", id="t2", name="bash", input={"cmd": "pytest -q"}, output="12 passed",
                     caller="a2", metadata={"toolCallId": "call_2"}),
     ]))
+    await call("id/resolve", m.IdResolveParams(prefix="u", kinds="node"))  # "u2": no generated id has a "u"
     await call("session/branches", m.SessionRef(session_id=sid))
     await call("session/graph", m.SessionGraphParams(session_id=sid, limit=3))
     await call("session/checkout", m.SessionCheckoutParams(session_id=sid, node_id=llm.node.id))

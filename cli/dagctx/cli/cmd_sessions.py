@@ -72,23 +72,7 @@ async def cmd_delete(args: argparse.Namespace) -> int:
 
 async def cmd_show(args: argparse.Namespace) -> int:
     async with connect(args) as client:
-        sessions = [await resolve_session(client, args.session)] if args.session else await all_sessions(client)
-        found: list[tuple[m.SessionInfo, str]] = []
-        for info in sessions:
-            got = (await client.get_nodes(info.session_id, [args.node])).nodes if await _has_node(
-                client, info.session_id, args.node) else []
-            if got:
-                found = [(info, got[0].id)]
-                break
-        if not found:
-            for info in sessions:
-                found.extend((info, nid) for nid in await _node_ids(client, info.session_id) if nid.startswith(args.node))
-            found = list({(i.session_id, nid): (i, nid) for i, nid in found}.values())
-        if len(found) != 1:
-            why = "no node id starts with it" if not found else f"{len(found)} nodes match; give more characters"
-            raise RpcError(-32001, f"node {args.node!r}: {why} (ids are listed by `dagctx history SESSION`)",
-                           {"kind": "NodeNotFound"})
-        info, nid = found[0]
+        info, nid = await resolve_node(client, args.node, args.session)
         node = (await client.get_nodes(info.session_id, [nid])).nodes[0]
         spill = node.metadata.get("spill")
         if isinstance(spill, dict):
@@ -116,25 +100,25 @@ async def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _has_node(client: DagctxClient, session_id: str, node_id: str) -> bool:
-    try:
-        return bool((await client.get_nodes(session_id, [node_id])).nodes)
-    except RpcError as exc:
-        if exc.kind == "NodeNotFound":
-            return False
-        raise
-
-
-async def _node_ids(client: DagctxClient, session_id: str) -> list[str]:
-    """Ids of the session's conversation nodes on every branch and the nodes they read
-    (their tool calls): what a prefix may name."""
-    ids: list[str] = []
-    for b in (await client.branches(session_id)).branches:
-        for n in (await client.history(session_id, head=b.head)).nodes:
-            ids.append(n.id)
-        r = await client.render(session_id, head=b.head, format="neutral")
-        ids.extend(r.reads)
-    return list(dict.fromkeys(ids))
+async def resolve_node(client: DagctxClient, ref: str, session: str | None) -> tuple[m.SessionInfo, str]:
+    """The node with id ``ref``, or the only one whose id starts with ``ref`` (in the
+    session ``session`` names, else in any): one ``id/resolve``, an index lookup (SPEC §4.3)."""
+    scope = await resolve_session(client, session) if session else None
+    if scope is not None and ref == "ROOT":
+        return scope, scope.root_id
+    res = await client.id_resolve(ref, kinds="node", session_id=scope.session_id if scope else None, limit=10)
+    exact = [x for x in res.matches if x.node_id == ref]
+    found = exact if len(exact) == 1 else res.matches
+    if len(found) == 1 and found[0].node_id is not None:
+        return scope or await client.session_get(found[0].session_id), found[0].node_id
+    where = f" in session {scope.session_id}" if scope else ""
+    if not found:
+        raise RpcError(-32001, f"node {ref!r}: no node id starts with it{where} (ids are listed by "
+                       "`dagctx history SESSION`)", {"kind": "NodeNotFound"})
+    listed = "; ".join(f"{x.node_id} ({x.role}, session {x.session_id})" for x in found)
+    more = " and more" if res.truncated else ""
+    raise RpcError(-32602, f"node {ref!r} is ambiguous: {len(found)}{'+' if res.truncated else ''} node ids start "
+                   f"with it{where}: {listed}{more}; give more characters (or --session)", {"kind": "InvalidParams"})
 
 
 async def cmd_history(args: argparse.Namespace) -> int:

@@ -117,18 +117,17 @@ async def resolve_session(client: DagctxClient, ref: str) -> m.SessionInfo:
     except RpcError as exc:
         if exc.kind != "SessionNotFound":
             raise
-    matches: list[m.SessionInfo] = []
-    offset = 0
-    while True:
-        page = await client.session_list(limit=500, offset=offset)
-        matches.extend(s for s in page.sessions if s.session_id.startswith(ref))
-        offset += len(page.sessions)
-        if not page.sessions or offset >= page.total:
-            break
-    if len(matches) == 1:
-        return matches[0]
-    why = "no session id starts with it" if not matches else f"{len(matches)} sessions match; give more characters"
-    raise RpcError(-32001, f"session {ref!r}: {why} (list them with `dagctx sessions`)", {"kind": "SessionNotFound"})
+    # one id/resolve: an index lookup, however many sessions the database holds (SPEC §4.3)
+    res = await client.id_resolve(ref, kinds="session", limit=10)
+    if len(res.matches) == 1:
+        return await client.session_get(res.matches[0].session_id)
+    if not res.matches:
+        raise RpcError(-32001, f"session {ref!r}: no session id starts with it (list them with `dagctx sessions`)",
+                       {"kind": "SessionNotFound"})
+    listed = "; ".join(f"{x.session_id} ({x.title!r})" for x in res.matches)
+    more = " and more" if res.truncated else ""
+    raise RpcError(-32602, f"session {ref!r} is ambiguous: {len(res.matches)}{'+' if res.truncated else ''} session "
+                   f"ids start with it: {listed}{more}; give more characters", {"kind": "InvalidParams"})
 
 
 # ---------------------------------------------------------------- text helpers

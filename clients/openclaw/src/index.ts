@@ -1,4 +1,4 @@
-// The OpenClaw plugin entry: registers the dagctx context engine.
+// The OpenClaw plugin entry: registers the dagctx context engine and its recall tools.
 //
 // openclaw.plugin.json declares `kind: "context-engine"`; select the engine with
 // `plugins.slots.contextEngine: "dagctx"`. The plugin config (`plugins.entries.dagctx.config`)
@@ -7,9 +7,13 @@
 import type { OpenClawPluginApi, OpenClawPluginDefinition } from "openclaw/plugin-sdk/plugin-entry" with { "resolution-mode": "import" };
 
 import { DagctxContextEngine, ENGINE_ID, ENGINE_VERSION, type DagctxEngineOptions } from "./engine";
+import type { HostLlm } from "./link";
+import { recallTools, TOOL_NAMES } from "./tools";
 
 export { DagctxContextEngine, ENGINE_ID, type DagctxEngineOptions } from "./engine";
-export { fromOpenAI, contentText, messageKey } from "./messages";
+export { fromOpenAI, contentText, messageKey, estimateTokens } from "./messages";
+export { recallTools, TOOL_NAMES } from "./tools";
+export { sharedLink, closeAllLinks } from "./link";
 
 /** The plugin config as the manifest's configSchema allows it. */
 export function engineOptions(config: Record<string, unknown> | undefined): DagctxEngineOptions {
@@ -20,6 +24,14 @@ export function engineOptions(config: Record<string, unknown> | undefined): Dagc
   if (typeof c.model === "string") opts.model = c.model;
   if (typeof c.keepRecentTokens === "number") opts.keepRecentTokens = c.keepRecentTokens;
   if (typeof c.structuralFallback === "boolean") opts.structuralFallback = c.structuralFallback;
+  if (typeof c.trace === "string") opts.trace = c.trace;
+  if (c.env !== null && typeof c.env === "object" && !Array.isArray(c.env)) {
+    // OpenClaw keeps variables such as XDG_RUNTIME_DIR out of its own environment (host env
+    // security), so a daemon it starts would not find the user's shared daemon: name them here.
+    const env: Record<string, string> = {};
+    for (const [k, v] of Object.entries(c.env as Record<string, unknown>)) if (typeof v === "string") env[k] = v;
+    opts.env = env;
+  }
   return opts;
 }
 
@@ -30,7 +42,16 @@ const plugin: OpenClawPluginDefinition = {
   version: ENGINE_VERSION,
   register(api: OpenClawPluginApi) {
     const opts = engineOptions(api.pluginConfig);
+    opts.logger = api.logger;
+    // The host's own completion function, for compactions a call brings no runtimeContext.llm to.
+    const llm = (api.runtime as { llm?: HostLlm } | undefined)?.llm;
+    if (llm && typeof llm.complete === "function") opts.runtimeLlm = llm;
+    // Every engine OpenClaw builds (one per turn) shares one daemon connection (link.ts).
     api.registerContextEngine(ENGINE_ID, () => new DagctxContextEngine(opts));
+    const engine = new DagctxContextEngine(opts);
+    api.registerTool((ctx) => recallTools(engine, { sessionId: ctx.sessionId, sessionKey: ctx.sessionKey }) as never, {
+      names: [...TOOL_NAMES],
+    });
   },
 };
 

@@ -45,6 +45,27 @@ export function messageKey(msg: AgentMessage): string {
   return JSON.stringify([m.role, m.timestamp ?? null, m.toolCallId ?? null, contentText(m.content)]);
 }
 
+/**
+ * This plugin's token estimate of one message: a quarter of its characters as the provider
+ * receives them (text, tool-call names and JSON arguments, tool results), plus a few for
+ * the framing. Used against the host's budget, and calibrated by the provider's reported
+ * prompt tokens (see the engine).
+ */
+export function estimateTokens(msg: AgentMessage): number {
+  const m = msg as { role?: unknown; content?: unknown };
+  let chars = 16;
+  if (m.role === "assistant" && Array.isArray(m.content)) {
+    for (const block of m.content as { type?: string; text?: string; name?: string; arguments?: unknown; thinking?: string }[]) {
+      if (block.type === "text") chars += (block.text ?? "").length;
+      else if (block.type === "toolCall") chars += (block.name ?? "").length + JSON.stringify(block.arguments ?? {}).length + 24;
+      else if (block.type === "thinking") chars += (block.thinking ?? "").length;
+    }
+  } else {
+    chars += JSON.stringify(contentText(m.content)).length;
+  }
+  return Math.ceil(chars / 4);
+}
+
 interface OpenAIMessage {
   role: string;
   content?: unknown;

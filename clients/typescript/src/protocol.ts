@@ -458,6 +458,43 @@ export interface HostCompletion {
   maxOutputTokens?: number | null;
 }
 
+/**
+ * One id that starts with the prefix: a session (``node_id`` null) or a node of
+ * ``session_id``, with the session's title or the node's role to tell them apart.
+ */
+export interface IdMatch {
+  kind: "node" | "session";
+  sessionId: string;
+  /** @default null */
+  nodeId?: string | null;
+  /** @default null */
+  title?: string | null;
+  /** @default null */
+  role?: string | null;
+}
+
+/**
+ * ``id/resolve``: the sessions and nodes whose id starts with ``prefix`` (SPEC §2.4),
+ * found through an index on the id (a range scan, never a walk of every session).
+ * ``kinds``: which ids to look at; ``session_id``: only that session's nodes.
+ */
+export interface IdResolveParams {
+  prefix: string;
+  /** @default "any" */
+  kinds?: "any" | "node" | "session";
+  /** @default null */
+  sessionId?: string | null;
+  /** @default 20 */
+  limit?: number;
+}
+
+/** Matches in id order, sessions first; ``truncated``: more than ``limit`` ids match. */
+export interface IdResolveResult {
+  matches: IdMatch[];
+  /** @default false */
+  truncated?: boolean;
+}
+
 export interface ImportParams {
   /** a file system path (no NUL characters) */
   path: string;
@@ -1433,6 +1470,8 @@ export interface Methods {
   "session/list": { params: SessionListParams; result: SessionListResult };
   /** One session's record. */
   "session/get": { params: SessionRef; result: SessionInfo };
+  /** The sessions and nodes whose id starts with a prefix (what `dagctx show PREFIX` names). */
+  "id/resolve": { params: IdResolveParams; result: IdResolveResult };
   /** Change a session's title. */
   "session/rename": { params: SessionRenameParams; result: SessionInfo };
   /** Delete a session and all its nodes. */
@@ -1543,6 +1582,7 @@ export const METHOD_NAMES = [
   "session/create",
   "session/list",
   "session/get",
+  "id/resolve",
   "session/rename",
   "session/delete",
   "session/history",

@@ -478,6 +478,7 @@ class EngineCore:
             "session/create": self.session_create,
             "session/list": s(ledger_ops.session_list),
             "session/get": s(ledger_ops.session_get),
+            "id/resolve": s(ledger_ops.id_resolve),
             "session/rename": w(ledger_ops.session_rename),
             "session/delete": self.session_delete,
             "session/history": s(ledger_ops.session_history),

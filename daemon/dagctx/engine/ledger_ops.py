@@ -31,6 +31,11 @@ def session_get(store: Store, p: m.SessionRef) -> m.SessionInfo:
     return store.get_session(p.session_id)
 
 
+def id_resolve(store: Store, p: m.IdResolveParams) -> m.IdResolveResult:
+    matches, truncated = store.resolve_ids(p.prefix, p.kinds, p.session_id, p.limit)
+    return m.IdResolveResult(matches=matches, truncated=truncated)
+
+
 def session_rename(store: Store, p: m.SessionRenameParams) -> m.SessionInfo:
     return store.rename_session(p.session_id, p.title)
 

@@ -131,6 +131,14 @@ CREATE TABLE IF NOT EXISTS dagctx.memory_runs(
 
 MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3}
 
+#: Indexes every open makes sure of, whatever the version (they change no row, so an older
+#: dagctx reads the schema as before): session and node ids by prefix in byte order
+#: (SPEC §4.3), which the primary keys, in the database's collation, may not give.
+INDEXES = (
+    ("dagctx.sessions_id_c", 'CREATE INDEX IF NOT EXISTS sessions_id_c ON dagctx.sessions (id COLLATE "C")'),
+    ("dagctx.nodes_id_c", 'CREATE INDEX IF NOT EXISTS nodes_id_c ON dagctx.nodes (id COLLATE "C")'),
+)
+
 
 def migrate(conn: Any) -> int:
     """Bring the ``dagctx`` schema forward to ``SCHEMA_VERSION`` in one transaction.
@@ -167,4 +175,8 @@ def migrate(conn: Any) -> int:
                 "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
                 (str(version),),
             )
+        for name, statement in INDEXES:
+            # looked up first: CREATE INDEX locks the table against writes even when it exists
+            if conn.execute("SELECT to_regclass(%s) IS NULL", (name,)).fetchone()[0]:
+                conn.execute(statement)
     return found

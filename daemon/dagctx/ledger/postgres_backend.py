@@ -41,6 +41,17 @@ _SESSION_COLS = (
 )
 
 
+def prefix_sql(table: str, upper: bool, in_session: bool) -> str:
+    """The query of ``id/resolve`` (SPEC §4.3): ids in [lo, hi) in byte order — ``upper``:
+    with hi — of sessions (id, title) or nodes (session_id, id, role; ``in_session``: of one)."""
+    where = 'id COLLATE "C" >= %s' + (' AND id COLLATE "C" < %s' if upper else "")
+    if table == "sessions":
+        return f'SELECT id, title FROM dagctx.sessions WHERE {where} ORDER BY id COLLATE "C" LIMIT %s'
+    if in_session:
+        where += " AND session_id = %s"
+    return f'SELECT session_id, id, role FROM dagctx.nodes WHERE {where} ORDER BY id COLLATE "C", session_id LIMIT %s'
+
+
 def _b(text: str | None) -> bytes | None:
     """Client text as stored (UTF-8 BYTEA: TEXT cannot hold NUL; see pg_schema)."""
     return None if text is None else text.encode("utf-8", "surrogatepass")
@@ -341,6 +352,23 @@ class PostgresBackend:
             ).fetchall()
             total = c.execute("SELECT count(*) FROM dagctx.sessions").fetchone()[0]
         return [self._row(r) for r in rows], total
+
+    # Ids by prefix (SPEC §4.3): a range [lo, hi) on the id in byte order (COLLATE "C"),
+    # answered by the indexes on (id COLLATE "C") (pg_schema.INDEXES): the database's own
+    # collation may order text otherwise, and then no range would be a prefix.
+
+    def sessions_in_range(self, lo: str, hi: str | None, limit: int) -> list[tuple[str, str]]:
+        with self._conn("look up session ids") as c:
+            rows = c.execute(prefix_sql("sessions", hi is not None, False),
+                             (lo, *((hi,) if hi is not None else ()), limit)).fetchall()
+        return [(r[0], _u(r[1]) or "") for r in rows]
+
+    def nodes_in_range(self, lo: str, hi: str | None, limit: int,
+                       session_id: str | None = None) -> list[tuple[str, str, str]]:
+        args = (lo, *((hi,) if hi is not None else ()), *((session_id,) if session_id is not None else ()), limit)
+        with self._conn("look up node ids") as c:
+            rows = c.execute(prefix_sql("nodes", hi is not None, session_id is not None), args).fetchall()
+        return [(r[0], r[1], r[2]) for r in rows]
 
     def insert_session(self, row: SessionRow) -> bool:
         with self._conn("create a session") as c:

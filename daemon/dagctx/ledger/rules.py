@@ -278,6 +278,34 @@ def check_list_window(limit: int, offset: int) -> None:
         raise DagctxError("InvalidParams", "limit and offset must be zero or positive")
 
 
+#: the longest id prefix ``id/resolve`` takes (ids are far shorter)
+MAX_ID_PREFIX = 256
+
+
+def check_id_prefix(prefix: str, limit: int) -> None:
+    if not prefix:
+        raise DagctxError("InvalidParams", "prefix is empty: give the first characters of a session or node id",
+                          path="prefix")
+    if len(prefix) > MAX_ID_PREFIX:
+        raise DagctxError("InvalidParams", f"prefix is {len(prefix)} characters long; ids are shorter than "
+                          f"{MAX_ID_PREFIX}: give the start of one", path="prefix")
+    if not 1 <= limit <= 1000:
+        raise DagctxError("InvalidParams", "limit must be between 1 and 1000", path="limit")
+
+
+def prefix_range(prefix: str) -> tuple[str, str | None]:
+    """The ids that start with ``prefix`` are those in [lo, hi) in code point order (which
+    is UTF-8 byte order): hi is the prefix with its last character one higher (None: no
+    upper end, when every character is U+10FFFF)."""
+    for i in range(len(prefix) - 1, -1, -1):
+        code = ord(prefix[i]) + 1
+        if 0xD800 <= code <= 0xDFFF:  # surrogates are no characters: the next one is U+E000
+            code = 0xE000
+        if code <= 0x10FFFF:
+            return prefix, prefix[:i] + chr(code)
+    return prefix, None
+
+
 def check_search(query: str, limit: int) -> None:
     if not query.strip():
         raise DagctxError("InvalidQuery", "query is empty: give at least one word", path="query")

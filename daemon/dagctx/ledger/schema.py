@@ -130,6 +130,13 @@ CREATE TABLE IF NOT EXISTS memory_runs(
 #: version → script that brings version-1 to version.
 MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3}
 
+#: Indexes a writable open makes sure of, whatever the version (they change no row, so an
+#: older dagctx reads the file as before): node ids by prefix (SPEC §4.3; session ids
+#: have their primary key's).
+INDEXES = (
+    "CREATE INDEX IF NOT EXISTS nodes_by_id ON nodes(id)",
+)
+
 
 def _regram_glued_latin(db: sqlite3.Connection) -> None:
     """Version 2 also brings the search index up to the rule that indexes a Latin run glued
@@ -198,6 +205,8 @@ def migrate(db: sqlite3.Connection) -> int:
                 "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
                 (str(version),),
             )
+        for statement in INDEXES:
+            db.execute(statement)
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")

@@ -94,6 +94,17 @@ def create_private_file(path: str) -> bool:
     return True
 
 
+def prefix_sql(table: str, upper: bool, in_session: bool) -> str:
+    """The query of ``id/resolve`` (SPEC §4.3): ids in [lo, hi) — ``upper``: with hi — of
+    sessions (id, title) or nodes (session_id, id, role; ``in_session``: of one session)."""
+    where = "id >= ?" + (" AND id < ?" if upper else "")
+    if table == "sessions":
+        return f"SELECT id, title FROM sessions WHERE {where} ORDER BY id LIMIT ?"
+    if in_session:
+        where += " AND session_id = ?"
+    return f"SELECT session_id, id, role FROM nodes WHERE {where} ORDER BY id, session_id LIMIT ?"
+
+
 def _ident(path: str) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
@@ -369,6 +380,21 @@ class SqliteBackend:
             ).fetchall()
             total = self._c().execute("SELECT count(*) FROM sessions").fetchone()[0]
         return [self._row(r) for r in rows], total
+
+    # Ids by prefix (SPEC §4.3): a range [lo, hi) on the id, which SQLite answers with a
+    # search of an index (sessions: the primary key's; nodes: nodes_by_id, schema.py).
+
+    def sessions_in_range(self, lo: str, hi: str | None, limit: int) -> list[tuple[str, str]]:
+        with self._faults("look up session ids"):
+            return [(r[0], r[1]) for r in self._c().execute(
+                prefix_sql("sessions", hi is not None, False), (lo, *((hi,) if hi is not None else ()), limit))]
+
+    def nodes_in_range(self, lo: str, hi: str | None, limit: int,
+                       session_id: str | None = None) -> list[tuple[str, str, str]]:
+        args = (lo, *((hi,) if hi is not None else ()), *((session_id,) if session_id is not None else ()), limit)
+        with self._faults("look up node ids"):
+            return [(r[0], r[1], r[2]) for r in self._c().execute(
+                prefix_sql("nodes", hi is not None, session_id is not None), args)]
 
     def sessions_unlocked(self, limit: int, offset: int) -> tuple[list[SessionRow], int] | None:
         """``sessions`` on this thread's own connection, so it needs none of the store's

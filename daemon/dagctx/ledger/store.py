@@ -36,7 +36,7 @@ from typing import Any
 import msgspec
 
 from dagctx.protocol.errors import DagctxError
-from dagctx.protocol.messages import BranchInfo, SearchHit, SessionInfo
+from dagctx.protocol.messages import BranchInfo, IdMatch, SearchHit, SessionInfo
 from dagctx.protocol.nodes import ROOT_SENTINEL, SYSTEM_PROMPT_NAME, Call, NodeInput
 
 from . import rules
@@ -332,6 +332,28 @@ class Store:
                 got = self.backend.sessions(limit, offset)
         rows, total = got
         return [self._info(r) for r in rows], total
+
+    def resolve_ids(self, prefix: str, kinds: str = "any", session_id: str | None = None,
+                    limit: int = 20) -> tuple[list[IdMatch], bool]:
+        """Sessions, then nodes, whose id starts with ``prefix`` (SPEC §4.3): an index range
+        scan in each backend, at most ``limit`` in all; True when more match."""
+        rules.check_id_prefix(prefix, limit)
+        if session_id is not None:
+            self._session_row(session_id)
+        self.ensure_file()
+        lo, hi = rules.prefix_range(prefix)
+        matches: list[IdMatch] = []
+        with self.lock:
+            if kinds in ("any", "session") and session_id is None:
+                for sid, title in self.backend.sessions_in_range(lo, hi, limit + 1):
+                    matches.append(IdMatch(kind="session", session_id=sid, title=title))
+            room = limit + 1 - len(matches)
+            if kinds in ("any", "node") and room > 0:
+                for sid, nid, role in self.backend.nodes_in_range(lo, hi, room, session_id):
+                    matches.append(IdMatch(kind="node", session_id=sid, node_id=nid, role=role))
+        # the range is exact for ids in byte order; the check costs nothing and keeps it so
+        matches = [x for x in matches if (x.node_id or x.session_id).startswith(prefix)]
+        return matches[:limit], len(matches) > limit
 
     def rename_session(self, session_id: str, title: str) -> SessionInfo:
         rules.check_title(title)

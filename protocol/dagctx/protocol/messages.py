@@ -244,6 +244,35 @@ class SessionRef(_Params):
     session_id: str
 
 
+class IdResolveParams(_Params):
+    """``id/resolve``: the sessions and nodes whose id starts with ``prefix`` (SPEC §2.4),
+    found through an index on the id (a range scan, never a walk of every session).
+    ``kinds``: which ids to look at; ``session_id``: only that session's nodes."""
+
+    prefix: str
+    kinds: Literal["any", "session", "node"] = "any"
+    session_id: str | None = None
+    limit: Count = 20
+
+
+class IdMatch(_Result):
+    """One id that starts with the prefix: a session (``node_id`` null) or a node of
+    ``session_id``, with the session's title or the node's role to tell them apart."""
+
+    kind: Literal["session", "node"]
+    session_id: str
+    node_id: str | None = None
+    title: str | None = None
+    role: str | None = None
+
+
+class IdResolveResult(_Result):
+    """Matches in id order, sessions first; ``truncated``: more than ``limit`` ids match."""
+
+    matches: list[IdMatch]
+    truncated: bool = False
+
+
 class SessionRenameParams(_Params):
     session_id: str
     title: str

@@ -77,6 +77,11 @@ _ALL: list[MethodSpec] = [
     _req("session/list", m.SessionListParams, m.SessionListResult, "List sessions, newest first.",
          "InvalidParams", "Newest first (updatedAt)."),
     _req("session/get", m.SessionRef, m.SessionInfo, "One session's record.", "SessionNotFound", "Read-only."),
+    _req("id/resolve", m.IdResolveParams, m.IdResolveResult,
+         "The sessions and nodes whose id starts with a prefix (what `dagctx show PREFIX` names).",
+         "InvalidParams (empty prefix, longer than 256 characters, limit not 1–1000), SessionNotFound (sessionId)",
+         "Read-only; an index range scan on the id in both backends (SPEC §4.3), never a walk of every session; "
+         "sessions first, then nodes, each in id order; at most `limit` matches, `truncated` when there are more."),
     _req("session/rename", m.SessionRenameParams, m.SessionInfo, "Change a session's title.",
          "SessionNotFound, InvalidParams (empty title)", "HEAD unchanged.", writes=True),
     _req("session/delete", m.SessionRef, m.SessionDeleteResult, "Delete a session and all its nodes.",

@@ -10,7 +10,7 @@
 // → dispose. Types come from the real package, so a drifted interface fails the build.
 
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
@@ -18,12 +18,18 @@ import { after, test } from "node:test";
 import type { AgentMessage, HarnessContextEngine as ContextEngine } from "openclaw/plugin-sdk/agent-harness-runtime" with { "resolution-mode": "import" };
 import type { OpenClawPluginApi, OpenClawPluginDefinition } from "openclaw/plugin-sdk/plugin-entry" with { "resolution-mode": "import" };
 
-import { DagctxClient } from "dagctx-client";
+import { DagctxClient, resolveCommand } from "dagctx-client";
+
+import { closeAllLinks } from "../link";
+import type { RecallTool } from "../tools";
 
 const ROOT = join(__dirname, "..", "..");
 const dir = mkdtempSync(join(tmpdir(), "dagctx-openclaw-"));
 const db = join(dir, "openclaw.db");
-after(() => rmSync(dir, { recursive: true, force: true }));
+after(async () => {
+  await closeAllLinks();
+  rmSync(dir, { recursive: true, force: true });
+});
 
 type LlmParams = { messages: { role: string; content: string }[]; systemPrompt?: string; purpose?: string };
 
@@ -47,7 +53,9 @@ function hostLlm(calls: LlmParams[]) {
   };
 }
 
-function loadPlugin(config: Record<string, unknown>): { id: string; factory: Parameters<OpenClawPluginApi["registerContextEngine"]>[1] } {
+type ToolFactory = (ctx: { sessionId?: string; sessionKey?: string }) => RecallTool[];
+
+function loadPlugin(config: Record<string, unknown>): { id: string; factory: Parameters<OpenClawPluginApi["registerContextEngine"]>[1]; tools: ToolFactory[]; warnings: string[] } {
   const manifest = JSON.parse(readFileSync(join(ROOT, "openclaw.plugin.json"), "utf8"));
   assert.equal(manifest.id, "dagctx");
   assert.equal(manifest.kind, "context-engine");
@@ -59,15 +67,22 @@ function loadPlugin(config: Record<string, unknown>): { id: string; factory: Par
   const def = mod.default;
   assert.equal(def.id, manifest.id);
   const registered: { id: string; factory: Parameters<OpenClawPluginApi["registerContextEngine"]>[1] }[] = [];
-  const api: Pick<OpenClawPluginApi, "id" | "name" | "pluginConfig" | "registerContextEngine"> = {
+  const tools: ToolFactory[] = [];
+  const warnings: string[] = [];
+  const api = {
     id: manifest.id,
     name: manifest.name,
     pluginConfig: config,
-    registerContextEngine: (id, factory) => registered.push({ id, factory }),
+    logger: { info: () => undefined, warn: (m: string) => warnings.push(m), error: (m: string) => warnings.push(m) },
+    registerContextEngine: (id: string, factory: Parameters<OpenClawPluginApi["registerContextEngine"]>[1]) => registered.push({ id, factory }),
+    registerTool: (factory: ToolFactory, opts: { names: string[] }) => {
+      assert.deepEqual(opts.names, manifest.contracts.tools, "registered tools match the manifest's contracts.tools");
+      tools.push(factory);
+    },
   };
-  def.register!(api as OpenClawPluginApi);
+  def.register!(api as unknown as OpenClawPluginApi);
   assert.equal(registered.length, 1);
-  return registered[0]!;
+  return { ...registered[0]!, tools, warnings };
 }
 
 let clock = 1_000_000;
@@ -132,8 +147,11 @@ test("the plugin registers a context engine that ingests, assembles and compacts
     assert.equal(text(m), text(transcript[i]!));
   }
 
-  // below the threshold and not forced: nothing to do
-  assert.deepEqual(await engine.compact({ sessionId, sessionKey: "k" }), { ok: true, compacted: false, reason: "belowThreshold" });
+  // below the threshold and not forced: nothing to do, and that is a success
+  const idle = await engine.compact({ sessionId, sessionKey: "k" });
+  assert.equal(idle.ok, true);
+  assert.equal(idle.compacted, false);
+  assert.match(idle.reason!, /below threshold/);
 
   const calls: LlmParams[] = [];
   const res = await engine.compact({ sessionId, sessionKey: "k", force: true, runtimeContext: { llm: hostLlm(calls) as never } });
@@ -156,11 +174,19 @@ test("the plugin registers a context engine that ingests, assembles and compacts
   }
 
   // the host's budget is the authority: a render that does not fit is compacted first
+  const summariesBefore = calls.length;
   const tight = await engine.assemble({ sessionId, messages: transcript, model: "gpt-4o", tokenBudget: 1200,
     runtimeContext: { llm: hostLlm(calls) as never } });
-  assert.ok(tight.estimatedTokens <= afterCompact.estimatedTokens);
+  assert.ok(tight.estimatedTokens <= 1200, `${tight.estimatedTokens} tokens for a budget of 1200`);
+  assert.ok(calls.length > summariesBefore, "the tight budget was met by compacting through the host's llm");
 
   await engine.dispose!();
+  // OpenClaw disposes an engine after every turn: the daemon connection is the process's, not the engine's
+  const link = (engine as unknown as { link: { connections: number } }).link;
+  const other = (await factory({})) as unknown as { link: { connections: number } };
+  assert.equal(other.link, link, "engines share one daemon link");
+  assert.equal(link.connections, 1, "one daemon connection for every engine of the process");
+  await closeAllLinks(); // as a new process would start
 
   // the record outlives the engine: a new engine resumes the same dagctx session
   const again = (await factory({})) as ContextEngine & { dagctxSessionId(id: string): Promise<string> };
@@ -174,6 +200,7 @@ test("the plugin registers a context engine that ingests, assembles and compacts
   assert.deepEqual(await again.ingest({ sessionId, message: next }), { ingested: true });
   const sid = await again.dagctxSessionId(sessionId);
   await again.dispose!();
+  await closeAllLinks();
 
   const c = await DagctxClient.spawn({ database: db });
   try {
@@ -192,4 +219,136 @@ test("the plugin registers a context engine that ingests, assembles and compacts
   } finally {
     await c.close();
   }
+});
+
+function turnMessages(i: number): AgentMessage[] {
+  return [user(`turn ${i}: fix ticket T-${i}07 in app/core_${i}.py`), assistant(`Fixed T-${i}07.`)];
+}
+
+test("OpenClaw's durable turn contract: declared, idempotent commits, assemble never re-records", async () => {
+  const { factory, tools, warnings } = loadPlugin({ database: db, model: "gpt-4o" });
+  const engine = (await factory({})) as ContextEngine & { dagctxSessionId(id: string): Promise<string> };
+  assert.deepEqual(engine.info.transcriptSemantics, {
+    currentTurnFence: "before-current-turn-entry-v1",
+    turnAdvancementIdempotency: "atomic-idempotent-v1",
+  });
+  assert.deepEqual(engine.info.hostRequirements?.["agent-run"]?.requiredCapabilities, ["assemble-before-prompt"]);
+  assert.equal(typeof engine.commitTurn, "function");
+
+  const sessionId = "oc-durable";
+  const sessionKey = "agent:main:durable";
+  const admission = {} as never;
+  const terminal = {} as never;
+  const t1 = turnMessages(1);
+  assert.deepEqual(await engine.commitTurn!({ advancementKey: "turn-1", admission, terminal, messages: t1, sessionId, sessionKey }), { status: "committed" });
+  // the host retries the same advancement (a lost acknowledgement): nothing is appended twice
+  assert.deepEqual(await engine.commitTurn!({ advancementKey: "turn-1", admission, terminal, messages: t1, sessionId, sessionKey }), { status: "duplicate" });
+
+  // the host feeds an assemble's output back into the next assemble of the same turn
+  let view = await engine.assemble({ sessionId, sessionKey, messages: [], model: "gpt-4o", tokenBudget: 50_000 });
+  for (let k = 0; k < 3; k++) {
+    view = await engine.assemble({ sessionId, sessionKey, messages: view.messages, model: "gpt-4o", tokenBudget: 50_000 });
+  }
+  assert.equal(view.messages.length, 2);
+  assert.deepEqual(view.contextProjection, { mode: "per_turn" });
+
+  // a commit cut short (only its user message got recorded) is completed by the retry, not copied
+  const t2 = turnMessages(2);
+  await engine.ingest({ sessionId, sessionKey, message: t2[0]! });
+  assert.deepEqual(await engine.commitTurn!({ advancementKey: "turn-2", admission, terminal, messages: t2, sessionId, sessionKey }), { status: "committed" });
+
+  // a restarted gateway (a new process: a new link) retrying an old key: duplicate, from the record itself
+  await closeAllLinks();
+  const restarted = await factory({});
+  assert.deepEqual(await restarted.commitTurn!({ advancementKey: "turn-1", admission, terminal, messages: t1, sessionId, sessionKey }), { status: "duplicate" });
+  assert.deepEqual(await restarted.commitTurn!({ advancementKey: "turn-2", admission, terminal, messages: t2, sessionId, sessionKey }), { status: "duplicate" });
+
+  // an internal run (OpenClaw's memory flush: its own session key) reads the view the host gives it, records nothing
+  const flushKey = "agent:main:internal-session-effects:flush-1";
+  const flush = await restarted.assemble({ sessionId: "internal-session-effects-flush-1", sessionKey: flushKey, messages: [...t1, ...t2], tokenBudget: 50_000 });
+  assert.equal(flush.messages.length, 4, "the internal run gets its parent's context");
+  assert.deepEqual(await restarted.commitTurn!({ advancementKey: "flush", admission, terminal, messages: [user("flush")], sessionId: "internal-session-effects-flush-1", sessionKey: flushKey }), { status: "committed" });
+
+  // nothing to compact is a success
+  const none = await restarted.compact({ sessionId, sessionKey, force: true, tokenBudget: 50_000 });
+  assert.equal(none.ok, true);
+  assert.equal(none.compacted, false);
+  assert.match(none.reason!, /nothing to compact/);
+
+  // the recall tools read this session's record
+  assert.equal(tools.length, 1);
+  const [search, read] = tools[0]!({ sessionId, sessionKey });
+  assert.deepEqual(tools[0]!({ sessionId, sessionKey }).map((t) => t.name), ["dagctx_search", "dagctx_read", "dagctx_expand"]);
+  const found = await search!.execute("c1", { query: "core_1" });
+  const body = found.content[0]!.text;
+  assert.match(body, /nodeId \S+/);
+  const nodeId = /nodeId (\S+)/.exec(body)![1]!;
+  const whole = await read!.execute("c2", { nodeId });
+  assert.match(whole.content[0]!.text, /turn 1: fix ticket T-107 in app\/core_1\.py/);
+  await assert.rejects(search!.execute("c3", { query: "" }), /query is required/);
+
+  const sid = await (restarted as unknown as { dagctxSessionId(id: string): Promise<string> }).dagctxSessionId(sessionId);
+  await closeAllLinks();
+  const c = await DagctxClient.spawn({ database: db });
+  try {
+    const chain = (await c.history(sid)).nodes;
+    assert.deepEqual(chain.map((n) => String(n.output)), [...t1, ...t2].map(text), "each message once, in order");
+    const sessions = (await c.sessionList({ limit: 200 })).sessions;
+    assert.ok(!sessions.some((x) => x.metadata?.["openclawSessionKey"] === flushKey), "the internal run recorded nothing");
+  } finally {
+    await c.close();
+  }
+  assert.deepEqual(warnings, []);
+});
+
+test("dagctx stopped: every step goes on without dagctx and says so, none throws (OpenClaw would quarantine the engine); back, it records what it missed", async () => {
+  const launcher = join(dir, "dagctx-launch");
+  const quote = (a: string) => `'${a.replace(/'/g, `'\\''`)}'`;
+  const working = `#!/bin/sh\nexec ${resolveCommand({}).map(quote).join(" ")} "$@"\n`;
+  writeFileSync(launcher, working, { mode: 0o755 });
+  const { factory, warnings } = loadPlugin({ database: db, model: "gpt-4o", command: [launcher] });
+  const engine = (await factory({})) as ContextEngine & { connection(): Promise<DagctxClient>; dagctxSessionId(id: string): Promise<string> };
+  const sessionId = "oc-outage";
+  const sessionKey = "agent:main:outage";
+  const admission = {} as never;
+  const terminal = {} as never;
+  const t1 = turnMessages(31);
+  assert.deepEqual(await engine.commitTurn!({ advancementKey: "o-1", admission, terminal, messages: t1, sessionId, sessionKey }), { status: "committed" });
+
+  // the host aborts a background compaction: its own abort reason comes back (not an engine failure)
+  const ctl = new AbortController();
+  const reason = Object.assign(new Error("Session maintenance yielded to a foreground turn"), { name: "AbortError" });
+  ctl.abort(reason);
+  await assert.rejects(engine.compact({ sessionId, sessionKey, force: true, tokenBudget: 50_000, abortSignal: ctl.signal } as never), (e) => e === reason);
+  assert.equal(warnings.length, 0, warnings.join("\n"));
+
+  // dagctx stops: its daemon dies and its command fails
+  writeFileSync(launcher, "#!/bin/sh\necho 'dagctx is stopped (test)' >&2\nexit 1\n", { mode: 0o755 });
+  const conn = await engine.connection();
+  conn.process?.kill("SIGKILL");
+  await conn.exited;
+
+  const t2 = turnMessages(32);
+  const given = [...t1, t2[0]!];
+  const view = await engine.assemble({ sessionId, sessionKey, messages: given, model: "gpt-4o", tokenBudget: 50_000 });
+  assert.deepEqual(view.messages, given, "without dagctx the model sees the host's own messages");
+  assert.deepEqual(await engine.commitTurn!({ advancementKey: "o-2", admission, terminal, messages: t2, sessionId, sessionKey }), { status: "committed" });
+  const compacted = await engine.compact({ sessionId, sessionKey, tokenBudget: 50_000 });
+  assert.equal(compacted.ok, true);
+  assert.equal(compacted.compacted, false);
+  const small = await engine.assemble({ sessionId, sessionKey, messages: [...t1, ...t2], model: "gpt-4o", tokenBudget: 20 });
+  assert.ok(small.messages.length < 4 && small.messages.length > 0, "over the budget, the oldest messages are left out");
+  assert.ok(warnings.length >= 4 && warnings.every((w) => w.includes("[dagctx] DEGRADED")), warnings.join("\n"));
+
+  // dagctx is back: the next step after the retry wait reconnects, replays the kept turn, says so
+  writeFileSync(launcher, working, { mode: 0o755 });
+  await new Promise((r) => setTimeout(r, 5_200));
+  const t3 = turnMessages(33);
+  assert.deepEqual(await engine.commitTurn!({ advancementKey: "o-3", admission, terminal, messages: t3, sessionId, sessionKey }), { status: "committed" });
+  assert.match(warnings.at(-1)!, /\[dagctx\] RECOVERED: .*1 step\(s\)/);
+  const back = await engine.assemble({ sessionId, sessionKey, messages: [], model: "gpt-4o", tokenBudget: 50_000 });
+  assert.deepEqual(back.messages.map(text), [...t1, ...t2, ...t3].map(text), "each turn once, in order, the outage's included");
+  // the host retrying the outage's commit: a duplicate
+  assert.deepEqual(await engine.commitTurn!({ advancementKey: "o-2", admission, terminal, messages: t2, sessionId, sessionKey }), { status: "duplicate" });
+  await closeAllLinks();
 });

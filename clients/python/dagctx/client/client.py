@@ -354,6 +354,12 @@ class DagctxClient:
     async def session_get(self, session_id: str) -> m.SessionInfo:
         return await self.request("session/get", m.SessionRef(session_id=session_id))
 
+    async def id_resolve(self, prefix: str, *, kinds: str = "any", session_id: str | None = None,
+                         limit: int = 20) -> m.IdResolveResult:
+        """The sessions and nodes whose id starts with ``prefix`` (SPEC §4.3)."""
+        return await self.request("id/resolve", m.IdResolveParams(prefix=prefix, kinds=kinds,  # type: ignore[arg-type]
+                                                                  session_id=session_id, limit=limit))
+
     async def session_rename(self, session_id: str, title: str) -> m.SessionInfo:
         return await self.request("session/rename", m.SessionRenameParams(session_id=session_id, title=title))
 

@@ -1,0 +1,205 @@
+// dagctx's recall tools as OpenClaw agent tools: what compaction folded away stays
+// recoverable by the model itself — search the session's history, read one node whole
+// (paged by characters), expand a compaction summary into the turns it replaced. The same
+// three operations as the MCP face (`dagctx mcp`: search_history, read_node,
+// expand_summary), answered over the engine's shared daemon connection. Answers are plain
+// text a model reads easily (a header line per item), bounded in size with an explicit
+// way to get the next page; `details` carries the same data structured.
+
+import type { DagctxClient } from "dagctx-client";
+
+import type { DagctxContextEngine } from "./engine";
+
+/** Characters of one tool answer (about 2k tokens): the rest is paged. */
+export const ANSWER_CHARS = 8_000;
+
+export interface ToolContext {
+  sessionId?: string;
+  sessionKey?: string;
+}
+
+interface ToolResult {
+  content: { type: "text"; text: string }[];
+  details: unknown;
+}
+
+export interface RecallTool {
+  name: string;
+  label: string;
+  description: string;
+  parameters: Record<string, unknown>;
+  catalogMode: "direct-only";
+  execute: (toolCallId: string, params: unknown, signal?: AbortSignal) => Promise<ToolResult>;
+}
+
+export const TOOL_NAMES = ["dagctx_search", "dagctx_read", "dagctx_expand"] as const;
+
+function text(body: string, details: unknown): ToolResult {
+  return { content: [{ type: "text", text: body }], details };
+}
+
+function nodeText(v: unknown): string {
+  if (v === null || v === undefined) return "";
+  return typeof v === "string" ? v : JSON.stringify(v, null, 1);
+}
+
+function str(p: Record<string, unknown>, key: string): string {
+  const v = p[key];
+  if (typeof v !== "string" || v.trim() === "") throw new Error(`${key} is required: a non-empty string`);
+  return v.trim();
+}
+
+function int(p: Record<string, unknown>, key: string, dflt: number, min: number, max: number): number {
+  const v = p[key];
+  if (v === undefined || v === null) return dflt;
+  if (typeof v !== "number" || !Number.isInteger(v) || v < min || v > max) throw new Error(`${key} must be an integer from ${min} to ${max}`);
+  return v;
+}
+
+/** The three tools, bound to the calling run's session. */
+export function recallTools(engine: DagctxContextEngine, ctx: ToolContext): RecallTool[] {
+  const session = async (): Promise<{ c: DagctxClient; sid: string }> => {
+    const sid = await engine.sessionForTools(ctx.sessionId, ctx.sessionKey);
+    if (sid === null) throw new Error("this run has no dagctx session yet (dagctx records a session from its first turn)");
+    return { c: await engine.connection(), sid };
+  };
+
+  const search: RecallTool = {
+    name: "dagctx_search",
+    label: "Search history (dagctx)",
+    description:
+      "Search everything this conversation recorded, including what was summarized away: user messages, " +
+      "your replies, tool calls and their full outputs. Words, code identifiers, \"phrases\", prefix*, AND/OR/NOT. " +
+      "Each hit gives a nodeId for dagctx_read.",
+    parameters: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        query: { type: "string", minLength: 1, description: "the search expression" },
+        limit: { type: "integer", minimum: 1, maximum: 50, description: "at most this many hits (default 10)" },
+      },
+      required: ["query"],
+    },
+    catalogMode: "direct-only",
+    async execute(_id, raw) {
+      const p = (raw ?? {}) as Record<string, unknown>;
+      const query = str(p, "query");
+      const limit = int(p, "limit", 10, 1, 50);
+      const { c, sid } = await session();
+      const res = await c.search(query, { sessionId: sid, limit });
+      if (res.hits.length === 0) return text(`No hits for ${JSON.stringify(query)} in this conversation's history.`, { query, hits: [] });
+      const lines = [`${res.hits.length} hit(s) for ${JSON.stringify(query)} (read one whole with dagctx_read nodeId=…):`];
+      let used = lines[0]!.length;
+      let shown = 0;
+      for (const h of res.hits) {
+        const who = h.role === "llm" ? "assistant" : h.role === "code" ? `tool ${h.name}` : h.role;
+        const line = `\n## nodeId ${h.nodeId} — ${who}, #${h.seq}\n${h.snippet}`;
+        if (used + line.length > ANSWER_CHARS) break;
+        lines.push(line);
+        used += line.length;
+        shown += 1;
+      }
+      if (shown < res.hits.length) lines.push(`\n(${res.hits.length - shown} more hit(s) left out to keep this answer short: narrow the query)`);
+      return text(lines.join("\n"), { query, sessionId: sid, hits: res.hits });
+    },
+  };
+
+  const read: RecallTool = {
+    name: "dagctx_read",
+    label: "Read a history node (dagctx)",
+    description:
+      "The full content of one recorded node (a message, or a tool call with its input and output), by the nodeId " +
+      "from dagctx_search. Long outputs come in pages: pass offset to continue.",
+    parameters: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        nodeId: { type: "string", minLength: 1, description: "the node's id (from dagctx_search)" },
+        offset: { type: "integer", minimum: 0, description: "first character of the output to return (default 0)" },
+      },
+      required: ["nodeId"],
+    },
+    catalogMode: "direct-only",
+    async execute(_id, raw) {
+      const p = (raw ?? {}) as Record<string, unknown>;
+      const nodeId = str(p, "nodeId");
+      const offset = int(p, "offset", 0, 0, Number.MAX_SAFE_INTEGER);
+      const { c, sid } = await session();
+      const node = (await c.getNodes(sid, [nodeId])).nodes[0];
+      if (node === undefined) throw new Error(`no node ${nodeId} in this conversation's history`);
+      const spill = node.metadata?.["spill"] as { chars?: number } | undefined;
+      let body: string;
+      let total: number;
+      if (spill && typeof spill.chars === "number" && typeof node.output === "string") {
+        total = spill.chars;
+        const part = await c.getNodes(sid, [nodeId], { offset, length: ANSWER_CHARS });
+        body = nodeText(part.nodes[0]?.output);
+      } else {
+        const all = nodeText(node.output);
+        total = all.length;
+        body = all.slice(offset, offset + ANSWER_CHARS);
+      }
+      const end = offset + body.length;
+      const who = node.role === "llm" ? "assistant" : node.role === "code" ? `tool call ${node.name ?? ""}` : node.role;
+      const head = [`# nodeId ${node.id} — ${who}, #${node.seq}, ${node.status ?? "completed"}`];
+      if (node.role === "code" && offset === 0) head.push(`## input\n${nodeText(node.input).slice(0, 2_000)}`);
+      if (node.name === "context/summary") head.push(`(a compaction summary: dagctx_expand nodeId=${node.id} gives the turns it replaced)`);
+      head.push(`## ${node.role === "code" ? "output" : "text"} (characters ${offset}–${end} of ${total})\n${body}`);
+      if (end < total) head.push(`\n(more: dagctx_read nodeId=${node.id} offset=${end})`);
+      return text(head.join("\n"), { sessionId: sid, nodeId: node.id, role: node.role, name: node.name, offset, totalChars: total, nextOffset: end < total ? end : null });
+    },
+  };
+
+  const expand: RecallTool = {
+    name: "dagctx_expand",
+    label: "Expand a summary (dagctx)",
+    description:
+      "The turns a compaction summary replaced, verbatim and in order, with their tool calls, in pages. " +
+      "Give the summary's nodeId (a node named context/summary); pass cursor to continue.",
+    parameters: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        nodeId: { type: "string", minLength: 1, description: "the summary node's id" },
+        cursor: { type: "integer", minimum: 0, description: "index of the first turn to show (from the previous page; default 0)" },
+      },
+      required: ["nodeId"],
+    },
+    catalogMode: "direct-only",
+    async execute(_id, raw) {
+      const p = (raw ?? {}) as Record<string, unknown>;
+      const nodeId = str(p, "nodeId");
+      const cursor = int(p, "cursor", 0, 0, Number.MAX_SAFE_INTEGER);
+      const { c, sid } = await session();
+      const node = (await c.getNodes(sid, [nodeId])).nodes[0];
+      const covers = node?.metadata?.["covers_ids"];
+      if (node === undefined || node.name !== "context/summary" || !Array.isArray(covers)) {
+        throw new Error(`node ${nodeId} is not a compaction summary (a summary is named context/summary); find one with dagctx_search`);
+      }
+      const ids = (covers as string[]).slice(cursor, cursor + 50);
+      const got = ids.length ? await c.request("node/get", { sessionId: sid, ids, includeCallees: true }) : { nodes: [], callees: [] };
+      const callsOf = new Map<string, typeof got.nodes>();
+      for (const k of got.callees ?? []) {
+        const list = callsOf.get(k.caller ?? "") ?? [];
+        list.push(k);
+        callsOf.set(k.caller ?? "", list);
+      }
+      const out = [`# summary ${nodeId}: turns ${cursor + 1}–… of ${covers.length} it replaced`];
+      let used = out[0]!.length;
+      let next = cursor;
+      for (const n of got.nodes) {
+        const who = n.role === "llm" ? "assistant" : n.role === "code" ? `tool ${n.name ?? ""}` : n.role;
+        let block = `\n## nodeId ${n.id} — ${who}, #${n.seq}\n${nodeText(n.output).slice(0, 2_000)}`;
+        for (const k of callsOf.get(n.id) ?? []) block += `\n- tool ${k.name ?? ""} (nodeId ${k.id}): ${nodeText(k.output).slice(0, 400)}`;
+        if (used + block.length > ANSWER_CHARS && next > cursor) break;
+        out.push(block);
+        used += block.length;
+        next += 1;
+      }
+      if (next < covers.length) out.push(`\n(more: dagctx_expand nodeId=${nodeId} cursor=${next})`);
+      return text(out.join("\n"), { sessionId: sid, summaryId: nodeId, totalTurns: covers.length, nextCursor: next < covers.length ? next : null });
+    },
+  };
+
+  return [search, read, expand];
+}
