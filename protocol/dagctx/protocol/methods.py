@@ -171,7 +171,8 @@ _ALL: list[MethodSpec] = [
          "that is handed out: a refused prepare writes nothing; never moves HEAD; never hands "
          "out a request over its limit (§8). Runs off the event loop.", writes=True, offload=True),
     _req("context/compact", c.CompactParams, c.CompactResult, "Compact a branch into a rolling summary.",
-         "SessionNotFound, InvalidParams (head is not a conversation node), SamplingFailed (as reason)",
+         "SessionNotFound, NodeNotFound (head), InvalidParams (head is not a conversation node), "
+         "SamplingFailed (as reason)",
          "Writes exactly one summary node or nothing; never moves HEAD. Sampling asks only the requesting client; "
          "the planning and validation run off the event loop.",
          background=True, writes=True),
