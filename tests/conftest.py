@@ -4,6 +4,9 @@ PostgreSQL server (``pgserver.py``) for the tests parametrized over both backend
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -76,6 +79,23 @@ def _private_daemons(tmp_path_factory: pytest.TempPathFactory):
         mp.setenv("XDG_RUNTIME_DIR", str(base))
         mp.setenv("DAGCTX_STATE_DIR", str(base / "state"))
         yield
+
+
+def short_tempdir(prefix: str) -> Path:
+    """A fresh folder directly under /tmp, for a shared daemon's runtime folder.
+
+    A Unix socket path may hold at most 103 bytes here, and pytest's own temporary folders
+    (``/tmp/pytest-of-root/pytest-4/popen-gw0/test_<30 chars>0/...``) leave too little room
+    for ``dagctx/dagctx-uid0-<hash>.sock`` under parallel workers. The caller removes it."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A short runtime folder (see ``short_tempdir``), removed after the test."""
+    path = short_tempdir("dx-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -125,7 +125,8 @@ async def test_shells_complete_commands_options_and_session_ids(session_ids: lis
     assert set(session_ids) <= set(await run(zsh_complete, ["dagctx", "history", ""]))
 
 
-def test_session_ids_print_nothing_without_a_daemon(tmp_path: Path) -> None:
+def test_session_ids_print_nothing_without_a_daemon(short_dir: Path) -> None:
+    tmp_path = short_dir
     env = {**_env(), "XDG_RUNTIME_DIR": str(tmp_path)}
     env.pop("DAGCTX_STANDALONE", None)
     out = subprocess.run([sys.executable, "-P", "-m", "dagctx.cli", "completion", "--session-ids"], env=env,

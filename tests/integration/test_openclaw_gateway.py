@@ -29,6 +29,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -37,6 +38,7 @@ from typing import Any
 
 import pytest
 
+from conftest import short_tempdir
 from openclaw_gateway import Gateway, ModelStub, node24, plugin_archive, tokens_of
 
 from dagctx.client import DagctxClient
@@ -114,13 +116,13 @@ def gateway(tmp_path_factory: pytest.TempPathFactory):
             pytest.fail("clients/openclaw/node_modules is missing in CI (scripts/test.sh runs npm ci there)")
         pytest.skip("clients/openclaw has no node_modules (run scripts/test.sh once)")
     root = tmp_path_factory.mktemp("openclaw")
-    (root / "run").mkdir()
+    run = short_tempdir("oc-")  # short: socket paths are limited
     launcher = root / "dagctx-launch"
     launcher.write_text(f"#!/bin/sh\nexec {sys.executable} -P -m dagctx.cli serve \"$@\"\n")
     launcher.chmod(0o755)
     # The plugin runs as a user's would: `dagctx serve` forwards to the shared daemon, here
     # in a runtime folder of the test's own (the suite otherwise runs daemons standalone).
-    env = {"XDG_RUNTIME_DIR": str(root / "run"), "DAGCTX_STATE_DIR": str(root / "dagctx-state"),
+    env = {"XDG_RUNTIME_DIR": str(run), "DAGCTX_STATE_DIR": str(root / "dagctx-state"),
            "DAGCTX_STANDALONE": "0", "DAGCTX_IDLE_TIMEOUT": "300"}
     stub = ModelStub(script)
     # OpenClaw keeps XDG_RUNTIME_DIR out of its own environment (host env security): the
@@ -142,6 +144,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory):
         subprocess_env = {**os.environ, **env}
         subprocess.run([sys.executable, "-P", "-m", "dagctx.cli", "daemon", "stop"], env=subprocess_env,
                        capture_output=True, timeout=60)
+        shutil.rmtree(run, ignore_errors=True)
 
 
 def trace_events(path: Path) -> list[dict[str, Any]]:

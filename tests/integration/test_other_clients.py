@@ -43,11 +43,11 @@ def _stop(env: dict[str, str]) -> None:
 
 
 @pytest.mark.skipif(not (TS / "package.json").exists(), reason="no TypeScript client")
-def test_typescript_client_suite(tmp_path: Path) -> None:
+def test_typescript_client_suite(short_dir: Path) -> None:
     _need("npm")
     if not (TS / "node_modules").exists():
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=TS, check=True, capture_output=True)
-    env = _env(tmp_path)
+    env = _env(short_dir)
     try:
         proc = subprocess.run(["npm", "test"], cwd=TS, env=env, capture_output=True, text=True, timeout=300)
     finally:
@@ -66,9 +66,9 @@ def test_typescript_types_match_the_schema() -> None:
 
 
 @pytest.mark.skipif(not (NVIM / "test" / "run.sh").exists(), reason="no Neovim client")
-def test_neovim_client_headless(tmp_path: Path) -> None:
+def test_neovim_client_headless(short_dir: Path) -> None:
     _need("nvim")
-    env = _env(tmp_path)
+    env = _env(short_dir)
     try:
         proc = subprocess.run(["bash", str(NVIM / "test" / "run.sh")], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=180)

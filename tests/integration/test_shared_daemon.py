@@ -64,10 +64,10 @@ def _wait_dead(pid: int, timeout: float) -> bool:
 
 
 @pytest.fixture
-def shared_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """The shared path: no standalone, a private runtime dir; every daemon stopped after."""
-    run = tmp_path / "run"
-    run.mkdir()
+def shared_env(tmp_path: Path, short_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    """The shared path: no standalone, a private runtime dir (short: socket paths are
+    limited); every daemon stopped after."""
+    run = short_dir
     monkeypatch.delenv("DAGCTX_STANDALONE", raising=False)
     monkeypatch.delenv("DAGCTX_DAEMON_TAG", raising=False)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))

@@ -31,6 +31,7 @@ import pytest
 from dagctx.client import DagctxClient
 from dagctx.protocol import messages as m
 
+from conftest import short_tempdir
 from sampling_stub import ScriptedSampler, request_text
 
 pw = pytest.importorskip("playwright.sync_api", reason="playwright (pip) drives the browser: pip install -e '.[test]'")
@@ -178,8 +179,7 @@ class Ui:
 def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ui]:
     chromium = _need_chromium()
     base = tmp_path_factory.mktemp("webui")
-    run = base / "run"
-    run.mkdir()
+    run = short_tempdir("ui-")  # short: socket paths are limited
     with pytest.MonkeyPatch.context() as mp:
         # the shared daemon (as users run it), in a runtime folder of this module's own
         mp.delenv("DAGCTX_STANDALONE", raising=False)
@@ -222,6 +222,7 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ui]:
             if proc.stdout:
                 proc.stdout.close()
             _run(_client_call(db, lambda c: c.request("daemon/stop", m.Empty())))
+            shutil.rmtree(run, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- the tests
