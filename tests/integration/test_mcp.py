@@ -23,7 +23,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from dagctx.cli.mcp_tools import ANSWER_CHARS
 from dagctx.client import DagctxClient
 
-TOOLS = ["search_history", "read_node", "expand_summary", "list_sessions", "session_history", "context_stats"]
+TOOLS = ["search_history", "read_node", "expand_summary", "list_sessions", "session_history", "context_stats",
+         "memory_search", "memory_get"]
 SENTENCE = "我们明天开始数据库迁移脚本的评审，请先准备好回滚方案。"
 
 
@@ -115,7 +116,10 @@ async def test_mcp_tools_over_the_sdk_stdio_client(world: dict[str, Any]) -> Non
             schema = field(t, "input_schema")
             assert schema["type"] == "object" and schema["additionalProperties"] is False
             assert all(k[0].islower() and "_" not in k for k in schema["properties"]), "camelCase args"
-            assert not any("path" in k.lower() or k in ("db", "database", "file")
+            # no tool chooses a database or a folder; memory_get's path is a memory file relative to
+            # the workspace chosen at start (checked below: anything else is refused)
+            assert not any(("path" in k.lower() and t.name != "memory_get") or k in ("db", "database", "file",
+                                                                                       "workspace")
                            for k in schema["properties"]), "no path-taking tool"
 
         # a Chinese word inside an unspaced sentence
@@ -316,3 +320,81 @@ async def test_a_minimal_environment_is_named_not_silently_followed(tmp_path: Pa
         for path in [sock, *short.glob("dagctx-*/*.sock")]:
             subprocess.run([sys.executable, "-P", "-m", "dagctx.cli", "daemon", "stop", "--socket", str(path)],
                            env=bare, capture_output=True, timeout=30)
+
+
+async def test_memory_tools_over_the_sdk_stdio_client(tmp_path: Path) -> None:
+    """memory_search / memory_get (SPEC §5.1) through the SDK's client: the workspace is chosen
+    at start (--workspace), the index is brought up to date before each search (an edit is
+    found at once), reads page by lines, and every way out of the workspace is refused."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# Memory\n\nThe user prefers tabs over spaces.\n")
+    (ws / "memory" / "2026-11-30.md").write_text(
+        "# Cache\n\nWe decided the cache eviction policy is LRU with a 256 MiB bound.\n\n"
+        "# Deploy\n\nDeploys go out on Tuesdays.\n")
+    (ws / "memory" / "long.md").write_text("".join(f"line {i:05d} " + "x" * 90 + "\n" for i in range(1, 3001)))
+    (tmp_path / "secret.md").write_text("top secret\n")
+    (ws / "memory" / "escape.md").symlink_to(tmp_path / "secret.md")
+    (ws / "memory" / "binary.md").write_bytes(b"\x00\x01garbage")
+    db = tmp_path / "m.db"
+    async with mcp_session(db, args=("--workspace", str(ws))) as s:
+        instructions = s.init_result.instructions  # type: ignore[attr-defined]
+        assert f"Memory workspace: {ws} (from --workspace)." in instructions, instructions
+
+        err, out, text = await call(s, "memory_search", {"query": "what did we decide about the cache eviction policy?"})
+        assert not err, text
+        assert out["keywords"] and "cache" in out["keywords"] and "what" not in out["keywords"]
+        top = out["hits"][0]
+        assert top["path"] == "memory/2026-11-30.md" and top["startLine"] == 1 and "LRU" in top["text"]
+        assert text.startswith('# memory_search "what did we decide about the cache eviction policy?"'), text[:200]
+        assert f"memory/2026-11-30.md lines {top['startLine']}–{top['endLine']} · chunkId {top['chunkId']}" in text
+        # what was not indexed is said, with why
+        assert any("escape.md" in n for n in out["notIndexed"]) and any("binary.md" in n for n in out["notIndexed"])
+        assert "Not indexed (2):" in text and "top secret" not in text
+
+        # an edit is searchable at the next call (incremental re-index before each search)
+        err, out, _ = await call(s, "memory_search", {"query": "kubernetes"})
+        assert not err and out["hits"] == []
+        (ws / "memory" / "infra.md").write_text("We run everything on kubernetes since March.\n")
+        err, out, _ = await call(s, "memory_search", {"query": "kubernetes"})
+        assert not err and [h["path"] for h in out["hits"]] == ["memory/infra.md"]
+
+        # a chunk by id, then a file by lines
+        err, got, text = await call(s, "memory_get", {"chunkId": top["chunkId"]})
+        assert not err, text
+        assert got["path"] == "memory/2026-11-30.md" and "LRU with a 256 MiB bound" in got["text"]
+        assert got["nextFromLine"] is None and got["chunkId"] == top["chunkId"]
+        err, got, text = await call(s, "memory_get", {"path": "MEMORY.md", "fromLine": 3, "lines": 1})
+        assert not err and got["text"] == "The user prefers tabs over spaces." and got["startLine"] == 3
+        assert text.startswith("# memory_get MEMORY.md lines 3–3 of 3"), text
+        # a long file comes in pages within the bound; the pages together are the file
+        pages, nxt, whole = 0, 1, []
+        while nxt is not None:
+            err, got, text = await call(s, "memory_get", {"path": "memory/long.md", "fromLine": nxt})
+            assert not err, text
+            whole.append(got["text"])
+            nxt = got["nextFromLine"]
+            pages += 1
+            if nxt is not None:
+                assert f'fromLine {nxt}.' in text
+        assert "\n".join(whole) + "\n" == (ws / "memory" / "long.md").read_text() and pages > 3
+
+        bad = [
+            ("memory_get", {"path": "../secret.md"}, "WorkspaceEscape"),
+            ("memory_get", {"path": str(tmp_path / "secret.md")}, "WorkspaceEscape"),
+            ("memory_get", {"path": "memory/escape.md"}, "WorkspaceEscape"),
+            ("memory_get", {"path": "pyproject.toml"}, "InvalidParams"),
+            ("memory_get", {"chunkId": "nope"}, "ChunkNotFound"),
+            ("memory_get", {}, "InvalidParams"),
+            ("memory_get", {"chunkId": top["chunkId"], "path": "MEMORY.md"}, "InvalidParams"),
+            ("memory_get", {"path": "MEMORY.md", "fromLine": 99}, "InvalidParams"),
+            ("memory_search", {"query": ""}, "InvalidParams"),
+            ("memory_search", {"query": "x", "sources": ["files"]}, "InvalidParams"),
+            ("memory_search", {"query": "x", "workspace": "/"}, "InvalidParams"),
+        ]
+        for name, args, kind in bad:
+            err, out, text = await call(s, name, args)
+            assert err and out["error"]["kind"] == kind, (name, args, out, text)
+            assert "top secret" not in text
+        err, out, _ = await call(s, "memory_search", {"query": "tabs", "sources": ["memory", "sessions"]})
+        assert not err and out["hits"][0]["path"] == "MEMORY.md", "the daemon is alive after the errors"

@@ -9,13 +9,15 @@ from dagctx.cli.mcp_tools import TOOLS, ToolError, check_arguments, decode_curso
 
 def test_tool_table_is_ordered_camel_case_and_path_free() -> None:
     assert list(TOOLS) == ["search_history", "read_node", "expand_summary", "list_sessions", "session_history",
-                           "context_stats"]
+                           "context_stats", "memory_search", "memory_get"]
     for name, (desc, schema) in TOOLS.items():
         assert desc and schema["type"] == "object" and schema["additionalProperties"] is False, name
         assert set(schema["required"]) <= set(schema["properties"]), name
         for arg in schema["properties"]:
             assert arg[0].islower() and "_" not in arg, (name, arg)
-            assert "path" not in arg.lower() and arg not in ("db", "database", "file"), (name, arg)
+            # memory_get's path names a memory file relative to the workspace chosen at start
+            assert ("path" not in arg.lower() or name == "memory_get") and arg not in (
+                "db", "database", "file", "workspace"), (name, arg)
 
 
 @pytest.mark.parametrize(("name", "args", "needle"), [
@@ -26,6 +28,10 @@ def test_tool_table_is_ordered_camel_case_and_path_free() -> None:
     ("read_node", {"sessionId": "s", "nodeId": "n", "offset": -1}, "offset"),
     ("list_sessions", {"cursor": 3}, "cursor"),
     ("context_stats", {"sessionId": "s", "extra": True}, "the arguments are: sessionId, model"),
+    ("memory_search", {"query": "x", "maxResults": 51}, "maxResults"),
+    ("memory_search", {"query": "x", "sources": []}, "sources"),
+    ("memory_get", {"path": "MEMORY.md", "fromLine": 0}, "fromLine"),
+    ("memory_get", {"workspace": "/"}, "the arguments are: chunkId, path, fromLine, lines"),
     ("nope", {}, "the tools are: search_history"),
 ])
 def test_bad_arguments_say_what_is_wrong(name: str, args: dict, needle: str) -> None:

@@ -134,6 +134,8 @@ def build_parser():  # noqa: ANN201 - argparse.ArgumentParser
                          "dir). MCP hosts often pass a minimal environment: give --db in the server's args")
     mc.add_argument("--socket", help="the shared daemon's socket (default: the per-user path `dagctx daemon status` "
                                      "shows, which depends on XDG_RUNTIME_DIR)")
+    mc.add_argument("--workspace", help="the folder whose MEMORY.md and memory/ the memory tools search (default: "
+                                        "$DAGCTX_WORKSPACE, else the folder the server is started in)")
     mc.add_argument("--standalone", action="store_true",
                     help="a private daemon for this server instead of the shared one (also DAGCTX_STANDALONE=1)")
     mc.set_defaults(func=_mcp)

@@ -19,8 +19,11 @@ so ``dagctx[mcp]`` installs beside either.
 
 Why the low-level server and not a decorator framework: the tool list order, the
 input schemas and the error texts are part of our contract, written out once (mcp_tools).
-Every tool is read-only and none takes a filesystem path: an MCP client may be driven
-by a model, and a model must not choose which database or file this process opens.
+Every tool is read-only and none chooses a database or a folder: an MCP client may be
+driven by a model, and a model must not choose which database or file this process
+opens. The memory tools serve one workspace, chosen at start like the database
+(``--workspace``, then ``DAGCTX_WORKSPACE``, then the folder the host started us in);
+``memory_get``'s path is relative to it and confined to it by the daemon (SPEC §5.1).
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ class Target:
     standalone: bool
     socket: str | None  # the shared daemon's socket (None when standalone)
     socket_from: str
+    workspace: str | None = None  # the memory tools' workspace (absolute)
+    workspace_from: str = ""
     served_database: str | None = None  # what the daemon said it opened (initialize)
     daemon: str | None = None  # the daemon's name and version, and its pid when known
     unreachable: str | None = None
@@ -63,6 +68,8 @@ class Target:
             daemon = f"the shared per-user daemon on socket {self.socket} ({self.socket_from}" + (
                 f"; {self.daemon}" if self.daemon else "") + ")"
         text = f"Database: {db} ({self.database_from}). Daemon: {daemon}."
+        if self.workspace:
+            text += f" Memory workspace: {self.workspace} ({self.workspace_from})."
         if self.unreachable:
             text += f" The daemon is NOT reachable: {self.unreachable}; every tool call tries again."
         return text
@@ -82,16 +89,22 @@ def choose_target(args: argparse.Namespace, environ: dict[str, str] | None = Non
         database, source = None, ("the default: neither --db nor DAGCTX_DB reached this server — an MCP host "
                                   "may start it with a minimal environment; put --db PATH in the server's args "
                                   "to choose")
+    if getattr(args, "workspace", None):
+        ws, ws_from = os.path.abspath(args.workspace), "from --workspace"
+    elif env.get("DAGCTX_WORKSPACE"):
+        ws, ws_from = os.path.abspath(env["DAGCTX_WORKSPACE"]), "from DAGCTX_WORKSPACE"
+    else:
+        ws, ws_from = os.getcwd(), "the folder this server was started in; --workspace chooses"
     standalone = bool(getattr(args, "standalone", False)) or standalone_requested()
     if standalone:
-        return Target(database, source, True, None, "")
+        return Target(database, source, True, None, "", workspace=ws, workspace_from=ws_from)
     if getattr(args, "socket", None):
-        return Target(database, source, False, args.socket, "from --socket")
+        return Target(database, source, False, args.socket, "from --socket", workspace=ws, workspace_from=ws_from)
     sock = transport.socket_path()
     why = ("under XDG_RUNTIME_DIR" if env.get("XDG_RUNTIME_DIR") and os.path.isdir(env["XDG_RUNTIME_DIR"])
            else "in the temp folder: XDG_RUNTIME_DIR is not set here, so a daemon started by a shell with "
                 "it set is not this one; --socket or --standalone choose")
-    return Target(database, source, False, sock, why)
+    return Target(database, source, False, sock, why, workspace=ws, workspace_from=ws_from)
 
 
 async def connect_target(target: Target) -> Any:
@@ -140,7 +153,8 @@ async def answer(tools: HistoryTools, target: Target | None, name: str, args: An
 
 def _instructions(target: Target | None) -> str:
     text = ("Search and read this machine's recorded agent sessions (dagctx): search_history, then "
-            "read_node / expand_summary for the full text. Answers are plain text with headers, paged "
+            "read_node / expand_summary for the full text; the workspace's memory files: memory_search, "
+            "then memory_get. Answers are plain text with headers, paged "
             "(a cursor at the end when there is more).")
     return text + (f" {target.describe()}" if target is not None else "")
 
@@ -282,7 +296,7 @@ async def serve_mcp(target: Target) -> int:
     async def connect() -> Any:
         return await connect_target(target)
 
-    tools = HistoryTools(connect)
+    tools = HistoryTools(connect, workspace=target.workspace)
     try:  # connect first, so initialize's instructions name the database the daemon opened
         await tools.client()
     except Exception as exc:  # noqa: BLE001 - served anyway: each tool call tries again and says why
@@ -318,6 +332,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "dir). MCP hosts often pass a minimal environment: give --db in the server's args")
     p.add_argument("--socket", help="the shared daemon's socket (default: the per-user path `dagctx daemon status` "
                                     "shows, which depends on XDG_RUNTIME_DIR)")
+    p.add_argument("--workspace", help="the folder whose MEMORY.md and memory/ the memory tools search (default: "
+                                       "$DAGCTX_WORKSPACE, else the folder the server is started in)")
     p.add_argument("--standalone", action="store_true",
                    help="a private daemon for this server instead of the shared one (also DAGCTX_STANDALONE=1)")
     p.set_defaults(func=cmd_mcp)
