@@ -42,7 +42,11 @@ def ws(tmp_path: Path) -> Path:
     root.mkdir()
     write(root, "AGENTS.md", "agents rules\n")
     write(root, "SOUL.md", "soul text\n")
+    write(root, "TOOLS.md", "tool notes\n")
+    write(root, "IDENTITY.md", "identity card\n")
     write(root, "USER.md", "user facts\n")
+    write(root, "HEARTBEAT.md", "heartbeat checklist\n")
+    write(root, "BOOTSTRAP.md", "first run ritual\n")
     write(root, "MEMORY.md", "remembered things\n")
     skill(root, "beta", "beta", "Second skill")
     skill(root, "alpha", "alpha", "First skill")
@@ -64,22 +68,28 @@ def test_full_order_most_stable_first(ws: Path) -> None:
         "identity",
         "AGENTS.md",
         "SOUL.md",
+        "TOOLS.md",
+        "IDENTITY.md",
         "USER.md",
+        "HEARTBEAT.md",
+        "BOOTSTRAP.md",
         "agent_prompt",
         "skills",
         "memory",
         "append",
     ]
     text = result.text
-    markers = ["PRE", "I am the agent.", "## AGENTS.md", "agents rules", "## SOUL.md", "## USER.md",
-               "Inline prompt.", "## Skills", "## Memory (MEMORY.md)", "remembered things", "POST"]
+    markers = ["PRE", "I am the agent.", "## AGENTS.md", "agents rules", "## SOUL.md", "## TOOLS.md", "tool notes",
+               "## IDENTITY.md", "## USER.md", "## HEARTBEAT.md", "heartbeat checklist", "## BOOTSTRAP.md",
+               "first run ritual", "Inline prompt.", "## Skills", "## Memory (MEMORY.md)", "remembered things", "POST"]
     positions = [text.index(m) for m in markers]
     assert positions == sorted(positions)
     assert text.startswith("PRE\n\n")
     assert text.endswith("POST")
     # Section lengths account for the whole text (blocks joined by one blank line).
     assert sum(s.chars for s in result.sections) + 2 * (len(result.sections) - 1) == len(text)
-    assert result.files == ["AGENTS.md", "SOUL.md", "USER.md", "skills/alpha/SKILL.md", "skills/beta/SKILL.md", "MEMORY.md"]
+    assert result.files == ["AGENTS.md", "SOUL.md", "TOOLS.md", "IDENTITY.md", "USER.md", "HEARTBEAT.md", "BOOTSTRAP.md",
+                            "skills/alpha/SKILL.md", "skills/beta/SKILL.md", "MEMORY.md"]
     assert result.notes == []
     sources = {s.name: s.source for s in result.sections}
     assert sources["AGENTS.md"] == "AGENTS.md" and sources["memory"] == "MEMORY.md" and sources["identity"] is None
@@ -95,10 +105,11 @@ def test_default_identity_when_none(ws: Path) -> None:
 
 def test_minimal_mode(ws: Path) -> None:
     result = assemble_system_prompt(ws, PromptOptions(mode="minimal", agent_prompt="Inline."))
-    assert names(result) == ["identity", "AGENTS.md", "agent_prompt"]
-    assert "soul text" not in result.text and "user facts" not in result.text
+    assert names(result) == ["identity", "AGENTS.md", "TOOLS.md", "agent_prompt"]
+    for other in ("soul text", "user facts", "identity card", "heartbeat checklist", "first run ritual"):
+        assert other not in result.text
     assert "## Skills" not in result.text and "remembered" not in result.text
-    assert result.files == ["AGENTS.md"]
+    assert result.files == ["AGENTS.md", "TOOLS.md"]
 
 
 def test_none_mode(ws: Path) -> None:
@@ -229,7 +240,7 @@ def test_skills_binary_search_char_limit(tmp_path: Path) -> None:
     for i in range(500):
         skill(tmp_path, f"s{i:03d}", f"skill-{i:03d}", f"Description number {i} " + "x" * (i % 37))
     cap = 2_000
-    result = assemble_system_prompt(tmp_path, PromptOptions(skills_max_chars=cap))
+    result = assemble_system_prompt(tmp_path, PromptOptions(skills_max_chars=cap, skills_max_candidates_per_root=500))
     block = next(p for p in result.text.split("\n\n") if p.startswith("## Skills"))
     section = next(s for s in result.sections if s.name == "skills")
     assert section.truncated and section.chars == len(block)

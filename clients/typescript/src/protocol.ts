@@ -558,6 +558,8 @@ export interface InitializationOptions {
   storageTimeoutSeconds?: number | null;
   /** @default null */
   summarySources?: ("client" | "endpoint" | "host")[] | null;
+  /** @default null */
+  systemPrompt?: SystemPromptOptions | null;
 }
 
 export interface InitializeParams {
@@ -930,6 +932,8 @@ export interface PrepareParams {
   prependSystemContext?: string | null;
   /** @default null */
   appendSystemContext?: string | null;
+  /** @default null */
+  systemPrompt?: SystemPromptOptions | null;
   /** @default null */
   prependContext?: string | null;
   /** @default null */
@@ -1360,6 +1364,35 @@ export interface SessionSpawnResult {
 }
 
 /**
+ * Where skills are found and how many the prompt lists (SPEC §7). A field left out keeps
+ * the value ``initializationOptions.systemPrompt.skills`` gave, else the default.
+ *
+ * Roots, highest precedence first (a skill name found in several roots is taken from the
+ * highest): ``<workspace>/skills``, ``<workspace>/.agents/skills`` (project agent),
+ * ``personalDir``, ``managedDir``, ``bundledDir``, then ``extraDirs`` in order.
+ */
+export interface SkillsOptions {
+  /** @default null */
+  personalDir?: string | null;
+  /** @default null */
+  managedDir?: string | null;
+  /** @default null */
+  bundledDir?: string | null;
+  /** @default null */
+  extraDirs?: string[] | null;
+  /** @default null */
+  maxSkillsInPrompt?: number | null;
+  /** @default null */
+  maxSkillsPromptChars?: number | null;
+  /** @default null */
+  maxDescriptionChars?: number | null;
+  /** @default null */
+  maxSkillFileBytes?: number | null;
+  /** @default null */
+  maxCandidatesPerRoot?: number | null;
+}
+
+/**
  * Something an import did not take, and why: a source line (1-based), or a whole
  * file when ``line`` is null. Positional ``(line, reason)`` so parsers stay terse.
  */
@@ -1383,6 +1416,20 @@ export interface SubscribeResult {
   subscribed: boolean;
   /** @default null */
   head?: string | null;
+}
+
+/**
+ * Caps of the bootstrap files and the skills of the assembled system prompt (SPEC §7),
+ * in ``initializationOptions.systemPrompt`` (the connection's defaults) and per
+ * ``context/prepare`` (``systemPrompt``, over those field by field).
+ */
+export interface SystemPromptOptions {
+  /** @default null */
+  bootstrapMaxChars?: number | null;
+  /** @default null */
+  bootstrapTotalMaxChars?: number | null;
+  /** @default null */
+  skills?: SkillsOptions | null;
 }
 
 export interface TokenCounts {

@@ -6,8 +6,8 @@ file. The function is pure apart from reading files under one workspace root, an
 is deterministic: the same files and options give the same bytes and therefore the
 same ``hash``. That hash is what the engine compares to decide whether a new
 ``context/system_prompt`` node must be recorded, so replay can reproduce exactly what
-a model saw. Nothing time-dependent (dates, mtimes, absolute host paths) ever goes
-into the text.
+a model saw. Nothing time-dependent (dates, mtimes) ever goes into the text, and no
+host path except a skill root outside the workspace, written as the caller named it.
 
 Order, most stable first::
 
@@ -15,25 +15,43 @@ Order, most stable first::
     identity           who the agent is; changes almost never
     ## AGENTS.md       project rules; changes rarely
     ## SOUL.md         persona / tone
+    ## TOOLS.md        the user's notes on using tools (it grants no tool)
+    ## IDENTITY.md     the agent's name and manner
     ## USER.md         facts about the user
+    ## HEARTBEAT.md    what a periodic check-in looks at
+    ## BOOTSTRAP.md    first-run instructions of a new workspace
     agent prompt       inline, per agent
-    ## Skills          index of skills/*/SKILL.md; changes when skills are added
-    ## Memory          MEMORY.md; changes often
+    ## Skills          index of SKILL.md files from every skill root; changes when skills are added
+    ## Memory          MEMORY.md (memory.md when there is no MEMORY.md); changes often
     append             (hook: appendSystemContext)
+
+The bootstrap files keep their documented order (AGENTS, SOUL, TOOLS, IDENTITY, USER,
+HEARTBEAT, BOOTSTRAP, MEMORY); only the inline agent prompt and the skills index sit
+between the last of them and MEMORY.md, so the most edited file stays at the end.
 
 Providers cache prompts by prefix. Putting what changes least at the front means an
 edit to MEMORY.md (the most frequently edited input) invalidates only the tail of the
 prompt, and the identity and workspace prefix keep hitting the cache.
 
 Modes: ``full`` is everything above; ``minimal`` (sub-agents, cheap runs) keeps only
-identity, AGENTS.md and the inline agent prompt; ``none`` leaves only the prepend and
-append hook texts.
+identity, AGENTS.md, TOOLS.md and the inline agent prompt (no skills, no memory);
+``none`` leaves only the prepend and append hook texts.
 
 Limits: each workspace file is cut at ``per_file_chars`` characters and all workspace
 file content together at ``total_chars``; a cut is marked in the text itself so the
 model knows it is not seeing the whole file. The skills index is capped by entry
-count and by characters. "Characters" are Unicode code points of the text after
+count and by characters (the largest prefix that fits, by binary search), each
+description at ``skills_max_description_chars``; a SKILL.md over
+``skills_max_file_bytes`` and folders past ``skills_max_candidates_per_root`` in one
+root are skipped with a note. "Characters" are Unicode code points of the text after
 newline normalisation.
+
+Skill roots (``skill_roots``, highest precedence first): ``<workspace>/skills``,
+``<workspace>/.agents/skills``, then the roots the caller names (personal agent,
+managed, bundled, extra folders). A skill name found in several roots is listed once,
+from the highest root; the others get a note. A root outside the workspace is confined
+to itself the same way the workspace is (no symlink out of it is followed), and its
+skills are shown by the path the caller gave for it (``~/…`` for the home folder).
 
 Confinement (SPEC §7). A cloned repository can contain an ``AGENTS.md`` symlinked to
 ``~/.ssh/id_rsa``; its content must never reach a model provider. What is guaranteed:
@@ -85,6 +103,7 @@ __all__ = [
     "SkillsIndex",
     "assemble_system_prompt",
     "build_skills_index",
+    "discover_skill_roots",
     "discover_skills",
     "format_skills_block",
     "parse_skill_file",
@@ -97,13 +116,19 @@ PromptMode = Literal["full", "minimal", "none"]
 #: neutral: the workspace files and the agent prompt carry the specifics.
 DEFAULT_IDENTITY = "You are a helpful coding agent working in the user's workspace."
 
-#: Workspace files read before the inline agent prompt, in this order.
-WORKSPACE_FILES: tuple[str, ...] = ("AGENTS.md", "SOUL.md", "USER.md")
-#: The subset of WORKSPACE_FILES read in minimal mode.
-MINIMAL_WORKSPACE_FILES: tuple[str, ...] = ("AGENTS.md",)
+#: Bootstrap files read before the inline agent prompt, in this (the documented) order.
+WORKSPACE_FILES: tuple[str, ...] = ("AGENTS.md", "SOUL.md", "TOOLS.md", "IDENTITY.md", "USER.md", "HEARTBEAT.md",
+                                    "BOOTSTRAP.md")
+#: The subset of WORKSPACE_FILES read in minimal mode (sub-agents).
+MINIMAL_WORKSPACE_FILES: tuple[str, ...] = ("AGENTS.md", "TOOLS.md")
 MEMORY_FILE = "MEMORY.md"
+#: read when the workspace has no MEMORY.md
+MEMORY_FILE_ALT = "memory.md"
 SKILLS_DIR = "skills"
+PROJECT_SKILLS_DIR = ".agents/skills"
 SKILL_FILE = "SKILL.md"
+#: Skill sources, highest precedence first (SPEC §7).
+SKILL_SOURCES: tuple[str, ...] = ("workspace", "project-agent", "personal-agent", "managed", "bundled", "extra")
 
 SKILLS_HEADING = "## Skills"
 SKILLS_INTRO = "Each skill's full instructions are in its SKILL.md; read one only when it clearly applies."
@@ -122,6 +147,17 @@ _SEPARATOR = "\n\n"
 # ---------------------------------------------------------------- public types
 
 
+class SkillRoot(msgspec.Struct, frozen=True):
+    """A folder of skills outside the workspace: ``source`` (one of :data:`SKILL_SOURCES`),
+    its absolute ``path``, and ``shown``, how its skills' paths are written in the prompt."""
+
+    source: str
+    path: str
+    shown: str
+    #: named by the caller (a missing folder gets a note) rather than a default
+    explicit: bool = True
+
+
 class PromptOptions(msgspec.Struct, frozen=True, kw_only=True):
     """What to assemble and within which limits.
 
@@ -138,6 +174,11 @@ class PromptOptions(msgspec.Struct, frozen=True, kw_only=True):
     total_chars: int = 150_000
     skills_max_count: int = 150
     skills_max_chars: int = 30_000
+    skills_max_description_chars: int = 1024
+    skills_max_file_bytes: int = 256_000
+    skills_max_candidates_per_root: int = 300
+    #: skill roots outside the workspace, highest precedence first (after the workspace's own two)
+    skill_roots: tuple[SkillRoot, ...] = ()
     prepend: str | None = None
     append: str | None = None
 
@@ -478,73 +519,130 @@ def _skill_sort_key(entry: SkillEntry) -> tuple[str, str, str]:
     return (entry.name.casefold(), entry.name, entry.path)
 
 
-def discover_skills(root: str | os.PathLike[str]) -> tuple[list[SkillEntry], list[str], list[str]]:
-    """Find ``skills/*/SKILL.md`` under ``root``: (entries sorted by name, notes, files read).
-
-    A ``skills`` folder whose real path is outside the root is refused as a whole;
-    each skill folder and SKILL.md is checked again, so one symlinked skill cannot
-    escape either. Hidden folders and plain files in ``skills/`` are ignored.
-    """
-
-    root_path = Path(os.path.realpath(os.fspath(root)))
-    notes: list[str] = []
-    files: list[str] = []
+def _discover_root(base: Path, dir_rel: str, shown: str, opts: PromptOptions,
+                   notes: list[str], files: list[str]) -> list[SkillEntry]:
+    """The skills of one root, ``base/dir_rel`` (``dir_rel`` is ``"."`` for a root outside the
+    workspace, then ``base`` is the root itself), in folder-name order; each SKILL.md is read
+    under ``base``'s confinement and shown as ``shown/<folder>/SKILL.md``."""
     try:
-        dir_fd = open_beneath(root_path, SKILLS_DIR, directory=True)
+        dir_fd = open_beneath(base, dir_rel, directory=True)
     except DagctxError as err:
-        return [], [f"{SKILLS_DIR}/: refused: {err.message}"], []
+        notes.append(f"{shown}/: refused: {err.message}")
+        return []
     except FileNotFoundError:
-        return [], [], []
+        return []
     except NotADirectoryError:
-        return [], [f"{SKILLS_DIR}: not a directory; no skills listed"], []
+        notes.append(f"{shown}: not a directory; no skills listed from it")
+        return []
     except OSError as err:
-        return [], [f"{SKILLS_DIR}/: cannot list ({err.strerror or type(err).__name__}); no skills listed"], []
+        notes.append(f"{shown}/: cannot list ({err.strerror or type(err).__name__}); no skills listed from it")
+        return []
     try:
         with os.scandir(dir_fd) as it:
             names = sorted(entry.name for entry in it)
     except OSError as err:
-        return [], [f"{SKILLS_DIR}/: cannot list ({err.strerror or type(err).__name__}); no skills listed"], []
+        notes.append(f"{shown}/: cannot list ({err.strerror or type(err).__name__}); no skills listed from it")
+        return []
     finally:
         os.close(dir_fd)
 
+    names = [n for n in names if not n.startswith(".")]
+    limit = max(0, opts.skills_max_candidates_per_root)
+    if len(names) > limit:
+        notes.append(f"{shown}/: {len(names)} folders, only the first {limit} (by name) looked at "
+                     f"(skills.maxCandidatesPerRoot)")
+        names = names[:limit]
     entries: list[SkillEntry] = []
     for folder in names:
-        if folder.startswith("."):
-            continue
         if not _is_text(folder):
             # An undecodable name cannot be shown to a model or sent as JSON (SPEC §1).
-            shown = folder.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-            notes.append(f"{SKILLS_DIR}/{shown}/: the folder name is not valid UTF-8; skipped")
+            bad = folder.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            notes.append(f"{shown}/{bad}/: the folder name is not valid UTF-8; skipped")
             continue
-        folder_rel = f"{SKILLS_DIR}/{folder}"
+        folder_rel = folder if dir_rel == "." else f"{dir_rel}/{folder}"
+        where = f"{shown}/{folder}"
         try:
-            folder_real = resolve_inside(root_path, folder_rel)
+            folder_real = resolve_inside(base, folder_rel)
         except DagctxError as err:
-            notes.append(f"{folder_rel}/: refused: {err.message}")
+            notes.append(f"{where}/: refused: {err.message}")
             continue
         if not folder_real.is_dir():
             continue
         rel = f"{folder_rel}/{SKILL_FILE}"
-        read = _read_workspace_text(root_path, rel, _SKILL_READ_BYTES)
+        read = _read_workspace_text(base, rel, _SKILL_READ_BYTES)
         if read.text is None:
             if read.status == "missing":
-                notes.append(f"{folder_rel}/: no {SKILL_FILE}; skipped")
+                notes.append(f"{where}/: no {SKILL_FILE}; skipped")
             else:
-                notes.append(read.note or f"{rel}: skipped")
+                notes.append((read.note or f"{rel}: skipped").replace(rel, f"{where}/{SKILL_FILE}", 1))
+            continue
+        if read.size_bytes > opts.skills_max_file_bytes:
+            notes.append(f"{where}/{SKILL_FILE}: {read.size_bytes:,} bytes, over the limit of "
+                         f"{opts.skills_max_file_bytes:,} (skills.maxSkillFileBytes); skipped")
             continue
         if read.note:
-            notes.append(read.note)
-        files.append(rel)
-        entries.append(parse_skill_file(read.text, folder, rel))
+            notes.append(read.note.replace(rel, f"{where}/{SKILL_FILE}", 1))
+        files.append(f"{where}/{SKILL_FILE}")
+        entry = parse_skill_file(read.text, folder, f"{where}/{SKILL_FILE}")
+        cap = max(1, opts.skills_max_description_chars)
+        if len(entry.description) > cap:
+            notes.append(f"{entry.path}: description cut from {len(entry.description):,} to {cap:,} characters "
+                         "(skills.maxDescriptionChars)")
+            entry = SkillEntry(name=entry.name, description=entry.description[: cap - 1] + "…", path=entry.path)
+        entries.append(entry)
+    return entries
 
-    entries.sort(key=_skill_sort_key)
+
+def discover_skill_roots(workspace: str | os.PathLike[str] | None,
+                         options: PromptOptions | None = None) -> tuple[list[SkillEntry], list[str], list[str]]:
+    """Every skill of every root, highest precedence first (module docstring): (entries
+    sorted by name, notes, files read). A name found in a lower root than the first that
+    has it is left out with a note; two skills of one name in the same root are both listed."""
+    opts = options if options is not None else PromptOptions()
+    notes: list[str] = []
+    files: list[str] = []
+    roots: list[tuple[str, Path, str, str]] = []  # (source, base, dir below base, shown)
+    if workspace is not None:
+        ws = Path(os.path.realpath(os.fspath(workspace)))
+        roots += [("workspace", ws, SKILLS_DIR, SKILLS_DIR), ("project-agent", ws, PROJECT_SKILLS_DIR, PROJECT_SKILLS_DIR)]
+    for root in opts.skill_roots:
+        base = Path(os.path.realpath(root.path))
+        if not base.is_dir():
+            if os.path.lexists(root.path):
+                notes.append(f"{root.shown}: not a directory; no {root.source} skills listed")
+            elif root.explicit:
+                notes.append(f"{root.shown}: no such folder; no {root.source} skills listed")
+            continue
+        roots.append((root.source, base, ".", root.shown))
+    chosen: dict[str, tuple[str, str]] = {}  # name → (source, path) of the root that has it first
+    out: list[SkillEntry] = []
+    for source, base, dir_rel, shown in roots:
+        mine = _discover_root(base, dir_rel, shown, opts, notes, files)
+        here: set[str] = set()
+        for entry in mine:
+            first = chosen.get(entry.name)
+            if first is not None and entry.name not in here:
+                notes.append(f"skill {entry.name!r}: {entry.path} ({source}) is shadowed by {first[1]} ({first[0]}), "
+                             "which takes precedence")
+                continue
+            chosen.setdefault(entry.name, (source, entry.path))
+            here.add(entry.name)
+            out.append(entry)
+    out.sort(key=_skill_sort_key)
     seen: dict[str, str] = {}
-    for entry in entries:
+    for entry in out:
         if entry.name in seen:
             notes.append(f"skill name {entry.name!r} appears twice ({seen[entry.name]} and {entry.path}); both listed")
         else:
             seen[entry.name] = entry.path
-    return entries, notes, files
+    return out, notes, files
+
+
+def discover_skills(root: str | os.PathLike[str]) -> tuple[list[SkillEntry], list[str], list[str]]:
+    """Find ``skills/*/SKILL.md`` and ``.agents/skills/*/SKILL.md`` under the workspace ``root``:
+    (entries sorted by name, notes, files read); see :func:`discover_skill_roots`."""
+
+    return discover_skill_roots(root, PromptOptions())
 
 
 def format_skills_block(entries: list[SkillEntry], omitted: int) -> str:
@@ -664,8 +762,8 @@ def _file_block(
 def assemble_system_prompt(workspace: str | os.PathLike[str] | None, options: PromptOptions | None = None) -> AssembledPrompt:
     """Build the system prompt for ``workspace`` (None: inline parts only).
 
-    Pure apart from reading ``AGENTS.md``, ``SOUL.md``, ``USER.md``, ``MEMORY.md`` and
-    ``skills/*/SKILL.md`` inside the workspace root. Raises only for invalid options
+    Pure apart from reading the bootstrap files (``AGENTS.md`` … ``MEMORY.md``) inside the
+    workspace root and the ``SKILL.md`` files of the skill roots. Raises only for invalid options
     (``InvalidParams``); problems with files become ``notes``.
     """
 
@@ -718,7 +816,7 @@ def assemble_system_prompt(workspace: str | os.PathLike[str] | None, options: Pr
         add("agent_prompt", _clean_block(opts.agent_prompt))
 
         if opts.mode == "full" and root is not None:
-            entries, skill_notes, skill_files = discover_skills(root)
+            entries, skill_notes, skill_files = discover_skill_roots(root, opts)
             notes.extend(skill_notes)
             files.extend(skill_files)
             index = build_skills_index(entries, opts.skills_max_count, max(0, opts.skills_max_chars))
@@ -735,8 +833,12 @@ def assemble_system_prompt(workspace: str | os.PathLike[str] | None, options: Pr
                 )
             add("skills", index.text, truncated=index.omitted > 0, source=SKILLS_DIR)
 
+            memory_file = MEMORY_FILE
+            if not os.path.lexists(root / MEMORY_FILE) and os.path.lexists(root / MEMORY_FILE_ALT):
+                memory_file = MEMORY_FILE_ALT
+            heading = MEMORY_HEADING if memory_file == MEMORY_FILE else f"## Memory ({MEMORY_FILE_ALT})"
             block, section, used = _file_block(
-                root, MEMORY_FILE, MEMORY_HEADING, "memory", per_file, remaining, total_limit, notes, files
+                root, memory_file, heading, "memory", per_file, remaining, total_limit, notes, files
             )
             remaining -= used
             if block is not None and section is not None:

@@ -32,12 +32,13 @@ import msgspec
 
 from dagctx.context import budget as budget_mod
 from dagctx.context import turn_reduction as tr
-from dagctx.context.system_prompt import PromptOptions, assemble_system_prompt, prompt_layers
+from dagctx.context.system_prompt import assemble_system_prompt, prompt_layers
 from dagctx.context.turn_reduction import Reductions
 from dagctx.protocol import context_messages as c
 
 from . import compaction_pipeline, turn_reduction
 from .heads import check_head
+from .prompt_config import prompt_options
 from .turn_reduction import Built, protected_of
 from dagctx.context.formats import apply_turn_hooks
 
@@ -244,7 +245,8 @@ class ContextEngine:
         workspace = p.workspace or host.options.workspace
         if workspace:  # the client's folder, not the daemon's
             workspace = host.client_path(workspace, "workspace" if p.workspace else "initializationOptions.workspace")
-        options = PromptOptions(
+        options = prompt_options(
+            host, p.system_prompt,
             mode=p.prompt_mode,
             identity=p.identity,
             agent_prompt=p.agent_prompt,

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from .messages import Count, FilePath, Int64, Positive, Seconds, Share, _Params, _Result
+from .messages import Count, FilePath, Int64, Positive, Seconds, Share, SystemPromptOptions, _Params, _Result
 
 #: The provider shapes a render can take (SPEC §6).
 Format = Literal["openai", "anthropic", "neutral"]
@@ -178,6 +178,8 @@ class PrepareParams(_Params):
     context_engine: str | None = None
     prepend_system_context: str | None = None
     append_system_context: str | None = None
+    #: bootstrap-file caps, skill roots and limits, over ``initializationOptions.systemPrompt`` (SPEC §7)
+    system_prompt: SystemPromptOptions | None = None
     prepend_context: str | None = None
     memory_prefetch: str | None = None
     #: reasoning blocks sent, as in ``context/render`` (SPEC §6)

@@ -115,6 +115,51 @@ class AgingOptions(_Params, omit_defaults=True, forbid_unknown_fields=True):
     step_quantum: Count | None = None
 
 
+PromptChars = Annotated[int, msgspec.Meta(ge=0, le=100_000_000)]
+
+
+class SkillsOptions(_Params):
+    """Where skills are found and how many the prompt lists (SPEC §7). A field left out keeps
+    the value ``initializationOptions.systemPrompt.skills`` gave, else the default.
+
+    Roots, highest precedence first (a skill name found in several roots is taken from the
+    highest): ``<workspace>/skills``, ``<workspace>/.agents/skills`` (project agent),
+    ``personalDir``, ``managedDir``, ``bundledDir``, then ``extraDirs`` in order.
+    """
+
+    #: personal agent skills; default ``~/.agents/skills``; ``""`` turns the root off
+    personal_dir: FilePath | None = None
+    #: managed (host-installed) skills, e.g. an OpenClaw state folder's ``skills``; default none
+    managed_dir: FilePath | None = None
+    #: the skills shipped with the host; default none
+    bundled_dir: FilePath | None = None
+    #: more folders of skills, lowest precedence
+    extra_dirs: list[FilePath] | None = None
+    #: at most this many skills listed (default 150)
+    max_skills_in_prompt: Annotated[int, msgspec.Meta(ge=0, le=100_000)] | None = None
+    #: the whole skills block at most this many characters (default 30,000); the largest
+    #: prefix of the sorted list that fits is found by binary search
+    max_skills_prompt_chars: PromptChars | None = None
+    #: a description longer than this is cut, with ``…`` (default 1,024)
+    max_description_chars: Annotated[int, msgspec.Meta(ge=1, le=100_000)] | None = None
+    #: a SKILL.md larger than this is skipped with a note (default 256,000 bytes)
+    max_skill_file_bytes: Annotated[int, msgspec.Meta(ge=1, le=1 << 30)] | None = None
+    #: skill folders looked at per root, in name order (default 300); the rest get a note
+    max_candidates_per_root: Annotated[int, msgspec.Meta(ge=0, le=100_000)] | None = None
+
+
+class SystemPromptOptions(_Params):
+    """Caps of the bootstrap files and the skills of the assembled system prompt (SPEC §7),
+    in ``initializationOptions.systemPrompt`` (the connection's defaults) and per
+    ``context/prepare`` (``systemPrompt``, over those field by field)."""
+
+    #: each bootstrap file (AGENTS.md … MEMORY.md) cut at this many characters (default 20,000)
+    bootstrap_max_chars: PromptChars | None = None
+    #: all bootstrap files together at most this many characters (default 150,000)
+    bootstrap_total_max_chars: PromptChars | None = None
+    skills: SkillsOptions | None = None
+
+
 class InitializationOptions(_Params):
     """``initialize.params.initializationOptions``.
 
@@ -137,6 +182,8 @@ class InitializationOptions(_Params):
     storage_timeout_seconds: Annotated[float, msgspec.Meta(ge=0.5, le=300)] | None = None
     #: where summaries come from, most preferred first (default ``["host", "client", "endpoint"]``)
     summary_sources: list[SummarySourceName] | None = None
+    #: bootstrap-file caps and skill roots and limits for every prepare of this connection (SPEC §7)
+    system_prompt: SystemPromptOptions | None = None
 
 
 class AttachParams(_Params):
