@@ -176,7 +176,8 @@ class Gateway:
 
     def __init__(self, root: Path, node: Path, stub: ModelStub, *, window: int = 16_000, engine: str = "dagctx",
                  dagctx_command: list[str] | None = None, database: Path | None = None, trace: Path | None = None,
-                 env: dict[str, str] | None = None, daemon_env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, daemon_env: dict[str, str] | None = None,
+                 memory_slot: str | None = None) -> None:
         self.root, self.node, self.stub = root, node, stub
         self.state = root / "state"
         self.workspace = root / "workspace"
@@ -188,6 +189,8 @@ class Gateway:
         self.database = database or root / "dagctx.db"
         self.trace = trace
         self.daemon_env = daemon_env
+        #: ``plugins.slots.memory`` (None: OpenClaw's default, memory-core)
+        self.memory_slot = memory_slot
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = root / "gateway.log"
         self.env = {
@@ -220,10 +223,12 @@ class Gateway:
             **({"trace": str(self.trace)} if self.trace else {}),
             **({"env": self.daemon_env} if self.daemon_env else {}),
         }
-        plugins["slots"] = {"contextEngine": self.engine}
+        plugins["slots"] = {"contextEngine": self.engine, **({"memory": self.memory_slot} if self.memory_slot else {})}
         # Only what the test needs loads (the bundled channel, browser and provider plugins
         # would triple the startup work).
-        plugins["allow"] = ["dagctx", "memory-core"]
+        # With dagctx in the memory slot, memory-core stays out: it registers memory_search and
+        # memory_get whenever it loads, selected or not (its tools would conflict with ours).
+        plugins["allow"] = ["dagctx"] if self.memory_slot == "dagctx" else ["dagctx", "memory-core"]
         cfg["models"] = {"mode": "merge", "providers": {"stub": {
             "baseUrl": self.stub.base_url, "apiKey": "sk-stub", "api": "openai-completions",
             "models": [{"id": "stub-model", "name": "Stub", "reasoning": False, "input": ["text"],

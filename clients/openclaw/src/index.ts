@@ -1,18 +1,25 @@
 // The OpenClaw plugin entry: registers the dagctx context engine and its recall tools.
 //
-// openclaw.plugin.json declares `kind: "context-engine"`; select the engine with
-// `plugins.slots.contextEngine: "dagctx"`. The plugin config (`plugins.entries.dagctx.config`)
+// openclaw.plugin.json declares the kinds "context-engine" and "memory"; select the engine
+// with `plugins.slots.contextEngine: "dagctx"` and, for dagctx's memory_search/memory_get as
+// the agent's memory tools, `plugins.slots.memory: "dagctx"`. The plugin config (`plugins.entries.dagctx.config`)
 // is validated by the manifest's configSchema and passed to each engine instance.
 
 import type { OpenClawPluginApi, OpenClawPluginDefinition } from "openclaw/plugin-sdk/plugin-entry" with { "resolution-mode": "import" };
 
 import { DagctxContextEngine, ENGINE_ID, ENGINE_VERSION, type DagctxEngineOptions } from "./engine";
 import type { HostLlm } from "./link";
-import { recallTools, TOOL_NAMES } from "./tools";
+import { MEMORY_TOOL_NAMES, memoryTools, recallTools, TOOL_NAMES } from "./tools";
 
 export { DagctxContextEngine, ENGINE_ID, type DagctxEngineOptions } from "./engine";
 export { fromOpenAI, contentText, messageKey, estimateTokens } from "./messages";
-export { recallTools, TOOL_NAMES } from "./tools";
+export { memoryTools, MEMORY_TOOL_NAMES, recallTools, TOOL_NAMES } from "./tools";
+
+/** Whether the host config gives dagctx the memory slot (`plugins.slots.memory: "dagctx"`). */
+export function ownsMemorySlot(config: unknown): boolean {
+  const slots = (config as { plugins?: { slots?: { memory?: unknown } } } | undefined)?.plugins?.slots;
+  return slots?.memory === ENGINE_ID;
+}
 export { sharedLink, closeAllLinks } from "./link";
 
 /** The plugin config as the manifest's configSchema allows it. */
@@ -52,6 +59,13 @@ const plugin: OpenClawPluginDefinition = {
     api.registerTool((ctx) => recallTools(engine, { sessionId: ctx.sessionId, sessionKey: ctx.sessionKey }) as never, {
       names: [...TOOL_NAMES],
     });
+    // OpenClaw's memory tools, when the memory slot is dagctx's (the manifest declares both
+    // kinds); otherwise the memory plugin in that slot (memory-core by default) owns the names.
+    if (ownsMemorySlot(api.config)) {
+      api.registerTool((ctx) => memoryTools(engine, { workspaceDir: ctx.workspaceDir }) as never, {
+        names: [...MEMORY_TOOL_NAMES],
+      });
+    }
   },
 };
 

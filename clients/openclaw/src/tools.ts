@@ -203,3 +203,133 @@ export function recallTools(engine: DagctxContextEngine, ctx: ToolContext): Reca
 
   return [search, read, expand];
 }
+
+/** Where the memory tools look: the workspace OpenClaw runs the agent in (its tool context). */
+export interface MemoryToolContext {
+  workspaceDir?: string;
+}
+
+export const MEMORY_TOOL_NAMES = ["memory_search", "memory_get"] as const;
+
+/** The error a model can act on: dagctx's message and kind, as a tool result (not a throw). */
+function memoryError(err: unknown): ToolResult | null {
+  const e = err as { message?: string; data?: { kind?: string } } | undefined;
+  const kind = e?.data?.kind;
+  if (kind === "InvalidParams" || kind === "WorkspaceEscape" || kind === "ChunkNotFound") {
+    return text(`memory: ${e?.message ?? String(err)} (${kind})`, { error: { kind, message: e?.message } });
+  }
+  return null;
+}
+
+/**
+ * `memory_search` / `memory_get` as OpenClaw's memory tools, over dagctx's memory index of
+ * the run's workspace (SPEC §5.1): MEMORY.md and memory/*.md, chunked with line ranges,
+ * brought up to date before each search; searched by the keywords of a plain question, with
+ * MMR. A path out of the workspace is refused by the daemon (WorkspaceEscape).
+ */
+export function memoryTools(engine: DagctxContextEngine, ctx: MemoryToolContext): RecallTool[] {
+  const workspace = (): string => {
+    const ws = ctx.workspaceDir;
+    if (typeof ws !== "string" || ws === "") throw new Error("memory tools: this run has no workspace folder");
+    return ws;
+  };
+
+  const search: RecallTool = {
+    name: "memory_search",
+    label: "Search memory (dagctx)",
+    description:
+      "Search the workspace's memory files (MEMORY.md, memory/*.md) for what was noted or decided before; with " +
+      "sources [\"memory\",\"sessions\"] recorded conversations too. Ask in plain words. Each hit names its file, " +
+      "lines and a chunkId for memory_get.",
+    parameters: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        query: { type: "string", minLength: 1, description: "what to look for, in plain words" },
+        maxResults: { type: "integer", minimum: 1, maximum: 50, description: "at most this many hits (default 6)" },
+        sources: { type: "array", items: { enum: ["memory", "sessions"] }, description: "where to look (default memory)" },
+      },
+      required: ["query"],
+    },
+    catalogMode: "direct-only",
+    async execute(_id, raw) {
+      const p = (raw ?? {}) as Record<string, unknown>;
+      const query = str(p, "query");
+      const maxResults = int(p, "maxResults", 6, 1, 50);
+      const sources = Array.isArray(p["sources"]) && p["sources"].length ? (p["sources"] as ("memory" | "sessions")[]) : ["memory" as const];
+      const ws = workspace();
+      const c = await engine.connection();
+      try {
+        const idx = sources.includes("memory") ? await c.request("memory/index", { workspace: ws }) : null;
+        const res = await c.request("memory/search", { query, workspace: ws, maxResults, sources, mmr: { lambda: 0.7 } });
+        const notIndexed = (idx?.skipped ?? []).map((s) => s.note);
+        const lines = [`# memory_search ${JSON.stringify(query)}: ${res.hits.length ? `${res.hits.length} hit(s)` : "no hits"}` +
+          (res.keywords.length ? ` (keywords: ${res.keywords.join(" ")})` : "")];
+        let used = lines[0]!.length;
+        let shown = 0;
+        for (const h of res.hits) {
+          const where = h.source === "memory" ? `${h.path} lines ${h.startLine}–${h.endLine} · chunkId ${h.chunkId}` : `session ${h.sessionId} · node ${h.nodeId}`;
+          const block = `\n## ${where} · score ${h.score.toFixed(3)}\n${h.text.slice(0, 2_000)}`;
+          if (used + block.length > ANSWER_CHARS && shown > 0) break;
+          lines.push(block);
+          used += block.length;
+          shown += 1;
+        }
+        if (notIndexed.length) lines.push(`\nNot indexed (${notIndexed.length}):\n` + notIndexed.slice(0, 5).map((n) => `- ${n}`).join("\n"));
+        return text(lines.join("\n"), { query, keywords: res.keywords, hits: res.hits.slice(0, shown), notIndexed });
+      } catch (err) {
+        const out = memoryError(err);
+        if (out) return out;
+        throw err;
+      }
+    },
+  };
+
+  const get: RecallTool = {
+    name: "memory_get",
+    label: "Read memory (dagctx)",
+    description:
+      "Read a memory file by lines: a chunkId from memory_search, or path (MEMORY.md or memory/…, relative to the " +
+      "workspace) from fromLine for lines lines.",
+    parameters: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        chunkId: { type: "string", minLength: 1, description: "a chunkId from memory_search" },
+        path: { type: "string", minLength: 1, description: "a memory file, relative to the workspace" },
+        fromLine: { type: "integer", minimum: 1, description: "first line, 1-based (default 1)" },
+        lines: { type: "integer", minimum: 1, maximum: 2000, description: "how many lines (default: the rest, up to 2000)" },
+      },
+    },
+    catalogMode: "direct-only",
+    async execute(_id, raw) {
+      const p = (raw ?? {}) as Record<string, unknown>;
+      const chunkId = typeof p["chunkId"] === "string" ? p["chunkId"] : undefined;
+      const path = typeof p["path"] === "string" ? p["path"] : undefined;
+      if ((chunkId === undefined) === (path === undefined)) throw new Error("give exactly one of chunkId (from memory_search) and path (a memory file)");
+      const fromLine = int(p, "fromLine", 1, 1, Number.MAX_SAFE_INTEGER);
+      const lines = int(p, "lines", 2000, 1, 2000);
+      const c = await engine.connection();
+      try {
+        const res = await c.request("memory/get", { workspace: workspace(), ...(chunkId ? { chunkId } : { path }), fromLine, lines });
+        let body = res.text;
+        let end = res.endLine;
+        if (body.length > ANSWER_CHARS) {
+          const kept = body.slice(0, ANSWER_CHARS).split("\n");
+          if (kept.length > 1) kept.pop();
+          body = kept.join("\n");
+          end = res.startLine + kept.length - 1;
+        }
+        const more = end < res.totalLines && !res.chunkId ? `\n\n(more: memory_get path=${res.path} fromLine=${end + 1})` : "";
+        return text(`# ${res.path} lines ${res.startLine}–${end} of ${res.totalLines}\n${body}${more}`,
+          { path: res.path, startLine: res.startLine, endLine: end, totalLines: res.totalLines, chunkId: res.chunkId ?? null, text: body });
+      } catch (err) {
+        const out = memoryError(err);
+        if (out) return out;
+        throw err;
+      }
+    },
+  };
+
+  return [search, get];
+}

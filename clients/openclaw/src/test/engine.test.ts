@@ -10,7 +10,7 @@
 // → dispose. Types come from the real package, so a drifted interface fails the build.
 
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
@@ -53,12 +53,12 @@ function hostLlm(calls: LlmParams[]) {
   };
 }
 
-type ToolFactory = (ctx: { sessionId?: string; sessionKey?: string }) => RecallTool[];
+type ToolFactory = (ctx: { sessionId?: string; sessionKey?: string; workspaceDir?: string }) => RecallTool[];
 
-function loadPlugin(config: Record<string, unknown>): { id: string; factory: Parameters<OpenClawPluginApi["registerContextEngine"]>[1]; tools: ToolFactory[]; warnings: string[] } {
+function loadPlugin(config: Record<string, unknown>, hostConfig: Record<string, unknown> = {}): { id: string; factory: Parameters<OpenClawPluginApi["registerContextEngine"]>[1]; tools: ToolFactory[]; warnings: string[] } {
   const manifest = JSON.parse(readFileSync(join(ROOT, "openclaw.plugin.json"), "utf8"));
   assert.equal(manifest.id, "dagctx");
-  assert.equal(manifest.kind, "context-engine");
+  assert.deepEqual(manifest.kind, ["context-engine", "memory"]);
   assert.equal(manifest.configSchema.type, "object");
   const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8"));
   const entry = join(ROOT, pkg.openclaw.extensions[0]);
@@ -73,10 +73,11 @@ function loadPlugin(config: Record<string, unknown>): { id: string; factory: Par
     id: manifest.id,
     name: manifest.name,
     pluginConfig: config,
+    config: hostConfig,
     logger: { info: () => undefined, warn: (m: string) => warnings.push(m), error: (m: string) => warnings.push(m) },
     registerContextEngine: (id: string, factory: Parameters<OpenClawPluginApi["registerContextEngine"]>[1]) => registered.push({ id, factory }),
     registerTool: (factory: ToolFactory, opts: { names: string[] }) => {
-      assert.deepEqual(opts.names, manifest.contracts.tools, "registered tools match the manifest's contracts.tools");
+      for (const n of opts.names) assert.ok(manifest.contracts.tools.includes(n), `${n} is in the manifest's contracts.tools`);
       tools.push(factory);
     },
   };
@@ -351,4 +352,43 @@ test("dagctx stopped: every step goes on without dagctx and says so, none throws
   // the host retrying the outage's commit: a duplicate
   assert.deepEqual(await engine.commitTurn!({ advancementKey: "o-2", admission, terminal, messages: t2, sessionId, sessionKey }), { status: "duplicate" });
   await closeAllLinks();
+});
+
+test("in the memory slot, memory_search and memory_get search and read the run's workspace through dagctx", async () => {
+  const ws = mkdtempSync(join(tmpdir(), "dagctx-openclaw-ws-"));
+  mkdirSync(join(ws, "memory"));
+  writeFileSync(join(ws, "MEMORY.md"), "# Memory\n\nThe user prefers tabs.\n");
+  writeFileSync(join(ws, "memory", "cache.md"), "# Cache\n\nWe decided the cache eviction policy is LRU with a 256 MiB bound.\n");
+  writeFileSync(join(dir, "secret.md"), "top secret\n");
+  try {
+    // not in the memory slot: only the recall tools (memory-core keeps the memory tool names)
+    const plain = loadPlugin({ database: db });
+    assert.equal(plain.tools.length, 1);
+    const { tools } = loadPlugin({ database: db }, { plugins: { slots: { memory: "dagctx", contextEngine: "dagctx" } } });
+    assert.equal(tools.length, 2);
+    const mem = tools[1]!({ sessionId: "s", workspaceDir: ws });
+    assert.deepEqual(mem.map((t) => t.name), ["memory_search", "memory_get"]);
+    const [search, get] = mem as [RecallTool, RecallTool];
+    const found = await search.execute("t1", { query: "what did we decide about the cache eviction policy?" });
+    const hits = (found.details as { hits: { path: string; chunkId: string; text: string }[]; keywords: string[] });
+    assert.equal(hits.hits[0]!.path, "memory/cache.md");
+    assert.ok(hits.keywords.includes("cache") && !hits.keywords.includes("what"));
+    assert.match(found.content[0]!.text, /memory\/cache\.md lines 1–3 · chunkId /);
+    // an edit is found at the next search (the index is brought up to date first)
+    writeFileSync(join(ws, "memory", "infra.md"), "Everything runs on kubernetes.\n");
+    const again = await search.execute("t2", { query: "kubernetes" });
+    assert.deepEqual((again.details as { hits: { path: string }[] }).hits.map((h) => h.path), ["memory/infra.md"]);
+    const byChunk = await get.execute("t3", { chunkId: hits.hits[0]!.chunkId });
+    assert.match(byChunk.content[0]!.text, /LRU with a 256 MiB bound/);
+    const byLines = await get.execute("t4", { path: "MEMORY.md", fromLine: 3, lines: 1 });
+    assert.equal((byLines.details as { text: string }).text, "The user prefers tabs.");
+    // out of the workspace: an answer naming WorkspaceEscape, never the file
+    const refused = await get.execute("t5", { path: "../" + dir.split("/").pop() + "/secret.md" });
+    assert.equal((refused.details as { error: { kind: string } }).error.kind, "WorkspaceEscape");
+    assert.ok(!refused.content[0]!.text.includes("top secret"));
+    await assert.rejects(get.execute("t6", {}), /exactly one of chunkId/);
+  } finally {
+    await closeAllLinks();
+    rmSync(ws, { recursive: true, force: true });
+  }
 });
