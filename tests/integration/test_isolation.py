@@ -118,6 +118,42 @@ async def test_a_cancelled_queued_render_is_answered_at_once_and_the_next_one_ru
         await a.close()
 
 
+async def test_a_running_cold_render_cancelled_answers_request_cancelled_and_the_daemon_serves_on(
+        shared_env, tmp_path: Path) -> None:
+    """SPEC §1.4: $/cancelRequest of a render that is RUNNING (its worker busy, seen in
+    daemon/status) answers RequestCancelled — the render stops at a checkpoint instead of
+    finishing for nobody — and then the same connection's next request and another
+    client's are answered. Order of events, no duration."""
+    db = tmp_path / "cancel-running.db"
+    src = tmp_path / "big.jsonl"
+    heavy_transcript(src)
+    a = await spawn(db)
+    b = await spawn(db)
+    try:
+        big = (await a.import_path(str(src))).sessions[0].session_id
+        small = await b.session_create("small")
+        for model, fmt in (("claude-sonnet-4", "anthropic"), ("gpt-4.1", "openai")):  # cold each time
+            rid, heavy = a.send_request("context/render", {"sessionId": big, "model": model, "aging": True,
+                                                           "format": fmt})
+            for _ in range(2000):  # until its worker runs it (a hang guard, not a duration)
+                if (await b.daemon_status()).queue.running >= 1 or heavy.done():
+                    break
+                await asyncio.sleep(0.005)
+            assert not heavy.done(), "the cold render finished before it could be cancelled"
+            a.cancel(rid)
+            with pytest.raises(RpcError) as exc:
+                await asyncio.wait_for(heavy, 120)
+            assert exc.value.kind == "RequestCancelled"
+            # the daemon serves on: the same connection, another one, and the same render again
+            assert (await a.session_list(limit=5)).total == 2
+            assert (await b.history(small.session_id)).nodes == []
+        again = await a.render(big, model="gpt-4.1", aging=True, format="openai")
+        assert again.messages and a.process.returncode is None
+    finally:
+        await a.close()
+        await b.close()
+
+
 # ---------------------------------------------------------------- large answers, frame caps
 
 
