@@ -7,9 +7,11 @@ from a fixed vocabulary with a seeded generator), then measures through one stan
 
 * index: a full build, then a re-index with nothing changed (content hashes only), then a
   re-index after one file changed; the incremental runs are quoted as ratios of the full build;
-* search: ``memory/search`` p50/p95 of a conversational query (keyword extraction, FTS), the
-  same with temporal decay and MMR, against ``memory/status`` (a read-only round trip, the
-  baseline) in the same run.
+* embeddings: the full build with the local model's vectors (``embedding`` default) against
+  the same build without (``provider: none``, FTS only) in a second workspace of the same files;
+* search: ``memory/search`` p50/p95 of a conversational query in ``fts`` and ``hybrid`` mode,
+  the same with temporal decay and MMR, against ``memory/status`` (a read-only round trip, the
+  baseline) and the FTS query in the same run.
 
 Numbers vary with the machine's load: read the ratios, not the milliseconds.
 """
@@ -56,11 +58,21 @@ async def main() -> int:
     tmp = Path(tempfile.mkdtemp())
     ws = tmp / "ws"
     make_workspace(ws, args.files, args.lines)
+    plain_ws = tmp / "ws-fts"
+    make_workspace(plain_ws, args.files, args.lines)
     c = await DagctxClient.spawn(args.db or str(tmp / "bench.db"), standalone=True)
     try:
         t0 = time.perf_counter()
+        fts_only = await c.request("memory/index", {"workspace": str(plain_ws), "embedding": {"provider": "none"}},
+                                   timeout=3600)
+        t_fts = time.perf_counter() - t0
+        t0 = time.perf_counter()
         full = await c.request("memory/index", {"workspace": str(ws)}, timeout=3600)
         t_full = time.perf_counter() - t0
+        print(f"build: FTS only {fts_only.chunks / t_fts:,.0f} chunks/s; with {full.embedding} vectors "
+              f"{full.chunks / t_full:,.0f} chunks/s ({t_full / t_fts:.1f}x the FTS-only time); "
+              f"{full.embedded} vectors ≈ {full.embedded * 256 * 4 / 2**20:.1f} MiB as float32 "
+              f"({256 * 4 * 100_000 / 2**20:.0f} MiB per 100k)")
         t0 = time.perf_counter()
         same = await c.request("memory/index", {"workspace": str(ws)}, timeout=3600)
         t_same = time.perf_counter() - t0
@@ -83,12 +95,14 @@ async def main() -> int:
 
         base = await timed("memory/status", {"workspace": str(ws)})
         query = "what did we decide about the rollback canary for staging?"
-        plain = await timed("memory/search", {"workspace": str(ws), "query": query})
-        extra = await timed("memory/search", {"workspace": str(ws), "query": query,
+        plain = await timed("memory/search", {"workspace": str(ws), "query": query, "mode": "fts"})
+        hybrid = await timed("memory/search", {"workspace": str(ws), "query": query, "mode": "hybrid"})
+        extra = await timed("memory/search", {"workspace": str(ws), "query": query, "mode": "hybrid",
                                               "temporalDecay": {"halfLifeDays": 30}, "mmr": {"lambda": 0.7}})
         b50 = statistics.median(base)
-        for name, xs in (("memory/status (baseline)", base), ("memory/search", plain),
-                         ("memory/search + decay + MMR", extra)):
+        print(f"hybrid p50 / fts p50: {statistics.median(hybrid) / statistics.median(plain):.2f}x")
+        for name, xs in (("memory/status (baseline)", base), ("memory/search fts", plain),
+                         ("memory/search hybrid", hybrid), ("hybrid + decay + MMR", extra)):
             print(f"{name:30s} p50 {statistics.median(xs):7.2f} ms ({statistics.median(xs) / b50:5.2f}x baseline)"
                   f"  p95 {pct(xs, 0.95):7.2f} ms")
     finally:

@@ -49,7 +49,7 @@ async def test_a_version_1_database_is_migrated_and_ages_the_same(database: str)
         again = await c.prepare(sid, model=MODEL)
         assert again.references_protected == prepared.references_protected == 1
         with RawDb(database) as raw:
-            assert raw.execute("SELECT value FROM meta WHERE key='schema_version'") == [("3",)]
+            assert raw.execute("SELECT value FROM meta WHERE key='schema_version'") == [("4",)]
         # what the first plan mined is kept for the next daemon; the session did not change
         assert all(stored(database, sid, t) == stored_references(result(i)) for i, t in enumerate(tools))
         with RawDb(database) as raw:
@@ -85,7 +85,7 @@ async def test_version_2_reindexes_latin_words_glued_to_cjk(tmp_path: Path) -> N
     finally:
         await c.close()
     with RawDb(db) as raw:
-        assert raw.execute("SELECT value FROM meta WHERE key='schema_version'") == [("3",)]
+        assert raw.execute("SELECT value FROM meta WHERE key='schema_version'") == [("4",)]
 
 
 async def test_a_database_from_a_newer_dagctx_is_refused_and_left_alone(database: str) -> None:

@@ -2,7 +2,11 @@
 
 Files are read here, under the workspace's confinement (``open_beneath``: no symlink
 followed out of it, no hard-linked file), chunked by ``context.memory_text`` and written
-through the ledger's memory index in one transaction per run, by the database's writer.
+through the ledger's memory index in one transaction per run, by the database's writer;
+then every chunk without a vector of the run's embedding model gets one (``embeddings``),
+in batches, each batch its own transaction. A search compares the query's vector with a
+contiguous float32 matrix of the workspace's vectors (exact, one matrix product; kept per
+process while the index does not change), merged with the keyword candidates.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from dagctx.ledger.text import node_text
 from dagctx.protocol import memory_messages as mem
 from dagctx.protocol.errors import DagctxError
 
+from . import embeddings as emb
+
 if TYPE_CHECKING:
     from .ports import Host
 
@@ -35,6 +41,61 @@ _skips_dec = msgspec.msgpack.Decoder(list[mem.MemorySkip])
 MAX_FILES = 10_000
 #: a search hit's ``text`` is capped at this many characters
 HIT_TEXT_CHARS = 4_000
+#: chunks embedded per batch (each batch one write)
+EMBED_BATCH = 256
+#: (database key, workspace, model) → (stamp, chunk ids, matrix): the vectors of a workspace
+_MATRICES: dict[tuple[str, str, str], tuple[tuple[Any, ...], list[str], Any]] = {}
+#: workspaces' matrices kept at most (least recently built dropped first)
+MAX_MATRICES = 8
+
+
+def embedder_for(engine: Host, spec: mem.MemoryEmbedding | None, field: str) -> emb.Embedder | None:
+    """The provider ``spec`` names; None for ``none`` and for the default when the local
+    model is not installed (keyword search then). A provider named but not usable is an error."""
+    if spec is None:
+        return emb.local_embedder()
+    if spec.provider == "none":
+        return None
+    if spec.provider == "local":
+        e = emb.local_embedder()
+        if e is None:
+            raise DagctxError("EmbeddingUnavailable", "the local embedding model is not installed: pip install "
+                              "'dagctx[embed]' (its weights ship in the wordllama package), or use provider "
+                              "'openai' or 'none'", path=f"{field}.provider")
+        return e
+    if not spec.base_url or not spec.model:
+        raise DagctxError("InvalidParams", f"{field}: provider 'openai' needs baseUrl (the API root, e.g. "
+                          "http://127.0.0.1:8080/v1) and model", path=f"{field}.baseUrl")
+    key = None
+    if spec.api_key_env:
+        key = engine.environ.get(spec.api_key_env)
+        if not key:
+            raise DagctxError("InvalidParams", f"{field}.apiKeyEnv: the variable {spec.api_key_env} is not set in "
+                              "the client's environment", path=f"{field}.apiKeyEnv")
+    return emb.Endpoint(base_url=spec.base_url, model=spec.model, api_key=key, dim=spec.dimensions or 0)
+
+
+def model_key(e: emb.Embedder) -> str:
+    return f"{e.provider}:{e.model}" if e.provider == "local" else f"{e.provider}:{e.model}@{getattr(e, 'base_url', '')}"
+
+
+async def _embed_missing(engine: Host, index: MemoryIndex, ws: str, e: emb.Embedder) -> tuple[int, str | None]:
+    """Give every chunk without a vector of ``e``'s model one; (embedded, error)."""
+    import numpy as np
+
+    key = model_key(e)
+    done = 0
+    while True:
+        todo = index.missing_vectors(ws, key, EMBED_BATCH)
+        if not todo:
+            return done, None
+        try:
+            vecs = await engine.offload(lambda: e.embed([t for _, t in todo]))
+        except DagctxError as err:
+            return done, err.message
+        rows = [(cid, np.ascontiguousarray(v, dtype=np.float32).tobytes()) for (cid, _), v in zip(todo, vecs)]
+        await engine.write(index.put_vectors, ws, key, int(vecs.shape[1]), rows)
+        done += len(rows)
 
 
 def workspace_of(engine: Host, given: str | None) -> str:
@@ -230,10 +291,20 @@ def memory_index(engine: Host, p: mem.MemoryIndexParams) -> Awaitable[mem.Memory
     now = time.time()
     skips = _skips_enc.encode(skipped)
 
+    embedder = embedder_for(engine, p.embedding, "embedding")
+
     async def finish() -> mem.MemoryIndexResult:
         await engine.write(_apply, index, ws, drop, put, now, skips)
+        chunks = index.chunk_count(ws)
+        embedded, error, key, missing = 0, None, None, 0
+        if embedder is not None:
+            key = model_key(embedder)
+            embedded, error = await _embed_missing(engine, index, ws, embedder)
+            missing = chunks - index.vector_count(ws, key)
         return mem.MemoryIndexResult(
-            workspace=ws, files=len(kept), reindexed=reindexed, unchanged=unchanged, removed=len(drop), chunks=index.chunk_count(ws), skipped=skipped, complete=not skipped)
+            workspace=ws, files=len(kept), reindexed=reindexed, unchanged=unchanged, removed=len(drop), chunks=chunks,
+            skipped=skipped, complete=not skipped and missing == 0, embedding=key, embedded=embedded,
+            vectors_missing=missing, embedding_error=error)
 
     return finish()
 
@@ -256,42 +327,151 @@ def memory_status(engine: Host, p: mem.MemoryStatusParams) -> mem.MemoryStatusRe
         complete=run is not None and not skipped)
 
 
+def _best_chunk(text: str, terms: list[str]) -> tuple[str, int, int]:
+    """A session node's text chunked as memory files are (the default chunk and overlap
+    sizes): the chunk holding the most query terms (the first of equals), and its lines."""
+    opts = mem.MemoryIndexOptions()
+    chunks = mt.chunk_text(text, opts.chunk_tokens, opts.overlap_tokens)
+    if not chunks:
+        return text[:HIT_TEXT_CHARS], 1, max(1, text.count("\n") + 1)
+    low = [t.lower() for t in terms if t]
+    best = max(chunks, key=lambda c: (sum(c.text.lower().count(t) for t in low), -c.start_line))
+    return best.text[:HIT_TEXT_CHARS], best.start_line, best.end_line
+
+
+def _matrix(engine: Host, index: MemoryIndex, ws: str, key: str) -> tuple[list[str], Any]:
+    """The workspace's vectors of ``key`` as one contiguous float32 matrix (rows: chunk ids),
+    rebuilt only when the index changed (its last run or its vector count)."""
+    import numpy as np
+
+    run = index.run(ws)
+    stamp = (run[0] if run else None, index.vector_count(ws, key))
+    cache_key = (str(getattr(engine, "database_key", "")), ws, key)
+    got = _MATRICES.get(cache_key)
+    if got is not None and got[0] == stamp:
+        return got[1], got[2]
+    rows = index.vectors(ws, key)
+    ids = [cid for cid, _ in rows]
+    if rows:
+        m = np.frombuffer(b"".join(v for _, v in rows), dtype=np.float32).reshape(len(rows), -1)
+    else:
+        m = np.zeros((0, 1), dtype=np.float32)
+    _MATRICES.pop(cache_key, None)
+    _MATRICES[cache_key] = (stamp, ids, m)
+    while len(_MATRICES) > MAX_MATRICES:
+        _MATRICES.pop(next(iter(_MATRICES)))
+    return ids, m
+
+
 def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchResult:
+    """Runs off the event loop (``methods.py``: offload), the query's embedding too."""
     from dagctx.ledger import search as fts
 
+    if p.vector_weight + p.text_weight <= 0:
+        raise DagctxError("InvalidParams", "vectorWeight and textWeight are both 0; give one a positive weight",
+                          path="vectorWeight")
     expr, words = mt.expression(p.query)
-    want = p.max_results * (4 if p.mmr is not None else 2)
-    hits: list[mem.MemoryHit] = []
+    want = p.max_results * (p.candidate_multiplier if p.mmr is None else max(p.candidate_multiplier, 4))
     terms = words or fts.query_terms(p.query)
-    if "memory" in p.sources:
-        ws = workspace_of(engine, p.workspace)
-        for row, raw in MemoryIndex(engine.store).search(ws, expr, want):
-            s = mt.text_score(raw)
+    notes: list[str] = []
+    ws = workspace_of(engine, p.workspace) if "memory" in p.sources else None
+    index = MemoryIndex(engine.store)
+    embedder = None
+    if p.mode != "fts":
+        embedder = embedder_for(engine, p.embedding, "embedding")
+        if embedder is None:
+            if p.mode in ("hybrid", "vector"):
+                raise DagctxError("EmbeddingUnavailable", f"mode {p.mode!r} needs an embedding provider; none is "
+                                  "installed (pip install 'dagctx[embed]') or embedding.provider is 'none'",
+                                  path="mode")
+            notes.append("no embedding provider (pip install 'dagctx[embed]'): keyword search only")
+    key = model_key(embedder) if embedder is not None else None
+    ids: list[str] = []
+    matrix: Any = None
+    if embedder is not None and ws is not None:
+        ids, matrix = _matrix(engine, index, ws, key or "")
+        if not ids:
+            notes.append(f"no vectors of {key} in this workspace's index: run memory/index")
+            if p.mode == "auto":
+                embedder = None
+    use_text = p.mode in ("auto", "hybrid", "fts") and bool(expr)
+    if embedder is None:
+        mode = "fts"
+    elif p.mode == "vector" or not use_text:
+        mode = "vector"
+    else:
+        mode = "hybrid"
+    wsum = p.vector_weight + p.text_weight
+    vw, tw = (p.vector_weight / wsum, p.text_weight / wsum) if mode == "hybrid" else ((1.0, 0.0) if mode == "vector" else (0.0, 1.0))
+
+    def finish() -> mem.MemorySearchResult:
+        import numpy as np
+
+        qv = None
+        if embedder is not None:
+            qv = embedder.embed([p.query])[0]
+        cands: dict[tuple[str, str], dict[str, Any]] = {}
+        if ws is not None:
+            if use_text and mode != "vector":
+                for row, raw in index.search(ws, expr, want):
+                    cands[("m", row.id)] = {"row": row, "text": mt.text_score(raw)}
+            if qv is not None and matrix is not None and len(ids):
+                sims = matrix @ qv
+                k = min(want, len(ids))
+                top = np.argpartition(-sims, k - 1)[:k]
+                for i in top:
+                    if float(sims[int(i)]) < p.min_vector_score:
+                        continue
+                    c = cands.setdefault(("m", ids[int(i)]), {"text": 0.0})
+                    c["vec"] = max(0.0, float(sims[int(i)]))
+                pos = {cid: i for i, cid in enumerate(ids)}
+                for (kind, cid), c in cands.items():
+                    if "vec" not in c and cid in pos:
+                        c["vec"] = max(0.0, float(sims[pos[cid]]))
+        hits: list[mem.MemoryHit] = []
+        for (_, cid), c in cands.items():
+            row = c.get("row") or index.chunk(ws or "", cid)
+            if row is None:
+                continue
+            ts, vs = c.get("text", 0.0), c.get("vec")
+            score = tw * ts + vw * (vs or 0.0)
             hits.append(mem.MemoryHit(
-                source="memory", score=s, text_score=s, snippet=fts.snippet(row.text, terms),
+                source="memory", score=score, text_score=ts, snippet=fts.snippet(row.text, terms),
                 text=row.text[:HIT_TEXT_CHARS], chunk_id=row.id, path=row.path, start_line=row.start_line,
-                end_line=row.end_line, time=row.mtime))
-    if "sessions" in p.sources:
-        store = engine.store
-        for h in store.search(expr, session_id=p.session_id, limit=want):
-            node = store.graph(h.session_id).nodes.get(h.node_id)
-            s = mt.text_score(h.score)
-            # the node's searchable text (a spilled output's kept preview), so MMR compares whole texts
-            text = node_text(node)[:HIT_TEXT_CHARS] if node is not None else h.snippet
-            hits.append(mem.MemoryHit(
-                source="sessions", score=s, text_score=s, snippet=h.snippet, text=text,
-                session_id=h.session_id, node_id=h.node_id,
-                time=getattr(node, "created_at", None)))
-    if p.temporal_decay is not None:
-        now = time.time()
-        hl = p.temporal_decay.half_life_days
-        hits = [msgspec.structs.replace(h, score=mt.decay(h.score, now - (h.time if h.time is not None else now), hl))
-                for h in hits]
-    hits = [h for h in hits if h.score >= p.min_score]
-    hits.sort(key=lambda h: (-h.score, h.path or "", h.start_line or 0, h.session_id or "", h.node_id or ""))
-    if p.mmr is not None:
-        hits = mt.mmr(hits, lambda h: h.score, lambda h: h.text, p.mmr.lambda_, p.max_results)
-    return mem.MemorySearchResult(hits=hits[: p.max_results], mode="fts", expression=expr, keywords=words)
+                end_line=row.end_line, time=row.mtime, vector_score=vs))
+        if "sessions" in p.sources and expr:
+            store = engine.store
+            found = []
+            for h in store.search(expr, session_id=p.session_id, limit=want):
+                node = store.graph(h.session_id).nodes.get(h.node_id)
+                # the node's searchable text (a spilled output's kept preview), chunked like a memory
+                # file: the hit is its chunk with the most query terms
+                whole = node_text(node) if node is not None else h.snippet
+                found.append((h, node, *_best_chunk(whole, terms)))
+            svecs = None
+            if embedder is not None and found:
+                svecs = embedder.embed([f[2] for f in found])
+            for i, (h, node, text, first, last) in enumerate(found):
+                ts = mt.text_score(h.score)
+                vs = max(0.0, float(svecs[i] @ qv)) if svecs is not None and qv is not None else None
+                score = ts if vs is None else (tw * ts + vw * vs if mode == "hybrid" else vs)
+                hits.append(mem.MemoryHit(
+                    source="sessions", score=score, text_score=ts, snippet=h.snippet, text=text,
+                    session_id=h.session_id, node_id=h.node_id, time=getattr(node, "created_at", None),
+                    vector_score=vs, start_line=first, end_line=last))
+        if p.temporal_decay is not None:
+            now = time.time()
+            hl = p.temporal_decay.half_life_days
+            hits = [msgspec.structs.replace(h, score=mt.decay(h.score, now - (h.time if h.time is not None else now), hl))
+                    for h in hits]
+        hits = [h for h in hits if h.score >= p.min_score]
+        hits.sort(key=lambda h: (-h.score, h.path or "", h.start_line or 0, h.session_id or "", h.node_id or ""))
+        if p.mmr is not None:
+            hits = mt.mmr(hits, lambda h: h.score, lambda h: h.text, p.mmr.lambda_, p.max_results)
+        return mem.MemorySearchResult(hits=hits[: p.max_results], mode=mode, expression=expr, keywords=words,
+                                      embedding=key if embedder is not None else None, notes=notes)
+
+    return finish()
 
 
 def memory_get(engine: Host, p: mem.MemoryGetParams) -> mem.MemoryGetResult:

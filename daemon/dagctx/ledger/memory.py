@@ -51,6 +51,27 @@ class MemoryIndex:
         with self.store.lock:
             return self._rows().search(workspace, expression, limit)
 
+    def vectors(self, workspace: str, model: str) -> list[tuple[str, bytes]]:
+        """Every chunk's vector of ``model`` (``provider:model``), in the index's order."""
+        self.store.ensure_file()
+        with self.store.lock:
+            return self._rows().vectors(workspace, model)
+
+    def vector_count(self, workspace: str, model: str) -> int:
+        with self.store.lock:
+            return self._rows().vector_count(workspace, model)
+
+    def missing_vectors(self, workspace: str, model: str, limit: int) -> list[tuple[str, str]]:
+        """(chunk id, text) of chunks without a vector of ``model``, at most ``limit``."""
+        self.store.ensure_file()
+        with self.store.lock:
+            return self._rows().missing_vectors(workspace, model, limit)
+
+    def put_vectors(self, workspace: str, model: str, dim: int, rows: Sequence[tuple[str, bytes]]) -> None:
+        """Store vectors (float32 bytes) of chunks, in one transaction."""
+        with self.store._write_many((DERIVED_KEY,)):
+            self._rows().put_vectors(workspace, model, dim, rows)
+
     def apply(self, workspace: str, *, drop: Sequence[str], put: Sequence[FileUpdate],
               indexed_at: float, skipped: bytes) -> None:
         """One index run, in one transaction: files gone (or skipped now) lose their rows and
@@ -61,3 +82,4 @@ class MemoryIndex:
             for u in put:
                 rows.put_file(workspace, u.row, u.chunks)
             rows.put_run(workspace, indexed_at, skipped)
+            rows.drop_stale_vectors(workspace)  # a chunk id is its content: unchanged chunks keep theirs

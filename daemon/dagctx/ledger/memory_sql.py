@@ -1,4 +1,4 @@
-"""The memory index's rows on both backends (SPEC §5.1; tables of schema version 3).
+"""The memory index's rows on both backends (SPEC §5.1; tables of schema versions 3 and 4).
 
 Kept apart from the session primitives of ``backend.py``: a memory file's chunks are
 derived data of a workspace, never part of a session. ``for_backend`` gives the
@@ -55,6 +55,12 @@ class MemoryRows(Protocol):
     def drop_files(self, workspace: str, paths: Sequence[str]) -> None: ...
     def put_file(self, workspace: str, row: MemoryFileRow, chunks: Sequence[MemoryChunkRow] | None) -> None: ...
     def put_run(self, workspace: str, indexed_at: float, skipped: bytes) -> None: ...
+    # vectors: one per chunk and embedding model (``provider:model``), float32 bytes
+    def vectors(self, workspace: str, model: str) -> list[tuple[str, bytes]]: ...
+    def vector_count(self, workspace: str, model: str) -> int: ...
+    def missing_vectors(self, workspace: str, model: str, limit: int) -> list[tuple[str, str]]: ...
+    def put_vectors(self, workspace: str, model: str, dim: int, rows: Sequence[tuple[str, bytes]]) -> None: ...
+    def drop_stale_vectors(self, workspace: str) -> None: ...
 
 
 _CHUNK_COLS = "c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.mtime, c.text"
@@ -147,6 +153,40 @@ class SqliteMemory:
             "DO UPDATE SET indexed_at=excluded.indexed_at, skipped=excluded.skipped",
             (workspace, indexed_at, skipped))
 
+    # ------------------------------------------------------------ vectors (schema version 4)
+
+    def vectors(self, workspace: str, model: str) -> list[tuple[str, bytes]]:
+        with self.b._faults("read the memory index"):
+            rows = self._c().execute(
+                "SELECT v.chunk_id, v.vec FROM memory_vectors v JOIN memory_chunks c "
+                "ON c.workspace = v.workspace AND c.id = v.chunk_id WHERE v.workspace=? AND v.model=? "
+                "ORDER BY c.rowid", (workspace, model)).fetchall()
+        return [(r[0], bytes(r[1])) for r in rows]
+
+    def vector_count(self, workspace: str, model: str) -> int:
+        with self.b._faults("read the memory index"):
+            return int(self._c().execute("SELECT count(*) FROM memory_vectors WHERE workspace=? AND model=?",
+                                         (workspace, model)).fetchone()[0])
+
+    def missing_vectors(self, workspace: str, model: str, limit: int) -> list[tuple[str, str]]:
+        with self.b._faults("read the memory index"):
+            rows = self._c().execute(
+                "SELECT c.id, c.text FROM memory_chunks c WHERE c.workspace=? AND NOT EXISTS (SELECT 1 FROM "
+                "memory_vectors v WHERE v.workspace=c.workspace AND v.chunk_id=c.id AND v.model=?) "
+                "ORDER BY c.rowid LIMIT ?", (workspace, model, limit)).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    def put_vectors(self, workspace: str, model: str, dim: int, rows: Sequence[tuple[str, bytes]]) -> None:
+        self._c().executemany(
+            "INSERT INTO memory_vectors(workspace, chunk_id, model, dim, vec) VALUES(?,?,?,?,?) "
+            "ON CONFLICT(workspace, chunk_id, model) DO UPDATE SET dim=excluded.dim, vec=excluded.vec",
+            [(workspace, cid, model, dim, vec) for cid, vec in rows])
+
+    def drop_stale_vectors(self, workspace: str) -> None:
+        self._c().execute(
+            "DELETE FROM memory_vectors WHERE workspace=? AND chunk_id NOT IN "
+            "(SELECT id FROM memory_chunks WHERE workspace=?)", (workspace, workspace))
+
 
 class PostgresMemory:
     def __init__(self, backend: Any) -> None:
@@ -234,6 +274,41 @@ class PostgresMemory:
                 "INSERT INTO dagctx.memory_runs(workspace, indexed_at, skipped) VALUES(%s,%s,%s) "
                 "ON CONFLICT(workspace) DO UPDATE SET indexed_at=excluded.indexed_at, skipped=excluded.skipped",
                 (workspace, indexed_at, skipped))
+
+    # ------------------------------------------------------------ vectors (schema version 4)
+
+    def vectors(self, workspace: str, model: str) -> list[tuple[str, bytes]]:
+        with self.b._conn("read the memory index") as c:
+            rows = c.execute(
+                "SELECT v.chunk_id, v.vec FROM dagctx.memory_vectors v JOIN dagctx.memory_chunks c "
+                "ON c.workspace = v.workspace AND c.id = v.chunk_id WHERE v.workspace=%s AND v.model=%s "
+                "ORDER BY c.path, c.start_line, c.id", (workspace, model)).fetchall()
+        return [(r[0], bytes(r[1])) for r in rows]
+
+    def vector_count(self, workspace: str, model: str) -> int:
+        with self.b._conn("read the memory index") as c:
+            return int(c.execute("SELECT count(*) FROM dagctx.memory_vectors WHERE workspace=%s AND model=%s",
+                                 (workspace, model)).fetchone()[0])
+
+    def missing_vectors(self, workspace: str, model: str, limit: int) -> list[tuple[str, str]]:
+        with self.b._conn("read the memory index") as c:
+            rows = c.execute(
+                "SELECT c.id, c.text FROM dagctx.memory_chunks c WHERE c.workspace=%s AND NOT EXISTS (SELECT 1 FROM "
+                "dagctx.memory_vectors v WHERE v.workspace=c.workspace AND v.chunk_id=c.id AND v.model=%s) "
+                "ORDER BY c.path, c.start_line, c.id LIMIT %s", (workspace, model, limit)).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    def put_vectors(self, workspace: str, model: str, dim: int, rows: Sequence[tuple[str, bytes]]) -> None:
+        with self.b._conn("write the memory index") as c, c.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO dagctx.memory_vectors(workspace, chunk_id, model, dim, vec) VALUES(%s,%s,%s,%s,%s) "
+                "ON CONFLICT(workspace, chunk_id, model) DO UPDATE SET dim=excluded.dim, vec=excluded.vec",
+                [(workspace, cid, model, dim, vec) for cid, vec in rows])
+
+    def drop_stale_vectors(self, workspace: str) -> None:
+        with self.b._conn("write the memory index") as c:
+            c.execute("DELETE FROM dagctx.memory_vectors v WHERE v.workspace=%s AND NOT EXISTS (SELECT 1 FROM "
+                      "dagctx.memory_chunks c WHERE c.workspace=v.workspace AND c.id=v.chunk_id)", (workspace,))
 
 
 def for_backend(backend: Backend) -> MemoryRows:

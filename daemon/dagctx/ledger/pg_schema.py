@@ -15,7 +15,7 @@ from typing import Any
 
 from .schema import refuse_newer
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: advisory lock key that serialises migrations ("dagctx" as an int)
 MIGRATION_LOCK = 0x646167637478
@@ -129,7 +129,20 @@ CREATE TABLE IF NOT EXISTS dagctx.memory_runs(
 )
 """
 
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3}
+#: Version 4 (SPEC §5.1): a vector per memory chunk and embedding model, float32 bytes (no pgvector:
+#: the search is an exact matrix product in the daemon).
+_V4 = """
+CREATE TABLE IF NOT EXISTS dagctx.memory_vectors(
+  workspace TEXT NOT NULL,
+  chunk_id TEXT NOT NULL,
+  model TEXT NOT NULL,
+  dim INTEGER NOT NULL,
+  vec BYTEA NOT NULL,
+  PRIMARY KEY(workspace, chunk_id, model)
+)
+"""
+
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
 
 #: Indexes every open makes sure of, whatever the version (they change no row, so an older
 #: dagctx reads the schema as before): session and node ids by prefix in byte order

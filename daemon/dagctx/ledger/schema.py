@@ -19,7 +19,7 @@ from dagctx.protocol.version import __version__
 
 from .search import cjk_grams
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -127,8 +127,21 @@ CREATE TABLE IF NOT EXISTS memory_runs(
 ) WITHOUT ROWID
 """
 
+#: Version 4 (SPEC §5.1): a vector per memory chunk and embedding model (``provider:model``): float32
+#: bytes of ``dim`` values, unit length. Derived data: ``memory/index`` makes them again.
+_V4 = """
+CREATE TABLE IF NOT EXISTS memory_vectors(
+  workspace TEXT NOT NULL,
+  chunk_id TEXT NOT NULL,
+  model TEXT NOT NULL,
+  dim INTEGER NOT NULL,
+  vec BLOB NOT NULL,
+  PRIMARY KEY(workspace, chunk_id, model)
+) WITHOUT ROWID
+"""
+
 #: version → script that brings version-1 to version.
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
 
 #: Indexes a writable open makes sure of, whatever the version (they change no row, so an
 #: older dagctx reads the file as before): node ids by prefix (SPEC §4.3; session ids

@@ -49,6 +49,9 @@ ERROR_KINDS: dict[str, int] = {
     "InvalidQuery": INVALID_PARAMS,
     # memory/get of a chunk id the index does not hold (re-indexed or never there, SPEC §5.1)
     "ChunkNotFound": APPLICATION_ERROR,
+    # memory search's embedding provider (SPEC §5.1): not installed, not reachable, or a wrong answer
+    "EmbeddingUnavailable": APPLICATION_ERROR,
+    "EmbeddingFailed": APPLICATION_ERROR,
     # storage faults (SPEC §3): nothing of the request was written; reads keep working
     "StorageUnavailable": APPLICATION_ERROR,
     "StorageFull": APPLICATION_ERROR,

@@ -39,6 +39,24 @@ class MemoryIndexOptions(_Params):
     max_file_bytes: MaxFileBytes = 4 << 20
 
 
+class MemoryEmbedding(_Params):
+    """Which embedding provider makes the vectors (SPEC §5.1). ``local`` (the default): the
+    static model whose weights ship in the ``wordllama`` package (``dagctx[embed]``), nothing
+    downloaded; ``openai``: an OpenAI-compatible ``POST {baseUrl}/embeddings``; ``none``: no
+    vectors (keyword search only). Vectors are stored per provider and model: a search with
+    another model finds none of the old ones until ``memory/index`` embeds the chunks again."""
+
+    provider: Literal["local", "openai", "none"] = "local"
+    #: the endpoint's model (``openai``); the local model has one name
+    model: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
+    #: ``openai``: the API root, e.g. ``http://127.0.0.1:8080/v1``
+    base_url: Annotated[str, msgspec.Meta(min_length=1, max_length=2000, pattern=r"^https?://")] | None = None
+    #: ``openai``: the client environment variable holding the key (never the key itself)
+    api_key_env: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
+    #: ``openai``: the dimension every answer must have (default: the first answer's)
+    dimensions: Annotated[int, msgspec.Meta(ge=1, le=65536)] | None = None
+
+
 class MemoryIndexParams(_Params):
     """``memory/index``: bring the workspace's memory index up to date."""
 
@@ -47,6 +65,8 @@ class MemoryIndexParams(_Params):
     options: MemoryIndexOptions | None = None
     #: re-chunk every file even when its content hash did not change
     force: bool = False
+    #: the provider whose vectors the chunks get (default ``local`` when installed, else none)
+    embedding: MemoryEmbedding | None = None
 
 
 class MemorySkip(_Result):
@@ -70,8 +90,16 @@ class MemoryIndexResult(_Result):
     #: chunks in the index now
     chunks: int
     skipped: list[MemorySkip]
-    #: false when any file was skipped: the index holds every other file, never part of one
+    #: false when any file was skipped or a chunk has no vector of the run's model: the index
+    #: holds every other file, never part of one
     complete: bool
+    #: ``provider:model`` of the vectors (null: none, keyword search only)
+    embedding: str | None = None
+    #: chunks embedded by this run (new or changed chunks, or all after a model change)
+    embedded: int = 0
+    #: chunks without a vector of ``embedding`` (the provider failed: ``embeddingError``)
+    vectors_missing: int = 0
+    embedding_error: str | None = None
 
 
 class MemoryStatusParams(_Params):
@@ -114,7 +142,13 @@ class MemoryMmr(_Params):
 
 
 class MemorySearchParams(_Params):
-    """``memory/search``: keyword search over memory chunks (and optionally session nodes)."""
+    """``memory/search``: hybrid search over memory chunks (and optionally session nodes).
+
+    Candidates: the keyword search's best ``maxResults × candidateMultiplier`` and the
+    vector search's as many; each scored ``vectorWeight·vector + textWeight·text``
+    (weights normalised to sum 1). ``mode``: ``auto`` is hybrid when vectors of the
+    embedding's model exist, keyword only otherwise (and vector only when the query has no
+    keyword); ``fts``, ``vector`` and ``hybrid`` force one."""
 
     query: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
     workspace: FilePath | None = None
@@ -126,18 +160,27 @@ class MemorySearchParams(_Params):
     session_id: str | None = None
     temporal_decay: MemoryDecay | None = None
     mmr: MemoryMmr | None = None
+    mode: Literal["auto", "hybrid", "fts", "vector"] = "auto"
+    vector_weight: Share = 0.7
+    text_weight: Share = 0.3
+    candidate_multiplier: Annotated[int, msgspec.Meta(ge=1, le=50)] = 4
+    #: a chunk is a vector candidate only at this cosine similarity or more (unrelated text
+    #: scores near 0 with the local model, a paraphrase 0.3 and up)
+    min_vector_score: Share = 0.2
+    embedding: MemoryEmbedding | None = None
 
 
 class MemoryHit(_Result):
     source: MemorySource
     #: after decay; in [0, 1)
     score: float
-    #: the keyword score before decay
+    #: the keyword score before decay (0: found by vector only)
     text_score: float
     snippet: str
     #: the chunk's text (memory hits) or the node's indexed text, capped
     text: str
-    #: memory hits: the chunk id (for ``memory/get``), the file and its 1-based inclusive lines
+    #: memory hits: the chunk id (for ``memory/get``), the file and its 1-based inclusive lines;
+    #: session hits: the lines of the node's text the hit's chunk spans
     chunk_id: str | None = None
     path: str | None = None
     start_line: int | None = None
@@ -147,16 +190,22 @@ class MemoryHit(_Result):
     node_id: str | None = None
     #: the file's modification time or the node's creation time (Unix seconds)
     time: float | None = None
+    #: cosine similarity of the query's vector and the hit's, clipped to [0, 1] (null: no vector)
+    vector_score: float | None = None
 
 
 class MemorySearchResult(_Result):
     hits: list[MemoryHit]
-    #: how candidates were found: keyword only (no embedding provider in this build)
-    mode: Literal["fts"]
+    #: how candidates were found
+    mode: Literal["fts", "hybrid", "vector"]
     #: the full-text expression that ran
     expression: str
     #: the words taken from a conversational query (empty when the query was used as written)
     keywords: list[str]
+    #: ``provider:model`` of the vectors compared (null: keyword only)
+    embedding: str | None = None
+    #: why the search is not hybrid, or what it could not compare
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 class MemoryGetParams(_Params):

@@ -194,20 +194,27 @@ _ALL: list[MethodSpec] = [
     # memory (SPEC §5.1)
     _req("memory/index", mem.MemoryIndexParams, mem.MemoryIndexResult,
          "Index a workspace's memory files (MEMORY.md, memory/**/*.md, extra paths) incrementally.",
-         "InvalidParams (no workspace; not a folder; overlapTokens not below chunkTokens), WorkspaceEscape (an "
-         "extra path outside the workspace), StorageReadOnly",
+         "InvalidParams (no workspace; not a folder; overlapTokens not below chunkTokens; an openai embedding "
+         "without baseUrl or model, or whose apiKeyEnv is not set), WorkspaceEscape (an extra path outside the "
+         "workspace), EmbeddingUnavailable (provider local named but not installed), StorageReadOnly",
          "One transaction: the index afterwards holds every file found (unchanged ones by content hash, "
          "changed ones re-chunked) and no file that is gone; a file that cannot be indexed (binary, not UTF-8, "
          "too large, a symlink out of the workspace, unreadable) is a `skipped` entry with a note, its old "
-         "chunks removed, and `complete` is false. Nothing is written when the run is refused. "
-         "Runs off the event loop.", offload=True),
+         "chunks removed, and `complete` is false. Then every chunk without a vector of the embedding's model "
+         "gets one, a batch per transaction; a provider that fails leaves `vectorsMissing` > 0, "
+         "`embeddingError` set and `complete` false (the files stay indexed). Nothing is written when the run "
+         "is refused. Runs off the event loop.", offload=True),
     _req("memory/status", mem.MemoryStatusParams, mem.MemoryStatusResult,
          "The indexed memory files of a workspace.", "InvalidParams (no workspace)", "Read-only."),
     _req("memory/search", mem.MemorySearchParams, mem.MemorySearchResult,
-         "Keyword search over memory chunks (and session nodes), with decay and MMR.",
-         "InvalidQuery, InvalidParams (no workspace), SessionNotFound",
+         "Hybrid search over memory chunks (and session nodes): keyword and vector candidates, "
+         "vectorWeight·vector + textWeight·text, with decay and MMR.",
+         "InvalidQuery, InvalidParams (no workspace; both weights 0), SessionNotFound, EmbeddingUnavailable (mode "
+         "hybrid/vector without a provider; an endpoint not reachable), EmbeddingFailed (an endpoint's answer "
+         "of the wrong shape or dimension)",
          "Read-only; best first. A conversational query (no operators, quotes or parentheses) is reduced to "
-         "its keywords, joined with OR. Runs off the event loop.", offload=True),
+         "its keywords, joined with OR; the vector side embeds the query as written. Runs off the event loop.",
+         offload=True),
     _req("memory/get", mem.MemoryGetParams, mem.MemoryGetResult,
          "A memory chunk by id, or a line range of a memory file.",
          "InvalidParams (neither or both of chunkId and path; a path that is not a memory file; a binary or "

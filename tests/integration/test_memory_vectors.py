@@ -1,0 +1,194 @@
+"""Hybrid memory search through the real daemon on both backends (SPEC §5.1): the local
+static embedding model (weights from the installed ``wordllama`` package, nothing
+downloaded), vectors stored in the ledger per model, a paraphrase that keyword search
+cannot find, a model change that re-embeds, and an OpenAI-compatible endpoint that is
+down or answers the wrong dimension."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from dagctx.client import DagctxClient, RpcError
+
+pytestmark = [pytest.mark.slow]
+pytest.importorskip("wordllama", reason="the local embedding model ships in the wordllama package (dagctx[embed])")
+
+PARAPHRASE = "We settled on least-recently-used for evicting entries from the store, capped at 256 MiB."
+
+
+@pytest_asyncio.fixture
+async def client(database: str) -> AsyncIterator[DagctxClient]:
+    c = await DagctxClient.spawn(database)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# Memory\n\nThe user prefers tabs over spaces.\n")
+    (ws / "memory" / "store.md").write_text(f"# Store\n\n{PARAPHRASE}\n")
+    (ws / "memory" / "deploy.md").write_text("# Deploy\n\nDeploys go out on Tuesdays after the freeze.\n")
+    (ws / "memory" / "infra.md").write_text("# Infra\n\nEverything runs on kubernetes since March.\n")
+    return ws
+
+
+class EmbeddingStub:
+    """A loopback OpenAI-compatible /v1/embeddings: deterministic vectors from word hashes."""
+
+    def __init__(self, dims: int = 256) -> None:
+        self.dims = dims
+        self.calls = 0
+        stub = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                stub.calls += 1
+                data = []
+                for i, text in enumerate(body["input"]):
+                    v = [0.0] * stub.dims
+                    for w in text.lower().split():
+                        v[int(hashlib.sha1(w.encode()).hexdigest(), 16) % stub.dims] += 1.0
+                    data.append({"object": "embedding", "index": i, "embedding": v})
+                out = json.dumps({"object": "list", "data": data, "model": body["model"]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def stub() -> Iterator[EmbeddingStub]:
+    s = EmbeddingStub()
+    yield s
+    s.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_a_paraphrase_is_found_by_vector_that_keywords_miss(client: DagctxClient, tmp_path: Path) -> None:
+    ws = workspace(tmp_path)
+    idx = await client.request("memory/index", {"workspace": str(ws)})
+    assert idx.embedding == "local:wordllama-l2-supercat-256" and idx.embedded == idx.chunks == 4
+    assert idx.complete and idx.vectors_missing == 0
+    query = "what did we decide about the cache eviction policy?"
+    fts = await client.request("memory/search", {"workspace": str(ws), "query": query, "mode": "fts"})
+    assert fts.mode == "fts" and not any(h.path == "memory/store.md" for h in fts.hits), fts.hits
+    hyb = await client.request("memory/search", {"workspace": str(ws), "query": query})
+    assert hyb.mode == "hybrid" and hyb.embedding == "local:wordllama-l2-supercat-256"
+    assert hyb.hits and hyb.hits[0].path == "memory/store.md", [(h.path, h.score) for h in hyb.hits]
+    top = hyb.hits[0]
+    assert top.text_score == 0 and top.vector_score and top.score == pytest.approx(0.7 * top.vector_score)
+    # unrelated chunks are not vector candidates (below minVectorScore)
+    assert all(h.path != "memory/infra.md" for h in hyb.hits)
+    vec = await client.request("memory/search", {"workspace": str(ws), "query": query, "mode": "vector"})
+    assert vec.mode == "vector" and vec.hits[0].path == "memory/store.md"
+    # a keyword hit in hybrid mode scores text and vector together
+    k = await client.request("memory/search", {"workspace": str(ws), "query": "kubernetes"})
+    assert k.hits[0].path == "memory/infra.md" and k.hits[0].text_score > 0 and k.hits[0].vector_score
+    assert k.hits[0].score == pytest.approx(0.3 * k.hits[0].text_score + 0.7 * k.hits[0].vector_score)
+    # CJK in every mode: no error, keyword hits as before
+    (ws / "memory" / "zh.md").write_text("我们决定把数据库迁移安排在周二。\n")
+    await client.request("memory/index", {"workspace": str(ws)})
+    for mode in ("auto", "fts", "hybrid", "vector"):
+        r = await client.request("memory/search", {"workspace": str(ws), "query": "数据库迁移", "mode": mode})
+        if mode != "vector":
+            assert r.hits and r.hits[0].path == "memory/zh.md", (mode, r.hits)
+
+
+async def test_incremental_embedding_and_a_model_change(client: DagctxClient, tmp_path: Path,
+                                                        stub: EmbeddingStub) -> None:
+    ws = workspace(tmp_path)
+    first = await client.request("memory/index", {"workspace": str(ws)})
+    assert first.embedded == 4
+    again = await client.request("memory/index", {"workspace": str(ws)})
+    assert again.embedded == 0 and again.complete, "nothing changed: nothing embedded again"
+    (ws / "memory" / "deploy.md").write_text("# Deploy\n\nDeploys go out on Wednesdays now.\n")
+    edit = await client.request("memory/index", {"workspace": str(ws)})
+    assert edit.reindexed == 1 and edit.embedded == 1 and edit.complete
+    # another model: every chunk is embedded with it; the local vectors stay for local searches
+    endpoint = {"provider": "openai", "baseUrl": stub.url, "model": "stub-embed"}
+    other = await client.request("memory/index", {"workspace": str(ws), "embedding": endpoint})
+    assert other.embedding == f"openai:stub-embed@{stub.url}" and other.embedded == 4 and other.complete
+    r = await client.request("memory/search", {"workspace": str(ws), "query": "kubernetes March", "embedding": endpoint})
+    assert r.mode == "hybrid" and r.embedding == other.embedding and r.hits[0].path == "memory/infra.md"
+    local = await client.request("memory/search", {"workspace": str(ws), "query": "kubernetes"})
+    assert local.embedding == "local:wordllama-l2-supercat-256"
+
+
+async def test_an_endpoint_down_or_of_the_wrong_dimension(client: DagctxClient, tmp_path: Path,
+                                                         stub: EmbeddingStub) -> None:
+    ws = workspace(tmp_path)
+    down = {"provider": "openai", "baseUrl": f"http://127.0.0.1:{free_port()}/v1", "model": "m"}
+    idx = await client.request("memory/index", {"workspace": str(ws), "embedding": down})
+    # the files are indexed; the vectors are not, and the run does not claim to be complete
+    assert idx.chunks == 4 and idx.embedded == 0 and idx.vectors_missing == 4 and not idx.complete
+    assert "not reachable" in (idx.embedding_error or "")
+    with pytest.raises(RpcError) as err:
+        await client.request("memory/search", {"workspace": str(ws), "query": "cache", "embedding": down,
+                                                "mode": "hybrid"})
+    assert err.value.kind == "EmbeddingUnavailable"
+    # keyword search is unaffected
+    ok = await client.request("memory/search", {"workspace": str(ws), "query": "kubernetes", "mode": "fts"})
+    assert ok.hits[0].path == "memory/infra.md"
+    # a declared dimension the endpoint does not answer: nothing stored, a clear error
+    wrong = {"provider": "openai", "baseUrl": stub.url, "model": "m", "dimensions": 32}
+    idx = await client.request("memory/index", {"workspace": str(ws), "embedding": wrong})
+    assert idx.embedded == 0 and idx.vectors_missing == 4 and not idx.complete
+    assert "256 dimensions, expected 32" in (idx.embedding_error or ""), idx.embedding_error
+    for bad, kind in [({"provider": "openai", "model": "m"}, "InvalidParams"),
+                      ({"provider": "openai", "baseUrl": "ftp://x", "model": "m"}, "InvalidParams"),
+                      ({"provider": "openai", "baseUrl": stub.url, "model": "m", "apiKeyEnv": "NO_SUCH_KEY_VAR"},
+                       "InvalidParams")]:
+        with pytest.raises(RpcError) as err:
+            await client.request("memory/index", {"workspace": str(ws), "embedding": bad})
+        assert err.value.kind == kind, (bad, err.value)
+    st = await client.request("memory/status", {"workspace": str(ws)})
+    assert st.chunks == 4
+
+
+async def test_a_session_hit_is_its_nodes_best_chunk(client: DagctxClient, tmp_path: Path) -> None:
+    """Sessions as a second source: a long node is chunked as a memory file is, and the hit is
+    the chunk with the query's words, with its lines within the node."""
+    ws = workspace(tmp_path)
+    await client.request("memory/index", {"workspace": str(ws)})
+    s = await client.session_create("long output")
+    lines = [f"line {i}: routine build output, nothing to see" for i in range(1, 1201)]
+    lines[899] = "line 900: the zeppelin migration finished with checksum 7f3a"
+    node = await client.append(s.session_id, "user", output="\n".join(lines), predecessor=s.head)
+    r = await client.request("memory/search", {"workspace": str(ws), "query": "zeppelin checksum",
+                                               "sources": ["memory", "sessions"]})
+    hit = next(h for h in r.hits if h.source == "sessions")
+    assert hit.node_id == node.node.id and hit.session_id == s.session_id
+    assert hit.start_line is not None and hit.start_line <= 900 <= hit.end_line
+    assert hit.end_line - hit.start_line < 200 and "zeppelin migration" in hit.text
+    assert hit.vector_score is not None
