@@ -20,9 +20,7 @@ def main() -> int:
     from run_agent import AIAgent
 
     agent = AIAgent(base_url=os.environ["STUB_URL"], api_key="hermes-key", model="stub-model", provider="custom",
-                    quiet_mode=True, skip_context_files=True, skip_memory=True,
-                    # the engine's tools (dagctx_search, memory_search, memory_get) need "context_engine"
-                    enabled_toolsets=os.environ.get("HERMES_TOOLSETS", "file").split(","),
+                    quiet_mode=True, skip_context_files=True, skip_memory=True, enabled_toolsets=["file"],
                     max_iterations=6, session_id="hermes-real-1")
     engine = agent.context_compressor
     facts: dict = {"engine": type(engine).__name__, "threshold_tokens": engine.threshold_tokens,

@@ -117,7 +117,7 @@ def test_dagctx_engine_inside_hermes(tmp_path: Path) -> None:
     # after compression only the new messages are recorded; search reaches the folded turns
     assert facts["new_nodes"] == 2 and facts["retry_nodes"] == 1
     assert any("module_0" in h["snippet"] for h in facts["search"]["hits"])
-    assert facts["tool_names"] == ["dagctx_search", "memory_search", "memory_get"]
+    assert facts["tool_names"] == ["dagctx_search"]
     assert facts["status"]["compression_count"] == 1 and facts["status"]["dagctx_session"] == facts["session_id"]
     # a restarted Hermes resumes the same dagctx session and records only what is new
     assert facts["resumed_session"] == facts["session_id"]
@@ -256,56 +256,6 @@ def test_a_real_hermes_agent_compacts_through_dagctx(tmp_path: Path, auxiliary: 
             await c.close()
 
     asyncio.run(check())
-
-
-def test_a_real_hermes_agent_uses_the_memory_tools(tmp_path: Path) -> None:
-    """hermes-agent's own AIAgent calls the engine's memory_search and memory_get (SPEC §5.1):
-    Hermes lists them among its tools, dispatches the model's calls to the engine, and hands the
-    answers back to the model; a path out of the workspace comes back as an error the model reads."""
-    py = hermes_python()
-    home = tmp_path / "hermes-home"
-    home.mkdir()
-    (home / "config.yaml").write_text("plugins:\n  enabled: [dagctx]\ncontext:\n  engine: dagctx\n")
-    ws = tmp_path / "ws"
-    (ws / "memory").mkdir(parents=True)
-    (ws / "MEMORY.md").write_text("# Memory\n\nThe user prefers tabs.\n")
-    (ws / "memory" / "cache.md").write_text("# Cache\n\nWe decided the cache eviction policy is LRU "
-                                            "with a 256 MiB bound.\n")
-    (tmp_path / "secret.md").write_text("top secret\n")
-    db = tmp_path / "hermes.db"
-    stub = ChatStub([
-        {"content": "Looking it up.", "tool_calls": [("memory_search", {"query": "what did we decide about the "
-                                                                        "cache eviction policy?"})]},
-        {"content": "Reading the file.", "tool_calls": [("memory_get", {"path": "memory/cache.md", "fromLine": 3}),
-                                                        ("memory_get", {"path": "../secret.md"})]},
-        {"content": "LRU, bounded at 256 MiB."},
-    ], prompt_tokens=1000)
-    try:
-        env = {**os.environ, "HERMES_HOME": str(home), "DAGCTX_DB": str(db), "STUB_URL": stub.base_url,
-               "DAGCTX_WORKSPACE": str(ws), "HERMES_TOOLSETS": "file,context_engine",
-               "DAGCTX_COMMAND": json.dumps([sys.executable, "-P", "-m", "dagctx.cli", "serve"]), "PYTHONPATH": ""}
-        proc = subprocess.run([str(py), str(Path(__file__).with_name("hermes_agent_driver.py")),
-                               "What did we decide about cache eviction?"],
-                              env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    finally:
-        stub.close()
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    facts = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert facts["replies"] == ["LRU, bounded at 256 MiB."]
-    # Hermes offered the engine's tools to the model
-    offered = {t["function"]["name"] for t in stub.agent_requests[0].get("tools", [])}
-    assert {"memory_search", "memory_get", "dagctx_search"} <= offered, sorted(offered)
-    tool_msgs = [m for m in facts["final_messages"] if m.get("role") == "tool"]
-    assert len(tool_msgs) == 3, json.dumps(facts["final_messages"], ensure_ascii=False)[:3000]
-    found = json.loads(tool_msgs[0]["content"])
-    assert found["hits"][0]["path"] == "memory/cache.md" and "LRU" in found["hits"][0]["text"], found
-    assert "cache" in found["keywords"] and "what" not in found["keywords"]
-    got = json.loads(tool_msgs[1]["content"])
-    assert got["text"] == "We decided the cache eviction policy is LRU with a 256 MiB bound." and got["startLine"] == 3
-    refused = json.loads(tool_msgs[2]["content"])
-    assert refused["kind"] == "WorkspaceEscape" and "top secret" not in tool_msgs[2]["content"], refused
-    # the model saw the answers in its next requests
-    assert "LRU with a 256 MiB bound" in json.dumps(stub.agent_requests[1]["messages"], ensure_ascii=False)
 
 
 def test_dagctx_mcp_on_the_mcp_hermes_pins(tmp_path: Path) -> None:

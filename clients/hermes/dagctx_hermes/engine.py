@@ -597,37 +597,11 @@ class DagctxContextEngine(ContextEngine):
                 "allSessions": {"type": "boolean", "description": "search every session, not just this one"},
                 "limit": {"type": "integer", "minimum": 1, "maximum": 50}},
                 "required": ["query"]},
-        }, {
-            "name": "memory_search",
-            "description": "Search the workspace's memory files (MEMORY.md, memory/*.md) — and with "
-                           "sources [\"memory\", \"sessions\"] recorded sessions too — for what was noted or "
-                           "decided before. Ask in plain words. Hits give the file, its lines and a chunkId for "
-                           "memory_get.",
-            "parameters": {"type": "object", "properties": {
-                "query": {"type": "string", "description": "what to look for, in plain words"},
-                "maxResults": {"type": "integer", "minimum": 1, "maximum": 50},
-                "sources": {"type": "array", "items": {"type": "string", "enum": ["memory", "sessions"]}}},
-                "required": ["query"]},
-        }, {
-            "name": "memory_get",
-            "description": "Read a memory file by lines: a chunkId from memory_search, or path (MEMORY.md or "
-                           "memory/…, relative to the workspace) from fromLine for lines lines.",
-            "parameters": {"type": "object", "properties": {
-                "chunkId": {"type": "string"}, "path": {"type": "string"},
-                "fromLine": {"type": "integer", "minimum": 1}, "lines": {"type": "integer", "minimum": 1}}},
         }]
-
-    @staticmethod
-    def memory_workspace() -> str:
-        """The folder the memory tools serve: ``DAGCTX_WORKSPACE``, else the folder Hermes's tools
-        work in (``TERMINAL_CWD``), else Hermes's own working directory."""
-        return os.path.abspath(os.environ.get("DAGCTX_WORKSPACE") or os.environ.get("TERMINAL_CWD") or os.getcwd())
 
     def handle_tool_call(self, name: str, args: dict[str, Any], **kwargs: Any) -> str:
         from dagctx.client import RpcError
 
-        if name in ("memory_search", "memory_get"):
-            return self._memory_tool(name, args if isinstance(args, dict) else {})
         if name != "dagctx_search":
             return super().handle_tool_call(name, args, **kwargs)
         query = str(args.get("query", ""))
@@ -648,51 +622,6 @@ class DagctxContextEngine(ContextEngine):
 
         return self._dagctx("dagctx_search", search, lambda: json.dumps(
             {"error": "dagctx is not available right now; the search tool answers again when it is back",
-             "kind": "Unavailable"}))
-
-    def _memory_tool(self, name: str, args: dict[str, Any]) -> str:
-        """``memory_search`` / ``memory_get`` over the daemon's memory index (SPEC §5.1): the index is
-        brought up to date before a search; a bad argument or a path out of the workspace is an
-        ``{"error", "kind"}`` answer the model can act on."""
-        import msgspec
-
-        from dagctx.client import RpcError
-        from dagctx.protocol import memory_messages as mem
-
-        ws = self.memory_workspace()
-
-        def run() -> str:
-            try:
-                if name == "memory_search":
-                    sources = args.get("sources") or ["memory"]
-                    params = mem.MemorySearchParams(query=str(args.get("query") or ""), workspace=ws,
-                                                    max_results=args.get("maxResults") or 6, sources=sources,
-                                                    mmr=mem.MemoryMmr())
-                    params = msgspec.convert(msgspec.to_builtins(params), mem.MemorySearchParams)  # validates
-
-                    async def search(c: Any) -> dict[str, Any]:
-                        idx = await c.request("memory/index", mem.MemoryIndexParams(workspace=ws))
-                        res = await c.request("memory/search", params)
-                        return {"hits": [msgspec.to_builtins(h) for h in res.hits], "keywords": res.keywords,
-                                "notIndexed": [s.note for s in idx.skipped]}
-
-                    out = self.bridge().run(search)
-                else:
-                    params = msgspec.convert({"workspace": ws, **{k: args[k] for k in ("chunkId", "path", "fromLine",
-                                                                                         "lines") if k in args}},
-                                             mem.MemoryGetParams)
-                    res = self.bridge().run(lambda c: c.request("memory/get", params))
-                    out = msgspec.to_builtins(res)
-            except msgspec.ValidationError as exc:
-                return json.dumps({"error": f"{name}: {exc}", "kind": "InvalidParams"}, ensure_ascii=False)
-            except RpcError as exc:
-                if exc.kind not in ("InvalidParams", "WorkspaceEscape", "ChunkNotFound", "InvalidQuery"):
-                    raise
-                return json.dumps({"error": exc.message, "kind": exc.kind}, ensure_ascii=False)
-            return json.dumps(out, ensure_ascii=False)
-
-        return self._dagctx(name, run, lambda: json.dumps(
-            {"error": "dagctx is not available right now; the memory tools answer again when it is back",
              "kind": "Unavailable"}))
 
     def get_status(self) -> dict[str, Any]:
