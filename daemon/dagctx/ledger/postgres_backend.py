@@ -27,6 +27,7 @@ from dagctx.protocol.errors import DagctxError
 from . import pg_search
 from . import search as fts
 from .backend import BlobRow, NodeRow, SearchRow, SessionRow, UsageRow, decode_meta, encode_meta, storage_error
+from .memory_rows import MemoryRows
 from .pg_schema import migrate
 
 try:  # an optional dependency: `pip install dagctx[postgres]`
@@ -575,6 +576,16 @@ class PostgresBackend:
                 "created_at=excluded.created_at",
                 [(k, kind, _b(text), tin, tout, now) for k, kind, text, tin, tout in rows],
             )
+
+    def memory_rows(self) -> MemoryRows:
+        """The memory index's rows on this server (SPEC §5.1)."""
+        from .pg_memory import PostgresMemory
+
+        return PostgresMemory(self)
+
+    def warnings(self) -> list[str]:
+        """Nothing to warn about: who may read the server's data is the server's to decide."""
+        return []
 
     def close(self) -> None:
         self.pool.close()

@@ -35,6 +35,7 @@ from .backend import (
     encode_meta,
     storage_error,
 )
+from .memory_rows import MemoryRows
 from .schema import SCHEMA_VERSION, current_version, migrate, refuse_newer
 
 _SESSION_COLS = (
@@ -646,6 +647,28 @@ class SqliteBackend:
             "VALUES(?,?,?,?,?,?)",
             [(*r, now) for r in rows],
         )
+
+    def memory_rows(self) -> MemoryRows:
+        """The memory index's rows in this file (SPEC §5.1)."""
+        from .sqlite_memory import SqliteMemory
+
+        return SqliteMemory(self)
+
+    def warnings(self) -> list[str]:
+        """What ``daemon/status`` warns about this database: a file (or its WAL/shared-memory
+        file) other users may read or write (SPEC §2.1: what dagctx creates is 0600; an older
+        or copied file may not be)."""
+        if self._memory:
+            return []
+        out = []
+        for path in (self.location, self.location + "-wal", self.location + "-shm"):
+            try:
+                mode = os.stat(path).st_mode & 0o777
+            except OSError:
+                continue
+            if mode & 0o077:
+                out.append(f"{path} is readable or writable by other users (mode {mode:04o}): run chmod 600 {path}")
+        return out
 
     def close(self) -> None:
         if self._wdb is not None and self._wdb is not self.db:
