@@ -63,7 +63,8 @@ async def test_initialize_speaks_lsps_types(tmp_path: Path) -> None:
         with pytest.raises(RpcError) as err:
             await c.initialize(initialization_options={"database": str(tmp_path / "a.db")},
                                capabilities={"window": "yes please"})
-        assert err.value.kind == "InvalidParams" and err.value.data.get("path") == "params.capabilities.window"
+        assert err.value.kind == "InvalidParams" and err.value.data.get("path") == "capabilities.window"
+        assert "WindowClientCapabilities" in err.value.message
         assert not (tmp_path / "a.db").exists()  # refused at the door: nothing opened
         ok = await c.initialize(initialization_options={"database": str(tmp_path / "a.db")},
                                 capabilities={"window": {"workDoneProgress": True}})

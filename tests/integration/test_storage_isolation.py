@@ -286,6 +286,6 @@ async def test_what_dagctx_creates_is_private_whatever_the_umask(tmp_path: Path)
         assert any(str(db) in w and "chmod 600" in w for w in warnings), warnings
         # … and the user hears it as LSP's window/showMessage (a warning) when connecting
         shown = [p for name, p in c.notifications if name == "window/showMessage"]
-        assert [p["type"] for p in shown] == [2] and str(db) in shown[0]["message"], c.notifications
+        assert [p.type for p in shown] == [2] and str(db) in shown[0].message, c.notifications
     finally:
         await c.close()

@@ -61,8 +61,12 @@ def test_initialize_params_are_typed_as_lsps() -> None:
     bad = codec.decode_params(InitializeParams, b'{"processId": null, "capabilities": {"window": 5}}')
     with pytest.raises(DagctxError) as err:
         lsp.client_params(bad)
-    assert err.value.kind == "InvalidParams" and err.value.path == "params.capabilities.window"
-    assert "ClientCapabilities" in err.value.message
+    assert err.value.kind == "InvalidParams" and err.value.path == "capabilities.window"
+    assert "WindowClientCapabilities" in err.value.message
+    deeper = codec.decode_params(InitializeParams, b'{"capabilities": {"general": {"positionEncodings": 7}}}')
+    with pytest.raises(DagctxError) as err:
+        lsp.client_params(deeper)
+    assert err.value.path == "capabilities.general.positionEncodings"
 
 
 def test_initialize_result_carries_lsps_server_capabilities_and_info() -> None:

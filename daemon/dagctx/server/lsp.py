@@ -86,12 +86,27 @@ def show_message(levelno: int, text: str) -> dict[str, Any]:
     return CONVERTER.unstructure(lsp.ShowMessageParams(type=_LEVELS.get(levelno, lsp.MessageType.Log), message=text))
 
 
+def _camel(path: str) -> str:
+    return ".".join(part.split("_")[0] + "".join(w.title() for w in part.split("_")[1:]) for part in path.split("."))
+
+
+#: the capabilities LSP defines, each an object of the named type
+_CLIENT_CAPABILITIES = {"workspace": "WorkspaceClientCapabilities", "textDocument": "TextDocumentClientCapabilities",
+                        "notebookDocument": "NotebookDocumentClientCapabilities",
+                        "window": "WindowClientCapabilities", "general": "GeneralClientCapabilities"}
+
+
 def client_params(p: m.InitializeParams) -> lsp.InitializeParams:
     """``initialize``'s LSP part typed by ``lsprotocol``: ``processId``, ``clientInfo``,
     ``rootUri`` and the client's capabilities as ``ClientCapabilities`` (``general``,
     ``window``, ``workspace``…; dagctx's own keys such as ``sampling`` are not LSP's and the
-    engine reads them, SPEC §2). A capability LSP defines, sent in the wrong shape, is
-    ``InvalidParams`` naming where."""
+    engine reads them, SPEC §2). A capability LSP defines, sent in another shape, is
+    ``InvalidParams`` naming its path (``capabilities.window``)."""
+    for key, kind in _CLIENT_CAPABILITIES.items():
+        value = p.capabilities.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise DagctxError("InvalidParams", f"initialize: capabilities.{key} must be an object (LSP's {kind}), "
+                              f"not {type(value).__name__}", path=f"capabilities.{key}")
     raw: dict[str, Any] = {"processId": p.process_id, "capabilities": p.capabilities}
     if p.client_info is not None:
         raw["clientInfo"] = msgspec.to_builtins(p.client_info)
@@ -102,10 +117,10 @@ def client_params(p: m.InitializeParams) -> lsp.InitializeParams:
     except Exception as exc:  # noqa: BLE001 - cattrs reports a wrong shape in many exception types
         problems = cattrs.transform_error(exc, path="params") if isinstance(exc, cattrs.BaseValidationError) \
             else [f"{exc} @ params"]
-        where = problems[0].rpartition(" @ ")[2] if problems else "params"
-        raise DagctxError("InvalidParams",
-                          "initialize params do not fit LSP's InitializeParams: " + "; ".join(problems)
-                          + " (see the LSP specification's ClientCapabilities)", path=where) from exc
+        paths = [_camel(pr.rpartition(" @ ")[2]).removeprefix("params").lstrip(".") for pr in problems]
+        said = "; ".join(f"{pr.rpartition(' @ ')[0]} at {path or 'params'}" for pr, path in zip(problems, paths))
+        raise DagctxError("InvalidParams", f"initialize params do not fit LSP's InitializeParams: {said} "
+                          "(see the LSP specification's ClientCapabilities)", path=paths[0] if paths else None) from exc
 
 
 def initialize_result(result: m.InitializeResult) -> dict[str, Any]:
