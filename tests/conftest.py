@@ -114,7 +114,7 @@ def pg_server():
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"CI needs PostgreSQL: {reason}")
         pytest.skip(reason)
-    server = pgserver.start_server()
+    server = pgserver.start_server(durable=False)
     try:
         yield server
     finally:
