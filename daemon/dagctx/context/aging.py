@@ -103,7 +103,9 @@ from dagctx.protocol.messages import AgingOptions
 from dagctx.protocol.nodes import Call
 
 from .references import STORED_REFERENCES, MentionIndex, top_references
-from .render import Item, View, blocks_text, covers_of, is_chain_member, json_text, value_blocks
+from .content import blocks_text, covers_of, json_text, value_blocks
+from .summary_choice import is_chain_member
+from .view import Item, View
 
 __all__ = [
     "AGING_POLICY_VERSION",
@@ -509,7 +511,9 @@ def plan_aging(
         refs_of = _mining_refs_of(graph)
     items = view.items
     ordinals = _message_ordinals(items)
+    stop_if_cancelled()
     units, current = turn_numbers(view, graph, policy.turn_unit)
+    stop_if_cancelled()
     if current_cap is not None:
         current = min(current, current_cap)
     mentions: list[str] = []

@@ -21,7 +21,8 @@ from dagctx.context import budget as budget_mod
 from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context import formats
 from dagctx.context.formats import apply_turn_hooks, reasoning_payload, to_messages
-from dagctx.context.render import RENDER_POLICY_VERSION, render_view
+from dagctx.context.render import render_view
+from dagctx.context.view import RENDER_POLICY_VERSION
 from dagctx.context.turn_reduction import Checkpoint, apply_checkpoint, checkpoint_from_manifest
 from dagctx.ledger import SessionGraph
 from dagctx.protocol import context_messages as c
@@ -212,6 +213,7 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
         """Reasoning blocks a render sends are counted (SPEC §6): they are not part of any
         node's stored counts, so their text is counted here (long texts once, cached)."""
         for k, msg in enumerate(messages):
+            stop_if_cancelled()
             if isinstance(msg, dict) and msg.get("role") == "assistant":
                 for text in reasoning_payload(msg):
                     per_message[k] += self.count_text(text, tokenizer)
