@@ -14,6 +14,7 @@ from typing import Any
 
 from dagctx.protocol.errors import DagctxError
 
+from .cancel import stop_if_cancelled
 from .compaction_plan import CutPlan, strip_marker
 from .content import json_text
 from .view import Item
@@ -245,6 +246,7 @@ def split_stages(plan: CutPlan, max_input_tokens: int, count: Callable[[str], in
         cur, cur_tokens = [], 0
 
     for it in plan.input_items:
+        stop_if_cancelled()  # each item is a tokenization
         t = count(transcript_entry(it)) + 2
         if it.kind == "summary":
             cur.append(it)
