@@ -1420,6 +1420,15 @@ export interface SessionSpawnResult {
 }
 
 /**
+ * ``window/showMessage`` (LSP): something the user should see; ``type`` is LSP's
+ * ``MessageType`` (1 error, 2 warning, 3 info, 4 log).
+ */
+export interface ShowMessageParams {
+  type: number;
+  message: string;
+}
+
+/**
  * Where skills are found and how many the prompt lists (SPEC §7). A field left out keeps
  * the value ``initializationOptions.systemPrompt.skills`` gave, else the default.
  *
@@ -1659,6 +1668,8 @@ export interface Notifications {
   "context/compactionRecommended": { params: CompactionRecommended };
   /** A log line for the client. */
   "window/logMessage": { params: LogMessageParams };
+  /** Something the user should see about the database (sent while initialize runs). */
+  "window/showMessage": { params: ShowMessageParams };
 }
 
 /** Client → server notifications: method name → params. */
@@ -1732,6 +1743,7 @@ export const NOTIFICATION_NAMES = [
   "session/didChange",
   "context/compactionRecommended",
   "window/logMessage",
+  "window/showMessage",
 ] as const;
 
 /** Every client → server notification. */

@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from dagctx.context.system_prompt import PromptOptions, SkillRoot
+from dagctx.context.skills import SkillRoot
+from dagctx.context.system_prompt import PromptOptions
 from dagctx.protocol.messages import SkillsOptions, SystemPromptOptions
 
 if TYPE_CHECKING:
