@@ -5,18 +5,23 @@ workspace the server was started for (``HistoryTools.workspace``)."""
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
-from dagctx.cli.mcp_tools import ANSWER_CHARS, Answer, Pager, ToolError, clip
+
+def _h(tools: Any) -> Any:
+    """``mcp_tools``, the module of ``tools`` (its answer, pager and error types; not imported
+    here, so the two modules do not import each other)."""
+    return sys.modules[type(tools).__module__]
 
 
 def _workspace(tools: Any) -> str:
     if not tools.workspace:
-        raise ToolError("no workspace: start the server with --workspace DIR (the folder holding MEMORY.md "
+        raise _h(tools).ToolError("no workspace: start the server with --workspace DIR (the folder holding MEMORY.md "
                         "and memory/)")
     return tools.workspace
 
-async def memory_search(tools: Any, client: Any, a: dict[str, Any]) -> Answer:
+async def memory_search(tools: Any, client: Any, a: dict[str, Any]) -> Any:
     from dagctx.protocol import memory_messages as mem
 
     sources = a.get("sources") or ["memory"]
@@ -33,14 +38,14 @@ async def memory_search(tools: Any, client: Any, a: dict[str, Any]) -> Answer:
     head = f"# memory_search {json.dumps(a['query'], ensure_ascii=False)}"
     if res.keywords:
         head += f" (keywords: {' '.join(res.keywords)})"
-    pager = Pager(len(head) + 400 + sum(len(n) + 3 for n in notes[:5]))
+    pager = _h(tools).Pager(len(head) + 400 + sum(len(n) + 3 for n in notes[:5]))
     hits = []
     for i, h in enumerate(res.hits, 1):
         if h.source == "memory":
             where = f"{h.path} lines {h.start_line}–{h.end_line} · chunkId {h.chunk_id}"
         else:
             where = f"session {h.session_id} · node {h.node_id}"
-        body, cut = clip(h.text, 2000)
+        body, cut = _h(tools).clip(h.text, 2000)
         block = f"## {i}. {where} · score {h.score:.3f}\n{body}" + (
             "\n… [cut: memory_get chunkId gives the chunk whole]" if cut and h.source == "memory" else
             "\n… [cut: read_node gives the node whole]" if cut else "")
@@ -52,20 +57,20 @@ async def memory_search(tools: Any, client: Any, a: dict[str, Any]) -> Answer:
             "nodeId": h.node_id, "time": h.time}.items() if v is not None})
     head += f": {len(hits)} hits" if hits else ": no hits"
     if len(hits) < len(res.hits):
-        head += f" ({len(res.hits) - len(hits)} more left out to stay within {ANSWER_CHARS} characters)"
+        head += f" ({len(res.hits) - len(hits)} more left out to stay within {_h(tools).ANSWER_CHARS} characters)"
     tail = ""
     if notes:
         tail = "\n\nNot indexed (" + str(len(notes)) + "):\n" + "\n".join(f"- {n}" for n in notes[:5]) + (
             f"\n- … and {len(notes) - 5} more" if len(notes) > 5 else "")
     text = "\n\n".join([head, *pager.blocks]) + tail
-    return Answer(text, {"query": a["query"], "keywords": list(res.keywords), "mode": res.mode, "hits": hits,
+    return _h(tools).Answer(text, {"query": a["query"], "keywords": list(res.keywords), "mode": res.mode, "hits": hits,
                          "notIndexed": notes})
 
-async def memory_get(tools: Any, client: Any, a: dict[str, Any]) -> Answer:
+async def memory_get(tools: Any, client: Any, a: dict[str, Any]) -> Any:
     from dagctx.protocol import memory_messages as mem
 
     if ("chunkId" in a) == ("path" in a):
-        raise ToolError("memory_get: give exactly one of chunkId (from memory_search) and path (a memory file "
+        raise _h(tools).ToolError("memory_get: give exactly one of chunkId (from memory_search) and path (a memory file "
                         "relative to the workspace)")
     ws = _workspace(tools)
     want = a.get("lines")
@@ -73,7 +78,7 @@ async def memory_get(tools: Any, client: Any, a: dict[str, Any]) -> Answer:
         workspace=ws, chunk_id=a.get("chunkId"), path=a.get("path"), from_line=a.get("fromLine"),
         lines=min(want or 2000, 2000)))
     lines = res.text.split("\n") if res.end_line >= res.start_line else []
-    pager = Pager(300)
+    pager = _h(tools).Pager(300)
     shown: list[str] = []
     cut_line = False
     for line in lines:
@@ -101,6 +106,6 @@ async def memory_get(tools: Any, client: Any, a: dict[str, Any]) -> Answer:
         more += f"\n… [line {end} is longer than one answer: cut at {len(shown[0]):,} characters]"
     if nxt is not None:
         more += f"\n\nMore: call memory_get again with path \"{res.path}\" and fromLine {nxt}."
-    return Answer(head + "\n" + text_out + more, {
+    return _h(tools).Answer(head + "\n" + text_out + more, {
         "path": res.path, "text": text_out, "startLine": res.start_line, "endLine": end,
         "totalLines": res.total_lines, "chunkId": res.chunk_id, "nextFromLine": nxt, "lineCut": cut_line})
