@@ -243,6 +243,8 @@ _ALL: list[MethodSpec] = [
         "server-to-client",
     ),
     _note("window/logMessage", m.LogMessageParams, "A log line for the client.", "server-to-client"),
+    _note("window/showMessage", m.ShowMessageParams,
+          "Something the user should see about the database (sent while initialize runs).", "server-to-client"),
 ]
 
 METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in _ALL}
