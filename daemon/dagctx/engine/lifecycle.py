@@ -22,6 +22,7 @@ reported in the decision path and the turn falls back to the default engine.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import logging
 from collections.abc import Awaitable
@@ -305,7 +306,15 @@ class ContextEngine:
         estimate = r.total + hook_tokens + raw_tools
         r.manifest["tokens"] = estimate
         r.manifest["toolsTokens"] = raw_tools
+        r.manifest["toolsHash"] = tools_hash(p.tools)
         r.record.total = estimate
+        cache_break = views.cache_break(r, estimate, raw_tools)
+        if cache_break is not None:
+            path.append(
+                f"prompt cache break at message {cache_break.at_message} ({', '.join(cache_break.causes)}): "
+                f"{cache_break.invalidated_tokens:,} cached tokens invalidated, {cache_break.rewritten_tokens:,} "
+                f"written again, estimated cost {cache_break.estimated_cost:+,.0f} base-input tokens"
+            )
         source, total = views.calibrated(p.session_id, info.name, estimate, r.record)
         system_tokens, history_tokens, tools_tokens = budget.distribute(
             total, r.system_tokens, estimate - r.system_tokens - raw_tools, raw_tools
@@ -353,8 +362,18 @@ class ContextEngine:
             tokens_freed_by_aging=int(aging_stats.get("tokensFreedByAging", 0)),
             references_protected=int(aging_stats.get("referencesProtected", 0)),
             max_output_tokens=b.output_reserve,
+            cache_break=cache_break,
         )
         return Built(rendering=r, result=result, budget=b, estimate=estimate, parts=parts, aged=aged)
+
+
+def tools_hash(tools: Any) -> str | None:
+    """A short hash of the tools schema a request carries (its manifest's ``toolsHash``):
+    a changed schema breaks the whole prompt cache (SPEC §7)."""
+    if not tools:
+        return None
+    data = msgspec.json.encode(tools, order="deterministic")
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 class NoReductionEngine(ContextEngine):

@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dagctx.context import budget as budget_mod
+from dagctx.context import cache_breaks
 from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context import formats
 from dagctx.context.formats import apply_turn_hooks, reasoning_payload, to_messages
@@ -270,6 +271,32 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
             n += 1
             tokens += t
         return c.StablePrefix(messages=n, tokens=tokens, previous_render_id=prev.render_id)
+
+    def cache_break(self, r: Rendering, total: int, tools_tokens: int) -> c.CacheBreak | None:
+        """Whether the request ``r`` (``total`` tokens with ``tools_tokens`` of tools) breaks
+        the prompt cache of the previous request of its branch: where, why, at what cost
+        (SPEC §7, cache breaks); None when it extends it or there is none to compare."""
+        st = r.stable
+        if st.previous_render_id is None:
+            return None
+        prev = next((old for old in self._by_session.get(r.record.session_id, ())
+                     if old.render_id == st.previous_render_id), None)
+        if prev is None:
+            return None
+        whole = ("systemPrompt" if prev.manifest.get("systemNode") != r.manifest.get("systemNode") else
+                 "tools" if prev.manifest.get("toolsHash") != r.manifest.get("toolsHash") else None)
+        if whole is None and st.messages >= len(prev.message_tokens):
+            return None
+        at = 0 if whole else st.messages
+        system_in = formats.get(r.record.format).leads_with_system(r.messages)
+        stable = 0 if whole else tools_tokens + (0 if system_in or not r.system else r.system_tokens) + st.tokens
+        why = cache_breaks.causes(prev.manifest, r.manifest,
+                                  prev.messages[at] if at < len(prev.messages) else None,
+                                  r.messages[at] if at < len(r.messages) else None)
+        b = cache_breaks.measure(prev_total=prev.total, total=total, stable_tokens=stable, at_message=at, why=why)
+        return c.CacheBreak(previous_render_id=prev.render_id, at_message=b.at_message, causes=b.causes,  # type: ignore[arg-type]
+                            invalidated_tokens=b.invalidated_tokens, rewritten_tokens=b.rewritten_tokens,
+                            estimated_cost=b.estimated_cost)
 
     def _remember(self, rec: RenderRecord) -> None:
         # renderId lookups need the manifest and reads, not the messages
