@@ -28,7 +28,9 @@ from typing import Any
 
 from dagctx.context.aging import AgingPolicy, boundary_after_commit, plan_aging, result_text
 from dagctx.context.compaction_plan import cut_decision
-from dagctx.context.render import Item, json_text, render_view
+from dagctx.context.content import json_text
+from dagctx.context.render import render_view
+from dagctx.context.view import Item
 from dagctx.context.tokens import default_counter
 from dagctx.transcripts import parse_file
 from dagctx.ledger.graph import SessionGraph

@@ -25,7 +25,9 @@ from dagctx.context.references import (
     extract_references,
     occurs_in,
 )
-from dagctx.context.render import SUMMARY_MARKER, View, render_view
+from dagctx.protocol.nodes import SUMMARY_MARKER
+from dagctx.context.render import render_view
+from dagctx.context.view import View
 from dagctx.ledger.graph import SessionGraph
 from dagctx.protocol.nodes import SUMMARY_NAME, Call
 

@@ -24,7 +24,8 @@ def test_the_backend_primitives_are_counted_right() -> None:
 
 
 def test_the_server_answers_itself_exactly_what_architecture_lists() -> None:
-    source = (REPO / "daemon/dagctx/server/jsonrpc_server.py").read_text(encoding="utf-8")
+    source = "".join((REPO / "daemon/dagctx/server" / name).read_text(encoding="utf-8")
+                     for name in ("jsonrpc_server.py", "incoming.py", "requests.py"))
     handled = set(re.findall(r'self\.handlers\["([^"]+)"\] =', source))
     stated = set(re.findall(r"`([^`]+)`", _stated(r"but six\s+the connection answers itself — (.*?) — and")))
     assert handled == stated and len(stated) == 6

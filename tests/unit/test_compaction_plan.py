@@ -28,7 +28,10 @@ from dagctx.context.compaction_plan import (
     validate_summary,
     with_candidate,
 )
-from dagctx.context.render import SUMMARY_MARKER, Item, json_text, render_view
+from dagctx.protocol.nodes import SUMMARY_MARKER
+from dagctx.context.content import json_text
+from dagctx.context.render import render_view
+from dagctx.context.view import Item
 from dagctx.ledger.graph import is_summary
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import SUMMARY_NAME

@@ -14,9 +14,10 @@ from dagctx.context.formats import (
     message_tokens,
     to_messages,
 )
-from dagctx.context.render import NO_RESULT, SUMMARY_MARKER, Item, View, render_view
+from dagctx.context.render import render_view
+from dagctx.context.view import NO_RESULT, Item, View
 from dagctx.ledger.graph import SessionGraph
-from dagctx.protocol.nodes import SUMMARY_NAME, SYSTEM_PROMPT_NAME, Call
+from dagctx.protocol.nodes import SUMMARY_MARKER, SUMMARY_NAME, SYSTEM_PROMPT_NAME, Call
 
 FORMATS = ("openai", "anthropic", "neutral")
 

@@ -22,7 +22,8 @@ ROOTS = ("protocol", "daemon", "cli", "clients/python")
 #: Floors of the daemon, each a package; a floor never imports the floors listed.
 FLOORS: dict[str, tuple[str, ...]] = {
     "dagctx.ledger": ("dagctx.context", "dagctx.engine", "dagctx.server", "dagctx.transcripts"),
-    "dagctx.context": ("dagctx.engine", "dagctx.server", "dagctx.transcripts", "dagctx.ledger.store"),
+    "dagctx.context": ("dagctx.engine", "dagctx.server", "dagctx.transcripts", "dagctx.ledger.store",
+                       "dagctx.ledger.store_base", "dagctx.ledger.appends"),
     "dagctx.transcripts": ("dagctx.context", "dagctx.engine", "dagctx.server", "dagctx.ledger"),
     "dagctx.engine": ("dagctx.server",),
     # the server reaches the record only through the engine

@@ -6,7 +6,8 @@ from dagctx.engine.config import DaemonConfig
 from dagctx.ledger.schema import SCHEMA_VERSION
 from dagctx.protocol import version
 from dagctx.protocol.methods import CLIENT_REQUESTS, METHODS, PRE_INITIALIZE
-from dagctx.server.jsonrpc_server import BACKGROUND_METHODS, DagctxServer
+from dagctx.server.jsonrpc_server import DagctxServer
+from dagctx.server.requests import BACKGROUND_METHODS
 
 
 def _protocol():

@@ -6,16 +6,11 @@ from typing import Any
 
 import pytest
 
-from dagctx.context.render import (
-    IN_PROGRESS,
-    NO_RESULT,
-    SUMMARY_MARKER,
-    View,
-    render_view,
-)
+from dagctx.context.render import render_view
+from dagctx.context.view import IN_PROGRESS, NO_RESULT, View
 from dagctx.ledger.graph import SessionGraph
 from dagctx.protocol.errors import DagctxError
-from dagctx.protocol.nodes import SUMMARY_NAME, SYSTEM_PROMPT_NAME, Call
+from dagctx.protocol.nodes import SUMMARY_MARKER, SUMMARY_NAME, SYSTEM_PROMPT_NAME, Call
 
 
 class Builder:

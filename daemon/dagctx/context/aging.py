@@ -103,7 +103,9 @@ from dagctx.protocol.messages import AgingOptions
 from dagctx.protocol.nodes import Call
 
 from .references import STORED_REFERENCES, MentionIndex, top_references
-from .render import Item, View, blocks_text, covers_of, is_chain_member, json_text, value_blocks
+from .content import blocks_text, covers_of, json_text, value_blocks
+from .summary_choice import is_chain_member
+from .view import Item, View
 
 __all__ = [
     "AGING_POLICY_VERSION",

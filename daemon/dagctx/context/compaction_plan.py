@@ -69,11 +69,13 @@ from typing import Any
 
 from dagctx.ledger.graph import SessionGraph
 from dagctx.protocol.errors import DagctxError
-from dagctx.protocol.nodes import SUMMARY_NAME, Call
+from dagctx.protocol.nodes import SUMMARY_MARKER, SUMMARY_NAME, Call
 
 from .aging import owner_chain_id
 from .references import distinctive_identifiers
-from .render import SUMMARY_MARKER, Item, View, covers_of, is_chain_member, json_text
+from .content import covers_of, json_text
+from .summary_choice import is_chain_member
+from .view import Item, View
 
 __all__ = [
     "BELOW_THRESHOLD",

@@ -4,7 +4,7 @@ A pure function of the ledger, like the render: nodes in seq order with both edg
 paged by seq, plus what the graph marks on them. Every statement about coverage is a
 restatement of stored data, never derived from seq arithmetic or from where HEAD is:
 
-* which summary a head uses is ``render.select_summary`` over that head's chain — the
+* which summary a head uses is ``summary_choice.select_summary`` over that head's chain — the
   render's own rule, so the graph and the request can never disagree;
 * an active summary's ``coversIds`` are its ``metadata.covers_ids`` plus the caller
   subtrees of the covered nodes (a covered turn folds with its tool calls), minus ids
@@ -29,7 +29,8 @@ from dagctx.ledger.graph import SessionGraph, is_spawn_root, is_summary
 from dagctx.protocol import messages as m
 from dagctx.protocol.nodes import SYSTEM_PROMPT_NAME, Call
 
-from .render import covers_of, select_summary, tool_call_id_of
+from .content import covers_of, tool_call_id_of
+from .summary_choice import select_summary
 
 PREVIEW_CHARS = 160
 _encoder = msgspec.json.Encoder()

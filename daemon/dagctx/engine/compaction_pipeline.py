@@ -27,7 +27,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dagctx.context import compaction_plan
-from dagctx.context.render import Item, covers_of, render_view, summary_applies
+from dagctx.context.content import covers_of
+from dagctx.context.render import render_view
+from dagctx.context.summary_choice import summary_applies
+from dagctx.context.view import Item
 from dagctx.context.tokens import estimate_tokens
 from dagctx.ledger.graph import is_summary
 from dagctx.protocol import context_messages as c

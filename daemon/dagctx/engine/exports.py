@@ -73,7 +73,7 @@ import msgspec
 
 from dagctx.transcripts.base import UNKNOWN_MODEL
 from dagctx.ledger import SessionGraph
-from dagctx.context.render import summary_applies
+from dagctx.context.summary_choice import summary_applies
 from dagctx.ledger.graph import is_spawn_root, is_summary
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError

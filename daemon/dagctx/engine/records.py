@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dagctx.context.models import ModelInfo
-from dagctx.context.render import View
+from dagctx.context.view import View
 from dagctx.protocol import context_messages as c
 
 

@@ -18,7 +18,8 @@ import bisect
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dagctx.context.render import View, covers_of
+from dagctx.context.content import covers_of
+from dagctx.context.view import View
 from dagctx.ledger import SessionGraph
 from dagctx.protocol.nodes import SUMMARY_NAME, SYSTEM_PROMPT_NAME
 

@@ -12,7 +12,8 @@ from typing import Any
 from dagctx.context import aging
 from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context.models import ModelInfo
-from dagctx.context.render import View, render_view
+from dagctx.context.render import render_view
+from dagctx.context.view import View
 from dagctx.ledger import SessionGraph
 from dagctx.ledger.graph import is_summary
 

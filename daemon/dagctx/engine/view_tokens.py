@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from dagctx.context import aging, formats
-from dagctx.context.render import added_text
+from dagctx.context.render_items import added_text
 from dagctx.ledger import SessionGraph
 from dagctx.ledger.graph import is_summary
 from dagctx.protocol.errors import DagctxError

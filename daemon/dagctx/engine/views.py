@@ -22,7 +22,8 @@ from dagctx.context import cache_breaks
 from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context import formats
 from dagctx.context.formats import apply_turn_hooks, reasoning_payload, to_messages
-from dagctx.context.render import RENDER_POLICY_VERSION, render_view
+from dagctx.context.render import render_view
+from dagctx.context.view import RENDER_POLICY_VERSION
 from dagctx.context.turn_reduction import Checkpoint, apply_checkpoint, checkpoint_from_manifest
 from dagctx.ledger import SessionGraph
 from dagctx.protocol import context_messages as c

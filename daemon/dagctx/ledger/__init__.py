@@ -7,7 +7,9 @@ API Boundary: ``Store`` is the only way anything above reads or writes the recor
 from .backend import NodeDerived, UsageRow
 from .backends import BACKENDS, backend_for, names_a_file
 from .graph import SessionGraph
-from .store import AppendOutcome, AppendRequest, SpillPolicy, Store, spill_output
+from .appends import AppendOutcome, AppendRequest
+from .spill import SpillPolicy, spill_output
+from .store import Store
 
 __all__ = ["BACKENDS", "AppendOutcome", "AppendRequest", "NodeDerived", "SessionGraph", "SpillPolicy", "Store", "UsageRow",
            "backend_for", "names_a_file", "spill_output"]

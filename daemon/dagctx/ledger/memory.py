@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .memory_sql import MemoryChunkRow, MemoryFileRow, MemoryRows, for_backend
-from .store import _DERIVED, Store
+from .store import Store
+from .store_base import DERIVED_KEY
 
 __all__ = ["FileUpdate", "MemoryChunkRow", "MemoryFileRow", "MemoryIndex"]
 
@@ -54,7 +55,7 @@ class MemoryIndex:
               indexed_at: float, skipped: bytes) -> None:
         """One index run, in one transaction: files gone (or skipped now) lose their rows and
         chunks, changed files get their new chunks, unchanged ones their new times."""
-        with self.store._write_many((_DERIVED,)):
+        with self.store._write_many((DERIVED_KEY,)):
             rows = self._rows()
             rows.drop_files(workspace, list(drop))
             for u in put:

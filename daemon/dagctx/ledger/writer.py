@@ -27,7 +27,8 @@ from typing import Any
 
 from dagctx.protocol.errors import DagctxError
 
-from .store import AppendRequest, Store
+from .appends import AppendRequest
+from .store import Store
 
 log = logging.getLogger("dagctx.ledger")
 

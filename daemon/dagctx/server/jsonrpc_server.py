@@ -23,6 +23,13 @@ lifecycle, capabilities, request ids, cancellation and progress (SPEC §1.4), ov
 worker thread (``offload``), and whether it writes (subscribers hear of it) is read
 there, never listed here.
 
+The connection is three rooms: this module (its state, what it sends — answers,
+notifications, its own requests to the client — and its lifecycle: ``initialize``,
+``shutdown``, subscriptions, ``exit``, the end of the stream), ``incoming.py`` (frames
+to checked, decoded messages; the door's lifecycle rules; the notifications it handles
+itself) and ``requests.py`` (where and in which order a request runs, cancellation,
+framing the answer).
+
 Architecture Invariant: only this package knows JSON-RPC. Handlers translate and
 delegate to the engine in one line each.
 """
@@ -30,10 +37,8 @@ delegate to the engine in one line each.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import itertools
 import logging
-import re
 import sys
 import time
 from collections import deque
@@ -46,71 +51,28 @@ from pygls.io_ import StdoutWriter
 from pygls.protocol import JsonRPCProtocol
 from pygls.server import JsonRPCServer
 
-from dagctx.context.cancel import CURRENT as CURRENT_CANCEL
 from dagctx.context.cancel import CancelToken
 from dagctx.engine.config import DaemonConfig
 from dagctx.engine.core import EngineCore
 from dagctx.protocol import codec
 from dagctx.protocol import messages as m
-from dagctx.protocol.errors import INTERNAL_ERROR, DagctxError, ErrorData, ResponseError
-from dagctx.protocol.methods import METHODS, PRE_INITIALIZE
+from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.messages import InitializeParams
 
 from . import guards, lsp
-from .framing import Body, FrameParser
+from .framing import FrameParser
 from .hub import Hub
-from .pool import FairPool
+from .incoming import Incoming
+from .requests import RequestRunner
 
 log = logging.getLogger("dagctx.server")
-
-_PATH_RE = re.compile(r"at `\$\.?([^`]*)`")
-_MISSING_RE = re.compile(r"missing required field `([^`]+)`")
-
-
-#: Methods that must not hold back the requests behind them (everything else is answered
-#: in arrival order): read off the method table, declared there once.
-BACKGROUND_METHODS = frozenset(name for name, spec in METHODS.items() if spec.background)
 
 #: The last frame of a forwarded connection: the forwarder swallows it and exits with
 #: ``code`` (SPEC §1.3); a stream that ends without it means the daemon died.
 CLOSING = "$/dagctx/closing"
 
-#: Requests the server answers itself, on the loop (the connection's own state); every
-#: other request runs its engine handler in the hub's pool.
-SERVER_HANDLED = frozenset({"initialize", "shutdown", "daemon/status", "daemon/stop"})
 
-
-#: How to ask again for an answer that was too large (``ResponseTooLarge``), per method.
-PAGING = {
-    "session/history": "Page the branch with `offset` and `limit` (the answer's `total` is its length).",
-    "node/get": "Ask for fewer `ids` at a time, and read a long output in slices with `range` "
-                "({offset, length} in characters).",
-    "context/render": "Ask for the render in pieces with `range` ({offset, limit} in messages; the answer's "
-                      "`messageCount` says how many there are; pass the same explicit `head` for every piece), "
-                      "or render less: turn `aging` on, or pass `budget: true`.",
-    "context/prepare": "Render less: keep `aging` on, or let the daemon compact the branch (`context/compact`).",
-    "context/replay": "Read the call's inputs with `node/get` (`range` for long outputs) instead.",
-    "session/export": "Export to a file with `path` instead of returning the content.",
-    "search/query": "Ask for fewer results with `limit`.",
-}
-_PAGE_ANY = "Ask for less at a time, or raise the limit with `dagctx serve --max-frame-bytes`."
-
-#: A body at least this big is checked and decoded in the pool, not on the loop.
-BIG_BODY_BYTES = 1 << 20
-
-_NOT_DECODED = object()
-
-
-class _Encoded:
-    """An answer framed in the worker that produced it; the loop only writes it."""
-
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-
-class DagctxProtocol(JsonRPCProtocol):
+class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
     """pygls protocol class whose wire handling is msgspec end to end."""
 
     def __init__(self, server: JsonRPCServer, converter: cattrs.Converter) -> None:
@@ -157,7 +119,7 @@ class DagctxProtocol(JsonRPCProtocol):
         #: ordered requests waiting to be submitted, in arrival order
         self._backlog: deque[tuple[list[asyncio.Future[Any]], Callable[[], None]]] = deque()
         #: request id → (lane, pool future) while queued or running in the pool
-        self._jobs: dict[Any, tuple[Any, Any]] = {}
+        self._jobs: dict[Any, tuple[Any, Any, Any]] = {}
         #: request id → the coroutine part of a request, running on the loop
         self._tasks: dict[Any, asyncio.Future[Any]] = {}
 
@@ -216,474 +178,6 @@ class DagctxProtocol(JsonRPCProtocol):
 
     def _respond(self, msg_id: Any, result: Any) -> None:
         self._write(codec.Response(id=msg_id, result=result))
-
-    # ------------------------------------------------------------ input
-
-    def feed(self, data: bytes) -> None:
-        for event in self.parser.feed(data):
-            if self._held is not None:  # a big body is decoding in the pool: keep the order
-                self._held.append(event)
-            else:
-                self._event(event)
-
-    def _event(self, event: Body | Any) -> None:
-        if isinstance(event, Body):
-            if len(event.data) >= BIG_BODY_BYTES and self.hub.loop is not None:
-                self._decode_in_pool(event.data)
-                return
-            try:  # one bad body never costs the frames behind it (SPEC §1)
-                self.handle_body(event.data)
-            except Exception as exc:
-                self._internal_error(None, "a message", exc)
-        else:
-            self._error(None, DagctxError(event.kind, event.message))
-
-    def _decode_in_pool(self, body: bytes) -> None:
-        """A big body (a 50 MB tool output) is checked and decoded in the pool, so the loop
-        keeps serving the other connections; this connection's later frames wait for it."""
-        self._held = deque()
-        loop = asyncio.get_running_loop()
-        cf = self.hub.pool.submit((self.connection_id, 3), lambda: self._predecode(body))
-        cf.add_done_callback(lambda f: loop.call_soon_threadsafe(self._predecoded, f))
-
-    def _predecoded(self, cf: Any) -> None:
-        held, self._held = self._held, None
-        try:
-            self._dispatch_decoded(cf.result())
-        except Exception as exc:
-            self._internal_error(None, "a message", exc)
-        while held and self._held is None:
-            self._event(held.popleft())
-        if held:  # another big body started decoding: the rest waits behind it
-            assert self._held is not None
-            held.extend(self._held)
-            self._held = held
-
-    def handle_body(self, body: bytes) -> None:
-        self._dispatch_decoded(self._predecode(body))
-
-    def _predecode(self, body: bytes) -> tuple[Any, ...]:
-        """The pure part of reading a body (any thread): the door check, the envelope and a
-        request's params. Returns what ``_dispatch_decoded`` acts on."""
-        refused = guards.check_body(body)
-        if refused is not None:
-            return ("refused", refused)
-        try:
-            env = codec.envelope_decoder.decode(body)
-        except msgspec.ValidationError:
-            return ("error", None, DagctxError("InvalidRequest", "a message must be a JSON object (batches are not supported)"))
-        except msgspec.DecodeError as exc:
-            return ("error", None, DagctxError("ParseError", f"the message body is not valid JSON: {exc}"))
-        params: Any = _NOT_DECODED
-        if isinstance(env.method, str) and env.id is not msgspec.UNSET:
-            spec = METHODS.get(env.method)
-            if spec is not None and spec.direction == "client-to-server" and not spec.notification:
-                try:
-                    params = codec.decode_params(spec.params, env.params)
-                except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-                    params = exc
-        return ("message", env, params)
-
-    def _dispatch_decoded(self, decoded: tuple[Any, ...]) -> None:
-        if decoded[0] == "refused":
-            refused = decoded[1]
-            r = refused.refusal
-            pending = self._outgoing.get(refused.id)
-            if pending is not None and not pending.done():  # the client's answer to our request
-                pending.set_exception(DagctxError("SamplingFailed", f"the client's answer was refused: {r.message}"))
-            else:
-                self._error(refused.id, DagctxError(r.kind, r.message, path=r.path))
-            return
-        if decoded[0] == "error":
-            self._error(decoded[1], decoded[2])
-            return
-        env, params = decoded[1], decoded[2]
-        has_id = env.id is not msgspec.UNSET
-        msg_id = env.id if has_id else None
-        if has_id and msg_id is not None and (isinstance(msg_id, bool) or not isinstance(msg_id, (int, str))):
-            self._error(None, DagctxError("InvalidRequest", "id must be a string, an integer or null (JSON-RPC 2.0)"))
-            return
-        if env.jsonrpc != "2.0":
-            self._error(msg_id, DagctxError("InvalidRequest", 'every message needs "jsonrpc": "2.0"'))
-            return
-        if env.method is msgspec.UNSET:
-            if has_id and (env.result is not msgspec.UNSET or env.error is not msgspec.UNSET):
-                self._handle_client_response(msg_id, env)
-            else:
-                self._error(msg_id, DagctxError("InvalidRequest", "a message needs a method (or a result/error)"))
-            return
-        if not isinstance(env.method, str):
-            self._error(msg_id, DagctxError("InvalidRequest", "method must be a string"))
-            return
-        if has_id:
-            self._handle_request(msg_id, env.method, env.params, params)
-        else:
-            self._handle_note(env.method, env.params)
-
-    def _handle_client_response(self, msg_id: Any, env: codec.Envelope) -> None:
-        fut = self._outgoing.get(msg_id)
-        if fut is None or fut.done():
-            log.warning("response to unknown request %r ignored", msg_id)
-            return
-        if env.error is not msgspec.UNSET:
-            err = env.error if isinstance(env.error, dict) else {}
-            fut.set_exception(
-                DagctxError(
-                    "SamplingFailed",
-                    f"the client answered with error {err.get('code')}: {err.get('message')}",
-                    details={"code": err.get("code")},
-                )
-            )
-        else:
-            fut.set_result(env.result)
-
-    def _handle_note(self, method: str, raw: Any) -> None:
-        if method == "exit":
-            self._finish(0 if self.shutting_down else 1)
-        elif method == "$/cancelRequest":
-            try:
-                request_id = lsp.cancelled_id(msgspec.json.decode(raw)) if raw is not msgspec.UNSET else None
-            except (msgspec.DecodeError, TypeError):
-                return
-            if request_id is None:
-                return
-            self._cancel(request_id)
-        elif method == "$/dagctx/attach":
-            try:
-                self.attach = codec.decode_params(METHODS[method].params, raw)
-            except msgspec.ValidationError:
-                return
-            self.engine.client_database = self.attach.database
-            self.engine.client_cwd = self.attach.cwd
-            if self.attach.env is not None:
-                self.engine.environ = self.attach.env
-                self.attach.env = None  # kept by the engine only, never echoed by status
-            if self.attach.max_frame_bytes and self.attach.max_frame_bytes > 0:
-                cap = self.config.max_frame_cap
-                if self.attach.max_frame_bytes > cap:
-                    log.warning("connection %s asked for frames of up to %d bytes; capped at %d (--max-frame-cap)",
-                                self.connection_id, self.attach.max_frame_bytes, cap)
-                self.parser.max_frame_bytes = min(self.attach.max_frame_bytes, cap)
-        elif method == "initialized" or method.startswith("$/"):
-            return
-        else:
-            log.warning("ignoring notification %r", method)
-
-    def _handle_request(self, msg_id: Any, method: str, raw: Any, decoded: Any = None) -> None:
-        if not self.initialized and not self.initializing and method not in PRE_INITIALIZE:
-            self._error(
-                msg_id,
-                DagctxError("ServerNotInitialized", f"{method} before initialize: send initialize first"),
-            )
-            return
-        if self.shutting_down:
-            self._error(
-                msg_id,
-                DagctxError(
-                    "ShutdownInProgress",
-                    f"{method} after shutdown: the daemon only accepts exit now; start a new daemon",
-                ),
-            )
-            return
-        spec = METHODS.get(method)
-        handler = self.handlers.get(method)
-        if spec is None or handler is None or spec.direction != "client-to-server" or spec.notification:
-            self._error(
-                msg_id,
-                DagctxError("MethodNotFound", f"unknown method {method!r}; initialize lists the methods"),
-            )
-            return
-        try:
-            if decoded is None or decoded is _NOT_DECODED:
-                params = codec.decode_params(spec.params, raw)
-            elif isinstance(decoded, Exception):
-                raise decoded
-            else:
-                params = decoded
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            text = str(exc)
-            m = _PATH_RE.search(text)
-            path = ("params." + m.group(1)).rstrip(".") if m else "params"
-            missing = _MISSING_RE.search(text)
-            if missing:  # name the missing field itself, not the object lacking it
-                path += "." + missing.group(1)
-            self._error(
-                msg_id,
-                DagctxError("InvalidParams", f"invalid params for {method}: {text}", path=path),
-            )
-            return
-        if method in SERVER_HANDLED:
-            self._on_loop(msg_id, method, handler, params)
-        else:
-            self._in_pool(msg_id, method, spec, handler, params)
-
-    def _on_loop(self, msg_id: Any, method: str, handler: Callable[[Any], Any], params: Any) -> None:
-        """The connection's own bookkeeping (initialize, subscriptions, status): on the
-        loop, after the ordered requests sent before it."""
-        tail = self._ordered_tail
-        waits = [tail] if tail is not None and not tail.done() else []
-        if waits:
-            task = asyncio.ensure_future(self._after(waits, handler, params))
-            self._track(msg_id, method, task)
-            return
-        try:
-            result = handler(params)
-        except DagctxError as err:
-            self._error(msg_id, err)
-            return
-        except Exception as exc:  # the daemon never dies on a request
-            self._internal_error(msg_id, method, exc)
-            return
-        if asyncio.iscoroutine(result):
-            self._track(msg_id, method, asyncio.ensure_future(result), params)
-        else:
-            self._respond(msg_id, result)
-
-    @property
-    def pool(self) -> FairPool:
-        """Where this connection's work runs: its database's pool once initialized (a
-        database in trouble holds only its own threads), the hub's before."""
-        return self.hub.pool_for(self.engine.db.key if self.engine.db is not None else None)
-
-    def _in_pool(self, msg_id: Any, method: str, spec: Any, handler: Callable[[Any], Any], params: Any) -> None:
-        """Run an engine handler in the hub's fair pool (SPEC §1.4): ordered requests in
-        this connection's ordered lane, background ones in its background lane. The ordered
-        lane stays held until the answer is written (a coroutine the handler returned
-        finishes on the loop), so ordered requests keep their order; a background request's
-        coroutine (compaction waiting for the client's sampling answer) frees its lane."""
-        loop = asyncio.get_running_loop()
-        token = CancelToken()
-        self._cancel_tokens[msg_id] = token
-        ctx = contextvars.copy_context()
-        ctx.run(CURRENT_CANCEL.set, token)
-        background = spec.background
-        lane = (self.connection_id, 1 if background else 0)
-        done: asyncio.Future[Any] = loop.create_future()
-        self._request_futures[msg_id] = done  # type: ignore[assignment]
-        waits: list[asyncio.Future[Any]] = []
-        tail = self._ordered_tail
-        if tail is not None and not tail.done() and (background or tail not in self._in_lane):
-            waits.append(tail)  # after the ordered requests sent before it (writes included)
-        if spec.writes and self._reads_in_flight:
-            waits.extend(f for f in self._reads_in_flight if not f.done())  # never overtakes a read
-        if spec.offload:  # a heavy view: later writes of this connection wait for it
-            self._reads_in_flight.add(done)
-            done.add_done_callback(self._reads_in_flight.discard)
-        if not background:
-            self._ordered_tail = done
-
-        def start() -> None:
-            if done.done():  # cancelled while it waited
-                return
-            if not background:
-                self._in_lane.add(done)
-                done.add_done_callback(self._in_lane.discard)
-            try:
-                pool = self.pool
-                cf = pool.submit(lane, lambda: ctx.run(self._call, msg_id, method, handler, params), hold=not background)
-            except RuntimeError:  # the pool is closed: the daemon is stopping
-                done.cancel()
-                return
-            self._jobs[msg_id] = (pool, lane, cf)
-            cf.add_done_callback(lambda f: loop.call_soon_threadsafe(self._ran, msg_id, method, params, pool, lane, f,
-                                                                     done))
-
-        done.add_done_callback(lambda f, i=msg_id, mth=method, p=params: self._request_done(i, mth, f, p))
-        if waits or (not background and self._backlog):
-            if background:
-                asyncio.ensure_future(self._start_after(waits, start))
-            else:
-                self._queue_ordered(waits, start)
-        else:
-            start()
-
-    def _queue_ordered(self, waits: list[asyncio.Future[Any]], start: Callable[[], None]) -> None:
-        """An ordered request that must wait: it and every later ordered request are
-        submitted in arrival order once what each waits for is done."""
-        self._backlog.append((waits, start))
-        if len(self._backlog) == 1:
-            asyncio.ensure_future(self._drain_backlog())
-
-    async def _drain_backlog(self) -> None:
-        while self._backlog:
-            waits, start = self._backlog[0]
-            pending = [w for w in waits if not w.done()]
-            if pending:
-                await asyncio.wait(pending)
-            self._backlog.popleft()
-            start()
-
-    @staticmethod
-    async def _start_after(waits: list[asyncio.Future[Any]], start: Callable[[], None]) -> None:
-        await asyncio.wait(waits)
-        start()
-
-    def _call(self, msg_id: Any, method: str, handler: Callable[[Any], Any], params: Any) -> Any:
-        """In a worker: the handler, and the framed answer when it finished here."""
-        result = handler(params)
-        if asyncio.iscoroutine(result):
-            return result
-        return _Encoded(self._answer(msg_id, method, result))
-
-    def _answer(self, msg_id: Any, method: str, result: Any) -> bytes:
-        """The framed answer, or ``ResponseTooLarge`` when it would not fit the client's
-        frame limit (SPEC §1.4): a client reading it would have to drop the connection."""
-        data = guards.encode_message_safely(codec.Response(id=msg_id, result=result))
-        limit = self.parser.max_frame_bytes
-        if len(data) <= limit:
-            return data
-        log.warning("connection %s: the answer to %s is %d bytes, over its frame limit of %d; refused",
-                    self.connection_id, method, len(data), limit)
-        err = DagctxError("ResponseTooLarge", f"the answer to {method} is {len(data):,} bytes, more than this "
-                          f"connection's frame limit of {limit:,}; nothing was sent. {PAGING.get(method, _PAGE_ANY)}",
-                          details={"bytes": len(data), "limit": limit})
-        return guards.encode_message_safely(codec.ErrorResponse(id=msg_id, error=err.to_response_error()))
-
-    def _ran(self, msg_id: Any, method: str, params: Any, pool: FairPool, lane: Any, cf: Any,
-             done: asyncio.Future[Any]) -> None:
-        """On the loop: the worker finished (or the job was dropped before it ran)."""
-        self._jobs.pop(msg_id, None)
-        if cf.cancelled():
-            if not done.done():
-                done.cancel()
-            return
-        exc = cf.exception()
-        if exc is not None:
-            pool.release(lane, cf)
-            if not done.done():
-                done.set_exception(exc)
-            return
-        result = cf.result()
-        if isinstance(result, _Encoded):
-            pool.release(lane, cf)
-            if not done.done():
-                done.set_result(result)
-            return
-        task = asyncio.ensure_future(result)  # finished on the loop (sampling, a client's answer)
-        self._tasks[msg_id] = task
-
-        def finished(t: asyncio.Future[Any]) -> None:
-            self._tasks.pop(msg_id, None)
-            pool.release(lane, cf)
-            if done.done():
-                return
-            if t.cancelled():
-                done.cancel()
-            elif t.exception() is not None:
-                done.set_exception(t.exception())  # type: ignore[arg-type]
-            else:
-                done.set_result(t.result())
-
-        task.add_done_callback(finished)
-
-    def _request_done(self, msg_id: Any, method: str, done: asyncio.Future[Any], params: Any) -> None:
-        self._cancel_tokens.pop(msg_id, None)
-        if self._request_futures.get(msg_id) is done:
-            del self._request_futures[msg_id]
-        if self.exit_code is not None:
-            return  # the connection is gone: nobody to answer
-        if done.cancelled():
-            self._error(msg_id, DagctxError("RequestCancelled", f"{method} was cancelled; nothing was written"))
-            return
-        exc = done.exception()
-        if exc is not None:
-            if isinstance(exc, DagctxError):
-                self._error(msg_id, exc)
-            else:
-                self._internal_error(msg_id, method, exc)
-            return
-        self._wrote(method, params)
-        result = done.result()
-        self.write_bytes(result.data if isinstance(result, _Encoded) else self._answer(msg_id, method, result))
-
-    def _cancel(self, msg_id: Any) -> None:
-        """``$/cancelRequest``: a queued job is dropped and answered at once; a running one
-        stops at its next checkpoint; a coroutine part is cancelled."""
-        token = self._cancel_tokens.get(msg_id)
-        if token is not None:
-            token.cancel()
-        job = self._jobs.get(msg_id)
-        if job is not None:
-            pool, lane, cf = job
-            pool.cancel_queued(lane, cf)  # its done callback answers RequestCancelled
-        task = self._tasks.get(msg_id)
-        if task is not None:
-            task.cancel()
-        fut = self._request_futures.get(msg_id)
-        if fut is not None and job is None and task is None:
-            fut.cancel()  # still waiting for an earlier request: never starts
-
-    async def _run_heavy(self, fn: Callable[[], Any]) -> Any:
-        """Heavy local work of an async operation (an import's write, compaction's
-        planning), in this connection's third lane of the pool; cancelled with it."""
-        token = CURRENT_CANCEL.get() or CancelToken()
-        ctx = contextvars.copy_context()
-        ctx.run(CURRENT_CANCEL.set, token)
-        lane = (self.connection_id, 2)
-        pool = self.pool
-        cf = pool.submit(lane, lambda: ctx.run(fn))
-        try:
-            return await asyncio.wrap_future(cf)
-        except asyncio.CancelledError:
-            token.cancel()
-            pool.cancel_queued(lane, cf)
-            raise
-
-    def _track(self, msg_id: Any, method: str, task: asyncio.Future[Any], params: Any = None) -> None:
-        """Answer when ``task`` ends; ordered methods hold back later requests until then."""
-        self._request_futures[msg_id] = task  # type: ignore[assignment]
-        if method not in BACKGROUND_METHODS:
-            self._ordered_tail = task
-        task.add_done_callback(lambda t, i=msg_id, mth=method, p=params: self._async_done(i, mth, t, p))
-
-    @staticmethod
-    async def _after(waits: list[asyncio.Future[Any]], handler: Callable[[Any], Any], params: Any) -> Any:
-        await asyncio.wait(waits)
-        result = handler(params)
-        if asyncio.iscoroutine(result):
-            result = await result
-        return result
-
-    def _changed(self, session_id: str, written: frozenset[str]) -> None:
-        if self.engine.db is not None:
-            self.hub.changed(self.engine.db.key, session_id, self.connection_id, written)
-
-    def _wrote(self, method: str, params: Any) -> None:
-        """After a request that may write: subscribers of its session hear what changed."""
-        if METHODS[method].writes and self.engine.db is not None:
-            sid = getattr(params, "session_id", None)
-            if isinstance(sid, str):
-                self.hub.changed(self.engine.db.key, sid, self.connection_id)
-
-    def _async_done(self, msg_id: Any, method: str, task: asyncio.Future[Any], params: Any = None) -> None:
-        self._request_futures.pop(msg_id, None)
-        if self.exit_code is not None:
-            return  # the connection is gone: nobody to answer
-        if task.cancelled():
-            self._error(msg_id, DagctxError("RequestCancelled", f"{method} was cancelled; nothing was written"))
-            return
-        exc = task.exception()
-        if exc is None:
-            self._wrote(method, params)
-            self._respond(msg_id, task.result())
-        elif isinstance(exc, DagctxError):
-            self._error(msg_id, exc)
-        else:
-            self._internal_error(msg_id, method, exc)
-
-    def _internal_error(self, msg_id: Any, method: str, exc: BaseException) -> None:
-        log.error("internal error in %s", method, exc_info=exc)
-        self._write(
-            codec.ErrorResponse(
-                id=msg_id,
-                error=ResponseError(
-                    code=INTERNAL_ERROR,
-                    message=f"internal error while handling {method} ({type(exc).__name__}: {exc}); "
-                    "the daemon is still running and the request wrote nothing — see its log",
-                    data=ErrorData(kind="InternalError"),
-                ),
-            )
-        )
 
     # ------------------------------------------------------------ lifecycle handlers
 

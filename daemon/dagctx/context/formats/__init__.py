@@ -68,7 +68,7 @@ import pkgutil
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dagctx.context.render import View
+from dagctx.context.view import View
 
 from ._assembly import reasoning_owners as _owners
 from ._assembly import (

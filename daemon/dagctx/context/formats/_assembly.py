@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from dagctx.context.render import NO_RESULT, Item, View, block_text, json_text
+from dagctx.context.content import block_text, json_text
+from dagctx.context.view import NO_RESULT, Item, View
 
 
 class Rendered(tuple):

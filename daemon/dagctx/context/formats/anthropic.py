@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dagctx.context.render import View, block_text
+from dagctx.context.content import block_text
+from dagctx.context.view import View
 
 from ._assembly import REASONING_TYPES, Msg, RenderFormat, inline_data, json_object, media_type
 

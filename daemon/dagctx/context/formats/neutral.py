@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dagctx.context.render import View
+from dagctx.context.view import View
 
 from ._assembly import Msg, RenderFormat
 

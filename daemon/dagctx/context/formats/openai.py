@@ -6,7 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from dagctx.context.render import View, block_text, json_text
+from dagctx.context.content import block_text, json_text
+from dagctx.context.view import View
 
 from ._assembly import REASONING_TYPES, Msg, RenderFormat, inline_data, json_object, media_type, plain, reasoning_text
 

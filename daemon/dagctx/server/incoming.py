@@ -1,0 +1,262 @@
+"""Reading a connection's input: frames → checked bodies → requests, notifications, answers.
+
+Mixed into ``jsonrpc_server.DagctxProtocol`` (one connection). Every body passes the
+door check (``guards.check_body``) before anything decodes it; a request's params are
+decoded by msgspec straight into the method's Struct, and a validation failure is
+-32602 naming the field path. A body of ``BIG_BODY_BYTES`` or more is checked and
+decoded in the pool, and the connection's later frames wait for it, so the loop keeps
+serving other connections and this one keeps its order. The lifecycle rules at the door
+(-32002 before ``initialize``, -32600 after ``shutdown``) and the notifications the
+connection handles itself (``exit``, ``$/cancelRequest``, ``$/dagctx/attach``,
+``initialized``) are here; how a request then runs is ``requests.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from dagctx.protocol import codec
+from dagctx.protocol.errors import DagctxError
+from dagctx.protocol.methods import METHODS, PRE_INITIALIZE
+
+from . import guards, lsp
+from .framing import Body
+from .requests import SERVER_HANDLED
+
+if TYPE_CHECKING:
+    from dagctx.engine.config import DaemonConfig
+    from dagctx.engine.core import EngineCore
+    from dagctx.protocol import messages as m
+
+    from .framing import FrameParser
+    from .hub import Hub
+
+log = logging.getLogger("dagctx.server")
+
+_PATH_RE = re.compile(r"at `\$\.?([^`]*)`")
+_MISSING_RE = re.compile(r"missing required field `([^`]+)`")
+
+#: A body at least this big is checked and decoded in the pool, not on the loop.
+BIG_BODY_BYTES = 1 << 20
+
+_NOT_DECODED = object()
+
+
+class Incoming:
+    """The input half of a connection (mixed into ``DagctxProtocol``, whose state it reads)."""
+
+    config: DaemonConfig
+    hub: Hub
+    engine: EngineCore
+    parser: FrameParser
+    connection_id: int
+    attach: m.AttachParams | None
+    initialized: bool
+    initializing: bool
+    shutting_down: bool
+    _held: deque[Any] | None
+    _outgoing: dict[Any, asyncio.Future[Any]]
+
+    def feed(self, data: bytes) -> None:
+        for event in self.parser.feed(data):
+            if self._held is not None:  # a big body is decoding in the pool: keep the order
+                self._held.append(event)
+            else:
+                self._event(event)
+
+    def _event(self, event: Body | Any) -> None:
+        if isinstance(event, Body):
+            if len(event.data) >= BIG_BODY_BYTES and self.hub.loop is not None:
+                self._decode_in_pool(event.data)
+                return
+            try:  # one bad body never costs the frames behind it (SPEC §1)
+                self.handle_body(event.data)
+            except Exception as exc:
+                self._internal_error(None, "a message", exc)
+        else:
+            self._error(None, DagctxError(event.kind, event.message))
+
+    def _decode_in_pool(self, body: bytes) -> None:
+        """A big body (a 50 MB tool output) is checked and decoded in the pool, so the loop
+        keeps serving the other connections; this connection's later frames wait for it."""
+        self._held = deque()
+        loop = asyncio.get_running_loop()
+        cf = self.hub.pool.submit((self.connection_id, 3), lambda: self._predecode(body))
+        cf.add_done_callback(lambda f: loop.call_soon_threadsafe(self._predecoded, f))
+
+    def _predecoded(self, cf: Any) -> None:
+        held, self._held = self._held, None
+        try:
+            self._dispatch_decoded(cf.result())
+        except Exception as exc:
+            self._internal_error(None, "a message", exc)
+        while held and self._held is None:
+            self._event(held.popleft())
+        if held:  # another big body started decoding: the rest waits behind it
+            assert self._held is not None
+            held.extend(self._held)
+            self._held = held
+
+    def handle_body(self, body: bytes) -> None:
+        self._dispatch_decoded(self._predecode(body))
+
+    def _predecode(self, body: bytes) -> tuple[Any, ...]:
+        """The pure part of reading a body (any thread): the door check, the envelope and a
+        request's params. Returns what ``_dispatch_decoded`` acts on."""
+        refused = guards.check_body(body)
+        if refused is not None:
+            return ("refused", refused)
+        try:
+            env = codec.envelope_decoder.decode(body)
+        except msgspec.ValidationError:
+            return ("error", None, DagctxError("InvalidRequest", "a message must be a JSON object (batches are not supported)"))
+        except msgspec.DecodeError as exc:
+            return ("error", None, DagctxError("ParseError", f"the message body is not valid JSON: {exc}"))
+        params: Any = _NOT_DECODED
+        if isinstance(env.method, str) and env.id is not msgspec.UNSET:
+            spec = METHODS.get(env.method)
+            if spec is not None and spec.direction == "client-to-server" and not spec.notification:
+                try:
+                    params = codec.decode_params(spec.params, env.params)
+                except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                    params = exc
+        return ("message", env, params)
+
+    def _dispatch_decoded(self, decoded: tuple[Any, ...]) -> None:
+        if decoded[0] == "refused":
+            refused = decoded[1]
+            r = refused.refusal
+            pending = self._outgoing.get(refused.id)
+            if pending is not None and not pending.done():  # the client's answer to our request
+                pending.set_exception(DagctxError("SamplingFailed", f"the client's answer was refused: {r.message}"))
+            else:
+                self._error(refused.id, DagctxError(r.kind, r.message, path=r.path))
+            return
+        if decoded[0] == "error":
+            self._error(decoded[1], decoded[2])
+            return
+        env, params = decoded[1], decoded[2]
+        has_id = env.id is not msgspec.UNSET
+        msg_id = env.id if has_id else None
+        if has_id and msg_id is not None and (isinstance(msg_id, bool) or not isinstance(msg_id, (int, str))):
+            self._error(None, DagctxError("InvalidRequest", "id must be a string, an integer or null (JSON-RPC 2.0)"))
+            return
+        if env.jsonrpc != "2.0":
+            self._error(msg_id, DagctxError("InvalidRequest", 'every message needs "jsonrpc": "2.0"'))
+            return
+        if env.method is msgspec.UNSET:
+            if has_id and (env.result is not msgspec.UNSET or env.error is not msgspec.UNSET):
+                self._handle_client_response(msg_id, env)
+            else:
+                self._error(msg_id, DagctxError("InvalidRequest", "a message needs a method (or a result/error)"))
+            return
+        if not isinstance(env.method, str):
+            self._error(msg_id, DagctxError("InvalidRequest", "method must be a string"))
+            return
+        if has_id:
+            self._handle_request(msg_id, env.method, env.params, params)
+        else:
+            self._handle_note(env.method, env.params)
+
+    def _handle_client_response(self, msg_id: Any, env: codec.Envelope) -> None:
+        fut = self._outgoing.get(msg_id)
+        if fut is None or fut.done():
+            log.warning("response to unknown request %r ignored", msg_id)
+            return
+        if env.error is not msgspec.UNSET:
+            err = env.error if isinstance(env.error, dict) else {}
+            fut.set_exception(
+                DagctxError(
+                    "SamplingFailed",
+                    f"the client answered with error {err.get('code')}: {err.get('message')}",
+                    details={"code": err.get("code")},
+                )
+            )
+        else:
+            fut.set_result(env.result)
+
+    def _handle_note(self, method: str, raw: Any) -> None:
+        if method == "exit":
+            self._finish(0 if self.shutting_down else 1)
+        elif method == "$/cancelRequest":
+            try:
+                request_id = lsp.cancelled_id(msgspec.json.decode(raw)) if raw is not msgspec.UNSET else None
+            except (msgspec.DecodeError, TypeError):
+                return
+            if request_id is None:
+                return
+            self._cancel(request_id)
+        elif method == "$/dagctx/attach":
+            try:
+                self.attach = codec.decode_params(METHODS[method].params, raw)
+            except msgspec.ValidationError:
+                return
+            self.engine.client_database = self.attach.database
+            self.engine.client_cwd = self.attach.cwd
+            if self.attach.env is not None:
+                self.engine.environ = self.attach.env
+                self.attach.env = None  # kept by the engine only, never echoed by status
+            if self.attach.max_frame_bytes and self.attach.max_frame_bytes > 0:
+                cap = self.config.max_frame_cap
+                if self.attach.max_frame_bytes > cap:
+                    log.warning("connection %s asked for frames of up to %d bytes; capped at %d (--max-frame-cap)",
+                                self.connection_id, self.attach.max_frame_bytes, cap)
+                self.parser.max_frame_bytes = min(self.attach.max_frame_bytes, cap)
+        elif method == "initialized" or method.startswith("$/"):
+            return
+        else:
+            log.warning("ignoring notification %r", method)
+
+    def _handle_request(self, msg_id: Any, method: str, raw: Any, decoded: Any = None) -> None:
+        if not self.initialized and not self.initializing and method not in PRE_INITIALIZE:
+            self._error(
+                msg_id,
+                DagctxError("ServerNotInitialized", f"{method} before initialize: send initialize first"),
+            )
+            return
+        if self.shutting_down:
+            self._error(
+                msg_id,
+                DagctxError(
+                    "ShutdownInProgress",
+                    f"{method} after shutdown: the daemon only accepts exit now; start a new daemon",
+                ),
+            )
+            return
+        spec = METHODS.get(method)
+        handler = self.handlers.get(method)
+        if spec is None or handler is None or spec.direction != "client-to-server" or spec.notification:
+            self._error(
+                msg_id,
+                DagctxError("MethodNotFound", f"unknown method {method!r}; initialize lists the methods"),
+            )
+            return
+        try:
+            if decoded is None or decoded is _NOT_DECODED:
+                params = codec.decode_params(spec.params, raw)
+            elif isinstance(decoded, Exception):
+                raise decoded
+            else:
+                params = decoded
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            text = str(exc)
+            m = _PATH_RE.search(text)
+            path = ("params." + m.group(1)).rstrip(".") if m else "params"
+            missing = _MISSING_RE.search(text)
+            if missing:  # name the missing field itself, not the object lacking it
+                path += "." + missing.group(1)
+            self._error(
+                msg_id,
+                DagctxError("InvalidParams", f"invalid params for {method}: {text}", path=path),
+            )
+            return
+        if method in SERVER_HANDLED:
+            self._on_loop(msg_id, method, handler, params)
+        else:
+            self._in_pool(msg_id, method, spec, handler, params)
