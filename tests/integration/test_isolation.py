@@ -118,6 +118,42 @@ async def test_a_cancelled_queued_render_is_answered_at_once_and_the_next_one_ru
         await a.close()
 
 
+async def test_a_running_cold_render_cancelled_answers_request_cancelled_and_the_daemon_serves_on(
+        shared_env, tmp_path: Path) -> None:
+    """SPEC §1.4: $/cancelRequest of a render that is RUNNING (its worker busy, seen in
+    daemon/status) answers RequestCancelled — the render stops at a checkpoint instead of
+    finishing for nobody — and then the same connection's next request and another
+    client's are answered. Order of events, no duration."""
+    db = tmp_path / "cancel-running.db"
+    src = tmp_path / "big.jsonl"
+    heavy_transcript(src)
+    a = await spawn(db)
+    b = await spawn(db)
+    try:
+        big = (await a.import_path(str(src))).sessions[0].session_id
+        small = await b.session_create("small")
+        for model, fmt in (("claude-sonnet-4", "anthropic"), ("gpt-4.1", "openai")):  # cold each time
+            rid, heavy = a.send_request("context/render", {"sessionId": big, "model": model, "aging": True,
+                                                           "format": fmt})
+            for _ in range(2000):  # until its worker runs it (a hang guard, not a duration)
+                if (await b.daemon_status()).queue.running >= 1 or heavy.done():
+                    break
+                await asyncio.sleep(0.005)
+            assert not heavy.done(), "the cold render finished before it could be cancelled"
+            a.cancel(rid)
+            with pytest.raises(RpcError) as exc:
+                await asyncio.wait_for(heavy, 120)
+            assert exc.value.kind == "RequestCancelled"
+            # the daemon serves on: the same connection, another one, and the same render again
+            assert (await a.session_list(limit=5)).total == 2
+            assert (await b.history(small.session_id)).nodes == []
+        again = await a.render(big, model="gpt-4.1", aging=True, format="openai")
+        assert again.messages and a.process.returncode is None
+    finally:
+        await a.close()
+        await b.close()
+
+
 # ---------------------------------------------------------------- large answers, frame caps
 
 
@@ -296,3 +332,55 @@ async def test_session_list_is_answered_while_another_client_appends_50_mb(share
     finally:
         await a.close()
         await b.close()
+
+
+# ---------------------------------------------------------------- export streams
+
+
+def _proc_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+async def test_an_export_to_a_file_is_streamed_its_memory_bounded_by_the_largest_node(shared_env,
+                                                                                       tmp_path: Path) -> None:
+    """SPEC §9 session/export: a claude-code export to a path writes each line as it is made
+    and reads a spilled tool result back only for its own line, so the daemon's peak RSS
+    grows by a few times the largest node — not by the session, 12 times bigger. Measured
+    as the daemon's own high-water mark (VmHWM), reset just before the export
+    (/proc/PID/clear_refs), against its RSS just before."""
+    src = tmp_path / "big.jsonl"
+    node_chars = 3_000_000
+    claude_code_transcript(src, turns=12, result_chars=node_chars)  # 12 tool results of 3 MB, all spilled
+    a = await spawn(tmp_path / "stream.db")
+    try:
+        sid = (await a.import_path(str(src))).sessions[0].session_id
+        warm = tmp_path / "warm.jsonl"  # the code paths and the session's graph are warm
+        await a.request("session/export", {"sessionId": sid, "path": str(warm)})
+        pid = (await a.daemon_status()).pid
+        before = _proc_kib(pid, "VmRSS")
+        Path(f"/proc/{pid}/clear_refs").write_text("5")  # the high-water mark starts again at RSS
+        out = tmp_path / "export.jsonl"
+        res = await a.request("session/export", {"sessionId": sid, "path": str(out)})
+        grown = (_proc_kib(pid, "VmHWM") - before) * 1024
+        size = out.stat().st_size
+        assert res.path == str(out) and size > 12 * node_chars  # the whole session was written…
+        assert out.read_bytes() == warm.read_bytes()  # …the same bytes every time
+        assert grown < 8 * node_chars, f"the export grew the daemon by {grown:,} bytes for a {size:,}-byte file"
+        # cancelled midway (or before it ran): RequestCancelled and no file, not even a temp one
+        cut = tmp_path / "cut.jsonl"
+        rid, pending = a.send_request("session/export", {"sessionId": sid, "path": str(cut)})
+        a.cancel(rid)
+        try:
+            await pending
+            assert cut.read_bytes() == warm.read_bytes()  # it finished before the cancel arrived
+        except RpcError as exc:
+            assert exc.kind == "RequestCancelled", exc
+            assert not cut.exists() and not list(tmp_path.glob(".dagctx-export-*"))
+        # and what was written reads back as the same session (already present: created false)
+        again = await a.import_path(str(out))
+        assert again.sessions[0].session_id == sid and not again.sessions[0].created
+    finally:
+        await a.close()

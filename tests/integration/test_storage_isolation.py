@@ -285,3 +285,36 @@ async def test_what_dagctx_creates_is_private_whatever_the_umask(tmp_path: Path)
         assert any(str(db) in w and "chmod 600" in w for w in warnings), warnings
     finally:
         await c.close()
+
+
+# ---------------------------------------------------------------- PostgreSQL: session/list beside a held write
+
+
+async def test_a_postgresql_session_list_is_answered_while_a_write_waits_for_a_row_lock(shared: SharedDaemon,
+                                                                                       pg_url: str) -> None:
+    """SPEC §1.4: session/list needs none of the store's locks on PostgreSQL either. Another
+    process holds a session's row FOR UPDATE (another daemon writing it); this daemon's
+    write to that session waits for the row inside its transaction — and another client's
+    session/list of the same database is answered meanwhile, before the write is."""
+    a = await shared.connect(pg_url, storageTimeoutSeconds=120)  # the held write must outlast a loaded CI
+    b = await shared.connect(pg_url)
+    s = await a.session_create("held")
+    await b.session_create("other")
+    with RawDb(pg_url) as holder, RawDb(pg_url) as watcher:
+        holder.begin()
+        holder.execute("SELECT id FROM sessions WHERE id=? FOR UPDATE", (s.session_id,))
+        pending = asyncio.ensure_future(_user(a, s.session_id, s.head, "waits for the row"))
+        for _ in range(2400):  # until A's write waits for the row (a hang guard, not a duration)
+            waiting = watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()")
+            if waiting[0][0] >= 1 or pending.done():
+                break
+            await asyncio.sleep(0.05)
+        assert not pending.done(), "the write did not wait for the row held elsewhere"
+        listed = await asyncio.wait_for(b.session_list(limit=5), 60)  # a hang guard
+        assert listed.total == 2 and {x.title for x in listed.sessions} == {"held", "other"}
+        assert not pending.done(), "session/list was answered only after the held write"
+        holder.commit()
+    nid = await asyncio.wait_for(pending, 120)
+    assert [n.id for n in (await b.history(s.session_id)).nodes] == [nid]

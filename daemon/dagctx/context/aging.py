@@ -511,7 +511,9 @@ def plan_aging(
         refs_of = _mining_refs_of(graph)
     items = view.items
     ordinals = _message_ordinals(items)
+    stop_if_cancelled()
     units, current = turn_numbers(view, graph, policy.turn_unit)
+    stop_if_cancelled()
     if current_cap is not None:
         current = min(current, current_cap)
     mentions: list[str] = []

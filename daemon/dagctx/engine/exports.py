@@ -60,19 +60,20 @@ text is returned in ``content``. ``lines`` counts JSONL lines (claude-code) or m
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import stat
 import tempfile
 import uuid
 from datetime import datetime, timezone
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from dagctx.transcripts.base import UNKNOWN_MODEL
 from dagctx.ledger import SessionGraph
+from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context.summary_choice import summary_applies
 from dagctx.ledger.graph import is_spawn_root, is_summary
 from dagctx.protocol import context_messages as c
@@ -91,7 +92,11 @@ _ID_LESS_CALL = re.compile(r"^(.+):(\d+)$")
 _TOOL_ID_OK = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
-async def session_export(engine: Host, p: c.ExportParams) -> c.ExportResult:
+def session_export(engine: Host, p: c.ExportParams) -> c.ExportResult:
+    """In a worker of the pool, never on the event loop (SPEC §1.4). ``claude-code`` to a
+    ``path`` streams: each line is encoded and written as it is made, and a spilled tool
+    result is read back only for its own line, so memory is bounded by the largest node,
+    not by the session (SPEC §9 ``session/export``)."""
     store = engine.store
     info = store.get_session(p.session_id)
     graph = store.graph(p.session_id)
@@ -108,25 +113,35 @@ async def session_export(engine: Host, p: c.ExportParams) -> c.ExportResult:
             session_id=p.session_id,
             path="head",
         )
+    path = None if p.path is None else os.path.abspath(engine.client_path(p.path))
     if p.format == "claude-code":
-        lines = ClaudeCodeExport(engine, info, graph, head, all_branches=p.branches == "all").build()
-        text = "".join(_enc.encode(line).decode("utf-8") + "\n" for line in lines)
-        count = len(lines)
-    else:
-        chain = graph.chain(head)
-        model = next(
-            (n.name for n in reversed(chain) if n.role == "llm" and n.name and n.name != UNKNOWN_MODEL),
-            None,
-        )
-        r = engine.views.render(p.session_id, head=head, fmt="openai", model=model, remember=False)
-        doc = {"model": model or r.model.name, "messages": r.messages}
-        text = msgspec.json.format(_enc.encode(doc), indent=2).decode("utf-8") + "\n"
-        count = len(r.messages)
-    if p.path is None:
-        return c.ExportResult(format=p.format, lines=count, content=text)
-    path = os.path.abspath(engine.client_path(p.path))
-    await asyncio.to_thread(_write_atomic, path, text, p.overwrite)
-    return c.ExportResult(format=p.format, lines=count, path=path)
+        def claude_code(write: Callable[[bytes], Any]) -> int:
+            def emit(line: dict[str, Any]) -> None:
+                write(_enc.encode(line))
+                write(b"\n")
+                stop_if_cancelled()  # between lines: a cancelled export stops within one node
+
+            return ClaudeCodeExport(engine, info, graph, head, emit, all_branches=p.branches == "all").build()
+
+        if path is None:
+            parts: list[bytes] = []
+            count = claude_code(parts.append)
+            return c.ExportResult(format=p.format, lines=count, content=b"".join(parts).decode("utf-8"))
+        count = _write_atomic(path, claude_code, p.overwrite)
+        return c.ExportResult(format=p.format, lines=count, path=path)
+    chain = graph.chain(head)
+    model = next(
+        (n.name for n in reversed(chain) if n.role == "llm" and n.name and n.name != UNKNOWN_MODEL),
+        None,
+    )
+    r = engine.views.render(p.session_id, head=head, fmt="openai", model=model, remember=False)
+    doc = {"model": model or r.model.name, "messages": r.messages}
+    data = msgspec.json.format(_enc.encode(doc), indent=2) + b"\n"
+    del doc
+    if path is None:
+        return c.ExportResult(format=p.format, lines=len(r.messages), content=data.decode("utf-8"))
+    _write_atomic(path, lambda write: write(data), p.overwrite)
+    return c.ExportResult(format=p.format, lines=len(r.messages), path=path)
 
 
 def _exists_error(path: str) -> DagctxError:
@@ -134,8 +149,10 @@ def _exists_error(path: str) -> DagctxError:
                        "replace it, or choose another path", path="path")
 
 
-def _write_atomic(path: str, text: str, overwrite: bool = False) -> None:
-    """Write ``text`` to ``path`` whole or not at all (SPEC §9 ``session/export``)."""
+def _write_atomic(path: str, produce: Callable[[Callable[[bytes], Any]], int | None], overwrite: bool = False) -> int:
+    """Write what ``produce(write)`` writes to ``path`` whole or not at all (SPEC §9
+    ``session/export``): into a temp file beside it, then renamed (or linked) into place;
+    a failure or a cancellation midway leaves no file behind. Returns what ``produce`` did."""
     if os.path.isdir(path):
         raise DagctxError("InvalidParams", f"{path!r} is a folder; give a file path to export to", path="path")
     folder = os.path.dirname(path)
@@ -152,8 +169,8 @@ def _write_atomic(path: str, text: str, overwrite: bool = False) -> None:
         mode = stat.S_IMODE(os.stat(path).st_mode) if exists else 0o644
         fd, tmp = tempfile.mkstemp(prefix=".dagctx-export-", dir=folder)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-                fh.write(text)
+            with os.fdopen(fd, "wb", buffering=1 << 16) as fh:
+                done = produce(fh.write)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.chmod(tmp, mode)
@@ -172,6 +189,7 @@ def _write_atomic(path: str, text: str, overwrite: bool = False) -> None:
             raise
     except OSError as exc:
         raise DagctxError("InvalidParams", f"cannot write {path!r}: {exc.strerror or exc}", path="path") from exc
+    return done or 0
 
 
 def iso_timestamp(ts: float) -> str:
@@ -186,7 +204,7 @@ class ClaudeCodeExport:
     """Builds the JSONL objects of one branch (see the module docstring)."""
 
     def __init__(self, engine: Host, info: SessionInfo, graph: SessionGraph, head: str,
-                 all_branches: bool = False) -> None:
+                 emit: Callable[[dict[str, Any]], None], all_branches: bool = False) -> None:
         self.all_branches = all_branches
         self.store = engine.store
         self.info = info
@@ -195,7 +213,9 @@ class ClaudeCodeExport:
         self.session_uuid = str(uuid.uuid5(EXPORT_NAMESPACE, f"{info.session_id}:{head}"))
         self.faithful = info.metadata.get("importedFrom") == "claude-code"
         self.usage = {u.node_id: u for u in self.store.usage(info.session_id)}
-        self.out: list[dict[str, Any]] = []
+        #: where each line goes as soon as it is made (nothing keeps the lines)
+        self.emit = emit
+        self.count = 0
         #: conversation node id → uuid of the line its followers hang from
         self.tail: dict[str, str | None] = {}
         self.exported: set[str] = set()
@@ -204,7 +224,8 @@ class ClaudeCodeExport:
 
     # ------------------------------------------------------------ driver
 
-    def build(self) -> list[dict[str, Any]]:
+    def build(self) -> int:
+        """Emit every line in order; the number of lines."""
         g = self.g
         chain = self._main_nodes() if self.all_branches else g.chain(self.head)
         plan = self._plan(chain)
@@ -217,14 +238,18 @@ class ClaudeCodeExport:
                 self.summaries_at.setdefault(covers[-1], []).append(s)
         # The title, and the session this file came from (an import into the same
         # database then answers "already present", SPEC §9).
-        self.out.append({
+        self._emit({
             "type": "summary", "summary": self.info.title or "", "leafUuid": self.head,
             "dagctxSource": {"sessionId": self.info.session_id, "head": self.head,
                              "branches": "all" if self.all_branches else "head"},
         })
         for node, agent in plan:
             self._conversation_node(node, agent)
-        return self.out
+        return self.count
+
+    def _emit(self, line: dict[str, Any]) -> None:
+        self.emit(line)
+        self.count += 1
 
     def _main_nodes(self) -> list[Call]:
         """Every conversation node that is not on a spawn branch, in seq order (a
@@ -319,7 +344,7 @@ class ClaudeCodeExport:
         line["uuid"] = uuid_
         if ts is not None:
             line["timestamp"] = iso_timestamp(ts)
-        self.out.append(line)
+        self._emit(line)
         return line
 
     def _parent_line(self, node: Call) -> str | None:

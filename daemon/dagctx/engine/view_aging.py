@@ -45,7 +45,9 @@ class AgingPlans(TokenAccounting):
         reuse = self._reuse_aging(graph, head, key, policy, model, cache)
         if reuse is not None:
             return reuse
+        stop_if_cancelled()
         view = render_view(graph, head)
+        stop_if_cancelled()
         if not view.items:
             return {}, {}
 

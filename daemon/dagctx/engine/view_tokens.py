@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from dagctx.context import aging, formats
+from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context.render_items import added_text
 from dagctx.ledger import SessionGraph
 from dagctx.ledger.graph import is_summary
@@ -161,6 +162,7 @@ class TokenAccounting:
         text_of = formats.get(fmt).message_text  # a message of no node: its own text
         out = []
         for msg, ids in zip(messages, node_ids):
+            stop_if_cancelled()  # SPEC §1.4: within one message of a cancel
             assistant = isinstance(msg, dict) and msg.get("role") == "assistant"
             n = overhead
             for nid in ids:

@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 from dagctx.context import budget as budget_mod
+from dagctx.context.cancel import stop_if_cancelled
 from dagctx.ledger import SessionGraph, UsageRow
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
@@ -27,6 +28,7 @@ class UsageCalibration:
     def calibrated(self, session_id: str, model: str, estimate: int, rec: RenderRecord | None) -> tuple[str, int]:
         """Provider figure when this is exactly the reported call's render, else the
         estimate scaled by the newest measured/estimated ratio of the same model."""
+        stop_if_cancelled()
         rows = [u for u in self.e.store.usage(session_id) if u.estimated and (u.model or model) == model]
         if not rows:
             return "estimate", estimate

@@ -214,6 +214,7 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
         """Reasoning blocks a render sends are counted (SPEC §6): they are not part of any
         node's stored counts, so their text is counted here (long texts once, cached)."""
         for k, msg in enumerate(messages):
+            stop_if_cancelled()
             if isinstance(msg, dict) and msg.get("role") == "assistant":
                 for text in reasoning_payload(msg):
                     per_message[k] += self.count_text(text, tokenizer)

@@ -353,6 +353,16 @@ class PostgresBackend:
             total = c.execute("SELECT count(*) FROM dagctx.sessions").fetchone()[0]
         return [self._row(r) for r in rows], total
 
+    def sessions_unlocked(self, limit: int, offset: int) -> tuple[list[SessionRow], int] | None:
+        """``sessions`` on a pooled connection of its own, needing none of the store's locks
+        (SPEC §1.4): a write of this daemon waiting for a session row another daemon holds
+        ``FOR UPDATE``, or writing a 50 MB node, holds it up not at all. It reads the last
+        commit (each statement its own snapshot, as in autocommit). None inside this
+        thread's own transaction, whose connection it must use."""
+        if getattr(self._local, "conn", None) is not None:
+            return None
+        return self.sessions(limit, offset)
+
     # Ids by prefix (SPEC §4.3): a range [lo, hi) on the id in byte order (COLLATE "C"),
     # answered by the indexes on (id COLLATE "C") (pg_schema.INDEXES): the database's own
     # collation may order text otherwise, and then no range would be a prefix.

@@ -104,14 +104,15 @@ _ALL: list[MethodSpec] = [
          "SessionNotFound, NodeNotFound, InvalidEdge (not a conversation node), BrokenPredecessorChain",
          "The only effect is HEAD = nodeId.", writes=True),
     _req("session/rewind", m.SessionRewindParams, m.HeadResult, "Move HEAD back along the current branch.",
-         "InvalidParams (steps out of range), InvalidEdge (not on HEAD's branch)",
+         "SessionNotFound, NodeNotFound, InvalidParams (steps out of range; not exactly one of nodeId and steps), "
+         "InvalidEdge (not on HEAD's branch)",
          "Moves HEAD back along its own branch only.", writes=True),
     _req("session/spawn", m.SessionSpawnParams, m.SessionSpawnResult, "Open a spawn branch (HEAD stays).",
          "SessionNotFound, NodeNotFound",
          "The only way to create a spawn root (predecessor null, caller = callerId). HEAD does not move.",
          writes=True),
     _req("session/nameBranch", m.BranchNameParams, m.SessionBranchesResult, "Name (or unname) a branch tip.",
-         "NodeNotFound, InvalidEdge", "A name follows its branch when the branch is extended.", writes=True),
+         "SessionNotFound, NodeNotFound, InvalidEdge", "A name follows its branch when the branch is extended.", writes=True),
     _req("session/import", c.ImportParams, c.ImportResult, "Import transcripts of other agents.",
          "InvalidParams (no such path), ImportFailed (a single file of no known format; a folder with no "
          "transcripts)",
@@ -122,13 +123,15 @@ _ALL: list[MethodSpec] = [
          "reasons quote at most a short escaped prefix; records over the size cap are skipped with their size.",
          background=True, writes=True),
     _req("session/export", c.ExportParams, c.ExportResult, "Export a branch as a transcript.",
-         "SessionNotFound, InvalidParams (an existing file without `overwrite`, a folder, a missing folder, "
-         "a non-regular file)",
+         "SessionNotFound, NodeNotFound (head), InvalidParams (head is not a conversation turn; an existing file "
+         "without `overwrite`, a folder, a missing folder, a non-regular file)",
          "Writes nothing to the ledger. `claude-code`: HEAD's branch (or every branch with `branches: \"all\"`) "
          "with its tool calls, spawned subagent branches and summaries; import → export → import gives the same "
          "ids, edges and contents (a node id that differs from its tool_use id rides in the line's "
          "`dagctxToolNodeIds`); the first line's `dagctxSource` names the source session. `openai`: the "
-         "rendered messages of the head. `path`: temp file + rename, never a partial file."),
+         "rendered messages of the head. `path`: temp file + rename, never a partial file; `claude-code` to a "
+         "`path` is streamed line by line (memory bounded by the largest node, not the session). Runs off the "
+         "event loop; `$/cancelRequest` stops it between lines and leaves no file."),
     _req("session/subscribe", m.SessionRef, m.SubscribeResult, "Hear every change of a session, from any client.",
          "SessionNotFound",
          "From now on this connection gets node/didAppend, node/didUpdate and session/didChange for the session, "
@@ -151,7 +154,7 @@ _ALL: list[MethodSpec] = [
          "nothing of the batch is written. Committed in one group with other appends (SPEC §4.2).",
          writes=True),
     _req("node/update", m.NodeUpdateParams, m.NodeResult, "Finish a running node (the only mutation).",
-         "NodeNotFound, NotRunning, InvalidParams",
+         "SessionNotFound, NodeNotFound, NotRunning, InvalidParams",
          "The ledger's only mutation: a running node gets its output/status once.", writes=True),
     _req("node/get", m.NodeGetParams, m.NodeGetResult, "Nodes by id.", "SessionNotFound, NodeNotFound, InvalidParams",
          "With `range`, `output` is that slice of the whole (spilled) output. With `includeCallees`, "
@@ -165,7 +168,8 @@ _ALL: list[MethodSpec] = [
          "within the turn (§8), whose summaries go to the derived cache only. `range` answers a slice of the "
          "messages (`messageCount`: all of them). Runs off the event loop.", offload=True),
     _req("context/prepare", c.PrepareParams, c.PrepareResult, "Everything one turn needs.",
-         "SessionNotFound, BudgetExceeded, RequestCancelled, InvalidParams (head is not a conversation node), "
+         "SessionNotFound, NodeNotFound (head, frame), BudgetExceeded, RequestCancelled, InvalidParams (head is not "
+         "a conversation node), "
          "WorkspaceEscape never (refused files become notes)",
          "May append one context/system_prompt node, whole (when the prompt's hash changed), only with a request "
          "that is handed out: a refused prepare writes nothing; never moves HEAD; never hands "
@@ -177,10 +181,10 @@ _ALL: list[MethodSpec] = [
          "the planning and validation run off the event loop.",
          background=True, writes=True),
     _req("context/replay", c.ReplayParams, c.ReplayResult, "Exactly what a past llm node was sent.",
-         "NodeNotFound, InvalidParams (not an llm node)", "Rebuilds a past call from its reads and renderManifest. "
+         "SessionNotFound, NodeNotFound, InvalidParams (not an llm node)", "Rebuilds a past call from its reads and renderManifest. "
          "Runs off the event loop.", offload=True),
     _req("usage/report", c.UsageReportParams, c.UsageReportResult, "Provider usage of an llm node.",
-         "NodeNotFound, InvalidParams (not an llm node)",
+         "SessionNotFound, NodeNotFound, InvalidParams (not an llm node)",
          "Stored beside the node (usage table); the node itself is not mutated."),
     _req("search/query", m.SearchParams, m.SearchResult, "Full-text search, one session or all.",
          "InvalidQuery (-32602), SessionNotFound, RequestCancelled",

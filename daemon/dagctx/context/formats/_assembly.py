@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context.content import block_text, json_text
 from dagctx.context.view import NO_RESULT, Item, View
 
@@ -175,6 +176,7 @@ def assemble(view: View, owners: frozenset[str] = frozenset()) -> tuple[list[Msg
         return cid
 
     for it in view.items:
+        stop_if_cancelled()  # SPEC §1.4: a cancelled render stops within one item
         if it.kind == "tool_call":
             if group is None or group.results_started or group.owner != it.owner:
                 close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context.content import block_text
 from dagctx.context.view import View
 
@@ -80,6 +81,7 @@ def _build(msgs: list[Msg], repairs: list[str]) -> tuple[list[dict[str, Any]], l
     out: list[dict[str, Any]] = []
     ids: list[list[str]] = []
     for m in msgs:
+        stop_if_cancelled()
         role = "assistant" if m.role == "assistant" else "user"
         blocks = _blocks(m)
         if not blocks:

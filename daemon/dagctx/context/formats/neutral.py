@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context.view import View
 
 from ._assembly import Msg, RenderFormat
@@ -15,6 +16,7 @@ def _build(msgs: list[Msg]) -> tuple[list[dict[str, Any]], list[list[str]]]:
     out: list[dict[str, Any]] = []
     ids: list[list[str]] = []
     for m in msgs:
+        stop_if_cancelled()
         blocks = [dict(b) for b in m.blocks if not (b.get("type") == "text" and not b.get("text"))]
         if not blocks:
             continue

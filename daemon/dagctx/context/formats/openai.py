@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context.content import block_text, json_text
 from dagctx.context.view import View
 
@@ -49,6 +50,7 @@ def _build(view: View, msgs: list[Msg], include_system: bool) -> tuple[list[dict
         out.append({"role": "system", "content": view.system})
         ids.append([view.system_node] if view.system_node else [])
     for m in msgs:
+        stop_if_cancelled()
         if m.role == "tool":
             for b, nid in zip(m.blocks, m.node_ids, strict=True):
                 content = b["content"] if isinstance(b["content"], str) else plain(b["content"])
