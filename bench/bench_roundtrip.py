@@ -1,6 +1,6 @@
 """Round trips through the daemon against a bare msgspec loop, and startup time.
 
-Run: python bench/bench_roundtrip.py [--requests N] [--window W] [--startups K] [--rounds R] [--via serve|standalone]
+Run: python bench/bench_roundtrip.py [--requests N] [--window W] [--startups K] [--runs R] [--via serve|standalone]
 
 ``--via serve`` (the default) drives the daemon the way every client does: through a
 ``dagctx serve`` forwarder to the shared per-user daemon (a private one for this run);
@@ -13,8 +13,11 @@ Run: python bench/bench_roundtrip.py [--requests N] [--window W] [--startups K] 
 
 Both servers are driven by the same minimal framing client (``RawPeer``), so the
 ratio is the daemon's own overhead (dispatch, msgspec params/result Structs, the
-SQL behind ``session/list``). Daemon and bare loop alternate in rounds and each
-keeps its best round, so load from other processes hits both alike.
+SQL behind ``session/list``). Daemon and bare loop alternate within each of three
+runs (``--runs``), so load from other processes hits both alike; every row prints the
+median of the runs and the median of the runs' ratios. Through ``dagctx serve`` a
+second forwarder with ``DAGCTX_HANDOFF=0`` (relaying bytes itself instead of handing
+the client's stdio to the daemon, SPEC §1.3) is measured beside it.
 Goals (issue #25): ≥ 0.8× the bare loop sequential, ≥ 0.5× pipelined, through ``dagctx serve``.
 """
 
@@ -183,10 +186,10 @@ async def startup(argv: list[str], db: str | None) -> float:
 
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=5000)
+    ap.add_argument("--requests", type=int, default=1500, help="sequential requests per run (pipelined: 3×)")
     ap.add_argument("--window", type=int, default=200)
     ap.add_argument("--startups", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=3, help="runs; each row prints the median of them")
     ap.add_argument("--via", choices=("serve", "standalone"), default="serve")
     args = ap.parse_args()
 
@@ -203,57 +206,58 @@ async def main() -> None:
     await daemon.call("initialize", init_params(db))
     for i in range(20):
         await daemon.call("session/create", {"title": f"s{i}"})
+    peers = {"daemon": daemon}
+    if args.via == "serve":  # the same forwarder relaying bytes itself (no stdio hand-off)
+        os.environ["DAGCTX_HANDOFF"] = "0"
+        relay = await RawPeer.start([*via, "--db", db])
+        del os.environ["DAGCTX_HANDOFF"]
+        await relay.call("initialize", init_params(db))
+        peers["relayed"] = relay
     bare = await RawPeer.start(BARE)
     await bare.call("initialize", init_params(None))
+    peers["bare"] = bare
 
-    # Alternate daemon and bare loop in rounds and keep each one's best round, so
-    # background load on the machine hits both sides alike.
-    rows: list[tuple[str, float, float]] = []
     listed = msgspec.json.decode(await daemon.call("session/list", {"limit": 1}))
     sid = listed["sessions"][0]["sessionId"]
-    per_round = max(1, args.requests // args.rounds)
-    cpu: dict[tuple[str, str], list[float]] = {}  # (row name, server) → [cpu seconds, requests]
-
-    async def timed(name: str, server: str, peer: RawPeer, coro_fn: Any, n: int) -> float:
-        c0 = cpu_seconds(peer.proc.pid)
-        rate = await coro_fn()
-        acc = cpu.setdefault((name, server), [0.0, 0])
-        acc[0] += cpu_seconds(peer.proc.pid) - c0
-        acc[1] += n
-        return rate
-
+    n_seq, n_pip = args.requests, args.requests * 3
+    #: (row, server) → rate of each run; the servers alternate inside a run, so load
+    #: from other processes hits them alike
+    rates: dict[tuple[str, str], list[float]] = {}
+    rows: list[str] = []
     for method, params in (("session/list", {"limit": 1}), ("session/get", {"sessionId": sid})):
-        seq_d, seq_b, pip_d, pip_b = [], [], [], []
         sname, pname = f"sequential {method}", f"pipelined x{args.window} {method}"
-        for _ in range(args.rounds):
-            n_seq = per_round + min(200, per_round)
-            n_pip = per_round * 3 + args.window
-            seq_d.append(await timed(sname, "daemon", daemon,
-                                     lambda: sequential(daemon, method, params, per_round), n_seq))
-            seq_b.append(await timed(sname, "bare", bare,
-                                     lambda: sequential(bare, method, params, per_round), n_seq))
-            pip_d.append(await timed(pname, "daemon", daemon,
-                                     lambda: pipelined(daemon, method, params, per_round * 3, args.window), n_pip))
-            pip_b.append(await timed(pname, "bare", bare,
-                                     lambda: pipelined(bare, method, params, per_round * 3, args.window), n_pip))
-        rows.append((sname, max(seq_d), max(seq_b)))
-        rows.append((pname, max(pip_d), max(pip_b)))
+        rows += [sname, pname]
+        for _ in range(args.runs):
+            for server, peer in peers.items():
+                rates.setdefault((sname, server), []).append(await sequential(peer, method, params, n_seq))
+            for server, peer in peers.items():
+                rates.setdefault((pname, server), []).append(
+                    await pipelined(peer, method, params, n_pip, args.window))
     if args.via == "serve":
         await daemon.call("daemon/stop")
-    await daemon.close()
-    await bare.close()
+    for peer in peers.values():
+        await peer.close()
 
+    med = statistics.median
     print(f"through {'dagctx serve (forwarder → shared daemon)' if args.via == 'serve' else 'serve --standalone'}")
-    print(f"round trips, requests/s (best of {args.rounds} alternating rounds; "
-          f"{per_round} sequential / {per_round * 3} pipelined each)")
-    print(f"  {'':34} {'daemon':>10} {'bare loop':>10} {'ratio':>7}  goal      server CPU/request")
-    for name, d, b in rows:
+    print(f"round trips, requests/s: median of {args.runs} runs ({n_seq} sequential / {n_pip} pipelined "
+          "requests each; the servers alternate within a run); ratio = median of the runs' ratios")
+    head = f"  {'':34} {'daemon':>9} {'bare loop':>10} {'ratio':>6}  goal"
+    if "relayed" in peers:
+        head += "          relayed (no hand-off) ratio"
+    print(head)
+    for name in rows:
         goal = 0.8 if name.startswith("sequential") else 0.5
-        mark = "ok   " if d / b >= goal else "BELOW"
-        cd, nd = cpu[(name, "daemon")]
-        cb, nb = cpu[(name, "bare")]
-        print(f"  {name:34} {d:10,.0f} {b:10,.0f} {d / b:7.2f}  >={goal} {mark}  "
-              f"daemon {cd / nd * 1e6:5.1f} us, bare {cb / nb * 1e6:4.1f} us")
+        d, b = rates[(name, "daemon")], rates[(name, "bare")]
+        ratio = med([x / y for x, y in zip(d, b)])
+        line = (f"  {name:34} {med(d):9,.0f} {med(b):10,.0f} {ratio:6.2f}  >={goal} "
+                f"{'ok   ' if ratio >= goal else 'BELOW'}")
+        if "relayed" in peers:
+            r = rates[(name, "relayed")]
+            line += f"  {med(r):9,.0f} {med([x / y for x, y in zip(r, b)]):6.2f}"
+        print(line)
+        print(f"  {'':34} runs: daemon {', '.join(f'{x:,.0f}' for x in d)}; "
+              f"bare {', '.join(f'{x:,.0f}' for x in b)}")
 
     times: dict[str, list[float]] = {"daemon": [], "bare loop": [], "bare pygls": []}
     for i in range(args.startups):

@@ -10,7 +10,7 @@ of what it was sent) and prints:
 * ``reduction``: time inside the reduction minus the time inside the summarizer, and
   ``prepare``: the whole first prepare (aging plan and system prompt included) minus
   the summarizer, each against one cold render of the same head (fresh engine, no
-  cache), best of three runs each — goal ≤ 2×; ``warm``: a second prepare of the same head (everything from
+  cache), medians of three runs each (the cold render measured in the same run) — goal ≤ 2×; ``warm``: a second prepare of the same head (everything from
   the carried reductions);
 * ``stable``: over 20 consecutive steps appended to the turn, each followed by a
   prepare, the mean share of each request's tokens that is a byte-identical prefix
@@ -33,6 +33,7 @@ import asyncio
 import os
 import re
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -130,7 +131,7 @@ def cold_render(path: str, sid: str, model: str) -> float:
         eng.views.render(sid, fmt="openai", model=model, use_cache=False)
         times.append(time.perf_counter() - t)
         eng.close()
-    return min(times)
+    return statistics.median(times)
 
 
 def copy_db(path: str, tag: str) -> str:
@@ -158,13 +159,13 @@ def measure(path: str, sid: str, model: str, steps: int, start: int) -> str:
     unreduced = probe.views.render(sid, fmt="openai", model=model, remember=False, use_cache=False).total
     probe.close()
     runs = []
-    for k in range(3):  # best of three runs, each on a fresh copy (no cached summaries)
+    for k in range(3):  # three runs, each on a fresh copy (no cached summaries); medians printed
         red_s, whole, calls, p, eng, peer = first_prepare(copy_db(path, f"run{k}"), sid, model)
         runs.append((red_s, whole))
         if k < 2:
             eng.close()
-    reduction = min(r[0] for r in runs)  # the least disturbed run (the machine is shared)
-    first = min(r[1] for r in runs)
+    reduction = statistics.median(r[0] for r in runs)
+    first = statistics.median(r[1] for r in runs)
     t = time.perf_counter()
     prepare(eng, sid, model)
     warm = time.perf_counter() - t

@@ -11,24 +11,27 @@ Architecture Invariant: no I/O here; the views stay pure (a check only raises).
 
 from __future__ import annotations
 
-import threading
 from contextvars import ContextVar
 
 from dagctx.protocol.errors import DagctxError
 
 
 class CancelToken:
-    __slots__ = ("_event",)
+    """Set once by ``cancel`` (any thread), read by checkpoints (any thread). A plain flag:
+    nobody waits on it, and one is made per request (an ``Event`` costs a lock and a
+    condition each)."""
+
+    __slots__ = ("_set",)
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        self._set = False
 
     def cancel(self) -> None:
-        self._event.set()
+        self._set = True
 
     @property
     def cancelled(self) -> bool:
-        return self._event.is_set()
+        return self._set
 
 
 CURRENT: ContextVar[CancelToken | None] = ContextVar("dagctx_cancel", default=None)

@@ -2,9 +2,14 @@
 
 The editor (or agent, or CLI) still spawns ``dagctx serve`` and speaks JSON-RPC on its
 stdio; this process connects to the user's daemon (starting it when there is none,
-``dagctx.protocol.transport``), sends one ``$/dagctx/attach`` frame naming the client's
-working directory and database — the daemon's environment is not the client's — and
-then relays bytes both ways (SPEC §1.3).
+``dagctx.protocol.transport``) and sends one ``$/dagctx/attach`` frame naming the client's
+working directory and database — the daemon's environment is not the client's (SPEC §1.3).
+
+When the client's stdin and stdout are pipes or sockets (an editor, an agent, a test
+harness), the attach frame carries them (``SCM_RIGHTS``): the daemon reads and writes
+the client's own pipes, and every request skips this process — two hops and two copies
+fewer per round trip. This process then only waits on the socket for the closing frame.
+Otherwise (a terminal, a file) it relays bytes both ways.
 
 Towards the client it reads frame boundaries only, to swallow the daemon's last frame,
 ``$/dagctx/closing {code}``: the forwarder exits with that code (0 after
@@ -21,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import sys
 import threading
 import time
@@ -157,6 +163,8 @@ class _Outbound:
             out.append(self.header + body)
 
     def _write(self, chunks: list[bytes | memoryview]) -> None:
+        if self.fd < 0:  # handed off: the client's stdout is the daemon's to write
+            return
         while chunks:
             n = os.writev(self.fd, chunks[:512])
             while chunks and n >= len(chunks[0]):
@@ -164,6 +172,40 @@ class _Outbound:
                 chunks.pop(0)
             if n:
                 chunks[0] = memoryview(chunks[0])[n:]
+
+
+def _handoff_fds() -> tuple[int, int] | None:
+    """The client's stdin and stdout, when the daemon can take them over (SPEC §1.3):
+    both pipes or sockets, and two different ones. A terminal, a file or one socket on
+    both (and ``DAGCTX_HANDOFF=0``) are relayed by this process instead."""
+    if os.environ.get("DAGCTX_HANDOFF", "1") == "0" or not hasattr(socket, "send_fds"):
+        return None
+    try:
+        fd_in, fd_out = sys.stdin.fileno(), sys.stdout.fileno()
+        st_in, st_out = os.fstat(fd_in), os.fstat(fd_out)
+    except (OSError, ValueError, AttributeError):
+        return None
+    for st in (st_in, st_out):
+        if not (stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
+            return None
+    if os.path.samestat(st_in, st_out):
+        return None
+    return fd_in, fd_out
+
+
+def _let_go(fds: tuple[int, int]) -> None:
+    """After the hand-off this process holds the client's pipes no longer: the client sees
+    its stdout end when the daemon closes it, and its stdin is read by the daemon only."""
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+    except OSError:
+        return
+    for fd in fds:
+        try:
+            os.dup2(null, fd)
+        except OSError:
+            pass
+    os.close(null)
 
 
 def run_forwarder(database: str | None, max_frame_bytes: int | None = None) -> int:
@@ -187,9 +229,17 @@ def run_forwarder(database: str | None, max_frame_bytes: int | None = None) -> i
             **({"maxFrameBytes": max_frame_bytes} if max_frame_bytes else {}),
         },
     }
-    sock.sendall(_frame(attach))
-    threading.Thread(target=_pump_in, args=(sock, sys.stdin.fileno()), daemon=True).start()
-    out = _Outbound(sys.stdout.fileno())
+    fds = _handoff_fds()
+    if fds is not None:
+        # The daemon reads the client's stdin and writes its stdout itself: this process
+        # only waits for the closing frame (or the daemon's death) on the socket.
+        socket.send_fds(sock, [_frame(attach)], list(fds))
+        _let_go(fds)
+        out = _Outbound(-1)
+    else:
+        sock.sendall(_frame(attach))
+        threading.Thread(target=_pump_in, args=(sock, sys.stdin.fileno()), daemon=True).start()
+        out = _Outbound(sys.stdout.fileno())
     buf = bytearray(CHUNK)
     try:
         while True:

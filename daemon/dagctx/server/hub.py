@@ -30,6 +30,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -170,6 +171,9 @@ class Hub:
         #: database key → when its last connection left
         self._unused_since: dict[str, float] = {}
         self._release: asyncio.TimerHandle | None = None
+        #: calls posted to the loop by other threads (``post``), run in order
+        self._posted: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._post_armed = False
 
     # ------------------------------------------------------------ running
 
@@ -189,8 +193,35 @@ class Hub:
         """Run ``fn`` on the event loop (now when already there; else thread-safely)."""
         if self.on_loop() or self.loop is None:
             fn(*args)
-        elif not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(fn, *args)
+        else:
+            self.post(fn, *args)
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """From any thread: run ``fn`` on the loop soon, in posting order. Calls posted
+        while the loop has not yet run the earlier ones share one wake-up of the loop, so
+        a worker finishing a run of small requests costs the loop one wake-up, not one
+        per answer."""
+        loop = self.loop
+        if loop is None:
+            fn(*args)
+            return
+        self._posted.append((fn, args))
+        if not self._post_armed:
+            self._post_armed = True
+            try:
+                loop.call_soon_threadsafe(self._run_posted)
+            except RuntimeError:  # the loop is closed: the daemon is ending
+                self._post_armed = False
+
+    def _run_posted(self) -> None:
+        self._post_armed = False  # first: a call posted from now on arms a new wake-up
+        posted = self._posted
+        while posted:
+            fn, args = posted.popleft()
+            try:
+                fn(*args)
+            except Exception:  # one failing callback never costs the others
+                log.exception("callback %r failed on the loop", fn)
 
     def request_stop(self, why: str) -> None:
         if self.stopped is not None and not self.stopped.done():

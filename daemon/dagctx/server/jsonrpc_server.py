@@ -207,8 +207,12 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
 
     def _on_shutdown(self, p: Any) -> None:
         self.shutting_down = True
+        # A shutdown that waited for the ordered requests before it runs in a task of its
+        # own: it cancels what is still in flight, never itself (it is answered).
+        me = asyncio.current_task()
         for fut in list(self._request_futures.values()):
-            fut.cancel()
+            if fut is not me:
+                fut.cancel()
         return None
 
     def _on_subscribe(self, p: m.SessionRef) -> m.SubscribeResult:

@@ -36,12 +36,74 @@ log = logging.getLogger("dagctx.server")
 DEFAULT_WORKERS = 4
 
 
+_PENDING, _RUNNING, _CANCELLED, _FINISHED = range(4)
+
+
+class Done:
+    """The outcome of one job submitted with ``on_done`` — the few ``Future`` methods the
+    server reads, without ``Future``'s lock and condition (one per request otherwise).
+    ``on_done`` is called exactly once, in the thread that settled the job: the worker,
+    or whoever dropped it while queued (``cancel_queued``, ``forget``, ``shutdown``)."""
+
+    __slots__ = ("_state", "_value", "_exc", "_on_done")
+
+    def __init__(self, on_done: Callable[[Done], Any]) -> None:
+        self._state = _PENDING
+        self._value: Any = None
+        self._exc: BaseException | None = None
+        self._on_done: Callable[[Done], Any] | None = on_done
+
+    def set_running_or_notify_cancel(self) -> bool:
+        if self._state == _CANCELLED:
+            return False
+        self._state = _RUNNING
+        return True
+
+    def _settle(self, state: int) -> None:
+        self._state = state
+        on_done, self._on_done = self._on_done, None
+        if on_done is not None:
+            try:
+                on_done(self)
+            except Exception:  # noqa: BLE001 - a waiter's bug never kills the worker
+                log.exception("a job's completion callback failed")
+
+    def set_result(self, value: Any) -> None:
+        self._value = value
+        self._settle(_FINISHED)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._exc = exc
+        self._settle(_FINISHED)
+
+    def cancel(self) -> bool:
+        if self._state != _PENDING:
+            return False
+        self._settle(_CANCELLED)
+        return True
+
+    def cancelled(self) -> bool:
+        return self._state == _CANCELLED
+
+    def done(self) -> bool:
+        return self._state in (_CANCELLED, _FINISHED)
+
+    def exception(self) -> BaseException | None:
+        return self._exc
+
+    def result(self) -> Any:
+        if self._exc is not None:
+            raise self._exc
+        return self._value
+
+
 class _Job:
     __slots__ = ("fn", "future", "lane", "hold")
 
-    def __init__(self, fn: Callable[[], Any], lane: _Lane, hold: bool) -> None:
+    def __init__(self, fn: Callable[[], Any], lane: _Lane, hold: bool | Callable[[Any], bool],
+                 on_done: Callable[[Done], Any] | None = None) -> None:
         self.fn = fn
-        self.future: Future[Any] = Future()
+        self.future: Future[Any] | Done = Future() if on_done is None else Done(on_done)
         self.lane = lane
         self.hold = hold
 
@@ -54,7 +116,7 @@ class _Lane:
         self.queue: deque[_Job] = deque()
         self.busy = False
         #: the future of the job that returned but still holds the lane
-        self.held: Future[Any] | None = None
+        self.held: Any = None
 
 
 class FairPool:
@@ -69,33 +131,53 @@ class FairPool:
         self._ready: deque[_Lane] = deque()
         self._threads: list[threading.Thread] = []
         self._idle = 0
+        #: wake-ups issued (notified or started threads) not yet taken up by a worker
+        self._signalled = 0
         self._running = 0
         self._closed = False
 
     # ------------------------------------------------------------ submitting
 
-    def submit(self, lane: Hashable, fn: Callable[[], Any], *, hold: bool = False) -> Future[Any]:
+    def submit(self, lane: Hashable, fn: Callable[[], Any], *,
+               hold: bool | Callable[[Any], bool] = False,
+               on_done: Callable[[Done], Any] | None = None) -> Any:
         """Queue ``fn`` on ``lane``; its future completes with ``fn()``. With ``hold`` the
-        lane stays busy after ``fn`` returned until ``release(lane)``."""
+        lane stays busy after ``fn`` returned until ``release(lane)``; ``hold`` may be a
+        predicate of the result (hold only when the answer is not finished yet), so a
+        lane of finished answers runs its next job at once in the same worker, without
+        waiting for the loop to release it. With ``on_done`` the answer is a lock-free
+        ``Done`` that calls it once settled, instead of a ``concurrent.futures.Future``."""
         with self._cv:
             if self._closed:
                 raise RuntimeError("the work pool is closed")
             ln = self._lanes.get(lane)
             if ln is None:
                 ln = self._lanes[lane] = _Lane(lane)
-            job = _Job(fn, ln, hold)
+            job = _Job(fn, ln, hold, on_done)
             ln.queue.append(job)
             if not ln.busy and len(ln.queue) == 1:
                 self._ready.append(ln)
-            if self._idle:
-                self._cv.notify()
-            elif len(self._threads) < self.workers:
-                t = threading.Thread(target=self._work, name=f"{self.name}-{len(self._threads) + 1}", daemon=True)
-                self._threads.append(t)
-                t.start()
+                self._wake_locked(0)
             return job.future
 
-    def release(self, lane: Hashable, future: Future[Any]) -> None:
+    def _wake_locked(self, taken: int) -> None:
+        """A lane became ready: wake an idle worker for it, or start one, unless enough
+        workers are already on their way (``taken``: 1 when the caller is a worker about
+        to take the next ready lane itself). A job queued behind a busy lane wakes
+        nobody: only one job of a lane runs at a time, and its worker takes the next."""
+        if len(self._ready) <= self._signalled + taken:
+            return
+        if self._idle > self._signalled:
+            self._signalled += 1
+            self._cv.notify()
+        elif len(self._threads) < self.workers:
+            t = threading.Thread(target=self._work, args=(True,), name=f"{self.name}-{len(self._threads) + 1}",
+                                 daemon=True)
+            self._threads.append(t)
+            self._signalled += 1
+            t.start()
+
+    def release(self, lane: Hashable, future: Any) -> None:
         """The held job ``future`` of ``lane`` is finished: the lane's next job may run.
         A job that did not hold its lane (it failed, or was cancelled) is ignored."""
         with self._cv:
@@ -105,7 +187,7 @@ class FairPool:
             ln.held = None
             self._done_locked(ln)
 
-    def cancel_queued(self, lane: Hashable, future: Future[Any]) -> bool:
+    def cancel_queued(self, lane: Hashable, future: Any) -> bool:
         """Drop a job that has not started; True when it was dropped."""
         with self._cv:
             ln = self._lanes.get(lane)
@@ -155,22 +237,25 @@ class FairPool:
 
     # ------------------------------------------------------------ workers
 
-    def _done_locked(self, ln: _Lane) -> None:
+    def _done_locked(self, ln: _Lane, by_worker: bool = False) -> None:
         ln.busy = False
         if ln.queue:
             self._ready.append(ln)
-            if self._idle:
-                self._cv.notify()
+            self._wake_locked(1 if by_worker else 0)
         else:
             self._lanes.pop(ln.key, None)
 
-    def _work(self) -> None:
+    def _work(self, started: bool = False) -> None:
+        if started:
+            with self._cv:
+                self._signalled -= 1
         while True:
             with self._cv:
                 while not self._ready and not self._closed:
                     self._idle += 1
-                    self._cv.wait()
+                    self._cv.wait()  # woken by notify() only: one signal taken up
                     self._idle -= 1
+                    self._signalled = max(0, self._signalled - 1)
                 if self._closed and not self._ready:
                     return
                 ln = self._ready.popleft()
@@ -183,20 +268,21 @@ class FairPool:
                 except BaseException as exc:  # handed to whoever waits; the worker lives on
                     with self._cv:
                         self._running -= 1
-                        self._done_locked(ln)
+                        self._done_locked(ln, by_worker=True)
                     job.future.set_exception(exc)
                 else:
                     with self._cv:  # held before anyone can hear of the result and release
                         self._running -= 1
-                        if job.hold:
+                        hold = job.hold
+                        if hold is True or (hold is not False and hold(result)):
                             ln.held = job.future
                         else:
-                            self._done_locked(ln)
+                            self._done_locked(ln, by_worker=True)
                     job.future.set_result(result)
             else:
                 with self._cv:
                     self._running -= 1
-                    self._done_locked(ln)
+                    self._done_locked(ln, by_worker=True)
             job = result = None  # type: ignore[assignment]  # drop references before waiting again
 
     def shutdown(self) -> None:

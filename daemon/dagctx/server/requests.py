@@ -69,6 +69,13 @@ class _Encoded:
         self.data = data
 
 
+def _unfinished(result: Any) -> bool:
+    """A job's result the loop must still finish (a coroutine): its lane stays held until
+    then. A framed answer frees the lane at once, so the worker runs the lane's next
+    request without waiting for the loop (the answers reach the loop in order)."""
+    return not isinstance(result, _Encoded)
+
+
 class RequestRunner:
     """The request half of a connection (mixed into ``DagctxProtocol``, whose state it reads)."""
 
@@ -149,13 +156,15 @@ class RequestRunner:
                 done.add_done_callback(self._in_lane.discard)
             try:
                 pool = self.pool
-                cf = pool.submit(lane, lambda: ctx.run(self._call, msg_id, method, handler, params), hold=not background)
+                # the answers of a run of requests reach the loop with one wake-up (Hub.post)
+                cf = pool.submit(lane, lambda: ctx.run(self._call, msg_id, method, handler, params),
+                                 hold=False if background else _unfinished,
+                                 on_done=lambda f: self.hub.post(self._ran, msg_id, method, params, pool, lane, f,
+                                                                 done))
             except RuntimeError:  # the pool is closed: the daemon is stopping
                 done.cancel()
                 return
             self._jobs[msg_id] = (pool, lane, cf)
-            cf.add_done_callback(lambda f: loop.call_soon_threadsafe(self._ran, msg_id, method, params, pool, lane, f,
-                                                                     done))
 
         done.add_done_callback(lambda f, i=msg_id, mth=method, p=params: self._request_done(i, mth, f, p))
         if waits or (not background and self._backlog):
@@ -217,14 +226,12 @@ class RequestRunner:
                 done.cancel()
             return
         exc = cf.exception()
-        if exc is not None:
-            pool.release(lane, cf)
+        if exc is not None:  # a job that failed never holds its lane
             if not done.done():
                 done.set_exception(exc)
             return
         result = cf.result()
-        if isinstance(result, _Encoded):
-            pool.release(lane, cf)
+        if isinstance(result, _Encoded):  # a finished answer never holds its lane (``_unfinished``)
             if not done.done():
                 done.set_result(result)
             return

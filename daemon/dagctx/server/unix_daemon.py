@@ -62,8 +62,69 @@ class SocketWriter:
         self.transport.close()
 
 
+#: The forwarder's closing frame, as it recognises it (``forward.CLOSING_MARK``).
+CLOSING_MARK = b'"$/dagctx/closing"'
+#: Seconds the client's stdout gets to take the last answers before a handed-off
+#: connection is closed anyway.
+FLUSH_SECONDS = 10.0
+
+
+class _ClientIn(asyncio.Protocol):
+    """The client's stdin, handed off by its forwarder: frames in."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def data_received(self, data: bytes) -> None:
+        proto = self.conn.proto
+        if proto is not None:
+            proto.feed(data)
+
+    def eof_received(self) -> bool | None:
+        self.conn.client_gone()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn.client_gone()
+
+
+class _ClientOut(asyncio.BaseProtocol):
+    """The client's stdout, handed off by its forwarder: answers out."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(None)
+        if exc is not None:  # the client's end is closed: it is gone
+            self.conn.client_gone()
+
+
+class HandoffWriter(SocketWriter):
+    """Answers onto the client's own stdout; the closing frame goes to the forwarder's
+    socket instead, once every answer before it is out (SPEC §1.3)."""
+
+    def __init__(self, transport: asyncio.WriteTransport, limit: int, on_overflow: Any, conn: Connection) -> None:
+        super().__init__(transport, limit, on_overflow)
+        self.conn = conn
+
+    def write(self, data: bytes) -> None:
+        if len(data) < 400 and CLOSING_MARK in data:
+            end = data.find(b"\r\n\r\n")
+            if end >= 0 and CLOSING_MARK in data[end + 4 : end + 68]:
+                self.conn.closing = data
+                return
+        super().write(data)
+
+
 class Connection(asyncio.Protocol):
-    """One accepted socket ↔ one ``DagctxProtocol``."""
+    """One accepted socket ↔ one ``DagctxProtocol``.
+
+    The socket's first read may carry the client's stdin and stdout (``SCM_RIGHTS``),
+    handed off by a forwarder (SPEC §1.3): then the frames travel on those pipes and
+    the socket only carries the closing frame, and its end tells the forwarder died."""
 
     def __init__(self, hub: Hub, config: DaemonConfig, max_queue: int) -> None:
         self.hub = hub
@@ -71,6 +132,14 @@ class Connection(asyncio.Protocol):
         self.max_queue = max_queue
         self.proto: DagctxProtocol | None = None
         self.transport: asyncio.Transport | None = None
+        self._peek: socketlib.socket | None = None
+        #: the client's pipes once handed off
+        self.pipe_in: asyncio.ReadTransport | None = None
+        self.pipe_out: asyncio.WriteTransport | None = None
+        self.out_proto: _ClientOut | None = None
+        #: the closing frame of a handed-off connection, sent on the socket last
+        self.closing: bytes | None = None
+        self._ending = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -78,8 +147,98 @@ class Connection(asyncio.Protocol):
         proto: DagctxProtocol = DagctxServer(self.config, self.hub).protocol  # type: ignore[assignment]
         self.proto = proto
         proto.set_writer(SocketWriter(transport, self.max_queue, self._overflow))
-        proto.on_finish = lambda code: transport.close()
+        proto.on_finish = self._finished
         log.info("connection %s opened", proto.connection_id)
+        # The first read is ours: it may carry file descriptors, which a transport's
+        # recv() would drop. The transport reads everything after it.
+        sock = transport.get_extra_info("socket")
+        try:
+            self._peek = socketlib.fromfd(sock.fileno(), socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+        except (OSError, AttributeError):
+            return
+        transport.pause_reading()
+        asyncio.get_running_loop().add_reader(self._peek.fileno(), self._first_read)
+
+    def _first_read(self) -> None:
+        peek = self._peek
+        assert peek is not None and self.transport is not None
+        try:
+            data, fds, _, _ = socketlib.recv_fds(peek, 1 << 20, 2)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, fds = b"", []
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(peek.fileno())
+        peek.close()
+        self._peek = None
+        if data:
+            self.data_received(data)
+        if len(fds) == 2 and self.proto is not None and self.proto.exit_code is None:
+            asyncio.ensure_future(self._take_over(fds[0], fds[1]))
+        else:
+            for fd in fds:
+                os.close(fd)
+        if not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    async def _take_over(self, fd_in: int, fd_out: int) -> None:
+        """Serve the client on its own pipes: answers first (nothing may be read before
+        there is somewhere to answer), then requests."""
+        loop = asyncio.get_running_loop()
+        proto = self.proto
+        try:
+            out_transport, out_proto = await loop.connect_write_pipe(
+                lambda: _ClientOut(self), os.fdopen(fd_out, "wb", buffering=0))
+            self.pipe_out, self.out_proto = out_transport, out_proto
+            if proto is None or self.proto is None or self._ending:
+                os.close(fd_in)
+                out_transport.close()
+                return
+            proto.set_writer(HandoffWriter(out_transport, self.max_queue, self._overflow, self))
+            in_transport, _ = await loop.connect_read_pipe(lambda: _ClientIn(self), os.fdopen(fd_in, "rb", buffering=0))
+            self.pipe_in = in_transport
+            if self._ending:
+                in_transport.close()
+        except (OSError, ValueError) as exc:
+            log.warning("connection %s: cannot take over the client's stdio (%s); closing it",
+                        proto.connection_id if proto else "?", exc)
+            for fd in (fd_in, fd_out):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            if proto is not None:
+                proto._finish(1, reason=f"the dagctx daemon could not take over this client's stdio: {exc}")
+
+    def client_gone(self) -> None:
+        """The client's stdin ended or its stdout closed: like EOF on a relayed socket."""
+        if self.proto is not None:
+            self.proto._finish(0)
+
+    def _finished(self, code: int) -> None:
+        """The connection ended (exit, EOF, a client gone, the daemon stopping)."""
+        assert self.transport is not None
+        self._ending = True
+        if self.pipe_out is None:  # relayed: the closing frame went on the socket
+            self.transport.close()
+            return
+        if self.pipe_in is not None:
+            self.pipe_in.close()
+        asyncio.ensure_future(self._flush_then_close())
+
+    async def _flush_then_close(self) -> None:
+        """Every answer out to the client, then the closing frame to the forwarder."""
+        assert self.pipe_out is not None and self.out_proto is not None and self.transport is not None
+        self.pipe_out.close()
+        try:
+            await asyncio.wait_for(asyncio.shield(self.out_proto.lost), FLUSH_SECONDS)
+        except asyncio.TimeoutError:
+            if not self.out_proto.lost.done():
+                self.pipe_out.abort()
+        if self.closing is not None and not self.transport.is_closing():
+            self.transport.write(self.closing)
+        self.transport.close()
 
     def _overflow(self, queued: int) -> None:
         assert self.proto is not None and self.transport is not None
@@ -92,20 +251,36 @@ class Connection(asyncio.Protocol):
         # dropped at once (a client that reads nothing would never let a closing frame
         # through); its forwarder finds the daemon alive and says it was dropped, not dead
         self.proto.exit_code = 1
+        self._abort_pipes()
         self.transport.abort()
+
+    def _abort_pipes(self) -> None:
+        self._ending = True
+        if self.pipe_in is not None:
+            self.pipe_in.close()  # a read pipe has nothing to drop
+        if self.pipe_out is not None and self.out_proto is not None and not self.out_proto.lost.done():
+            self.pipe_out.abort()
 
     def data_received(self, data: bytes) -> None:
         if self.proto is not None:
             self.proto.feed(data)
 
     def eof_received(self) -> bool | None:
-        # The client closed its end (EOF, like a closed editor): end the connection
-        # cleanly, telling the forwarder so (it exits 0).
+        # The client closed its end (EOF, like a closed editor) — or, handed off, its
+        # forwarder ended: end the connection cleanly, telling the forwarder so (it exits 0).
         if self.proto is not None:
             self.proto._finish(0)
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._peek is not None:
+            try:
+                asyncio.get_running_loop().remove_reader(self._peek.fileno())
+            except (OSError, ValueError):
+                pass
+            self._peek.close()
+            self._peek = None
+        self._abort_pipes()
         if self.proto is not None:
             log.info("connection %s closed", self.proto.connection_id)
             self.proto.connection_lost()
