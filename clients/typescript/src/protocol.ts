@@ -1133,6 +1133,8 @@ export interface ReplayResult {
   outputReserve?: number | null;
   /** @default null */
   usage?: Usage | null;
+  /** @default null */
+  tools?: Record<string, unknown>[] | null;
 }
 
 /** The turn's earlier steps replaced by one task summary for this request. */

@@ -40,6 +40,7 @@ from dagctx.protocol import context_messages as c
 from . import compaction_pipeline, turn_reduction
 from .heads import check_head
 from .turn_reduction import Built, protected_of
+from .views import recorded_tools
 from dagctx.context.formats import apply_turn_hooks
 
 if TYPE_CHECKING:
@@ -220,6 +221,8 @@ class ContextEngine:
         """The request is handed out: only now is its new system-prompt node written
         (SPEC §7: a refused request writes nothing)."""
         self.host.views.commit_system_prompt(p.session_id, result.render_id)
+        # what the engine decided, as it said it: recorded with the request (SPEC §6)
+        result.manifest["decisionPath"] = list(result.decision_path)
         return result
 
     # ------------------------------------------------------------ one build
@@ -307,6 +310,9 @@ class ContextEngine:
         r.manifest["tokens"] = estimate
         r.manifest["toolsTokens"] = raw_tools
         r.manifest["toolsHash"] = tools_hash(p.tools)
+        if p.tools and (p.frame is not None or recorded_tools(graph, head, r.manifest["toolsHash"]) is None):
+            # recorded once per branch while it stays the same (replay finds it, SPEC §6)
+            r.manifest["tools"] = p.tools
         r.record.total = estimate
         cache_break = views.cache_break(r, estimate, raw_tools)
         if cache_break is not None:

@@ -392,7 +392,20 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
             r.view.summary_id == manifest.get("summaryId")
         )
         return c.ReplayResult(node_id=node.id, system=r.system, messages=messages, reads=list(r.view.reads),
-                              manifest=manifest, exact=exact, **self._replay_extras(p.session_id, node, r))
+                              manifest=manifest, exact=exact, tools=self._replay_tools(graph, node, manifest),
+                              **self._replay_extras(p.session_id, node, r))
+
+    def _replay_tools(self, graph: SessionGraph, node: Call, manifest: dict[str, Any]) -> list[Any] | None:
+        """The tools schema a recorded request carried (SPEC §6, ``manifest.tools``): its
+        own, or — recorded once per branch while it stays the same — the nearest earlier
+        request's with the same ``toolsHash``; None for a manifest that recorded none."""
+        if "toolsHash" not in manifest:
+            return None
+        if not manifest.get("toolsHash"):
+            return []
+        if isinstance(manifest.get("tools"), list):
+            return manifest["tools"]
+        return recorded_tools(graph, node.predecessor or node.caller, manifest["toolsHash"])
 
     def _replay_extras(self, session_id: str, node: Call, r: Rendering) -> dict[str, Any]:
         """What a viewer of a replay needs beside the request: its token counts, which nodes
@@ -407,3 +420,26 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
             "usage": usage,
         }
 
+
+#: how many earlier requests of a branch the tools schema is looked for in
+TOOLS_LOOKBACK = 256
+
+
+def recorded_tools(graph: SessionGraph, start: str | None, tools_hash: str) -> list[Any] | None:
+    """The tools schema with hash ``tools_hash`` as the nearest request at or before
+    ``start`` recorded it (walking predecessors, else callers, over at most
+    ``TOOLS_LOOKBACK`` recorded requests), or None. ``context/prepare`` records a schema
+    only when this finds none, so a replay always finds the one its request carried."""
+    seen = 0
+    cur = start
+    visited: set[str] = set()
+    while cur is not None and cur in graph.nodes and cur not in visited and seen < TOOLS_LOOKBACK:
+        visited.add(cur)
+        n = graph.nodes[cur]
+        man = n.metadata.get("renderManifest") if n.role == "llm" else None
+        if isinstance(man, dict):
+            seen += 1
+            if man.get("toolsHash") == tools_hash and isinstance(man.get("tools"), list):
+                return man["tools"]
+        cur = n.predecessor or (n.caller if n.caller != graph.root_id else None)
+    return None

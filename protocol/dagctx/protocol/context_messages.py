@@ -354,6 +354,9 @@ class ReplayResult(_Result):
     output_reserve: int | None = None
     #: provider usage reported for this node (``usage/report``), when there is one
     usage: Usage | None = None
+    #: the tools schema the request carried (``context/prepare``'s ``tools``), exactly as
+    #: sent; null when its manifest recorded none (a render, or a call recorded before)
+    tools: list[dict[str, Any]] | None = None
 
 
 # ---------------------------------------------------------------- usage
