@@ -216,9 +216,9 @@ async def test_the_tools_a_request_carried_are_recorded_once_per_branch_and_repl
     for i, schema in enumerate([tools, tools, tools[:1], []]):
         u = await daemon.append(sid, "user", output=f"turn {i}", predecessor=head)
         prep = await daemon.prepare(sid, model="gpt-4o", format="openai", tools=schema)
-        assert prep.manifest["decisionPath"] == prep.decision_path
         llm = await daemon.append(sid, "llm", name="gpt-4o", output=f"answer {i}", predecessor=u.head,
                                   render_id=prep.render_id)
+        assert llm.node.metadata["decisionPath"] == prep.decision_path and "decisionPath" not in prep.manifest
         head = llm.node.id
         calls.append((llm.node.id, prep))
     # the first request recorded the schema, the second (the same) did not, the third (changed) did
@@ -226,4 +226,3 @@ async def test_the_tools_a_request_carried_are_recorded_once_per_branch_and_repl
     assert calls[0][1].manifest["toolsHash"] == calls[1][1].manifest["toolsHash"] != calls[2][1].manifest["toolsHash"]
     got = [(await daemon.replay(sid, nid)) for nid, _ in calls]
     assert [r.tools for r in got] == [tools, tools, tools[:1], []]
-    assert got[1].manifest["decisionPath"] == calls[1][1].decision_path

@@ -327,7 +327,8 @@ def test_the_request_view_is_context_replay(ui: Ui) -> None:
     assert page.locator("[data-testid=request-message]").count() == len(replay.messages)
     # the decision path is the engine's own, recorded when the request was handed out
     path = page.locator("[data-testid=decision-path] li").all_inner_texts()
-    assert path == PATHS[d["request"]] == replay.manifest["decisionPath"]
+    node = ui.call(lambda c: c.get_nodes(d["sid"], [d["request"]])).nodes[0]
+    assert path == PATHS[d["request"]] == node.metadata["decisionPath"]
     assert any(f"summary {d['summary']} replaces" in line for line in path)
     # the tools schema the request carried, recorded once for the branch, shown as sent
     assert replay.tools == TOOLS and "tools" not in replay.manifest  # the branch's first request recorded it

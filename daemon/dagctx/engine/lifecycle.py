@@ -221,8 +221,9 @@ class ContextEngine:
         """The request is handed out: only now is its new system-prompt node written
         (SPEC §7: a refused request writes nothing)."""
         self.host.views.commit_system_prompt(p.session_id, result.render_id)
-        # what the engine decided, as it said it: recorded with the request (SPEC §6)
-        result.manifest["decisionPath"] = list(result.decision_path)
+        # what the engine decided, as it said it: the call appended with this request records
+        # it (SPEC §6); not in the manifest, which is the same from any daemon (SPEC §8)
+        self.host.views.note_decision_path(result.render_id, result.decision_path)
         return result
 
     # ------------------------------------------------------------ one build

@@ -311,6 +311,12 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
         while len(self._by_session) > SESSIONS_REMEMBERED:
             self._by_session.pop(next(iter(self._by_session)))
 
+    def note_decision_path(self, render_id: str, path: list[str]) -> None:
+        """The request ``render_id`` was handed out with this decision path."""
+        rec = self._renders.get(render_id)
+        if rec is not None:
+            rec.decision_path = list(path)
+
     def forget(self, render_id: str) -> None:
         """Drop a render that was built but not handed out (a reduction attempt), so it is
         neither a ``renderId`` nor the previous render ``stablePrefix`` compares with."""

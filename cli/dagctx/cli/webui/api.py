@@ -195,8 +195,8 @@ class Api:
             "replay": _b(replay),
             "format": fmt,
             "categories": token_categories(replay, system_node),
-            "decisionPath": decision_path(replay),
-            "decisionPathRecorded": isinstance(replay.manifest.get("decisionPath"), list),
+            "decisionPath": decision_path(replay, node),
+            "decisionPathRecorded": isinstance(node.metadata.get("decisionPath"), list),
             "tools": replay.tools,
             "previous": None if prev is None else {"nodeId": prev_id, "diff": request_diff(prev, replay)},
             "usage": usage_view(replay),
@@ -356,12 +356,12 @@ def token_categories(replay: c.ReplayResult, system_node: Any = None) -> dict[st
     }
 
 
-def decision_path(replay: c.ReplayResult) -> list[str]:
+def decision_path(replay: c.ReplayResult, node: Any = None) -> list[str]:
     """The request's decision path: as the engine wrote it when it handed the request out
-    (``manifest.decisionPath``, SPEC §6) — else, for a call recorded without it, what its
-    manifest records, as sentences (aging, summary, reduction, checkpoint)."""
+    (the call's ``metadata.decisionPath``, SPEC §6) — else, for a call recorded without it,
+    what its manifest records, as sentences (aging, summary, reduction, checkpoint)."""
     man = replay.manifest
-    recorded = man.get("decisionPath")
+    recorded = node.metadata.get("decisionPath") if node is not None else None
     if isinstance(recorded, list) and all(isinstance(s, str) for s in recorded):
         return list(recorded) + ([] if replay.exact else
                                  ["replay differs from the recorded render: the branch changed under it"])
