@@ -654,6 +654,7 @@ def run(args: argparse.Namespace, tmp: str, path: str) -> None:
         ("warm GC off / floor", "", f"{nogc_med / floor_med:.2f}×", ""),
         ("cold / floor", "", f"{cold_med / floor_med:.2f}×", ""),
         ("end to end p50", ms(e2e["p50"]), f"{e2e['p50'] / warm_med:.2f}× warm", ""),
+        ("end to end p50 / floor", "", f"{e2e['p50'] / floor_med:.2f}×", "≤ 3×"),
         ("end to end p95", ms(e2e["p95"]), "", ""),
         ("render after one appended turn", ms(inc_med), f"{inc_med / inc_cold_med:.0%} of cold", "≤ 10 %"),
         ("", "", f"{inc_med / warm_med:.0%} of warm", ""),

@@ -112,6 +112,8 @@ def add_step(eng: EngineCore, sid: str, prev: str, i: int, model: str) -> str:
 
 def generated(eng: EngineCore, n: int = 300) -> tuple[str, str]:
     s = eng.session_create(m.SessionCreateParams(title="generated"))
+    if asyncio.iscoroutine(s):  # written by the database's writer (group commit)
+        s = asyncio.run(s)
     prev = append(eng, s.session_id, role="user", output="Fix every failing test under src/pkg", predecessor=s.head)
     for i in range(n):
         prev = add_step(eng, s.session_id, prev, i, "w32k")
@@ -201,6 +203,8 @@ def aging_effect(steps: int) -> None:
         path = os.path.join(tempfile.mkdtemp(prefix="dagctx-bench-tr-"), "a.db")
         eng = engine(path, aging=opts)
         s = eng.session_create(m.SessionCreateParams(title="aging"))
+        if asyncio.iscoroutine(s):
+            s = asyncio.run(s)
         head = append(eng, s.session_id, role="user", output="Fix every failing test", predecessor=s.head)
         for i in range(60):
             head = add_step(eng, s.session_id, head, i, "w128k")
@@ -209,6 +213,8 @@ def aging_effect(steps: int) -> None:
             head = add_step(eng, s.session_id, head, i, "w128k")
             t = time.perf_counter()
             r = eng.context_render(c.RenderParams(session_id=s.session_id, model="w128k", format="openai"))
+            if asyncio.iscoroutine(r):
+                r = asyncio.run(r)
             ms.append(time.perf_counter() - t)
             if i > 60:  # the first render has no previous render to share a prefix with
                 shares.append(r.stable_prefix.tokens / r.tokens.total if r.tokens.total else 0.0)

@@ -53,6 +53,12 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
+# Compiled byte code, cached outside the tree: this machine and CI set PYTHONDONTWRITEBYTECODE=1,
+# so every daemon a test spawned recompiled what it imported and every run re-rewrote every test
+# module's asserts (collection alone: 16 s of CPU without the cache, 8.5 s with it).
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/dagctx-tests/pycache}"
+
 "$PY" -m pip install -q --disable-pip-version-check -e ".[test]"
 
 # The TypeScript client (vscode-jsonrpc), built once; its node:test suite runs from pytest.

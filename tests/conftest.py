@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,24 @@ from dagctx.client import DagctxClient
 import pgserver
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _cache_byte_code() -> None:
+    """Compile once, not on every run: with PYTHONDONTWRITEBYTECODE set (as on this machine and
+    CI) pytest re-rewrites every test module's asserts and every daemon a test spawns recompiles
+    what it imports. The compiled files go to a cache folder, never into the tree; the spawned
+    daemons inherit the setting through the environment."""
+    if not (os.environ.get("PYTHONDONTWRITEBYTECODE") or sys.dont_write_bytecode):
+        return
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    prefix = os.environ.get("PYTHONPYCACHEPREFIX") or os.path.join(cache, "dagctx-tests", "pycache")
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    sys.dont_write_bytecode = False
+    sys.pycache_prefix = prefix
+
+
+_cache_byte_code()
 
 
 #: Where the shared transcript corpus is looked for when ``DAGCTX_CORPUS`` is not set.
@@ -59,11 +78,23 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         require_corpus()
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``-m "not slow"`` (the in-process tier) does not even import tests/integration: every
+    test there is ``slow``, and importing them (the MCP SDK, Playwright …) costs seconds."""
+    if config.getoption("markexpr", "") == "not slow" and collection_path == REPO / "tests" / "integration":
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tier the suite: everything under tests/integration drives real processes (``slow``)."""
+    """Tier the suite: everything under tests/integration drives real processes, and every test
+    that needs the PostgreSQL server talks to one (both ``slow``); the rest is the in-process tier."""
     integration = REPO / "tests" / "integration"
     for item in items:
-        if Path(str(item.fspath)).is_relative_to(integration):
+        callspec = getattr(item, "callspec", None)
+        on_pg = "pg_server" in getattr(item, "fixturenames", ()) or (
+            callspec is not None and callspec.params.get("database") == "postgresql")
+        if Path(str(item.fspath)).is_relative_to(integration) or on_pg:
             item.add_marker(pytest.mark.slow)
 
 
@@ -114,7 +145,7 @@ def pg_server():
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"CI needs PostgreSQL: {reason}")
         pytest.skip(reason)
-    server = pgserver.start_server()
+    server = pgserver.start_server(durable=False)
     try:
         yield server
     finally:

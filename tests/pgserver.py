@@ -63,6 +63,7 @@ class PgServer:
     socket_dir: Path
     user: pwd.struct_passwd | None
     port: int = 5432
+    durable: bool = True
 
     @property
     def admin_url(self) -> str:
@@ -103,7 +104,7 @@ class PgServer:
         subprocess.run(self._cmd([initdb, "-D", str(data), "--auth=trust", "-E", "UTF8", "--no-sync",
                                   "--locale=C"]), check=True, capture_output=True)
         opts = (f"-c listen_addresses='' -c unix_socket_directories='{self.socket_dir}' -p {self.port} "
-                "-c fsync=on -c max_connections=200 -c shared_buffers=32MB")
+                f"-c fsync={'on' if self.durable else 'off'} -c max_connections=200 -c shared_buffers=32MB")
         subprocess.run(self._cmd([pg_ctl, "-D", str(data), "-l", str(self.root / "log"), "-o", opts, "-w",
                                   "-t", "60", "start"]), check=True, capture_output=True)
 
@@ -114,12 +115,15 @@ class PgServer:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def start_server() -> PgServer:
+def start_server(*, durable: bool = True) -> PgServer:
+    """A throwaway server. ``durable=False`` turns fsync off: the suite never survives an
+    operating-system crash anyway, and with fsync on every DROP DATABASE waits for a checkpoint
+    (~2 s a test database under load). Benchmarks keep it on: commit latency is what they time."""
     root = Path(tempfile.mkdtemp(prefix="dagctx-pg-"))
     os.chmod(root, 0o755)
     sock = root / "sock"
     sock.mkdir()
-    server = PgServer(root=root, socket_dir=sock, user=_run_as())
+    server = PgServer(root=root, socket_dir=sock, user=_run_as(), durable=durable)
     try:
         server.start()
     except subprocess.CalledProcessError as exc:

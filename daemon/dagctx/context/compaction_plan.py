@@ -72,6 +72,7 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import SUMMARY_MARKER, SUMMARY_NAME, Call
 
 from .aging import owner_chain_id
+from .cancel import stop_if_cancelled
 from .references import distinctive_identifiers
 from .content import covers_of, json_text
 from .summary_choice import is_chain_member
@@ -224,6 +225,8 @@ def cut_decision(
     tail = [0] * (n + 1)
     msgs = [0] * (n + 1)
     for i in range(n - 1, -1, -1):
+        if not i & 1023:
+            stop_if_cancelled()  # SPEC §1.4: planning a compaction is cancellable
         tail[i] = tail[i + 1] + toks[i]
         msgs[i] = msgs[i + 1] + (1 if _is_conversation_message(items[i], graph) else 0)
     i_tok = max(i for i in range(n) if tail[i] >= target)
@@ -259,7 +262,10 @@ def cut_decision(
     cache: dict[str, str] = {}
     input_items = list(items[:cut])
     groups: list[str] = []
-    for it in input_items:
+    stop_if_cancelled()
+    for k, it in enumerate(input_items):
+        if not k & 1023:
+            stop_if_cancelled()
         if it.kind == "summary":
             prev_id = it.node_id
             prev_text = _strip_marker(it.text)
@@ -527,6 +533,7 @@ def split_stages(plan: CutPlan, max_input_tokens: int, count: Callable[[str], in
         cur, cur_tokens = [], 0
 
     for it in plan.input_items:
+        stop_if_cancelled()  # each item is a tokenization
         t = count(transcript_entry(it)) + 2
         if it.kind == "summary":
             cur.append(it)

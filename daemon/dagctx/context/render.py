@@ -138,6 +138,7 @@ from dagctx.ledger.graph import SessionGraph
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import SYSTEM_PROMPT_NAME, Call
 
+from .cancel import stop_if_cancelled
 from .content import blocks_text, covers_of, json_text, message_blocks, render_range, value_blocks
 from .render_items import ItemWriter
 from .summary_choice import active_summary, is_chain_member, select_system_node, summary_candidates
@@ -229,6 +230,7 @@ def render_view(
         open_ids = frozenset()
         chain = graph.chain(head)
         ref_seq = graph.get(head).seq
+    stop_if_cancelled()
 
     r = ItemWriter(
         graph,
@@ -240,6 +242,7 @@ def render_view(
         open_ids=open_ids,
     )
     chain = [n for n in chain if r.visible(n)]
+    stop_if_cancelled()
 
     # ---- summary substitution (per branch)
     active: Call | None = None
@@ -278,6 +281,7 @@ def render_view(
     else:
         i = begin
         while i < len(chain):
+            stop_if_cancelled()  # SPEC §1.4: a cancelled render stops within one turn
             if active is not None and i == seg[0]:
                 covered_users = sum(1 for n in chain[seg[0] : seg[1] + 1] if n.role == "user")
                 r.summary(active, covered_users)

@@ -56,7 +56,9 @@ class AgingPlans(TokenAccounting):
 
         stop_if_cancelled()
         boundary = aging.boundary_after_commit(view, graph, policy)
+        stop_if_cancelled()
         now = _turn_start(graph, view, policy.turn_unit)
+        stop_if_cancelled()
         def count(text: str) -> int:
             return self.count_text(text, tokenizer)
 

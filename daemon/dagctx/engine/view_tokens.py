@@ -62,7 +62,7 @@ class TokenAccounting:
         cache = self._tokens.get(key)
         seen = self._updates_seen.get(key, 0)
         if cache is None or len(graph.updates) < seen:
-            cache = self.e.store.token_counts(graph.session_id, tokenizer)
+            cache = self.e.store.token_counts(graph.session_id, tokenizer, tick=stop_if_cancelled)
             self._tokens[key] = cache
             seen = 0
         if len(graph.updates) > seen:
@@ -84,7 +84,7 @@ class TokenAccounting:
         upto, seen = self._refs_seen.get(sid, (-1, 0))
         newest = graph.by_seq[-1].seq if graph.by_seq else -1  # before reading: re-read, never skip
         if cache is None or len(graph.updates) < seen:  # first use, or the graph was reloaded
-            cache = self._refs[sid] = _interned(store.reference_lists(sid))
+            cache = self._refs[sid] = _interned(store.reference_lists(sid, tick=stop_if_cancelled))
         else:
             if newest > upto:
                 cache.update(_interned(store.reference_lists(sid, after_seq=upto)))
@@ -178,6 +178,11 @@ def _interned(lists: dict[str, list[str]]) -> dict[str, list[str]]:
     session's results, so a session of 10,000 results keeps one copy of its vocabulary
     (about a third of the memory of separate strings, measured on bench_aging_huge)."""
     intern = sys.intern
-    return {nid: [intern(r) for r in refs] for nid, refs in lists.items()}
+    out: dict[str, list[str]] = {}
+    for k, (nid, refs) in enumerate(lists.items()):
+        if not k & 511:
+            stop_if_cancelled()
+        out[nid] = [intern(r) for r in refs]
+    return out
 
 

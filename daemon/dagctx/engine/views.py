@@ -97,7 +97,11 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
     ) -> Rendering:
         # A render allocates ~15 containers per message, all acyclic and freed by
         # reference counting; letting the cyclic GC run in the middle of it rescans the
-        # retained renders again and again (up to 40 % of a 10k-node render).
+        # retained renders again and again (up to 40 % of a 10k-node render). What it
+        # allocated is frozen before the GC comes back: otherwise the first collection
+        # after it walks every one of them at once, holding the GIL for as long as a
+        # tenth of the render (half a second on a loaded machine), stalling every other
+        # connection and a cancel's answer. The daemon unfreezes and collects when idle.
         enabled = gc.isenabled()
         gc.disable()
         try:
@@ -110,6 +114,7 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
             )
         finally:
             if enabled:
+                gc.freeze()
                 gc.enable()
 
     def _render(

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -333,26 +333,36 @@ class Store(Appends):
 
     # ------------------------------------------------------------ derived caches
 
-    def token_counts(self, session_id: str, tokenizer: str) -> dict[str, tuple[int, int]]:
-        """Stored (input, output) token counts of every node for one tokenizer."""
+    def token_counts(self, session_id: str, tokenizer: str, *,
+                     tick: Callable[[], None] | None = None) -> dict[str, tuple[int, int]]:
+        """Stored (input, output) token counts of every node for one tokenizer; ``tick()``
+        is called every few hundred rows (the engine's cancellation check, SPEC §1.4)."""
         out: dict[str, tuple[int, int]] = {}
         with self.lock:
             rows = list(self.backend.token_rows(session_id))
-        for nid, blob in rows:
+        for k, (nid, blob) in enumerate(rows):
+            if tick is not None and not k & 511:
+                tick()
             got = decode_meta(blob).get(tokenizer)
             if got is not None:
                 out[nid] = (got[0], got[1])
         return out
 
-    def reference_lists(self, session_id: str, *, after_seq: int = -1,
-                        ids: Sequence[str] | None = None) -> dict[str, list[str]]:
+    def reference_lists(self, session_id: str, *, after_seq: int = -1, ids: Sequence[str] | None = None,
+                        tick: Callable[[], None] | None = None) -> dict[str, list[str]]:
         """Stored ranked references (code nodes, SPEC §8) of the nodes that have them:
-        every one, those with ``seq > after_seq``, or those of ``ids``."""
+        every one, those with ``seq > after_seq``, or those of ``ids``; ``tick()`` as in
+        ``token_counts``."""
         if ids is not None and not ids:
             return {}
         with self.lock:
             rows = list(self.backend.ref_rows(session_id, after_seq=after_seq, ids=ids))
-        return {nid: decode_refs(blob) for nid, blob in rows}
+        out: dict[str, list[str]] = {}
+        for k, (nid, blob) in enumerate(rows):
+            if tick is not None and not k & 511:
+                tick()
+            out[nid] = decode_refs(blob)
+        return out
 
     def fill_references(self, session_id: str, refs: dict[str, Sequence[str]]) -> None:
         """Keep references mined for nodes that had none stored (rows written before schema

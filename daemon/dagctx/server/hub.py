@@ -87,7 +87,7 @@ def _proc_status() -> tuple[int, int]:
     return rss, peak
 
 
-def _give_back_memory() -> None:
+def _give_back_memory(unfreeze: bool = False) -> None:
     """Empty the views' memo caches (``functools.lru_cache``s of dagctx modules: they only
     hold what can be recomputed), collect garbage and hand freed heap pages back to the
     system (glibc ``malloc_trim``)."""
@@ -101,6 +101,11 @@ def _give_back_memory() -> None:
         for value in list(vars(module).values()):
             if isinstance(value, functools._lru_cache_wrapper):
                 value.cache_clear()
+    if unfreeze:
+        # renders and big graph loads freeze what they allocated (engine/views.py, the
+        # store's graph cache) so no collection walks it mid-request; with no database
+        # open any more, one full collection may walk what is left of it
+        gc.unfreeze()
     gc.collect()
     try:
         import ctypes
@@ -320,7 +325,7 @@ class Hub:
         if closed:
             log.info("closed %d database(s) no client used for %g s: %s", len(closed), self.cache_idle,
                      ", ".join(closed))
-            _give_back_memory()
+            _give_back_memory(unfreeze=not self.shared.databases())
         self._arm_release()
 
     def _trim_soon(self) -> None:

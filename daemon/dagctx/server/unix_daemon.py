@@ -62,6 +62,9 @@ class SocketWriter:
         self.transport.close()
 
 
+#: Handed-off connections still writing their last answers and closing frame: a
+#: stopping daemon waits for them (bounded) before it exits.
+FLUSHING: set[asyncio.Future[None]] = set()
 #: The forwarder's closing frame, as it recognises it (``forward.CLOSING_MARK``).
 CLOSING_MARK = b'"$/dagctx/closing"'
 #: Seconds the client's stdout gets to take the last answers before a handed-off
@@ -196,6 +199,11 @@ class Connection(asyncio.Protocol):
                 out_transport.close()
                 return
             proto.set_writer(HandoffWriter(out_transport, self.max_queue, self._overflow, self))
+            # the attach frame came with the descriptors; a long one may still be arriving on
+            # the socket, and the client's requests are read only after it (its database, cwd)
+            deadline = loop.time() + FLUSH_SECONDS
+            while proto.attach is None and not self._ending and loop.time() < deadline:
+                await asyncio.sleep(0.005)
             in_transport, _ = await loop.connect_read_pipe(lambda: _ClientIn(self), os.fdopen(fd_in, "rb", buffering=0))
             self.pipe_in = in_transport
             if self._ending:
@@ -225,7 +233,9 @@ class Connection(asyncio.Protocol):
             return
         if self.pipe_in is not None:
             self.pipe_in.close()
-        asyncio.ensure_future(self._flush_then_close())
+        task = asyncio.ensure_future(self._flush_then_close())
+        FLUSHING.add(task)
+        task.add_done_callback(FLUSHING.discard)
 
     async def _flush_then_close(self) -> None:
         """Every answer out to the client, then the closing frame to the forwarder."""
@@ -351,6 +361,8 @@ async def _serve(path: str, config: DaemonConfig, idle_timeout: float | None, ma
     for conn in list(hub.connections.values()):
         conn._finish(1, reason=f"the dagctx daemon stopped ({why})")
     await asyncio.sleep(0)  # let the transports flush and close
+    if FLUSHING:  # handed-off clients get their last answers before the closing frame
+        await asyncio.wait(list(FLUSHING), timeout=FLUSH_SECONDS)
     await hub.close()
     log.warning("dagctx daemon %d stopped", os.getpid())
     return 0
