@@ -35,7 +35,7 @@ def is_summary(body: dict[str, Any]) -> bool:
                for m in body.get("messages", []))
 
 
-#: How dagctx's summarizer system prompt begins (SPEC §8; context/compaction_plan.py).
+#: How dagctx's summarizer system prompt begins (SPEC §8; context/summarizer_input.py).
 SUMMARIZER = "You compact the context of an AI agent."
 
 

@@ -52,3 +52,24 @@ async def test_default_database_lives_in_the_user_data_dir(tmp_path: Path) -> No
         assert str(db).startswith(str(tmp_path))
     finally:
         await c.close()
+
+
+async def test_initialize_speaks_lsps_types(tmp_path: Path) -> None:
+    """The LSP part of initialize is LSP's: a capability LSP defines, sent in another shape, is
+    -32602 naming it; the answer's capabilities are a ServerCapabilities (dagctx's own under
+    ``experimental``, and where its clients read them) and its serverInfo a ServerInfo."""
+    c = await DagctxClient.spawn(initialize=False)
+    try:
+        with pytest.raises(RpcError) as err:
+            await c.initialize(initialization_options={"database": str(tmp_path / "a.db")},
+                               capabilities={"window": "yes please"})
+        assert err.value.kind == "InvalidParams" and err.value.data.get("path") == "capabilities.window"
+        assert "WindowClientCapabilities" in err.value.message
+        assert not (tmp_path / "a.db").exists()  # refused at the door: nothing opened
+        ok = await c.initialize(initialization_options={"database": str(tmp_path / "a.db")},
+                                capabilities={"window": {"workDoneProgress": True}})
+        assert ok.capabilities["experimental"]["storage"] == ok.capabilities["storage"] == "sqlite"
+        assert ok.server_info.name == "dagctx"
+    finally:
+        await c.close()
+

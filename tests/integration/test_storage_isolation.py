@@ -271,6 +271,7 @@ async def test_what_dagctx_creates_is_private_whatever_the_umask(tmp_path: Path)
         await _user(c, s.session_id, s.head, "a secret")
         db = data / "dagctx" / "dagctx.db"
         assert (await c.daemon_status()).warnings == []
+        assert not [n for n in c.notifications if n[0] == "window/showMessage"]
         for folder in (data, data / "dagctx"):
             assert folder.stat().st_mode & 0o777 == 0o700, folder
         for f in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
@@ -283,6 +284,10 @@ async def test_what_dagctx_creates_is_private_whatever_the_umask(tmp_path: Path)
     try:
         warnings = (await c.daemon_status()).warnings
         assert any(str(db) in w and "chmod 600" in w for w in warnings), warnings
+        # … and the user hears it as LSP's window/showMessage (a warning) when connecting
+        shown = [p for name, p in c.notifications if name == "window/showMessage"]
+        assert shown and {p.type for p in shown} == {2}, c.notifications  # a warning each: the file, its -wal, -shm
+        assert sorted(p.message for p in shown) == sorted(warnings), (shown, warnings)
     finally:
         await c.close()
 

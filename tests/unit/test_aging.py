@@ -222,6 +222,7 @@ def test_the_gate_reads_stored_references_and_never_mines_them(monkeypatch: pyte
     """With ``refs_of`` (the ledger's stored lists, SPEC §8) no result text is mined: a
     plan over huge results costs what its other gates cost."""
     import dagctx.context.aging as aging_mod
+    import dagctx.context.aging_policy as policy_mod
     import dagctx.context.references as refs_mod
 
     shared = "\nclass SessionLinker handles session_id\n"
@@ -234,7 +235,7 @@ def test_the_gate_reads_stored_references_and_never_mines_them(monkeypatch: pyte
         raise AssertionError("a result was mined during the plan")
 
     monkeypatch.setattr(refs_mod, "_reference_counts", refuse)
-    monkeypatch.setattr(aging_mod, "top_references", refuse)
+    monkeypatch.setattr(policy_mod, "top_references", refuse)
     v = render_view(s.g, s.tip)
     b = boundary_after_commit(v, s.g)
     got = plan_aging(v, s.g, now=NOW, boundary_seq=b, token_of=s.token_of, window=200_000, count=count,

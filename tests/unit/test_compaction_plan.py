@@ -11,22 +11,26 @@ import pytest
 from dagctx.context.compaction_plan import (
     BELOW_THRESHOLD,
     NOTHING_TO_COMPACT,
+    cut_decision,
+    keep_target,
+    select_cut,
+    summary_node_input,
+    with_candidate,
+)
+from dagctx.context.summarizer_input import (
     SECTIONS,
     covered_in_input,
-    cut_decision,
-    fidelity_terms,
-    keep_target,
     retry_messages,
-    select_cut,
     split_stages,
     stage_plan,
-    structural_summary,
     summarized_ids,
     summarizer_messages,
-    summary_node_input,
     transcript_entry,
+)
+from dagctx.context.summary_check import (
+    fidelity_terms,
+    structural_summary,
     validate_summary,
-    with_candidate,
 )
 from dagctx.protocol.nodes import SUMMARY_MARKER
 from dagctx.context.content import json_text

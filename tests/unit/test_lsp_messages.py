@@ -39,3 +39,47 @@ def test_cancellation_and_log_messages() -> None:
     assert lsp.log_message(logging.WARNING, "w") == {"type": int(t.MessageType.Warning), "message": "w"}
     assert lsp.log_message(logging.ERROR, "e")["type"] == int(t.MessageType.Error)
     assert lsp.log_message(logging.DEBUG, "d")["type"] == int(t.MessageType.Log)
+
+
+def test_show_message_is_lsps() -> None:
+    sent = lsp.show_message(logging.WARNING, "the database is readable by other users")
+    assert lsp.CONVERTER.structure(sent, t.ShowMessageParams) == t.ShowMessageParams(
+        type=t.MessageType.Warning, message="the database is readable by other users")
+
+
+def test_initialize_params_are_typed_as_lsps() -> None:
+    from dagctx.protocol import codec
+    from dagctx.protocol.errors import DagctxError
+    from dagctx.protocol.messages import InitializeParams
+
+    p = codec.decode_params(InitializeParams, b'{"processId": 42, "clientInfo": {"name": "nvim", "version": "0.10"},'
+                            b' "capabilities": {"window": {"workDoneProgress": true}, "sampling": {}}}')
+    typed = lsp.client_params(p)
+    assert isinstance(typed, t.InitializeParams) and typed.process_id == 42
+    assert typed.client_info == t.ClientInfo(name="nvim", version="0.10")
+    assert typed.capabilities.window == t.WindowClientCapabilities(work_done_progress=True)
+    bad = codec.decode_params(InitializeParams, b'{"processId": null, "capabilities": {"window": 5}}')
+    with pytest.raises(DagctxError) as err:
+        lsp.client_params(bad)
+    assert err.value.kind == "InvalidParams" and err.value.path == "capabilities.window"
+    assert "WindowClientCapabilities" in err.value.message
+    deeper = codec.decode_params(InitializeParams, b'{"capabilities": {"general": {"positionEncodings": 7}}}')
+    with pytest.raises(DagctxError) as err:
+        lsp.client_params(deeper)
+    assert err.value.path == "capabilities.general.positionEncodings"
+
+
+def test_initialize_result_carries_lsps_server_capabilities_and_info() -> None:
+    from dagctx.protocol.messages import InitializeResult, ServerInfo
+
+    caps = {"observeNodes": True, "storage": "sqlite"}
+    result = InitializeResult(server_info=ServerInfo(name="dagctx", version="9.9"), protocol_version="1.0",
+                              methods=["initialize"], notifications=["window/showMessage"], database="/x.db",
+                              capabilities=caps, connection_id="c1")
+    out = lsp.initialize_result(result)
+    typed = lsp.CONVERTER.structure(out, t.InitializeResult)
+    assert typed.server_info == t.ServerInfo(name="dagctx", version="9.9")
+    assert typed.capabilities.experimental == caps
+    # dagctx's own keys stay where its clients read them, and the rest of the answer is dagctx's
+    assert out["capabilities"]["storage"] == "sqlite" and out["capabilities"]["observeNodes"] is True
+    assert (out["protocolVersion"], out["database"], out["connectionId"]) == ("1.0", "/x.db", "c1")

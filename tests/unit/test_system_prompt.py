@@ -9,16 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from dagctx.context.system_prompt import (
-    DEFAULT_IDENTITY,
-    PromptOptions,
-    SkillEntry,
-    assemble_system_prompt,
-    build_skills_index,
-    format_skills_block,
-    parse_skill_file,
-    resolve_inside,
-)
+from dagctx.context.skills import SkillEntry, build_skills_index, format_skills_block, parse_skill_file
+from dagctx.context.system_prompt import DEFAULT_IDENTITY, PromptOptions, assemble_system_prompt
+from dagctx.context.workspace_files import resolve_inside
 from dagctx.protocol.errors import DagctxError
 
 
@@ -416,7 +409,7 @@ def test_folder_swapped_for_a_symlink_after_the_check_is_not_followed(tmp_path: 
     """The race of issue 13: the path check passed, then ``docs`` became a symlink to a
     folder outside. The descriptor walk opens each component with O_NOFOLLOW, so the
     open fails instead of reading the outside file."""
-    from dagctx.context import system_prompt as sp
+    from dagctx.context import workspace_files as sp
 
     root = tmp_path / "ws"
     write(root, "docs/AGENTS.md", "inside\n")
@@ -431,7 +424,7 @@ def test_folder_swapped_for_a_symlink_after_the_check_is_not_followed(tmp_path: 
         return result
 
     monkeypatch.setattr(sp, "resolve_inside", check_then_swap)
-    read = sp._read_workspace_text(root.resolve(), "docs/AGENTS.md", 1000)
+    read = sp.read_workspace_text(root.resolve(), "docs/AGENTS.md", 1000)
     assert read.text is None and read.status == "refused", read
     assert "symlink" in (read.note or "")
 

@@ -1377,6 +1377,15 @@ export interface SessionSpawnResult {
 }
 
 /**
+ * ``window/showMessage`` (LSP): something the user should see; ``type`` is LSP's
+ * ``MessageType`` (1 error, 2 warning, 3 info, 4 log).
+ */
+export interface ShowMessageParams {
+  type: number;
+  message: string;
+}
+
+/**
  * Something an import did not take, and why: a source line (1-based), or a whole
  * file when ``line`` is null. Positional ``(line, reason)`` so parsers stay terse.
  */
@@ -1573,6 +1582,8 @@ export interface Notifications {
   "context/compactionRecommended": { params: CompactionRecommended };
   /** A log line for the client. */
   "window/logMessage": { params: LogMessageParams };
+  /** Something the user should see about the database (sent while initialize runs). */
+  "window/showMessage": { params: ShowMessageParams };
 }
 
 /** Client → server notifications: method name → params. */
@@ -1646,6 +1657,7 @@ export const NOTIFICATION_NAMES = [
   "session/didChange",
   "context/compactionRecommended",
   "window/logMessage",
+  "window/showMessage",
 ] as const;
 
 /** Every client → server notification. */

@@ -60,16 +60,17 @@ without rescanning: it indexes the ASCII words of every text once and verifies o
 the texts that contain the reference's longest word.
 
 Architecture Invariant: pure functions, no I/O. (Per-text extraction is memoized in
-bounded LRU caches; a cache changes cost, never results.)
+LRU caches bounded by the characters they hold; a cache changes cost, never results.)
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from bisect import bisect_left, bisect_right
-from collections import Counter
-from collections.abc import Iterable, Sequence
-from functools import lru_cache
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 __all__ = [
     "MentionIndex",
@@ -188,17 +189,25 @@ def _is_stopword(ref: str) -> bool:
     return ref.lower() in _STOPWORDS
 
 
+#: A character every match of a pattern needs (an ASCII digit / capital is looked for
+#: with a search): a text without it skips that pattern's scan. Only cost changes.
+_HAS_DIGIT = re.compile(r"[0-9]", _A)
+_HAS_CAPITAL = re.compile(r"[A-Z]", _A)
+
+
 def _iter_references(text: str) -> Iterable[tuple[int, str]]:
     """Every reference occurrence as ``(position, reference)``, unordered, overlaps allowed."""
     if not text:
         return
+    has_digit = _HAS_DIGIT.search(text) is not None
+    has_colon = has_digit and ":" in text
     url_spans: list[tuple[int, int]] = []
-    for m in _URL.finditer(text):
+    for m in (_URL.finditer(text) if "://" in text else ()):
         url = m.group(0).rstrip(_URL_TRAIL)
         if len(url) > len(m.group(0).split("://", 1)[0]) + 3:
             url_spans.append((m.start(), m.start() + len(url)))
             yield m.start(), url
-    for m in _PORT_AFTER_HOST.finditer(text):
+    for m in (_PORT_AFTER_HOST.finditer(text) if has_colon else ()):
         end = i = m.start()
         while i > 0 and end - i < 255 and text[i - 1] in _HOST_CHARS:
             i -= 1
@@ -207,7 +216,7 @@ def _iter_references(text: str) -> Iterable[tuple[int, str]]:
         host, port = text[i:end], m.group(1)
         if _HOST.fullmatch(host) and _host_ok(host) and 0 < int(port) <= 65535:
             yield i, f"{host}:{port}"
-    for m in _PORT.finditer(text):
+    for m in (_PORT.finditer(text) if has_colon else ()):
         if 0 < int(m.group(1)[1:]) <= 65535:
             yield m.start(), m.group(1)
 
@@ -219,32 +228,32 @@ def _iter_references(text: str) -> Iterable[tuple[int, str]]:
         i = bisect_right(url_starts, pos) - 1
         return i >= 0 and pos < url_spans[i][1]
 
-    for m in _PATH.finditer(text):
+    for m in (_PATH.finditer(text) if "/" in text else ()):
         p = m.group(1).rstrip(".")
         if not in_url(m.start()) and _path_ok(p):
             yield m.start(), p
-    for m in _FILE.finditer(text):
+    for m in (_FILE.finditer(text) if "." in text else ()):
         if m.group(1).lower() in _EXT_SET and not in_url(m.start()):
             yield m.start(), m.group(0)
-    for m in _UUID.finditer(text):
+    for m in (_UUID.finditer(text) if "-" in text else ()):
         yield m.start(), m.group(0)
-    for m in _HEX.finditer(text):
+    for m in (_HEX.finditer(text) if has_digit else ()):
         h = m.group(0)
         if any(c.isdigit() for c in h) and any(c.isalpha() for c in h):
             yield m.start(), h
-    for m in _NUMBER.finditer(text):
+    for m in (_NUMBER.finditer(text) if has_digit else ()):
         yield m.start(), m.group(0)
-    for m in _SNIPPET.finditer(text):
+    for m in (_SNIPPET.finditer(text) if "`" in text else ()):
         s = m.group(1).strip().strip("\"'")
         # a plain word in backticks (`name`, `cli`) is a keyword, not an identifier;
         # CamelCase words are caught below anyway
         if len(s) >= 3 and not s.isalpha() and not _is_stopword(s):
             yield m.start(1), s
-    for m in _CAMEL.finditer(text):
+    for m in (_CAMEL.finditer(text) if _HAS_CAPITAL.search(text) else ()):
         w = m.group(0)
         if not _is_stopword(w):
             yield m.start(), w
-    for m in _SNAKE.finditer(text):
+    for m in (_SNAKE.finditer(text) if "_" in text else ()):
         w = m.group(0)
         if len(w) >= 5 and _SNAKE_OK.search(w) and not _is_stopword(w):
             yield m.start(), w
@@ -280,7 +289,52 @@ def _reference_counts_uncached(text: str) -> tuple[Counter[str], dict[str, int]]
     return counts, first
 
 
-_reference_counts_cached = lru_cache(maxsize=2048)(_reference_counts_uncached)
+class _TextMemo:
+    """A thread-safe LRU memo of a pure function of a text, bounded by the characters
+    of the texts it holds (plus a small charge per entry), not by a count of entries:
+    a 10k-node session's texts all fit, where a fixed count of entries made a scan over
+    them evict each text just before it was asked for again. Changes cost, never results."""
+
+    __slots__ = ("_fn", "_max_chars", "_chars", "_data", "_lock")
+
+    ENTRY_CHARGE = 256  # the tuple, dict and result objects beside the key
+
+    def __init__(self, fn: Callable[[str], Any], max_chars: int) -> None:
+        self._fn = fn
+        self._max_chars = max_chars
+        self._chars = 0
+        self._data: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, text: str) -> Any:
+        with self._lock:
+            hit = self._data.get(text, _MISSING)
+            if hit is not _MISSING:
+                self._data.move_to_end(text)
+                return hit
+        value = self._fn(text)
+        with self._lock:
+            if text not in self._data:
+                self._data[text] = value
+                self._chars += len(text) + self.ENTRY_CHARGE
+                while self._chars > self._max_chars and self._data:
+                    old, _ = self._data.popitem(last=False)
+                    self._chars -= len(old) + self.ENTRY_CHARGE
+        return value
+
+    def cache_clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self._chars = 0
+
+
+_MISSING = object()
+
+#: Characters of text each memo holds at most (about as many bytes for ASCII text,
+#: plus the results): enough for every text of a 10k-node session.
+_MEMO_MAX_CHARS = 16 * 1024 * 1024
+
+_reference_counts_cached = _TextMemo(_reference_counts_uncached, _MEMO_MAX_CHARS)
 
 
 def extract_references(text: str) -> set[str]:
@@ -319,9 +373,11 @@ def _word_set(text: str) -> frozenset[str]:
     return _word_set_cached(text)
 
 
-@lru_cache(maxsize=4096)
-def _word_set_cached(text: str) -> frozenset[str]:
+def _word_set_uncached(text: str) -> frozenset[str]:
     return frozenset(_ASCII_WORD.findall(text))
+
+
+_word_set_cached = _TextMemo(_word_set_uncached, _MEMO_MAX_CHARS)
 
 
 # ---------------------------------------------------------------- "appears in"
@@ -471,10 +527,11 @@ def distinctive_identifiers(texts: Iterable[str], top: int = 20,
     for ti, text in enumerate(texts):
         counts, pos = _reference_counts(text)
         for ref, n in counts.items():
-            if _trivial(ref):
-                continue
-            total[ref] += n
-            if ref not in first:
+            if ref in total:
+                total[ref] += n
+            else:
+                total[ref] = n
                 first[ref] = (ti, pos[ref])
-    ranked = sorted(total, key=lambda r: (-total[r], first[r], r))
+    # trivial names are dropped once per distinct reference, after counting
+    ranked = sorted((r for r in total if not _trivial(r)), key=lambda r: (-total[r], first[r], r))
     return ranked[: max(top, 0)]

@@ -35,39 +35,18 @@ model knows it is not seeing the whole file. The skills index is capped by entry
 count and by characters. "Characters" are Unicode code points of the text after
 newline normalisation.
 
-Confinement (SPEC §7). A cloned repository can contain an ``AGENTS.md`` symlinked to
-``~/.ssh/id_rsa``; its content must never reach a model provider. What is guaranteed:
-
-* a path is first resolved to its real path (symlinks followed) and refused unless it
-  lies inside the workspace root — symlinks that stay inside keep working;
-* the file is then opened by walking that real path from a descriptor of the root,
-  one component at a time, each with ``O_NOFOLLOW`` (directories also
-  ``O_DIRECTORY``): if any component was swapped for a symlink after the check, the
-  open fails instead of following it, so the descriptor read is always a file below
-  the root's descriptor (no time-of-check/time-of-use window through symlinks);
-* the opened file must be a regular file (a FIFO or device is never read; opened
-  ``O_NONBLOCK`` so a FIFO cannot hang the daemon) with exactly one link: a hard link
-  passes any path check and may be the same file as one outside the workspace
-  (``st_nlink > 1`` is refused, whatever the other names are);
-* the skills folder is listed through the same descriptor walk.
-
-Not guaranteed: a workspace root that is itself moved while the daemon reads it (the
-root is whatever the descriptor opened at the start names), and a directory renamed
-inside the workspace by a concurrent local process (it stays inside the root either
-way). Refused, missing and unreadable files are skipped and reported in ``notes``;
-assembling never raises because of the workspace's contents.
+Confinement (SPEC §7): every file is read through ``workspace_files.py`` (its docstring
+says what is guaranteed); the skills index is ``skills.py``. Refused, missing and
+unreadable files are skipped and reported in ``notes``; assembling never raises because
+of the workspace's contents.
 """
 
 from __future__ import annotations
 
-import codecs
-import errno
 import hashlib
 import os
-import re
-import stat
 from collections.abc import Callable, Sequence
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
@@ -75,26 +54,24 @@ import msgspec
 from dagctx.protocol.context_messages import PromptLayer
 from dagctx.protocol.errors import DagctxError
 
+from .skills import SKILLS_DIR, build_skills_index, discover_skills
+from .workspace_files import clean_block, read_workspace_text, resolve_inside
+
 __all__ = [
     "DEFAULT_IDENTITY",
     "AssembledPrompt",
     "PromptMode",
     "PromptOptions",
     "Section",
-    "SkillEntry",
-    "SkillsIndex",
     "assemble_system_prompt",
-    "build_skills_index",
-    "discover_skills",
-    "format_skills_block",
-    "parse_skill_file",
-    "resolve_inside",
+    "prompt_layers",
 ]
 
 PromptMode = Literal["full", "minimal", "none"]
 
 #: Used when ``identity`` is None in full and minimal modes. Deliberately short and
 #: neutral: the workspace files and the agent prompt carry the specifics.
+
 DEFAULT_IDENTITY = "You are a helpful coding agent working in the user's workspace."
 
 #: Workspace files read before the inline agent prompt, in this order.
@@ -102,19 +79,13 @@ WORKSPACE_FILES: tuple[str, ...] = ("AGENTS.md", "SOUL.md", "USER.md")
 #: The subset of WORKSPACE_FILES read in minimal mode.
 MINIMAL_WORKSPACE_FILES: tuple[str, ...] = ("AGENTS.md",)
 MEMORY_FILE = "MEMORY.md"
-SKILLS_DIR = "skills"
-SKILL_FILE = "SKILL.md"
 
-SKILLS_HEADING = "## Skills"
-SKILLS_INTRO = "Each skill's full instructions are in its SKILL.md; read one only when it clearly applies."
 MEMORY_HEADING = "## Memory (MEMORY.md)"
 
 #: Never read more than this many bytes of a workspace file (raised automatically
 #: when ``per_file_chars`` needs more). A runaway 2 GB MEMORY.md costs one bounded
 #: read, not the daemon's memory.
 _READ_CEILING_BYTES = 8 * 1024 * 1024
-#: Front matter and the first body line sit at the top of a SKILL.md.
-_SKILL_READ_BYTES = 64 * 1024
 
 _SEPARATOR = "\n\n"
 
@@ -173,427 +144,6 @@ class AssembledPrompt(msgspec.Struct, frozen=True):
     files: list[str]
 
 
-class SkillEntry(msgspec.Struct, frozen=True):
-    """One line of the skills index. ``path`` is workspace-relative, POSIX style."""
-
-    name: str
-    description: str
-    path: str
-
-    def line(self) -> str:
-        if self.description:
-            return f"- {self.name}: {self.description} (path: {self.path})"
-        return f"- {self.name} (path: {self.path})"
-
-
-class SkillsIndex(msgspec.Struct, frozen=True):
-    """The rendered skills block; ``text`` is empty when nothing fits."""
-
-    text: str
-    shown: int
-    omitted: int
-    reason: Literal["count", "chars"] | None = None
-
-
-# ---------------------------------------------------------------- confinement
-
-
-def resolve_inside(root: str | os.PathLike[str], relative: str | os.PathLike[str]) -> Path:
-    """Return the real path of ``root/relative``, or raise ``WorkspaceEscape``.
-
-    ``relative`` must be relative and must not contain ``..``; after following every
-    symlink, the result must be the root itself or lie below the root's own real path.
-    The file need not exist. Checking the real path (not the spelled one) is what
-    stops a symlinked file or folder from pointing outside the workspace.
-    """
-
-    rel_text = os.fspath(relative)
-    if "\x00" in rel_text:
-        raise DagctxError("WorkspaceEscape", f"path {rel_text!r} contains a NUL byte", path=rel_text)
-    rel = PurePath(rel_text)
-    if rel.is_absolute() or rel.anchor:
-        raise DagctxError(
-            "WorkspaceEscape",
-            f"path {rel_text!r} is absolute; give a path relative to the workspace root",
-            path=rel_text,
-        )
-    if ".." in rel.parts:
-        raise DagctxError(
-            "WorkspaceEscape",
-            f"path {rel_text!r} contains '..'; paths must stay inside the workspace root",
-            path=rel_text,
-        )
-    root_real = Path(os.path.realpath(os.fspath(root)))
-    target = Path(os.path.realpath(root_real / rel))
-    if target != root_real and not target.is_relative_to(root_real):
-        raise DagctxError(
-            "WorkspaceEscape",
-            f"path {rel_text!r} resolves outside the workspace root (through a symlink); refusing to read it",
-            path=rel_text,
-        )
-    return target
-
-
-class _ReadResult(msgspec.Struct):
-    text: str | None = None  # None: not read (see note)
-    note: str | None = None
-    status: Literal["ok", "missing", "refused", "unreadable"] = "ok"
-    size_bytes: int = 0
-    partial: bool = False  # only the first max_bytes were read
-
-
-_DIR_FLAGS = (os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
-              | getattr(os, "O_CLOEXEC", 0))
-_FILE_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-               | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
-
-
-def open_beneath(root: str | os.PathLike[str], rel: str, *, directory: bool = False) -> int:
-    """A descriptor of ``root/rel`` opened without following any symlink on the way.
-
-    ``rel`` is checked by ``resolve_inside`` (``WorkspaceEscape`` when it leaves the
-    root); its real path below the root is then walked from a descriptor of the root,
-    each component opened relative to the previous one with ``O_NOFOLLOW``. A symlink
-    swapped in after the check makes the walk fail (``OSError``, ``ELOOP``/``ENOTDIR``)
-    instead of leaving the root. Raises ``FileNotFoundError`` for a missing file.
-    """
-    root_real = Path(os.path.realpath(os.fspath(root)))
-    real = resolve_inside(root_real, rel)
-    parts = real.relative_to(root_real).parts
-    fd = os.open(root_real, _DIR_FLAGS)
-    try:
-        for i, part in enumerate(parts):
-            last = i == len(parts) - 1
-            flags = _DIR_FLAGS if (not last or directory) else _FILE_FLAGS
-            nxt = os.open(part, flags, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _read_workspace_text(root: Path, rel: str, max_bytes: int) -> _ReadResult:
-    """Read ``root/rel`` as text under confinement (module docstring); never raises
-    for file problems."""
-
-    try:
-        fd = open_beneath(root, rel)
-    except DagctxError as err:
-        return _ReadResult(status="refused", note=f"{rel}: refused: {err.message}")
-    except FileNotFoundError:
-        return _ReadResult(status="missing", note=f"{rel}: not found; skipped")
-    except PermissionError:
-        return _ReadResult(status="unreadable", note=f"{rel}: permission denied; skipped")
-    except OSError as err:
-        if err.errno in (errno.ELOOP, errno.ENOTDIR):
-            return _ReadResult(status="refused", note=f"{rel}: refused: a path component changed into a "
-                               "symlink while it was opened; not followed")
-        return _ReadResult(status="unreadable", note=f"{rel}: cannot open ({err.strerror or type(err).__name__}); skipped")
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return _ReadResult(status="unreadable", note=f"{rel}: not a regular file; skipped")
-        if info.st_nlink > 1:
-            return _ReadResult(status="refused", note=f"{rel}: refused: it has {info.st_nlink} hard links, and a "
-                               "hard link may be a file outside the workspace; copy it instead")
-        chunks: list[bytes] = []
-        got = 0
-        while got <= max_bytes:
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - got))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            got += len(chunk)
-    except OSError as err:
-        return _ReadResult(status="unreadable", note=f"{rel}: read failed ({err.strerror or type(err).__name__}); skipped")
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    partial = len(data) > max_bytes
-    if partial:
-        data = data[:max_bytes]
-    note = None
-    try:
-        # utf-8-sig drops a leading BOM; final=False on a partial read keeps a
-        # multi-byte character split at the cut from counting as invalid.
-        text = codecs.getincrementaldecoder("utf-8-sig")("strict").decode(data, final=not partial)
-    except UnicodeDecodeError:
-        text = codecs.getincrementaldecoder("utf-8-sig")("replace").decode(data, final=not partial)
-        note = f"{rel}: not valid UTF-8; invalid bytes shown as U+FFFD"
-    return _ReadResult(
-        text=_normalise_newlines(text),
-        note=note,
-        size_bytes=max(info.st_size, len(data)),
-        partial=partial,
-    )
-
-
-def _normalise_newlines(text: str) -> str:
-    # A file checked out with CRLF on one machine and LF on another must give the
-    # same prompt bytes.
-    return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
-def _clean_block(text: str | None) -> str:
-    """Newlines normalised, leading blank lines and trailing whitespace removed."""
-
-    if not text:
-        return ""
-    # Leading whitespace-only lines go; indentation of the first real line stays.
-    lines = _normalise_newlines(text).rstrip().split("\n")
-    while lines and not lines[0].strip():
-        lines.pop(0)
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------- skills
-
-
-_FRONT_MATTER_FENCE = "---"
-_BLOCK_SCALAR = re.compile(r"^[|>][+-]?[0-9]?[+-]?$")
-_KEY_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)\s*:(?:\s+(.*)|\s*)$")
-_WHITESPACE = re.compile(r"\s+")
-
-
-def _one_line(text: str) -> str:
-    return _WHITESPACE.sub(" ", text).strip()
-
-
-def _unquote(value: str) -> str:
-    """Strip YAML-style quotes from a scalar written on one line, tolerantly."""
-
-    value = value.strip()
-    if not value:
-        return ""
-    quote = value[0]
-    if quote in ("'", '"'):
-        body = value[1:]
-        end = _closing_quote(body, quote)
-        if end is not None:
-            body = body[:end]
-        # An unclosed quote: the value continues on later lines; keep this line.
-        if quote == "'":
-            return body.replace("''", "'")
-        return body.replace('\\"', '"').replace("\\\\", "\\")
-    # Plain scalar: " #" starts a comment.
-    cut = value.find(" #")
-    return value[:cut].rstrip() if cut >= 0 else value
-
-
-def _closing_quote(body: str, quote: str) -> int | None:
-    i = 0
-    while i < len(body):
-        ch = body[i]
-        if quote == '"' and ch == "\\":
-            i += 2
-            continue
-        if ch == quote:
-            if quote == "'" and body[i + 1 : i + 2] == "'":
-                i += 2
-                continue
-            return i
-        i += 1
-    return None
-
-
-def _parse_front_matter(lines: list[str]) -> dict[str, str]:
-    """Top-level ``key: value`` pairs, first line of each value only.
-
-    Handles plain, quoted, block (``>``/``|`` with indicators) and indented
-    continuation values; ignores comments and nested mappings' inner keys.
-    """
-
-    result: dict[str, str] = {}
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        i += 1
-        if not line.strip() or line.lstrip().startswith("#") or line[:1].isspace():
-            continue
-        match = _KEY_LINE.match(line.rstrip())
-        if match is None:
-            continue
-        key = match.group(1).lower()
-        raw = (match.group(2) or "").strip()
-        if raw and not _BLOCK_SCALAR.match(raw):
-            value = _unquote(raw)
-        else:
-            # Block scalar or empty value: the value is the following indented lines.
-            value = ""
-            while i < len(lines) and (not lines[i].strip() or lines[i][:1].isspace()):
-                if not value and lines[i].strip():
-                    value = lines[i].strip()
-                    if not raw:  # a plain multi-line scalar may be quoted
-                        value = _unquote(value)
-                i += 1
-        if key not in result:
-            result[key] = _one_line(value)
-    return result
-
-
-def _first_body_line(lines: list[str]) -> str:
-    for line in lines:
-        stripped = line.strip()
-        if stripped and not stripped.startswith("#") and stripped != _FRONT_MATTER_FENCE:
-            return _one_line(stripped)
-    return ""
-
-
-def parse_skill_file(text: str, folder: str, path: str) -> SkillEntry:
-    """Name and first description line of one SKILL.md.
-
-    With front matter (a first line ``---`` up to the next ``---`` or ``...``), use
-    its ``name`` and ``description``; a missing name falls back to the folder name
-    and a missing description to the body's first non-empty, non-heading line. An
-    unclosed front matter block is read to the end of the file.
-    """
-
-    lines = _normalise_newlines(text.lstrip("\ufeff")).split("\n")
-    meta: dict[str, str] = {}
-    body = lines
-    if lines and lines[0].rstrip() == _FRONT_MATTER_FENCE:
-        end = len(lines)
-        for j in range(1, len(lines)):
-            if lines[j].rstrip() in (_FRONT_MATTER_FENCE, "..."):
-                end = j
-                break
-        meta = _parse_front_matter(lines[1:end])
-        body = lines[end + 1 :]
-    name = meta.get("name") or _one_line(folder)
-    description = meta.get("description") or _first_body_line(body)
-    return SkillEntry(name=name, description=description, path=path)
-
-
-def _is_text(name: str) -> bool:
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _skill_sort_key(entry: SkillEntry) -> tuple[str, str, str]:
-    return (entry.name.casefold(), entry.name, entry.path)
-
-
-def discover_skills(root: str | os.PathLike[str]) -> tuple[list[SkillEntry], list[str], list[str]]:
-    """Find ``skills/*/SKILL.md`` under ``root``: (entries sorted by name, notes, files read).
-
-    A ``skills`` folder whose real path is outside the root is refused as a whole;
-    each skill folder and SKILL.md is checked again, so one symlinked skill cannot
-    escape either. Hidden folders and plain files in ``skills/`` are ignored.
-    """
-
-    root_path = Path(os.path.realpath(os.fspath(root)))
-    notes: list[str] = []
-    files: list[str] = []
-    try:
-        dir_fd = open_beneath(root_path, SKILLS_DIR, directory=True)
-    except DagctxError as err:
-        return [], [f"{SKILLS_DIR}/: refused: {err.message}"], []
-    except FileNotFoundError:
-        return [], [], []
-    except NotADirectoryError:
-        return [], [f"{SKILLS_DIR}: not a directory; no skills listed"], []
-    except OSError as err:
-        return [], [f"{SKILLS_DIR}/: cannot list ({err.strerror or type(err).__name__}); no skills listed"], []
-    try:
-        with os.scandir(dir_fd) as it:
-            names = sorted(entry.name for entry in it)
-    except OSError as err:
-        return [], [f"{SKILLS_DIR}/: cannot list ({err.strerror or type(err).__name__}); no skills listed"], []
-    finally:
-        os.close(dir_fd)
-
-    entries: list[SkillEntry] = []
-    for folder in names:
-        if folder.startswith("."):
-            continue
-        if not _is_text(folder):
-            # An undecodable name cannot be shown to a model or sent as JSON (SPEC §1).
-            shown = folder.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-            notes.append(f"{SKILLS_DIR}/{shown}/: the folder name is not valid UTF-8; skipped")
-            continue
-        folder_rel = f"{SKILLS_DIR}/{folder}"
-        try:
-            folder_real = resolve_inside(root_path, folder_rel)
-        except DagctxError as err:
-            notes.append(f"{folder_rel}/: refused: {err.message}")
-            continue
-        if not folder_real.is_dir():
-            continue
-        rel = f"{folder_rel}/{SKILL_FILE}"
-        read = _read_workspace_text(root_path, rel, _SKILL_READ_BYTES)
-        if read.text is None:
-            if read.status == "missing":
-                notes.append(f"{folder_rel}/: no {SKILL_FILE}; skipped")
-            else:
-                notes.append(read.note or f"{rel}: skipped")
-            continue
-        if read.note:
-            notes.append(read.note)
-        files.append(rel)
-        entries.append(parse_skill_file(read.text, folder, rel))
-
-    entries.sort(key=_skill_sort_key)
-    seen: dict[str, str] = {}
-    for entry in entries:
-        if entry.name in seen:
-            notes.append(f"skill name {entry.name!r} appears twice ({seen[entry.name]} and {entry.path}); both listed")
-        else:
-            seen[entry.name] = entry.path
-    return entries, notes, files
-
-
-def format_skills_block(entries: list[SkillEntry], omitted: int) -> str:
-    """The skills section text for these entries plus an ``+N more`` line if any are left out."""
-
-    lines = [SKILLS_HEADING, SKILLS_INTRO]
-    lines.extend(entry.line() for entry in entries)
-    if omitted > 0:
-        lines.append(f"+{omitted} more skills not listed")
-    return "\n".join(lines)
-
-
-def build_skills_index(entries: list[SkillEntry], max_count: int, max_chars: int) -> SkillsIndex:
-    """Largest prefix of ``entries`` within ``max_count`` entries and ``max_chars`` characters.
-
-    ``max_chars`` bounds the whole block (heading, intro, entries and the ``+N more``
-    line). Every truncated block carries that line; with it, a block's length grows
-    strictly with the number of entries (one more entry adds its line and the count
-    shrinks by at most one digit), so the largest prefix that fits is found by binary
-    search over the count: O(log n) renders instead of n. If not even the heading and
-    the ``+N more`` line fit, the index is left out.
-    """
-
-    total = len(entries)
-    if total == 0:
-        return SkillsIndex(text="", shown=0, omitted=0)
-    limit = max(0, min(max_count, total))
-    reason: Literal["count", "chars"] | None = "count" if limit < total else None
-
-    def render(k: int) -> str:
-        return format_skills_block(entries[:k], total - k)
-
-    full = render(limit)
-    if len(full) <= max_chars:
-        return SkillsIndex(text=full, shown=limit, omitted=total - limit, reason=reason)
-    # render(limit) does not fit; every candidate below has at least one omitted
-    # entry, so render(k) is monotonic on [0, limit - 1].
-    if len(render(0)) > max_chars:
-        return SkillsIndex(text="", shown=0, omitted=total, reason="chars")
-    lo, hi = 0, limit - 1  # invariant: render(lo) fits
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if len(render(mid)) <= max_chars:
-            lo = mid
-        else:
-            hi = mid - 1
-    return SkillsIndex(text=render(lo), shown=lo, omitted=total - lo, reason="chars")
-
-
 # ---------------------------------------------------------------- assembly
 
 
@@ -627,7 +177,7 @@ def _file_block(
         return None, None, 0
 
     ceiling = max(_READ_CEILING_BYTES, 4 * allowance + 8)
-    read = _read_workspace_text(root, rel, ceiling)
+    read = read_workspace_text(root, rel, ceiling)
     if read.text is None:
         notes.append(read.note or f"{rel}: skipped")
         return None, None, 0
@@ -686,11 +236,11 @@ def assemble_system_prompt(workspace: str | os.PathLike[str] | None, options: Pr
             parts.append(block)
             sections.append(Section(name=name, chars=len(block), truncated=truncated, source=source))
 
-    add("prepend", _clean_block(opts.prepend))
+    add("prepend", clean_block(opts.prepend))
 
     if opts.mode != "none":
         identity = DEFAULT_IDENTITY if opts.identity is None else opts.identity
-        add("identity", _clean_block(identity))
+        add("identity", clean_block(identity))
 
         root: Path | None = None
         if workspace is None:
@@ -715,7 +265,7 @@ def assemble_system_prompt(workspace: str | os.PathLike[str] | None, options: Pr
                     parts.append(block)
                     sections.append(section)
 
-        add("agent_prompt", _clean_block(opts.agent_prompt))
+        add("agent_prompt", clean_block(opts.agent_prompt))
 
         if opts.mode == "full" and root is not None:
             entries, skill_notes, skill_files = discover_skills(root)
@@ -743,7 +293,7 @@ def assemble_system_prompt(workspace: str | os.PathLike[str] | None, options: Pr
                 parts.append(block)
                 sections.append(section)
 
-    add("append", _clean_block(opts.append))
+    add("append", clean_block(opts.append))
 
     text = _SEPARATOR.join(parts)
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

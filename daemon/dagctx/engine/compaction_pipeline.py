@@ -26,7 +26,7 @@ import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from dagctx.context import compaction_plan
+from dagctx.context import compaction_plan, summarizer_input, summary_check
 from dagctx.context.content import covers_of
 from dagctx.context.render import render_view
 from dagctx.context.summary_choice import summary_applies
@@ -143,7 +143,7 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
     # under them by the caller edge (SPEC §8: any change is a conflict), and the kept node
     snapshot = _watch(graph, set(plan.covered_ids), also={plan.kept_from})
     known = set(graph.nodes)
-    identifiers = compaction_plan.fidelity_terms(plan)
+    identifiers = summary_check.fidelity_terms(plan)
     max_chars = max(2000, int(plan.tokens_covered * 4 * 0.6))
     # 3. summarize (in stages when the prefix is too large for one call)
     # Stage sizes only need to be about right (each stage is half a window): the fast
@@ -162,7 +162,7 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
             f"one chunk of the conversation: its {max_tokens:,}-token answer and the {overhead:,}-token summary "
             "prompt leave no room for the transcript; nothing was sent or written. Configure a summarizer with a "
             "larger window"))
-    stages = compaction_plan.split_stages(plan, stage_budget, count)
+    stages = summarizer_input.split_stages(plan, stage_budget, count)
     sent: list[Any] = []
     text: str | None = None
     retention: float | None = None
@@ -170,12 +170,12 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
     try:
         summary_so_far: str | None = None
         sub = plan
-        owners = compaction_plan.stage_owners(plan) if len(stages) > 1 else None
+        owners = summarizer_input.stage_owners(plan) if len(stages) > 1 else None
         for i, items in enumerate(stages, start=1):
-            sub = plan if len(stages) == 1 else compaction_plan.stage_plan(
+            sub = plan if len(stages) == 1 else summarizer_input.stage_plan(
                 plan, items, index=i, total=len(stages), previous_text=summary_so_far, owner=owners
             )
-            system, messages = compaction_plan.summarizer_messages(sub, instructions=p.instructions, max_chars=max_chars)
+            system, messages = summarizer_input.summarizer_messages(sub, instructions=p.instructions, max_chars=max_chars)
             sent.append(messages)
             summary_so_far = await _sample(engine, p, system, messages, sinfo, max_tokens)
             engine.peer.progress(token, {"kind": "report", "message": f"stage {i}/{len(stages)}",
@@ -185,11 +185,11 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
         validation, node_input = await engine.offload(lambda: _validate(
             engine, graph, plan, text, head, aged, info, tokens_before, identifiers, max_chars,
             p.min_identifier_retention))
-        if not validation.ok and validation.reason == compaction_plan.LOW_FIDELITY:
+        if not validation.ok and validation.reason == summary_check.LOW_FIDELITY:
             # the retry repeats the last request (the whole prefix, or the last stage on
             # top of the summary so far), so it fits the summarizer as that one did
-            system, messages = compaction_plan.summarizer_messages(sub, instructions=p.instructions, max_chars=max_chars)
-            retry = compaction_plan.retry_messages(messages, validation.missing)
+            system, messages = summarizer_input.summarizer_messages(sub, instructions=p.instructions, max_chars=max_chars)
+            retry = summarizer_input.retry_messages(messages, validation.missing)
             sent.append(retry)
             text = await _sample(engine, p, system, retry, sinfo, max_tokens)
             validation, node_input = await engine.offload(lambda: _validate(
@@ -202,7 +202,7 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
     except DagctxError as err:
         if p.fallback != "structural":
             return done(False, "failed", shown_before, shown_before, error=err.message)
-        text = compaction_plan.structural_summary(plan)
+        text = summary_check.structural_summary(plan)
         validation, node_input = await engine.offload(lambda: _validate(
             engine, graph, plan, text, head, aged, info, tokens_before, [], None, 0.0))
         if not validation.ok:
@@ -210,7 +210,7 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
     except asyncio.CancelledError:
         raise  # the server answers -32800; nothing was written
     # covered ⊆ summarized: refuse to write a summary of turns it never saw (defect 1)
-    if not compaction_plan.covered_in_input(plan, sent) and p.fallback != "structural":
+    if not summarizer_input.covered_in_input(plan, sent) and p.fallback != "structural":
         return done(False, "failed", shown_before, shown_before,
                     error="internal check failed: a covered turn was not in the summarizer input")
     # 5. write exactly one node
@@ -261,7 +261,7 @@ def _prompt_overhead(plan: Any, instructions: str | None, max_chars: int) -> int
     """Tokens of a summary request besides the transcript: the system prompt, the task,
     the instructions and the stage note (estimated on an empty request in update mode)."""
     empty = replace(plan, input_items=[], input_groups=[], previous_summary_text="", stage=(2, 2))
-    system, messages = compaction_plan.summarizer_messages(empty, instructions=instructions, max_chars=max_chars)
+    system, messages = summarizer_input.summarizer_messages(empty, instructions=instructions, max_chars=max_chars)
     return estimate_tokens(system) + sum(estimate_tokens(m["content"]["text"]) for m in messages) + 64
 
 
@@ -310,7 +310,7 @@ def _validate(engine: Host, graph: Any, plan: Any, text: str | None, head: str, 
     # the candidate node has no stored count: count its text
     engine.views.node_tokens(candidate, tokenizer).pop(cand_id, None)
     after = sum(per)
-    validation = compaction_plan.validate_summary(
+    validation = summary_check.validate_summary(
         text, plan, tokens_before=tokens_before, candidate_tokens_after=after, max_chars=max_chars,
         identifiers=identifiers, min_retention=min_retention,
     )
@@ -352,11 +352,11 @@ def _touched(now: Any, snapshot: dict[str, tuple[Any, Any, Any]], known: set[str
 
 
 def _why(v: Any) -> str:
-    if v.reason == compaction_plan.LOW_FIDELITY:
+    if v.reason == summary_check.LOW_FIDELITY:
         return (f"the summary kept {v.retention:.0%} of the session's identifiers; missing: "
                 + ", ".join(v.missing[:10]))
     return {
-        compaction_plan.EMPTY: "the summarizer returned an empty summary",
-        compaction_plan.TOO_LONG: "the summary is longer than allowed",
-        compaction_plan.NOT_SMALLER: "the summary would not make the context smaller",
+        summary_check.EMPTY: "the summarizer returned an empty summary",
+        summary_check.TOO_LONG: "the summary is longer than allowed",
+        summary_check.NOT_SMALLER: "the summary would not make the context smaller",
     }.get(v.reason, str(v.reason))

@@ -175,6 +175,11 @@ class EngineCore:
                           "storage": self._store.kind},
         )
 
+    def database_warnings(self) -> list[str]:
+        """What the user should know about the open database (its backend says: a SQLite
+        file other users may read, SPEC §2.1); shown once when a connection initializes."""
+        return self.db.store.warnings() if self.db is not None else []
+
     @property
     def database_key(self) -> str:
         """The open database's key (its real path or URL): what connections on it share."""

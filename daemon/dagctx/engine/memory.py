@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from dagctx.context import memory_text as mt
-from dagctx.context.system_prompt import open_beneath, resolve_inside
+from dagctx.context.workspace_files import open_beneath, resolve_inside
 from dagctx.ledger.memory import FileUpdate, MemoryChunkRow, MemoryFileRow, MemoryIndex
 from dagctx.ledger.text import node_text
 from dagctx.protocol import memory_messages as mem

@@ -233,21 +233,10 @@ class EngineShared:
                 db.close()
 
     def warnings(self) -> list[str]:
-        """What ``daemon/status`` warns about: an open SQLite database that other users may
-        read (SPEC §2.1: what dagctx creates is 0600; an older or copied file may not be)."""
-        out = []
-        for db in self.databases():
-            if db.store.kind != "sqlite" or db.key == ":memory:":
-                continue
-            for path in (db.key, db.key + "-wal", db.key + "-shm"):
-                try:
-                    mode = os.stat(path).st_mode & 0o777
-                except OSError:
-                    continue
-                if mode & 0o077:
-                    out.append(f"{path} is readable or writable by other users (mode {mode:04o}): "
-                               f"run chmod 600 {path}")
-        return out
+        """What ``daemon/status`` warns about the open databases, as each backend says (a
+        SQLite file other users may read: SPEC §2.1, what dagctx creates is 0600; an older or
+        copied file may not be)."""
+        return [w for db in self.databases() for w in db.store.warnings()]
 
     def close_unused(self, db: OpenDatabase) -> bool:
         """Close ``db`` when no connection uses it (its caches go with it); the next

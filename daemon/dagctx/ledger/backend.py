@@ -37,6 +37,8 @@ import msgspec
 from dagctx.protocol.context_messages import Usage
 from dagctx.protocol.errors import DagctxError
 
+from .memory_rows import MemoryRows
+
 _meta_enc = msgspec.msgpack.Encoder()
 _meta_dec = msgspec.msgpack.Decoder(dict)
 
@@ -187,6 +189,9 @@ class Backend(Protocol):
     # derived caches that belong to no session (SPEC §8 request summaries)
     def reduction_summaries(self, keys: Sequence[str]) -> dict[str, tuple[str, int, int]]: ...
     def put_reduction_summaries(self, rows: Sequence[tuple[str, str, str, int, int]], now: float) -> None: ...
+    # what else a backend keeps or knows of its database
+    def memory_rows(self) -> MemoryRows: ...
+    def warnings(self) -> list[str]: ...
     def close(self) -> None: ...
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .memory_sql import MemoryChunkRow, MemoryFileRow, MemoryRows, for_backend
+from .memory_rows import MemoryChunkRow, MemoryFileRow, MemoryRows
 from .store import Store
 from .store_base import DERIVED_KEY
 
@@ -26,7 +26,7 @@ class MemoryIndex:
         self.store = store
 
     def _rows(self) -> MemoryRows:
-        return for_backend(self.store.backend)
+        return self.store.backend.memory_rows()
 
     def files(self, workspace: str) -> list[MemoryFileRow]:
         self.store.ensure_file()

@@ -10,13 +10,14 @@ rolls back; the connection goes back to the pool clean or is discarded.
 
 Search: ``pg_search`` turns the shared token preparation (``search.py``) into
 ``tsvector`` / ``tsquery`` literals with FTS5's semantics; a GIN index serves it.
+
+How it reaches the server — libpq settings, bounded waits, fault kinds — is
+``pg_connection.py``; this module keeps the rows.
 """
 
 from __future__ import annotations
 
-import math
 import threading
-import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
@@ -27,6 +28,8 @@ from dagctx.protocol.errors import DagctxError
 from . import pg_search
 from . import search as fts
 from .backend import BlobRow, NodeRow, SearchRow, SessionRow, UsageRow, decode_meta, encode_meta, storage_error
+from .memory_rows import MemoryRows
+from .pg_connection import DEFAULT_TIMEOUT, SCHEMA_GONE, connection_settings, fault_kind, redact, timed_connection
 from .pg_schema import migrate
 
 try:  # an optional dependency: `pip install dagctx[postgres]`
@@ -61,104 +64,6 @@ def _u(blob: bytes | None) -> str | None:
     return None if blob is None else bytes(blob).decode("utf-8", "surrogatepass")
 
 
-def redact(url: str) -> str:
-    """The URL without its password, for messages and ``initialize``'s ``database``."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        if parts.password is None:
-            return url
-    except ValueError:  # not even a URL: show no more than its scheme
-        return url.split("://", 1)[0] + "://…"
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    user = urllib.parse.quote(parts.username or "", safe="")
-    return urllib.parse.urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
-
-
-def fault_kind(exc: BaseException) -> str | None:
-    """The stable kind of a PostgreSQL storage fault, or None for anything else."""
-    if psycopg is None:
-        return None
-    if isinstance(exc, psycopg_pool.PoolTimeout):
-        return "StorageUnavailable"
-    state = getattr(exc, "sqlstate", None) or ""
-    if state == "53100":
-        return "StorageFull"
-    if state == "25006":
-        return "StorageReadOnly"
-    if state in ("XX001", "XX002"):
-        return "StorageCorrupt"
-    if state in _SCHEMA_GONE or state == "57014":  # schema dropped; statement timeout
-        return "StorageUnavailable"
-    if state == "55P03":  # lock_timeout
-        return "StorageBusy"
-    if state.startswith(("08", "53", "57P")) or state in ("40001", "40P01"):
-        return "StorageUnavailable"
-    if isinstance(exc, psycopg.OperationalError) and not state:
-        return "StorageUnavailable"  # the connection is gone
-    return None
-
-
-#: how long a request waits for the server by default (SPEC §2.1), seconds
-DEFAULT_TIMEOUT = 10.0
-
-#: URL parameters that are dagctx's own (removed before the URL reaches libpq)
-_OWN_PARAMS = ("dagctx_pool_timeout", "dagctx_pool_size")
-
-#: schema or table missing: the ``dagctx`` schema was dropped under a running daemon
-_SCHEMA_GONE = ("3F000", "42P01")
-
-
-def connection_settings(url: str, timeout: float) -> tuple[str, float, int]:
-    """The libpq conninfo to use, the pool wait limit and the pool size (SPEC §2.1).
-
-    What the URL sets itself wins; otherwise: ``connect_timeout`` (whole seconds, at least
-    2, libpq's minimum), TCP keepalives that notice a dead peer within about the timeout,
-    ``tcp_user_timeout`` for unacknowledged data, and a ``statement_timeout`` a little under
-    the timeout so a slow server answers with its own error first. dagctx's own
-    ``dagctx_pool_timeout`` and ``dagctx_pool_size`` are taken out."""
-    parts = urllib.parse.urlsplit(url)
-    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    own = {k: v for k, v in query if k in _OWN_PARAMS}
-    if own:
-        rest = urllib.parse.urlencode([(k, v) for k, v in query if k not in _OWN_PARAMS])
-        url = f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{rest}" if rest else "")
-    params = psycopg.conninfo.conninfo_to_dict(url)
-    pool_timeout = float(own.get("dagctx_pool_timeout", timeout))
-    pool_size = int(own.get("dagctx_pool_size", 4))
-    if pool_timeout <= 0 or not 1 <= pool_size <= 100:
-        raise ValueError("dagctx_pool_timeout must be > 0 and dagctx_pool_size between 1 and 100")
-    params.setdefault("connect_timeout", str(max(2, math.ceil(timeout))))
-    params.setdefault("keepalives", "1")
-    params.setdefault("keepalives_idle", str(max(1, int(timeout // 3))))
-    params.setdefault("keepalives_interval", str(max(1, int(timeout // 6))))
-    params.setdefault("keepalives_count", "3")
-    params.setdefault("tcp_user_timeout", str(int(timeout * 1000)))
-    options = str(params.get("options") or "")
-    if "statement_timeout" not in options:
-        params["options"] = (options + f" -c statement_timeout={int(timeout * 900)}").strip()
-    return psycopg.conninfo.make_conninfo("", **params), pool_timeout, pool_size
-
-
-def _timed_connection(seconds: float) -> type:
-    """A connection class whose every wait for the server ends after ``seconds``: a server
-    that accepts but never answers (a frozen host, a half-open proxy) gives up the thread
-    that waits on it, and the connection, instead of holding them forever."""
-
-    class DagctxConnection(psycopg.Connection):  # type: ignore[misc, name-defined]
-        def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
-            try:
-                return super().wait(gen, interval=interval, timeout=seconds if timeout is None else timeout)
-            except psycopg.errors._WaitTimeout:
-                self.pgconn.finish()  # its state is unknown: never reused
-                raise psycopg.OperationalError(
-                    f"the server did not answer within {seconds:g} s (it may be frozen or unreachable)"
-                ) from None
-
-    return DagctxConnection
-
-
 #: libpq's pipeline mode (libpq 14+; the binary wheels have it)
 _PIPELINE = psycopg is not None and psycopg.Pipeline.is_supported()
 
@@ -185,7 +90,7 @@ class PostgresBackend:
                 "postgresql://USER:PASSWORD@HOST:PORT/DATABASE or postgresql:///DATABASE?host=/socket/dir",
                 path="initializationOptions.database",
             ) from exc
-        self._conn_class = _timed_connection(self.timeout)
+        self._conn_class = timed_connection(self.timeout)
         url = self.url
         try:
             # One direct connection first: its error says why (server down, wrong password,
@@ -231,7 +136,7 @@ class PostgresBackend:
         except DagctxError:
             raise
         except Exception as exc:
-            if getattr(exc, "sqlstate", None) in _SCHEMA_GONE:
+            if getattr(exc, "sqlstate", None) in SCHEMA_GONE:
                 raise self._schema_gone(exc) from exc
             kind = fault_kind(exc)
             if kind is None:
@@ -585,6 +490,16 @@ class PostgresBackend:
                 "created_at=excluded.created_at",
                 [(k, kind, _b(text), tin, tout, now) for k, kind, text, tin, tout in rows],
             )
+
+    def memory_rows(self) -> MemoryRows:
+        """The memory index's rows on this server (SPEC §5.1)."""
+        from .pg_memory import PostgresMemory
+
+        return PostgresMemory(self)
+
+    def warnings(self) -> list[str]:
+        """Nothing to warn about: who may read the server's data is the server's to decide."""
+        return []
 
     def close(self) -> None:
         self.pool.close()

@@ -397,6 +397,10 @@ class Store(Appends):
         with self._write_many((DERIVED_KEY,)):
             self.backend.put_reduction_summaries(rows, time.time())
 
+    def warnings(self) -> list[str]:
+        """What ``daemon/status`` should warn about this database (the backend knows)."""
+        return self.backend.warnings()
+
     def usage(self, session_id: str) -> list[UsageRow]:
         with self.lock:
             return self.backend.usage_rows(session_id)

@@ -89,7 +89,8 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         self.engine.subscribed = set()
         self.connected_at = time.time()
         self.attach: m.AttachParams | None = None
-        self.client_info: m.ClientInfo | None = None
+        #: the client's ``clientInfo`` as ``lsprotocol`` typed it (``lsp.client_params``)
+        self.client_info: Any = None
         self.client_pid: int | None = None
         self.handlers: dict[str, Callable[[Any], Any]] = self.engine.handlers()
         self.handlers["initialize"] = self._on_initialize
@@ -184,8 +185,9 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
     def _on_initialize(self, p: InitializeParams) -> Any:
         if self.initialized or self.initializing:
             raise DagctxError("InvalidRequest", "initialize was already sent on this connection")
-        self.client_info = p.client_info
-        self.client_pid = p.process_id
+        typed = lsp.client_params(p)  # initialize's LSP part, typed by lsprotocol
+        self.client_info = typed.client_info
+        self.client_pid = typed.process_id
         self.initializing = True
         return self._initialize(p)
 
@@ -203,7 +205,10 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         self.initialized = True
         if self.engine.options.log_messages:
             self._install_log_forwarding()
-        return result
+        for warning in self.engine.database_warnings():
+            # LSP allows window/showMessage before initialize's answer: the user sees it first
+            self.notify("window/showMessage", lsp.show_message(logging.WARNING, warning))
+        return lsp.initialize_result(result)
 
     def _on_shutdown(self, p: Any) -> None:
         self.shutting_down = True

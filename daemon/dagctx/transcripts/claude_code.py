@@ -34,95 +34,35 @@ to its node, anything else to whatever its parent maps to. A node's predecessor 
 A dagctx export's first line carries ``dagctxSource`` (``sessionId``, ``head``): it becomes
 ``Transcript.origin``, and ``head`` is the transcript's HEAD.
 
-``counts["messages"]`` = user + assistant lines over all files read.
+``counts["messages"]`` = user + assistant lines over all files read. Which file of a
+session is which (subagents, summarizers) is ``claude_code_files.py``.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from dagctx.protocol.context_messages import Skipped
 from dagctx.protocol.nodes import SUMMARY_NAME
 
 from .base import is_spawn_root, quote, Rank, Reader, ROOT, Transcript
 from .builder import Builder, stable_topo
-from .reading import decode_json, iter_lines, read_jsonl
+from .claude_code_files import (
+    agent_from_name,
+    compaction_files,
+    is_agent_file,
+    read_summarizer,
+    subagent_files,
+)
+from .reading import read_jsonl
 from .values import content_blocks, content_output, parse_arguments, text_of_blocks, to_epoch
 
 _AGENT_ID_TEXT = re.compile(r"agentId:\s*([A-Za-z0-9_-]+)")
 _SPAWN_TOOLS = frozenset({"Task", "Agent"})
-
-
-def is_agent_file(path: Path) -> bool:
-    return path.name.startswith("agent-") and path.suffix == ".jsonl"
-
-
-def is_compaction_file(path: Path) -> bool:
-    """The compaction summarizer's transcript (``agent-acompact-<id>.jsonl``)."""
-    return path.name.startswith("agent-acompact") and path.suffix == ".jsonl"
-
-
-def compaction_files(main: Path) -> list[Path]:
-    """The compaction summarizer transcripts of the session in ``main`` (not turns)."""
-    if is_agent_file(main):
-        return []
-    sub = main.with_suffix("") / "subagents"
-    if not sub.is_dir():
-        return []
-    return sorted(p for p in sub.glob("agent-acompact*.jsonl") if p.is_file())
-
-
-@functools.lru_cache(maxsize=4096)
-def _session_id_of(path_str: str, mtime: float) -> str | None:
-    """The first ``sessionId`` in a file (reads at most 50 lines)."""
-    del mtime  # part of the cache key only
-    try:
-        for i, (_, raw) in enumerate(iter_lines(Path(path_str))):
-            if i >= 50:
-                break
-            if isinstance(raw, int):
-                continue  # over the size cap: never read whole
-            try:
-                obj = decode_json(raw.strip() or b"null")
-            except (msgspec.DecodeError, RecursionError):
-                continue
-            if isinstance(obj, dict) and isinstance(obj.get("sessionId"), str):
-                return obj["sessionId"]
-    except OSError:
-        return None
-    return None
-
-
-def _sid(path: Path) -> str | None:
-    try:
-        return _session_id_of(str(path), path.stat().st_mtime)
-    except OSError:
-        return None
-
-
-def subagent_files(main: Path) -> list[Path]:
-    """Files holding the subagents of the session in ``main``, in a stable order."""
-    if is_agent_file(main):
-        return []
-    out: list[Path] = []
-    sub = main.with_suffix("") / "subagents"
-    if sub.is_dir():
-        out.extend(sorted(p for p in sub.glob("agent-*.jsonl") if p.is_file() and not is_compaction_file(p)))
-    ids = {main.stem}
-    sid = _sid(main)
-    if sid:
-        ids.add(sid)
-    for f in sorted(main.parent.glob("agent-*.jsonl")):
-        if f.is_file() and f not in out and not is_compaction_file(f) and _sid(f) in ids:
-            out.append(f)
-    return out
 
 
 @dataclass
@@ -137,11 +77,6 @@ class _Row:
     agent: str | None
 
 
-def _agent_from_name(path: Path) -> str | None:
-    stem = path.stem
-    return stem[len("agent-") :] if stem.startswith("agent-") else None
-
-
 def parse(path: Path) -> Transcript:
     b = Builder("claude-code")
     files = [path, *subagent_files(path)]
@@ -151,7 +86,7 @@ def parse(path: Path) -> Transcript:
         label = "" if fno == 0 else f"{f.parent.name}/{f.name}"
         lines, skipped = read_jsonl(f, label=label)
         b.skipped.extend(skipped)
-        file_agent = _agent_from_name(f) if fno else None
+        file_agent = agent_from_name(f) if fno else None
         for no, obj in lines:
             if fno == 0 and session_id is None and isinstance(obj.get("sessionId"), str):
                 session_id = obj["sessionId"]
@@ -169,40 +104,6 @@ def parse(path: Path) -> Transcript:
     t = parser.run()
     parser.attach_summarizers(t, compaction_files(path), path)
     return t
-
-
-@dataclass
-class _Summarizer:
-    """What a compaction summarizer transcript tells about the compaction it produced."""
-
-    file: str
-    reply: str
-    last_ts: float | None
-    model: str | None
-    lines: int
-
-
-def _read_summarizer(f: Path, main: Path) -> _Summarizer:
-    rows, _ = read_jsonl(f)
-    reply = ""
-    last: float | None = None
-    model: str | None = None
-    for _, obj in rows:
-        ts = to_epoch(obj.get("timestamp"))
-        if ts is not None:
-            last = ts if last is None else max(last, ts)
-        msg = obj.get("message") if isinstance(obj.get("message"), dict) else {}
-        if obj.get("type") == "assistant":
-            text = text_of_blocks(content_blocks(msg.get("content")))
-            if text.strip():
-                reply = text
-            if isinstance(msg.get("model"), str):
-                model = msg["model"]
-    try:
-        rel = str(f.relative_to(main.parent))
-    except ValueError:
-        rel = f.name
-    return _Summarizer(rel, reply, last, model, len(rows))
 
 
 class _Parser:
@@ -529,7 +430,7 @@ class _Parser:
         used: set[str] = set()
         for f in files:
             try:
-                info = _read_summarizer(f, main)
+                info = read_summarizer(f, main)
             except OSError as exc:
                 self.notes.append(f"{f.name}: compaction summarizer transcript not read ({exc.strerror})")
                 continue

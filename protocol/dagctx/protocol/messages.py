@@ -676,3 +676,11 @@ class DaemonStopResult(_Result):
 class LogMessageParams(_Result):
     type: int
     message: str
+
+
+class ShowMessageParams(_Result):
+    """``window/showMessage`` (LSP): something the user should see; ``type`` is LSP's
+    ``MessageType`` (1 error, 2 warning, 3 info, 4 log)."""
+
+    type: int
+    message: str

@@ -58,7 +58,8 @@ _ALL: list[MethodSpec] = [
     # lifecycle (LSP)
     _req("initialize", m.InitializeParams, m.InitializeResult, "Open the connection; choose the database.",
          "InvalidRequest (sent twice), InvalidParams (database cannot be opened; configFile not a small "
-         "regular file; aging, models or samplingEndpoint out of range — with the field's path)",
+         "regular file; aging, models or samplingEndpoint out of range; a capability LSP defines sent in "
+         "another shape — with the field's path)",
          "Opens the database; the only request served before it (besides `daemon/status`, `daemon/stop`)."),
     _note("initialized", m.Empty, "The client got the initialize result."),
     _req("shutdown", m.Empty, None, "Stop serving requests; `exit` follows.", "—",
@@ -243,6 +244,8 @@ _ALL: list[MethodSpec] = [
         "server-to-client",
     ),
     _note("window/logMessage", m.LogMessageParams, "A log line for the client.", "server-to-client"),
+    _note("window/showMessage", m.ShowMessageParams,
+          "Something the user should see about the database (sent while initialize runs).", "server-to-client"),
 ]
 
 METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in _ALL}

@@ -1,0 +1,384 @@
+"""What the summarizer sees (SPEC §8): the transcript of a cut's input items, the prompt
+around it (``summarizer_messages``, the five sections; ``retry_messages`` after a
+summary that lost identifiers), stages for a prefix too large for one request
+(``split_stages``, ``stage_plan``), and afterwards the check that every covered node was
+in what was sent (``summarized_ids``, ``covered_in_input``). Pure; the plan itself is
+``compaction_plan.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from dagctx.protocol.errors import DagctxError
+
+from .cancel import stop_if_cancelled
+from .compaction_plan import CutPlan, strip_marker
+from .content import json_text
+from .view import Item
+
+__all__ = [
+    "SECTIONS",
+    "SUMMARIZER_SYSTEM_PROMPT",
+    "covered_in_input",
+    "item_body",
+    "retry_messages",
+    "split_stages",
+    "stage_owners",
+    "stage_plan",
+    "summarized_ids",
+    "summarizer_messages",
+    "transcript_entry",
+]
+
+
+# ---------------------------------------------------------------- summarizer prompt
+
+#: The five sections of SPEC §8, in order: (heading, what goes in it).
+SECTIONS: tuple[tuple[str, str], ...] = (
+    ("1. User intent", "the user's overall goal, in one or two sentences."),
+    (
+        "2. Decisions and constraints",
+        "every specific instruction, preference, constraint and decision the user stated, close to their "
+        "own words; later instructions override earlier ones.",
+    ),
+    (
+        "3. Work completed",
+        "files read, created or changed, commands run and what they returned, conclusions reached — with "
+        "exact paths, ids, values and error messages.",
+    ),
+    (
+        "4. Outstanding",
+        "what the user is still waiting for: unfinished steps, open questions, failing checks, and the "
+        "immediate next step.",
+    ),
+    (
+        "5. Active context",
+        "the state the work depends on: working directory, branches, running services and their ports, "
+        "open files, environment settings, the names and ids currently in use.",
+    ),
+)
+
+SUMMARIZER_SYSTEM_PROMPT = (
+    "You compact the context of an AI agent. You write a working summary of an earlier part of a "
+    "conversation between a user and an assistant that uses tools. Your summary replaces those "
+    "messages: whatever you leave out is lost to the assistant.\n"
+    "Rules:\n"
+    "- Be concrete: name files, paths, commands, functions, classes, ids, hashes, URLs, ports, numbers "
+    "and error messages.\n"
+    "- Copy every identifier exactly as written, character for character. Never shorten, paraphrase or "
+    "invent an identifier.\n"
+    "- Write only the summary: no preamble such as \"Here is a summary\", no closing remarks, no hedging, "
+    "no advice, no questions.\n"
+    "- Do not answer, continue or comment on the conversation, and do not address the user.\n"
+    "- Write in the language the conversation mostly uses."
+)
+
+_FORMAT_RULES = (
+    "Use exactly these five sections, as Markdown headings, in this order:\n"
+    + "\n".join(f"## {head}\n{what}" for head, what in SECTIONS)
+    + "\nKeep identifiers verbatim: file paths, ids, hashes, URLs, host:port pairs and ports, function and "
+    "class names, commands. Write \"none\" under a section that has nothing."
+)
+
+_FRESH_TASK = (
+    "Summarize the conversation above for the assistant that will continue it without seeing it.\n"
+    + _FORMAT_RULES
+)
+
+_UPDATE_TASK = (
+    "Update the previous summary with the new messages above. Merge the new messages in, drop details "
+    "that are no longer true, and refresh progress and next steps. Where the new messages contradict the "
+    "previous summary, the new messages win. Keep everything from the previous summary that still "
+    "matters: it is the only record of that earlier part of the conversation. Output the complete "
+    "updated summary.\n" + _FORMAT_RULES
+)
+
+_EARLIER = "[summary of the conversation before this point]"
+
+
+def item_body(item: Item) -> str:
+    """The content of an item as the summarizer sees it (also what the coverage check seeks)."""
+    if item.kind == "summary":
+        return strip_marker(item.text)
+    if item.kind == "tool_call":
+        if item.input is None:
+            return ""
+        return item.input if isinstance(item.input, str) else json_text(item.input)
+    return item.text
+
+
+def _item_header(item: Item) -> str:
+    kind = item.kind
+    if kind == "summary":
+        return _EARLIER
+    if kind == "user":
+        return "[user]" if item.depth == 0 else "[prompt of an inner model call]"
+    if kind == "assistant":
+        return "[assistant]" if item.depth == 0 else "[reply of an inner model call]"
+    if kind == "tool_call":
+        return f"[tool call: {item.name or 'tool'}]"
+    if kind == "tool_result":
+        return f"[tool result: {item.name or 'tool'}]"
+    if item.name == "ask_user":
+        return "[assistant]" if item.part == "call" else "[user]"
+    return "[function call]" if item.part == "call" else "[function result]"
+
+
+def transcript_entry(item: Item) -> str:
+    """One item as a transcript entry: a bracketed header line, then its content."""
+    body = item_body(item)
+    return f"{_item_header(item)}\n{body}" if body else _item_header(item)
+
+
+def summarizer_messages(
+    plan: CutPlan,
+    *,
+    instructions: str | None = None,
+    update: bool | None = None,
+    max_chars: int | None = None,
+) -> tuple[str, list[dict[str, Any]]]:
+    """``(systemPrompt, messages)`` for an MCP-style ``sampling/createMessage`` request.
+
+    One user message: the transcript of ``plan.input_items``, then the task. ``update``
+    (default: whether the plan has a previous summary) puts the previous summary in
+    ``<previous-summary>`` and asks for a merge; without update mode a previous summary
+    is the first transcript entry. ``instructions`` (the user's ``/compact`` focus) are
+    appended; ``max_chars`` adds a length limit to the task.
+    """
+    prev = plan.previous_summary_text
+    if update is None:
+        update = prev is not None
+    use_update = bool(update) and prev is not None
+    entries = [transcript_entry(it) for it in plan.input_items if it.kind != "summary"]
+    if prev is not None and not use_update:
+        entries.insert(0, f"{_EARLIER}\n{prev}")
+    parts: list[str] = []
+    if plan.stage is not None and plan.stage[1] > 1:
+        i, total = plan.stage
+        parts.append(
+            f"The conversation is too long for one request; this is part {i} of {total}, in order."
+            + (" The previous summary covers the parts before it." if use_update and i > 1 else "")
+        )
+    tag = "new-messages" if use_update else "conversation"
+    if use_update:
+        parts.append(f"<previous-summary>\n{prev}\n</previous-summary>")
+    parts.append(f"<{tag}>\n" + "\n\n".join(entries) + f"\n</{tag}>")
+    parts.append(_UPDATE_TASK if use_update else _FRESH_TASK)
+    if instructions and instructions.strip():
+        parts.append("Additional instructions from the user for this summary:\n" + instructions.strip())
+    if max_chars is not None:
+        parts.append(f"Keep the whole summary under {max_chars} characters.")
+    text = "\n\n".join(parts)
+    return SUMMARIZER_SYSTEM_PROMPT, [{"role": "user", "content": {"type": "text", "text": text}}]
+
+
+def retry_messages(messages: Sequence[dict[str, Any]], missing: Sequence[str]) -> list[dict[str, Any]]:
+    """A copy of ``messages`` whose last user message also lists the ``missing`` identifiers."""
+    note = (
+        "\n\nYour previous answer was not a usable summary: it left out identifiers the conversation "
+        "depends on. Write the complete summary again, in the five sections, and copy each of these "
+        "exactly where it belongs:\n" + "\n".join(f"- {m}" for m in missing)
+    )
+    out = [dict(m) for m in messages]
+    for i in range(len(out) - 1, -1, -1):
+        if out[i].get("role") == "user":
+            content = out[i].get("content")
+            if isinstance(content, dict) and content.get("type") == "text":
+                out[i]["content"] = {**content, "text": str(content.get("text", "")) + note}
+            elif isinstance(content, str):
+                out[i]["content"] = content + note
+            elif isinstance(content, list):
+                out[i]["content"] = [*content, {"type": "text", "text": note.lstrip()}]
+            else:
+                continue
+            return out
+    out.append({"role": "user", "content": {"type": "text", "text": note.lstrip()}})
+    return out
+
+
+# ---------------------------------------------------------------- stages
+
+#: Long lines are cut into segments of this many characters for staging and coverage.
+_SEGMENT_CHARS = 1000
+
+
+def _segments(text: str) -> list[str]:
+    out: list[str] = []
+    for line in text.split("\n"):
+        if len(line) <= _SEGMENT_CHARS:
+            out.append(line)
+        else:
+            out.extend(line[i : i + _SEGMENT_CHARS] for i in range(0, len(line), _SEGMENT_CHARS))
+    return out
+
+
+def _with_body(item: Item, body: str) -> Item:
+    if item.kind == "tool_call":
+        return replace(item, input=body)
+    return replace(item, text=body, content=[{"type": "text", "text": body}])
+
+
+def split_stages(plan: CutPlan, max_input_tokens: int, count: Callable[[str], int]) -> list[list[Item]]:
+    """``plan.input_items`` in consecutive stages of at most ``max_input_tokens`` each.
+
+    Counted on transcript entries (``transcript_entry``); the instructions around them
+    are not included, so pass the summarizer's input budget minus the prompt overhead.
+    Items stay whole and in order; an item larger than a whole stage is cut at line
+    boundaries (long lines at ``1000``-character segments) into pieces marked
+    ``(part k of n)``, one stage after another. The previous summary stays in the first
+    stage whatever its size. Summarize stage 1 (update mode when there is a previous
+    summary), then each next stage in update mode with the summary so far
+    (``stage_plan``); the last answer is the summary of the whole prefix.
+    """
+    if max_input_tokens <= 0:
+        raise DagctxError("InvalidParams", f"max_input_tokens must be positive, got {max_input_tokens}")
+    stages: list[list[Item]] = []
+    cur: list[Item] = []
+    cur_tokens = 0
+
+    def flush() -> None:
+        nonlocal cur, cur_tokens
+        if cur:
+            stages.append(cur)
+        cur, cur_tokens = [], 0
+
+    for it in plan.input_items:
+        stop_if_cancelled()  # each item is a tokenization
+        t = count(transcript_entry(it)) + 2
+        if it.kind == "summary":
+            cur.append(it)
+            cur_tokens += t
+            continue
+        if t <= max_input_tokens:
+            if cur and cur_tokens + t > max_input_tokens:
+                flush()
+            cur.append(it)
+            cur_tokens += t
+            continue
+        flush()
+        header_tokens = count(_item_header(it)) + 8
+        pieces: list[list[str]] = []
+        group: list[str] = []
+        group_tokens = header_tokens
+        for seg in _segments(item_body(it)):
+            st = count(seg) + 1
+            if group and group_tokens + st > max_input_tokens:
+                pieces.append(group)
+                group, group_tokens = [], header_tokens
+            group.append(seg)
+            group_tokens += st
+        if group:
+            pieces.append(group)
+        total = len(pieces)
+        for k, segs in enumerate(pieces, 1):
+            piece = _with_body(it, f"(part {k} of {total})\n" + "\n".join(segs))
+            if k < total:
+                stages.append([piece])
+            else:
+                cur, cur_tokens = [piece], header_tokens + sum(count(s) + 1 for s in segs)
+    flush()
+    return stages
+
+
+def stage_owners(plan: CutPlan) -> dict[str, str]:
+    """Item node id → the chain node (or summary) it belongs to, for ``stage_plan``."""
+    return dict(zip((it.node_id for it in plan.input_items), plan.input_groups))
+
+
+def stage_plan(
+    plan: CutPlan,
+    items: list[Item],
+    *,
+    index: int,
+    total: int,
+    previous_text: str | None = None,
+    owner: dict[str, str] | None = None,
+) -> CutPlan:
+    """The plan for one stage (1-based ``index`` of ``total``): its items, and as previous
+    summary ``previous_text`` (the summary of the stages before; for stage 1 the plan's
+    own previous summary when ``previous_text`` is None)."""
+    prev = previous_text if previous_text is not None else (plan.previous_summary_text if index == 1 else None)
+    if owner is None:  # pass stage_owners(plan) when building many stages of one plan
+        owner = stage_owners(plan)
+    return replace(
+        plan,
+        input_items=list(items),
+        input_groups=[owner.get(it.node_id, it.node_id) for it in items],
+        previous_summary_text=prev,
+        stage=(index, total),
+    )
+
+
+# ---------------------------------------------------------------- coverage (defect 1)
+
+
+def _message_texts(messages: Any) -> list[str]:
+    out: list[str] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, str):
+            out.append(v)
+        elif isinstance(v, dict):
+            if "content" in v:
+                walk(v["content"])
+            elif isinstance(v.get("text"), str):
+                out.append(v["text"])
+            if isinstance(v.get("systemPrompt"), str):
+                out.append(v["systemPrompt"])
+            if "messages" in v:
+                walk(v["messages"])
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+
+    walk(messages)
+    return out
+
+
+def summarized_ids(plan: CutPlan, messages_sent: Any) -> set[str]:
+    """Node ids whose content was in ``messages_sent`` (one request's messages, or a list
+    of several requests' messages for a staged summary).
+
+    An item was sent when its content is a substring of the sent text, or — for items
+    split across stages — when every line segment of it is. A node counts when all its
+    items were sent; a chain node when all items of its turn part (itself, its tool
+    calls and results, inner calls) were; the previous summary's ``covers_ids`` when its
+    text was; covered nodes that render nothing always count.
+    """
+    joined = "\n".join(_message_texts(messages_sent))
+    pos = 0
+    found: list[bool] = []
+    for it in plan.input_items:
+        body = item_body(it)
+        if not body:
+            found.append(True)
+            continue
+        i = joined.find(body, pos)
+        if i < 0:
+            i = joined.find(body)
+        if i >= 0:
+            pos = i + len(body)
+            found.append(True)
+            continue
+        found.append(all(seg in joined for seg in _segments(body) if seg.strip()))
+    node_ok: dict[str, bool] = {}
+    group_ok: dict[str, bool] = {}
+    for it, group, ok in zip(plan.input_items, plan.input_groups, found):
+        node_ok[it.node_id] = node_ok.get(it.node_id, True) and ok
+        group_ok[group] = group_ok.get(group, True) and ok
+    # a chain node counts by its whole turn part, any other node by its own items
+    out = {nid for nid, ok in node_ok.items() if ok and nid not in group_ok}
+    out |= {g for g, ok in group_ok.items() if ok}
+    out.update(plan.empty_ids)
+    if plan.previous_summary_id is not None and group_ok.get(plan.previous_summary_id):
+        covered_by_old = set(plan.covered_ids) - set(plan.new_covered_ids)
+        out.update(covered_by_old)
+    return out
+
+
+def covered_in_input(plan: CutPlan, messages_sent: Any) -> bool:
+    """True when every covered chain node's content was in the summarizer input."""
+    return set(plan.covered_ids) <= summarized_ids(plan, messages_sent)

@@ -1,0 +1,58 @@
+"""The memory index's rows (SPEC §5.1; tables of schema version 3), as every backend keeps them.
+
+Kept apart from the session primitives of ``backend.py``: a memory file's chunks are
+derived data of a workspace, never part of a session. A backend gives its own
+implementation of ``MemoryRows`` (``Backend.memory_rows()``: ``sqlite_memory.py``,
+``pg_memory.py``); each keeps rows only (the decisions — what a file's chunks are, when a
+file changed — are made above, in ``memory.py`` and the engine). Writes run inside the
+store's derived transaction (``Store._write_many``), so one index run commits whole or
+not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFileRow:
+    path: str
+    source: str
+    hash: str
+    mtime: float
+    size: int
+    lines: int
+    chunks: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryChunkRow:
+    id: str
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    hash: str
+    mtime: float
+    text: str
+
+
+class MemoryRows(Protocol):
+    def files(self, workspace: str) -> list[MemoryFileRow]: ...
+    def run(self, workspace: str) -> tuple[float, bytes] | None: ...
+    def chunk_count(self, workspace: str) -> int: ...
+    def chunk(self, workspace: str, chunk_id: str) -> MemoryChunkRow | None: ...
+    def search(self, workspace: str, expression: str, limit: int) -> list[tuple[MemoryChunkRow, float]]: ...
+    # inside a write transaction
+    def drop_files(self, workspace: str, paths: Sequence[str]) -> None: ...
+    def put_file(self, workspace: str, row: MemoryFileRow, chunks: Sequence[MemoryChunkRow] | None) -> None: ...
+    def put_run(self, workspace: str, indexed_at: float, skipped: bytes) -> None: ...
+
+
+CHUNK_COLS = "c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.mtime, c.text"
+
+
+def chunk_row(r: Sequence[Any]) -> MemoryChunkRow:
+    return MemoryChunkRow(r[0], r[1], r[2], int(r[3]), int(r[4]), r[5], float(r[6]), r[7])

@@ -1,0 +1,316 @@
+"""A SQLite database file as the backend holds it: opening (private folders and a 0600
+file, WAL, a read-only fallback on read-only storage, migrations), connections (the
+writer's own, one per reading thread), the write transaction (``BEGIN IMMEDIATE``, with a
+lock timeout that ends in ``StorageBusy``), storage faults by kind, and noticing a file
+deleted or replaced underneath (device + inode) to reopen it (SPEC §2.1).
+``SqliteBackend`` (``sqlite_backend.py``) keeps its rows on top of this.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
+
+from dagctx.protocol.errors import DagctxError
+
+from .backend import busy_error, storage_error
+from .schema import SCHEMA_VERSION, current_version, migrate, refuse_newer
+
+
+def fault_kind(exc: sqlite3.Error) -> str | None:
+    """The stable kind of a SQLite storage fault, or None for anything else (a bug)."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    text = str(exc).lower()
+    if name.startswith("SQLITE_FULL") or "database or disk is full" in text:
+        return "StorageFull"
+    if name.startswith("SQLITE_READONLY") or "readonly database" in text:
+        return "StorageReadOnly"
+    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in text or "not a database" in text:
+        return "StorageCorrupt"
+    if name.startswith(("SQLITE_IOERR", "SQLITE_CANTOPEN", "SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text:
+        return "StorageUnavailable"
+    return None
+
+
+#: how long a write waits for another process's write lock before ``StorageBusy`` (seconds)
+DEFAULT_LOCK_TIMEOUT = 10.0
+
+
+def private_folder(path: str) -> None:
+    """Create the folders of ``path`` that are missing, each 0700 whatever the umask
+    (SPEC §2.1: what dagctx creates is private); existing folders are left alone."""
+    missing = []
+    folder = os.path.abspath(path)
+    while folder and not os.path.isdir(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            continue
+        os.chmod(folder, 0o700)
+
+
+def create_private_file(path: str) -> bool:
+    """Create an empty database file 0600 whatever the umask, if none exists; SQLite gives
+    its -wal and -shm files the database file's mode. Whether it was created here."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _ident(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+class SqliteFile:
+    """One SQLite file opened for the store: connections, transactions, faults, reopening."""
+
+    def __init__(self, path: str, *, synchronous: str | None = None, create_parent: bool = True,
+                 lock_timeout: float | None = None) -> None:
+        self.location = path
+        self._memory = path == ":memory:"
+        self.lock_timeout = DEFAULT_LOCK_TIMEOUT if lock_timeout is None else float(lock_timeout)
+        sync = (synchronous or os.environ.get("DAGCTX_SYNC") or "NORMAL").upper()
+        if sync not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {sync!r}")
+        self._sync = sync
+        self._create_parent = create_parent
+        #: the connection in use by a thread inside ``transaction`` (the writer's)
+        self._tx = threading.local()
+        #: per thread, a reading connection of its own for reads that need no lock of the
+        #: store (``sessions_unlocked``); all of them, to close them with the backend
+        self._own = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        #: how many times the file was reopened (the store drops its caches when it changes)
+        self.generation = 0
+        self._open()
+
+    def _open(self) -> None:
+        path = self.location
+        if not self._memory:
+            parent = os.path.dirname(os.path.abspath(path))
+            if self._create_parent:
+                private_folder(parent)
+            elif not os.path.isdir(parent):
+                raise FileNotFoundError(f"the folder {parent!r} does not exist")
+            self._refuse_orphaned_log(path)
+        self.read_only = not self._memory and self._on_read_only_storage(path)
+        #: ``db`` serves reads (under the store's lock); ``_wdb`` is the writer's own
+        #: connection, so a write waiting for another process's lock holds up no reader
+        self._wdb: sqlite3.Connection | None = None
+        if self.read_only:
+            self.db = self._open_read_only(path)
+        else:
+            if not self._memory:
+                create_private_file(path)
+            self.db = self._connect(path)
+            try:
+                with self._faults("open the database"):
+                    migrate(self.db)
+                self._wdb = self.db if self._memory else self._connect(path)
+            except BaseException:
+                self.db.close()
+                raise
+        self._ident = None if self._memory else self._file_ident()
+        #: the write-ahead log and shared-memory files that belong to the file we opened
+        self._logs = {} if self._memory else {sfx: _ident(path + sfx) for sfx in ("-wal", "-shm")}
+
+    def _connect(self, path: str) -> sqlite3.Connection:
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=self.lock_timeout)
+        try:
+            with self._faults("open the database"):
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute(f"PRAGMA synchronous={self._sync}")
+                db.execute(f"PRAGMA busy_timeout={int(self.lock_timeout * 1000)}")
+                # Our tables declare no foreign keys; checks stay on so a deferred constraint
+                # (tests install one) fails at COMMIT like a full disk does.
+                db.execute("PRAGMA foreign_keys=ON")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _c(self) -> sqlite3.Connection:
+        """This thread's connection: the writer's inside a transaction, else the reader."""
+        return getattr(self._tx, "conn", None) or self.db
+
+    # ------------------------------------------------------------ the file under us
+
+    @staticmethod
+    def _on_read_only_storage(path: str) -> bool:
+        """An existing database we may not write: a read-only mount, or no write permission."""
+        if not os.path.exists(path):
+            return False
+        try:
+            ro_mount = bool(os.statvfs(os.path.dirname(os.path.abspath(path))).f_flag & os.ST_RDONLY)
+        except OSError:
+            ro_mount = False
+        return ro_mount or not os.access(path, os.W_OK)
+
+    def _open_read_only(self, path: str) -> sqlite3.Connection:
+        """Serve reads from a database that cannot be written; every write answers
+        ``StorageReadOnly``. On a read-only mount nobody can change the file, so it is
+        opened ``immutable`` (WAL's shared-memory file cannot be created there)."""
+        ro_mount = bool(os.statvfs(os.path.dirname(os.path.abspath(path))).f_flag & os.ST_RDONLY)
+        uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro" + ("&immutable=1" if ro_mount else "")
+        db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
+                             timeout=self.lock_timeout)
+        try:
+            with self._faults("open the database"):
+                found = current_version(db)
+        except BaseException:
+            db.close()
+            raise
+        if found > SCHEMA_VERSION:
+            db.close()
+            refuse_newer(found)
+        if found != SCHEMA_VERSION:
+            db.close()
+            raise storage_error(
+                "StorageReadOnly",
+                f"cannot open the database: schema version {found} needs migrating to {SCHEMA_VERSION}, "
+                "which needs write access",
+                path,
+            )
+        return db
+
+    @staticmethod
+    def _refuse_orphaned_log(path: str) -> None:
+        if os.path.exists(path):
+            return
+        for suffix in ("-wal", "-shm"):
+            if os.path.exists(path + suffix):
+                raise DagctxError(
+                    "StorageUnavailable",
+                    f"the database file {path!r} is missing but its write-ahead log {path + suffix!r} "
+                    "is still there: the database was deleted or moved while a daemon had it open. "
+                    f"Restore the file, or delete {path}-wal and {path}-shm to start an empty database",
+                    details={"database": path},
+                )
+
+    def _file_ident(self) -> tuple[int, int]:
+        st = os.stat(self.location)
+        return st.st_dev, st.st_ino
+
+    def vanished(self) -> bool:
+        """Whether the path no longer names the file this backend opened (deleted, or
+        replaced by another file): the store then reopens it (SPEC §2.1)."""
+        if self._ident is None:
+            return False
+        try:
+            return self._file_ident() != self._ident
+        except OSError:
+            return True
+
+    def reopen(self) -> None:
+        """Close the file we had and open (or create) the one the path names now. Called by
+        the store with no transaction open and every user of the connections locked out.
+        Closing first lets SQLite fold its write-ahead log into the old file and remove
+        it, so the new file never meets the old one's log."""
+        with self._readers_lock:  # a reader left open on the old file would, closing later,
+            readers, self._readers = self._readers, []  # fold or remove the log at this path
+        old = (self._wdb, self.db, *readers)
+        for conn in old:
+            if conn is not None:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+        # SQLite leaves the log of an unlinked file where it was: it is ours, and the new
+        # file must never meet it (it would be replayed into it), so it goes now.
+        for sfx, ident in self._logs.items():
+            if ident is not None and _ident(self.location + sfx) == ident:
+                try:
+                    os.unlink(self.location + sfx)
+                except FileNotFoundError:
+                    pass
+        self._open()
+        self.generation += 1
+
+    def _check_file(self) -> None:
+        """The path still names the file we opened; else no write may be acknowledged."""
+        if self.vanished():
+            raise DagctxError(
+                "StorageUnavailable",
+                f"the database file {self.location!r} was deleted or replaced while this daemon had "
+                "it open; nothing was written to it. The daemon opens the file the path names now "
+                "for the next request: retry",
+                details={"database": self.location, "reopen": True},
+            )
+
+    # ------------------------------------------------------------ faults and transactions
+
+    @contextmanager
+    def _faults(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            kind = fault_kind(exc)
+            if kind is None:
+                raise
+            raise storage_error(kind, f"cannot {what}: {exc}", self.location) from exc
+
+    def fault_kind(self, exc: BaseException) -> str | None:
+        """The storage-fault kind of an exception raised inside a transaction, or None."""
+        return fault_kind(exc) if isinstance(exc, sqlite3.Error) else None
+
+    @contextmanager
+    def transaction(self, session_id: str, guard: AbstractContextManager[Any] | None = None, *,
+                    group: bool = False) -> Iterator[None]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT`` on the writer's connection; ``guard`` is held from
+        the moment the write lock is ours until the transaction ends (the wait for another
+        process's lock holds nothing of ours). Any failure, COMMIT's own included, rolls back."""
+        if self.read_only or self._wdb is None:
+            raise storage_error("StorageReadOnly", "cannot write", self.location)
+        if getattr(self._tx, "conn", None) is not None:
+            raise RuntimeError("write transactions do not nest")
+        w = self._wdb
+        try:
+            w.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            if fault_kind(exc) == "StorageUnavailable" and "locked" in str(exc).lower():
+                raise busy_error(self.location, self.lock_timeout) from exc
+            with self._faults("start a write"):
+                raise
+        self._tx.conn = w
+        try:
+            with guard if guard is not None else nullcontext():
+                try:
+                    self._check_file()
+                    with self._faults("write"):
+                        yield
+                    self._check_file()  # again just before COMMIT: the file may have gone meanwhile
+                    with self._faults("write"):
+                        w.execute("COMMIT")
+                except BaseException:
+                    if w.in_transaction:
+                        try:
+                            w.execute("ROLLBACK")
+                        except sqlite3.Error:
+                            pass  # the connection rolls back itself when it cannot; never mask the cause
+                    raise
+        finally:
+            self._tx.conn = None
+
+    # ------------------------------------------------------------ sessions
