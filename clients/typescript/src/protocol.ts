@@ -123,6 +123,19 @@ export interface BudgetExceededDetails {
   systemPromptLayers?: PromptLayer[];
 }
 
+/**
+ * Where a request stops matching the previous request of its branch — a prompt-cache
+ * break — why, and what it costs (SPEC §7, cache breaks).
+ */
+export interface CacheBreak {
+  previousRenderId: string;
+  atMessage: number;
+  causes: ("aging" | "checkpoint" | "compaction" | "other" | "reasoning" | "reduction" | "systemPrompt" | "tools")[];
+  invalidatedTokens: number;
+  rewrittenTokens: number;
+  estimatedCost: number;
+}
+
 /** One open database and what its caches hold. */
 export interface CacheStatus {
   database: string;
@@ -972,6 +985,8 @@ export interface PrepareResult {
   maxOutputTokens?: number | null;
   /** @default null */
   reduction?: TurnReduction | null;
+  /** @default null */
+  cacheBreak?: CacheBreak | null;
 }
 
 export interface ProgressParams {
@@ -1118,6 +1133,8 @@ export interface ReplayResult {
   outputReserve?: number | null;
   /** @default null */
   usage?: Usage | null;
+  /** @default null */
+  tools?: Record<string, unknown>[] | null;
 }
 
 /** The turn's earlier steps replaced by one task summary for this request. */
