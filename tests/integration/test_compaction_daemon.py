@@ -914,3 +914,45 @@ async def test_tokens_after_is_measured_in_the_requested_format(db_path: Path) -
         assert (res.tokens_before, res.tokens_after) == (before["openai"], after["openai"])
     finally:
         await c.close()
+
+
+# ---------------------------------------------------------------- the prompt cache (SPEC §7)
+
+
+async def test_a_compaction_breaks_the_prompt_cache_and_says_so(db_path: Path) -> None:
+    tiny = "tiny-8k"
+    c = await spawn(db_path, None, models={**MODELS, tiny: {"contextWindow": 8000, "maxOutput": 1000}})
+    try:
+        s = await c.session_create("cache")
+        sid, head = s.session_id, s.head
+
+        async def prepare() -> pc.PrepareResult:
+            return await c.prepare(sid, model=tiny, format="anthropic", prompt_mode="none")
+
+        i = 0
+        p = await prepare()
+        assert p.cache_break is None  # nothing before it
+        while p.budget.percent_used < 70:
+            head, _ = await chat(c, sid, head, 1, start=i, lines=12)
+            i += 1
+            p = await prepare()
+            # a request that only adds to the previous one breaks nothing
+            assert p.cache_break is None, p.cache_break
+        assert p.recommend_compaction
+        res = await c.compact(sid, model=tiny, fallback="structural", format="anthropic")
+        assert res.ok and res.summary_id, res
+        after = await prepare()
+        brk = after.cache_break
+        assert brk is not None and brk.causes == ["compaction"] and brk.previous_render_id == p.render_id
+        # the summary leads the request now: nothing of the previous one is read from the cache
+        assert brk.at_message == after.stable_prefix.messages == 0
+        before_tokens, after_tokens = p.manifest["tokens"], after.manifest["tokens"]
+        assert (brk.invalidated_tokens, brk.rewritten_tokens) == (before_tokens, after_tokens)
+        assert after_tokens < before_tokens
+        assert brk.estimated_cost == round(1.25 * after_tokens - 0.1 * before_tokens, 1)
+        assert any(line.startswith("prompt cache break at message 0 (compaction)") for line in after.decision_path)
+        # the same request again extends it: no break
+        again = await prepare()
+        assert again.cache_break is None and again.messages == after.messages
+    finally:
+        await c.close()

@@ -203,3 +203,26 @@ async def test_tools_are_counted_once_when_provider_usage_calibrates(daemon) -> 
     assert again.budget.source == "calibrated"
     assert again.budget.input_used == pytest.approx(est2 * 2, abs=2)
     assert again.budget.tools_schema == pytest.approx(again.manifest["toolsTokens"] * 2, abs=2)
+
+
+async def test_the_tools_a_request_carried_are_recorded_once_per_branch_and_replayed(daemon) -> None:
+    """SPEC §6: the manifest records the tools schema (once per branch while it stays the same)
+    and the decision path; context/replay answers the tools exactly as sent."""
+    tools = [{"name": "read_file", "description": "Read a file", "parameters": {"type": "object"}},
+             {"name": "bash", "description": "Run a command", "parameters": {"type": "object"}}]
+    s = await daemon.session_create("tools replay")
+    sid, head = s.session_id, s.head
+    calls = []
+    for i, schema in enumerate([tools, tools, tools[:1], []]):
+        u = await daemon.append(sid, "user", output=f"turn {i}", predecessor=head)
+        prep = await daemon.prepare(sid, model="gpt-4o", format="openai", tools=schema)
+        llm = await daemon.append(sid, "llm", name="gpt-4o", output=f"answer {i}", predecessor=u.head,
+                                  render_id=prep.render_id)
+        assert llm.node.metadata["decisionPath"] == prep.decision_path and "decisionPath" not in prep.manifest
+        head = llm.node.id
+        calls.append((llm.node.id, prep))
+    # the first request recorded the schema, the second (the same) did not, the third (changed) did
+    assert [("tools" in p.manifest) for _, p in calls] == [True, False, True, False]
+    assert calls[0][1].manifest["toolsHash"] == calls[1][1].manifest["toolsHash"] != calls[2][1].manifest["toolsHash"]
+    got = [(await daemon.replay(sid, nid)) for nid, _ in calls]
+    assert [r.tools for r in got] == [tools, tools, tools[:1], []]

@@ -176,10 +176,14 @@ async def test_a_nested_frame_is_reduced_too(tmp_path: Path) -> None:
         # both open calls stay: A's call of the planner, the planner's call of the worker
         assert "call_plan" in sent and "call_work" in sent
         red = p.reduction
-        assert red is not None and red.results, p.decision_path
-        # the worker's finished inner results, and the planner's, are what is summarized
+        assert red is not None and (red.results or red.checkpoint), p.decision_path
+        # the worker's finished inner calls, and the planner's results, are what is reduced:
+        # results summarized, or the worker's earlier inner calls under a checkpoint (its
+        # newest two stay, SPEC §8)
         assert {x.node_id for x in red.results} <= set(results[:-1]) | set(g_results)
-        assert {x.node_id for x in red.results} & set(results)
+        covered = set(red.checkpoint.covers_ids) if red.checkpoint else set()
+        assert covered <= set(calls[:-2])
+        assert {x.node_id for x in red.results} & set(results) or covered
         await check_frame_request(c, sid, fn, p, calls, results, "lexer")
     finally:
         await c.close()

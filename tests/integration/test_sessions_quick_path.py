@@ -67,3 +67,38 @@ async def test_what_the_quick_path_cannot_answer_exactly_goes_to_the_full_comman
     # an option of the full command only
     src = dagctx("--db", db, "sessions", "--source", "native", importtime=True)
     assert "1 sessions from native" in src.stdout and "rich" in imported(src)
+
+
+async def test_show_is_the_same_through_the_quick_path_and_skips_the_heavy_imports(shared_env, tmp_path: Path) -> None:
+    db = str(tmp_path / "show.db")
+    client = await DagctxClient.connect(db)
+    try:
+        s = await client.session_create("show me")
+        u = await client.append(s.session_id, "user", output="Read src/app.py and fix parse_config",
+                                predecessor=s.head, id="u-4f2a9c")
+        llm = await client.append(s.session_id, "llm", name="gpt-5", output="Reading it.", predecessor=u.node.id,
+                                  id="l-7b31d0", metadata={"usage": {"input": 1200, "output": 40}, "latency": 0.25,
+                                                           "signature": "Q" * 400})
+        await client.append(s.session_id, "code", name="read_file", input={"path": "src/app.py", "lines": [1, 200]},
+                            output="def parse_config(path):\n    return {}\n" * 40, caller=llm.node.id,
+                            id="l-7b31d0-call", metadata={"toolCallId": "call_1"})
+    finally:
+        await client.close()
+
+    # "l-7b31d0" is a whole id and the prefix of another: the exact one is shown
+    for args in (["--db", db, "show", "u-4f2"], ["show", "l-7b31d0", "--db", db],
+                 ["--db", db, "show", "l-7b31d0-c", "--json"], ["--db", db, "show", "l-7b31d0-call"]):
+        fast, full = dagctx(*args, importtime=True), dagctx(*args, quick=False)
+        assert fast.stdout == full.stdout, args
+        mods = imported(fast)
+        assert "dagctx.cli.quick" in mods and not {"rich", "asyncio", "msgspec", "argparse"} & mods, args
+    assert json.loads(dagctx("--db", db, "show", "l-7b31d0-c", "--json").stdout)["input"]["path"] == "src/app.py"
+    assert "parse_config" in dagctx("--db", db, "show", "l-7b31d0-c").stdout
+
+    # what it cannot answer exactly goes to the full command: an ambiguous prefix (an error
+    # in words, exit 1), a session named by --session
+    amb = subprocess.run([sys.executable, "-P", "-X", "importtime", "-m", "dagctx.cli", "--db", db, "show", "l-7"],
+                         capture_output=True, text=True, env={**os.environ, "COLUMNS": "160"}, timeout=120)
+    assert amb.returncode == 1 and "ambiguous" in amb.stdout + amb.stderr and "rich" in imported(amb)
+    scoped = dagctx("--db", db, "show", "u-4f2", "--session", s.session_id, importtime=True)
+    assert "rich" in imported(scoped) and scoped.stdout == dagctx("--db", db, "show", "u-4f2").stdout

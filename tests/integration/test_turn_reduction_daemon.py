@@ -211,7 +211,7 @@ async def test_generated_300_call_turn_fits(tc: DagctxClient, sampler: Sampler, 
     assert again.stable_prefix and again.stable_prefix.messages == len(again.messages)
     # more steps: the reduction is recomputed from the data for each request, and the
     # checkpoint grows in quanta of 8 steps, so the reduced prefix changes rarely
-    prev, more = p, p
+    prev, more = again, again  # the branch's newest request: what the next one is compared with
     changes = 0
     for j in range(16):
         head = await step(tc, sid, head, 300 + j, tag=f"gen{model[:3]}", model=model)
@@ -220,6 +220,14 @@ async def test_generated_300_call_turn_fits(tc: DagctxClient, sampler: Sampler, 
         kept = more.stable_prefix.messages if more.stable_prefix else 0
         if kept < len(prev.messages) - 1:
             changes += 1
+        # every break of the prompt cache is reported, with its cause and its numbers (SPEC §7)
+        brk = more.cache_break
+        assert (brk is not None) == (kept < len(prev.messages)), (kept, len(prev.messages), brk)
+        if brk is not None:
+            assert brk.previous_render_id == prev.render_id and brk.at_message == kept
+            assert brk.causes and set(brk.causes) <= {"checkpoint", "reduction", "aging"}, brk.causes
+            assert brk.rewritten_tokens > 0 and brk.invalidated_tokens > 0
+            assert any(line.startswith("prompt cache break") for line in more.decision_path)
         prev = more
     assert changes <= 3, changes  # 16 steps: about one change per quantum of 8
     await check_request(tc, sid, p, model)

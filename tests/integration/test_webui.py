@@ -57,11 +57,21 @@ def _sampler() -> ScriptedSampler:
         sorted(set(re.findall(r"src/mod_\d+\.py|mod_\d+|call_\d+", request_text(p))))))
 
 
+TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a shell command",
+                                         "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}},
+         {"type": "function", "function": {"name": "git", "description": "Run git",
+                                         "parameters": {"type": "object", "properties": {"args": {"type": "array"}}}}}]
+#: each recorded call's decision path, as context/prepare answered it
+PATHS: dict[str, list[str]] = {}
+
+
 async def _record(c: DagctxClient, sid: str, pred: str, output: str) -> m.NodeResult:
-    """One llm call as an agent records it: prepare, then append with the render's id."""
-    prep = await c.prepare(sid, model="gpt-4o")
-    return await c.request("node/append", m.NodeAppendParams(session_id=sid, render_id=prep.render_id, node=m.NodeInput(
+    """One llm call as an agent records it: prepare (with its tools), then append with the render's id."""
+    prep = await c.prepare(sid, model="gpt-4o", tools=TOOLS)
+    node = await c.request("node/append", m.NodeAppendParams(session_id=sid, render_id=prep.render_id, node=m.NodeInput(
         role="llm", name="gpt-4o", output=output, predecessor=pred)))
+    PATHS[node.node.id] = list(prep.decision_path)
+    return node
 
 
 async def _build(db: Path) -> dict[str, Any]:
@@ -315,8 +325,16 @@ def test_the_request_view_is_context_replay(ui: Ui) -> None:
     replay = ui.call(lambda c: c.replay(d["sid"], d["request"]))
     assert replay.exact and shown == replay.messages
     assert page.locator("[data-testid=request-message]").count() == len(replay.messages)
-    path = page.inner_text("[data-testid=decision-path]")
-    assert f"summary {d['summary']} replaces" in path and "aging:" in path
+    # the decision path is the engine's own, recorded when the request was handed out
+    path = page.locator("[data-testid=decision-path] li").all_inner_texts()
+    node = ui.call(lambda c: c.get_nodes(d["sid"], [d["request"]])).nodes[0]
+    assert path == PATHS[d["request"]] == node.metadata["decisionPath"]
+    assert any(f"summary {d['summary']} replaces" in line for line in path)
+    # the tools schema the request carried, recorded once for the branch, shown as sent
+    assert replay.tools == TOOLS and "tools" not in replay.manifest  # the branch's first request recorded it
+    assert page.locator("[data-testid=tools] details").count() == 2
+    assert [page.locator("[data-testid=tools] details").nth(i).get_attribute("data-tool") for i in range(2)] == [
+        "bash", "git"]
     legend = page.inner_text("[data-testid=detail] .legend")
     assert "summary" in legend and "output reserve" in legend
     ui.shot(page, "request")

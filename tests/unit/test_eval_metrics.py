@@ -103,9 +103,16 @@ def test_the_unmanaged_baseline_stops_at_the_overflow() -> None:
     seq = cm.unmanaged(base, 1000, 100, COUNTER)
     # 204 tokens a message: 4 messages + 100 fit in 1,000, 5 do not
     assert [s.served for s in seq] == [True, True, True, True, False, False]
-    naive, compactions = cm.naive(base, 1000, 100, COUNTER, "anthropic", summarizer.summarize)
+    naive, compactions = cm.naive(base, 1000, 100, COUNTER, summarizer.summarize)
     assert compactions >= 1 and all(s.served for s in naive)
     assert naive[-1].messages[0]["content"][0]["text"].startswith(cm.NAIVE_MARKER)
+
+
+def test_the_naive_summary_takes_the_shape_of_the_requests_user_messages() -> None:
+    blocks = [{"role": "user", "content": [{"type": "text", "text": "hi"}], "nodeIds": ["u1"]}]
+    strings = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    assert cm.user_text_message("S", blocks) == {"role": "user", "content": [{"type": "text", "text": "S"}]}
+    assert cm.user_text_message("S", strings) == {"role": "user", "content": "S"}
 
 
 def test_the_stand_in_is_labelled_deterministic_and_short() -> None:

@@ -81,3 +81,64 @@ def test_only_its_own_arguments_take_the_quick_path() -> None:
     for argv in (["sessions", "--source", "codex"], ["sessions", "-h"], ["sessions", "--standalone"],
                  ["show", "sessions"], ["sessions", "sessions"], ["sessions", "--limit", "x"], ["history", "s"]):
         assert quick.parse(argv) is None, argv
+
+
+# ---------------------------------------------------------------- dagctx show
+
+
+def rich_show(title: str, rows: list[tuple[str, str]], sections: list[tuple[str, str]], width: int,
+              styled: bool) -> str:
+    from rich.markup import escape
+
+    from dagctx.cli.cmd_sessions import node_table
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, force_terminal=styled, color_system="standard" if styled else None,
+                      soft_wrap=False)
+    console.print(node_table(title, rows))
+    for label, text in sections:  # as cmd_show prints them
+        console.print(f"[bold]{label}[/bold]")
+        console.print(escape(text), markup=True, highlight=False, soft_wrap=True)
+    return buf.getvalue()
+
+
+CELL = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126) | st.sampled_from("é—…’“ü×"),
+               max_size=300) | st.sampled_from(
+    ["—", "", "2026-12-01 18:00", '{"timestamp":1778500076.074,"model":"gpt-5","usage":{"input":12}}',
+     "a b  c   " + "x" * 90 + "  d", "call_" + "Q" * 250, ":smile: and :100:", "[bold]not markup[/bold]"])
+BODY = st.text(alphabet=st.characters(min_codepoint=9, max_codepoint=0x2FF), max_size=400) | st.sampled_from(
+    ["line 1\n  line 2   \n", "ends with a backslash \\", "[red]x[/red] and \\[y]", "✓ done", "a" * 300 + "   "])
+
+
+@settings(max_examples=400, deadline=None)
+@given(ref=st.text(alphabet="abcdef0123456789-", min_size=1, max_size=40), session_title=CELL,
+       values=st.lists(CELL, min_size=7, max_size=9), bodies=st.lists(BODY, max_size=2),
+       width=st.integers(30, 220), styled=st.booleans())
+def test_show_equals_richs_or_the_quick_path_steps_aside(ref: str, session_title: str, values: list[str],
+                                                         bodies: list[str], width: int, styled: bool) -> None:
+    fields = ["role", "name", "status", "seq", "created", "caller", "predecessor", "reads", "metadata"]
+    rows = list(zip(fields, values))
+    sections = list(zip(["input", "output"], bodies))
+    title = f"node {ref} in {session_title} (0c8e1a3e-9a35-4b7a-8f5e-0a8c6c7a1e2b)"
+    mine = quick.node_text(title, rows, sections, width, styled=styled)
+    if mine is not None:
+        assert mine == rich_show(title, rows, sections, width, styled)
+
+
+def test_a_common_node_is_drawn_here_folded_in_a_pipe_and_on_a_terminal() -> None:
+    meta = '{"timestamp":1778500076.074,"reasoning":[{"type":"reasoning","encryptedContent":"' + "gAAAAB" * 60 + '"}]}'
+    rows = [("role", "llm"), ("name", "unknown"), ("status", "completed"), ("seq", "62"),
+            ("created", "2026-05-11 11:47"), ("caller", "—"), ("predecessor", "codex-89"), ("metadata", meta)]
+    sections = [("output", "I could not inspect the tab.\n\n**8-Minute Demo**\n- filters by time period")]
+    for width, styled in ((140, False), (80, True), (200, False)):
+        title = "node codex-98 in analyze transcript (d993d1a6-1ca0-45cc-8460-aa01add34b65)"
+        mine = quick.node_text(title, rows, sections, width, styled=styled)
+        assert mine is not None, (width, styled)
+        assert mine == rich_show(title, rows, sections, width, styled)
+        assert mine.count("\n") > 12  # the metadata was folded over several lines
+
+
+def test_wrap_fold_cuts_long_words_and_keeps_short_ones_whole() -> None:
+    assert quick.wrap_fold("aaa bbb ccc", 7) == ["aaa bbb", "ccc"]
+    assert quick.wrap_fold("x" * 10, 4) == ["xxxx", "xxxx", "xx"]
+    assert quick.wrap_fold("", 5) == [""]

@@ -239,6 +239,31 @@ def test_choose_checkpoint_is_quantized_and_monotone() -> None:
     assert tr.choose_checkpoint(eligible, tokens, need=1, summary_tokens=0, already=16) == 16
 
 
+def test_settled_checkpoint_holds_while_the_turn_fits_and_jumps_far_when_it_does_not() -> None:
+    steps = [f"a{i}" for i in range(60)]
+    tokens = dict.fromkeys(steps, 500)
+    base, limit, cap = 2_000, 12_000, 300
+    seen = []
+    for n in range(1, len(steps) + 1):
+        before, k = tr.settled_checkpoint(steps[:n], max(0, n - tr.KEEP_RECENT_STEPS), tokens, base, limit, cap)
+        if seen:
+            assert before == seen[-1]  # the previous request's checkpoint, replayed from this one
+        assert k % tr.CHECKPOINT_QUANTUM == 0 or k == n - tr.KEEP_RECENT_STEPS
+        size = base + 500 * (n - k) + (cap if k else 0)
+        assert size <= limit  # every request of the turn fits with its settled checkpoint
+        seen.append(k)
+    # the checkpoint only grows, and every move lands at about half the limit
+    moves = [n for n in range(1, len(seen)) if seen[n] != seen[n - 1]]
+    assert all(seen[n] > seen[n - 1] for n in moves)
+    for n in moves:
+        assert base + 500 * (n + 1 - seen[n]) + cap <= limit * tr.TARGET_SHARE
+    # a move that only just fits would come back every step or two; these last
+    assert len(moves) <= len(steps) * 500 // (limit * tr.TARGET_SHARE - base - cap) + 1
+    assert min(b - a for a, b in zip(moves, moves[1:])) >= 8
+    # nothing to cover: a turn that fits keeps no checkpoint
+    assert tr.settled_checkpoint(steps[:5], 3, tokens, base, limit, cap) == (0, 0)
+
+
 def test_apply_checkpoint_keeps_the_user_message_and_pairs() -> None:
     t = long_turn(12)
     view = render_view(t.g, t.tip)

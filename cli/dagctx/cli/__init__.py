@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     fast = _fast_serve(args_list if args_list else ["serve"])
     if fast is not None:
         return fast
-    if "sessions" in args_list and not standalone_requested(args_list):
+    if ("sessions" in args_list or "show" in args_list) and not standalone_requested(args_list):
         from dagctx.cli import quick  # stdlib only: the most typed command without the full CLI's imports
 
         answered = quick.run(args_list)

@@ -80,24 +80,45 @@ async def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print_json(node)
         return 0
-    table = Table(title=f"node {node.id} in {escape(info.title)} ({info.session_id})", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value", overflow="fold")
-    for field, value in (("role", node.role), ("name", node.name), ("status", node.status), ("seq", node.seq),
-                         ("created", when(node.created_at)), ("caller", node.caller), ("predecessor", node.predecessor)):
-        table.add_row(field, escape(str(value if value is not None else "—")))
-    if node.reads:
-        table.add_row("reads", escape(", ".join(node.reads)))
-    if node.metadata:
-        table.add_row("metadata", escape(msgspec.json.encode(node.metadata).decode("utf-8")))
-    console.print(table)
-    for label, value in (("input", node.input), ("output", node.output)):
-        if value is None or value == "":
-            continue
-        text = value if isinstance(value, str) else msgspec.json.format(msgspec.json.encode(value), indent=2).decode()
+    console.print(node_table(f"node {node.id} in {info.title} ({info.session_id})", node_rows(node)))
+    for label, text in node_sections(node):
         console.print(f"[bold]{label}[/bold]")
         console.print(escape(text), markup=True, highlight=False, soft_wrap=True)
     return 0
+
+
+def node_rows(node: m.Call) -> list[tuple[str, str]]:
+    """The ``show`` table's rows: field, value as printed (cli/quick.py makes the same ones)."""
+    rows = [(field, str(value if value is not None else "—"))
+            for field, value in (("role", node.role), ("name", node.name), ("status", node.status), ("seq", node.seq),
+                                 ("created", when(node.created_at)), ("caller", node.caller),
+                                 ("predecessor", node.predecessor))]
+    if node.reads:
+        rows.append(("reads", ", ".join(node.reads)))
+    if node.metadata:
+        rows.append(("metadata", msgspec.json.encode(node.metadata).decode("utf-8")))
+    return rows
+
+
+def node_table(title: str, rows: list[tuple[str, str]]) -> Table:
+    """The ``show`` table (cli/quick.py draws the same one without rich)."""
+    table = Table(title=escape(title), show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    for field, value in rows:
+        table.add_row(field, escape(value))
+    return table
+
+
+def node_sections(node: m.Call) -> list[tuple[str, str]]:
+    """What ``show`` prints after the table: the input and the output, JSON indented."""
+    out = []
+    for label, value in (("input", node.input), ("output", node.output)):
+        if value is None or value == "":
+            continue
+        out.append((label, value if isinstance(value, str) else
+                    msgspec.json.format(msgspec.json.encode(value), indent=2).decode()))
+    return out
 
 
 async def resolve_node(client: DagctxClient, ref: str, session: str | None) -> tuple[m.SessionInfo, str]:

@@ -22,8 +22,9 @@ The cut (``select_cut``)
 ========================
 
 Keep-tail target: ``keep_recent_tokens`` when given, else 10 % of the window clamped
-to 8,000–40,000 tokens, and never more than ``window − min(8,000, window / 4)`` so a
-small window keeps room for the prompt (SPEC §8, the small-window cap). Items are
+to 8,000–40,000 tokens, and never more than 20 % of the window (SPEC §8, the
+small-window cap): a compacted request must leave room to grow, or the next compaction
+follows a few requests later and every one rewrites the whole prompt cache. Items are
 summed with ``token_of_item`` (tokens as rendered, aged results included).
 
 - total ≤ target → None (``belowThreshold``): no LLM call;
@@ -82,6 +83,7 @@ from .view import Item, View
 
 __all__ = [
     "BELOW_THRESHOLD",
+    "KEEP_MAX_SHARE",
     "KEEP_MAX_TOKENS",
     "KEEP_MIN_MESSAGES",
     "KEEP_MIN_TOKENS",
@@ -99,9 +101,8 @@ __all__ = [
 KEEP_RATIO = 0.10
 KEEP_MIN_TOKENS = 8_000
 KEEP_MAX_TOKENS = 40_000
-#: The prompt keeps at least min(MIN_PROMPT_TOKENS, window × MIN_PROMPT_RATIO).
-MIN_PROMPT_TOKENS = 8_000
-MIN_PROMPT_RATIO = 0.25
+#: The kept tail is never more than this share of the window (the small-window cap).
+KEEP_MAX_SHARE = 0.20
 #: Conversation messages the kept tail holds when the budget allows.
 KEEP_MIN_MESSAGES = 4
 #: The message minimum may keep at most this multiple of the target.
@@ -169,8 +170,7 @@ def keep_target(window: int, keep_recent_tokens: int | None = None) -> int:
             )
         return keep_recent_tokens
     desired = min(max(round(window * KEEP_RATIO), KEEP_MIN_TOKENS), KEEP_MAX_TOKENS)
-    min_prompt = min(MIN_PROMPT_TOKENS, window * MIN_PROMPT_RATIO)
-    return max(1, min(desired, math.floor(window - min_prompt)))
+    return max(1, min(desired, math.floor(window * KEEP_MAX_SHARE)))
 
 
 def _is_user_boundary(item: Item, graph: SessionGraph) -> bool:

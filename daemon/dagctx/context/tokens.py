@@ -279,6 +279,12 @@ def _o200k(cache_dir: str | None) -> tiktoken.Encoding | None:
     return _load_o200k(cache_dir)
 
 
+# Building an encoder holds the interpreter lock for about a second (every client of the
+# daemon waits): the idle memory release keeps these two (server/hub.py).
+_cl100k.keep_when_idle = True  # type: ignore[attr-defined]
+_o200k.keep_when_idle = True  # type: ignore[attr-defined]
+
+
 def _json_default(obj: Any) -> Any:
     return str(obj)
 

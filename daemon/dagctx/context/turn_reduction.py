@@ -61,9 +61,10 @@ CONCURRENT_CALLS = 4
 #: Safety margin below the input budget: this share of the window, at least the minimum.
 SAFETY_MARGIN_SHARE = 0.02
 SAFETY_MARGIN_MIN = 256
-#: A reduced request aims this far below its limit, so the next steps of the turn
-#: fit without reducing again (fewer prompt-cache breaks).
-TARGET_SHARE = 0.85
+#: A checkpoint made because the turn outgrew its limit covers enough steps to bring
+#: the request down to this share of the limit, so the turn grows for many steps before
+#: the next checkpoint breaks the prompt cache again (``settled_checkpoint``).
+TARGET_SHARE = 0.5
 #: Results smaller than this are not worth a summary call.
 MIN_RESULT_TOKENS = 300
 #: The most recent steps of the turn never go into a checkpoint.
@@ -573,6 +574,44 @@ def choose_checkpoint(eligible: Sequence[str], tokens: Mapping[str, int], need: 
     return max(k, min(already, len(eligible)))
 
 
+def settled_checkpoint(steps: Sequence[str], eligible: int, tokens: Mapping[str, int], base: int, limit: int,
+                       summary_tokens: int) -> tuple[int, int]:
+    """The checkpoint of the turn's growth replayed step by step: ``(k_before, k_now)``,
+    the number of steps covered when the turn had one step fewer, and now.
+
+    Every earlier request of the turn is a prefix of this one, so its checkpoint can be
+    recomputed from this request alone (a pure function of the request, SPEC §8): with
+    ``m`` steps present the request is estimated at ``base`` (everything outside the
+    turn's steps) + the steps after the checkpoint + ``summary_tokens`` for the checkpoint
+    itself. While that fits ``limit`` the checkpoint stays where it is — consecutive
+    requests keep a byte-stable prefix; when it no longer fits, the checkpoint jumps to
+    the fewest whole quanta (``CHECKPOINT_QUANTUM``) that bring the request to
+    ``TARGET_SHARE`` of the limit (never covering the newest ``KEEP_RECENT_STEPS`` or more
+    than ``eligible`` steps). A break that only just fits would come back a step later;
+    one that lands at half the limit pays for itself over the steps that follow."""
+    pre = [0]
+    for st in steps:
+        pre.append(pre[-1] + max(0, tokens.get(st, 0)))
+    target = limit * TARGET_SHARE
+
+    def size(m: int, k: int) -> int:
+        return base + pre[m] - pre[k] + (summary_tokens if k else 0)
+
+    k = before = 0
+    for m in range(1, len(steps) + 1):
+        before = k
+        if size(m, k) <= limit:
+            continue
+        avail = max(k, min(eligible, m - KEEP_RECENT_STEPS))
+        nxt = k
+        while nxt < avail:
+            nxt = min(avail, (nxt // CHECKPOINT_QUANTUM + 1) * CHECKPOINT_QUANTUM)
+            if size(m, nxt) <= target:
+                break
+        k = nxt
+    return before, k
+
+
 def checkpoint_segments(texts: Sequence[str], max_tokens: int, count: Callable[[str], int]) -> list[tuple[int, int]]:
     """Steps (their ``texts``, oldest first) cut into consecutive segments ``(lo, hi)`` of
     at most ``max_tokens`` each (a larger step is a segment alone), from the start of the
@@ -810,6 +849,7 @@ __all__ = [
     "result_summary_cap",
     "results_needed",
     "safety_margin",
+    "settled_checkpoint",
     "signed_reasoning_sent",
     "split_segments",
     "step_tokens",

@@ -347,6 +347,8 @@ class EngineCore:
             raise DagctxError("InvalidParams", "renderId belongs to another session", path=path)
         meta = dict(node.metadata)
         meta.setdefault("renderManifest", rec.manifest)
+        if rec.decision_path is not None:
+            meta.setdefault("decisionPath", rec.decision_path)
         return msgspec.structs.replace(node, reads=node.reads or list(rec.reads), metadata=meta)
 
     def node_append_batch(self, p: m.NodeAppendBatchParams) -> Awaitable[m.NodeBatchResult]:

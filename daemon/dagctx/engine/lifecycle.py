@@ -22,6 +22,7 @@ reported in the decision path and the turn falls back to the default engine.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import logging
 from collections.abc import Awaitable
@@ -40,6 +41,7 @@ from . import compaction_pipeline, turn_reduction
 from .heads import check_head
 from .prompt_config import prompt_options
 from .turn_reduction import Built, protected_of
+from .views import recorded_tools
 from dagctx.context.formats import apply_turn_hooks
 
 if TYPE_CHECKING:
@@ -220,6 +222,9 @@ class ContextEngine:
         """The request is handed out: only now is its new system-prompt node written
         (SPEC §7: a refused request writes nothing)."""
         self.host.views.commit_system_prompt(p.session_id, result.render_id)
+        # what the engine decided, as it said it: the call appended with this request records
+        # it (SPEC §6); not in the manifest, which is the same from any daemon (SPEC §8)
+        self.host.views.note_decision_path(result.render_id, result.decision_path)
         return result
 
     # ------------------------------------------------------------ one build
@@ -307,7 +312,18 @@ class ContextEngine:
         estimate = r.total + hook_tokens + raw_tools
         r.manifest["tokens"] = estimate
         r.manifest["toolsTokens"] = raw_tools
+        r.manifest["toolsHash"] = tools_hash(p.tools)
+        if p.tools and (p.frame is not None or recorded_tools(graph, head, r.manifest["toolsHash"]) is None):
+            # recorded once per branch while it stays the same (replay finds it, SPEC §6)
+            r.manifest["tools"] = p.tools
         r.record.total = estimate
+        cache_break = views.cache_break(r, estimate, raw_tools)
+        if cache_break is not None:
+            path.append(
+                f"prompt cache break at message {cache_break.at_message} ({', '.join(cache_break.causes)}): "
+                f"{cache_break.invalidated_tokens:,} cached tokens invalidated, {cache_break.rewritten_tokens:,} "
+                f"written again, estimated cost {cache_break.estimated_cost:+,.0f} base-input tokens"
+            )
         source, total = views.calibrated(p.session_id, info.name, estimate, r.record)
         system_tokens, history_tokens, tools_tokens = budget.distribute(
             total, r.system_tokens, estimate - r.system_tokens - raw_tools, raw_tools
@@ -355,8 +371,18 @@ class ContextEngine:
             tokens_freed_by_aging=int(aging_stats.get("tokensFreedByAging", 0)),
             references_protected=int(aging_stats.get("referencesProtected", 0)),
             max_output_tokens=b.output_reserve,
+            cache_break=cache_break,
         )
         return Built(rendering=r, result=result, budget=b, estimate=estimate, parts=parts, aged=aged)
+
+
+def tools_hash(tools: Any) -> str | None:
+    """A short hash of the tools schema a request carries (its manifest's ``toolsHash``):
+    a changed schema breaks the whole prompt cache (SPEC §7)."""
+    if not tools:
+        return None
+    data = msgspec.json.encode(tools, order="deterministic")
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 class NoReductionEngine(ContextEngine):

@@ -30,6 +30,9 @@ class RenderRecord:
     message_tokens: list[int]
     total: int
     created_at: float = field(default_factory=time.time)
+    #: the decision path of the request, once it was handed out (``context/prepare``): the
+    #: llm node appended with this render records it beside the manifest (SPEC §6)
+    decision_path: list[str] | None = None
 
 
 @dataclass

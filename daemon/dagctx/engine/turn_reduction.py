@@ -494,17 +494,25 @@ async def reduce(engine: Host, build: Callable[[Reductions], Built], *, session_
         saving = sum(max(0, tr.expected_saving(x)) for x in plan.candidates)
         tokens = tr.step_tokens(plan.shape, engine.store.graph(session_id), built.rendering.node_ids,
                                 built.rendering.per_message)
-        # 1. results alone, when their expected saving covers the need within the calls,
-        #    or whenever no step may be checkpointed (e.g. the loop's signed reasoning is
-        #    sent: the results are condensed, the signed blocks go out unchanged)
-        if not plan.eligible or (saving >= need
+        cap = tr.checkpoint_summary_cap(info.context_window)
+        # the checkpoint this turn has settled on, replayed from the request itself: it
+        # moves only when the turn outgrows it, and then far enough to last (SPEC §8)
+        base = built.estimate - sum(tokens.values())
+        k_before, k_settled = tr.settled_checkpoint(
+            plan.shape.steps, len(plan.eligible), tokens, base,
+            math.floor(tr.input_limit(built.budget) / _ratio(built)), cap)
+        # 1. results alone, when their expected saving covers the need within the calls
+        #    and the turn's previous request had no checkpoint to keep, or whenever no
+        #    step may be checkpointed (e.g. the loop's signed reasoning is sent: the
+        #    results are condensed, the signed blocks go out unchanged)
+        if not plan.eligible or (k_before == 0 and saving >= need
                                  and tr.results_needed(plan.candidates, need) <= tr.MAX_SUMMARY_CALLS):
             final = await _reduce_results(run, plan, build, red, frozenset())
         # 2. else (or when they did not make it fit) a checkpoint of the turn's earlier
-        #    steps, the fewest quanta that free the need, then results after it
+        #    steps — where the turn's growth settled it, at least the fewest quanta that
+        #    free the need — then results after it
         if final is None and not run.stopped and plan.eligible:
-            cap = tr.checkpoint_summary_cap(info.context_window)
-            k = tr.choose_checkpoint(plan.eligible, tokens, need, cap)
+            k = max(tr.choose_checkpoint(plan.eligible, tokens, need, cap), min(k_settled, len(plan.eligible)))
             while final is None and not run.stopped and k <= len(plan.eligible):
                 cp = await _checkpoint(run, plan, k)
                 if cp is None:

@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dagctx.context import budget as budget_mod
+from dagctx.context import cache_breaks
 from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context import formats
 from dagctx.context.formats import apply_turn_hooks, reasoning_payload, to_messages
@@ -278,6 +279,32 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
             tokens += t
         return c.StablePrefix(messages=n, tokens=tokens, previous_render_id=prev.render_id)
 
+    def cache_break(self, r: Rendering, total: int, tools_tokens: int) -> c.CacheBreak | None:
+        """Whether the request ``r`` (``total`` tokens with ``tools_tokens`` of tools) breaks
+        the prompt cache of the previous request of its branch: where, why, at what cost
+        (SPEC §7, cache breaks); None when it extends it or there is none to compare."""
+        st = r.stable
+        if st.previous_render_id is None:
+            return None
+        prev = next((old for old in self._by_session.get(r.record.session_id, ())
+                     if old.render_id == st.previous_render_id), None)
+        if prev is None:
+            return None
+        whole = ("systemPrompt" if prev.manifest.get("systemNode") != r.manifest.get("systemNode") else
+                 "tools" if prev.manifest.get("toolsHash") != r.manifest.get("toolsHash") else None)
+        if whole is None and st.messages >= len(prev.message_tokens):
+            return None
+        at = 0 if whole else st.messages
+        system_in = formats.get(r.record.format).leads_with_system(r.messages)
+        stable = 0 if whole else tools_tokens + (0 if system_in or not r.system else r.system_tokens) + st.tokens
+        why = cache_breaks.causes(prev.manifest, r.manifest,
+                                  prev.messages[at] if at < len(prev.messages) else None,
+                                  r.messages[at] if at < len(r.messages) else None)
+        b = cache_breaks.measure(prev_total=prev.total, total=total, stable_tokens=stable, at_message=at, why=why)
+        return c.CacheBreak(previous_render_id=prev.render_id, at_message=b.at_message, causes=b.causes,  # type: ignore[arg-type]
+                            invalidated_tokens=b.invalidated_tokens, rewritten_tokens=b.rewritten_tokens,
+                            estimated_cost=b.estimated_cost)
+
     def _remember(self, rec: RenderRecord) -> None:
         # renderId lookups need the manifest and reads, not the messages
         self._renders[rec.render_id] = replace(rec, messages=[])
@@ -288,6 +315,12 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
         self._by_session[rec.session_id] = q  # most recently used last
         while len(self._by_session) > SESSIONS_REMEMBERED:
             self._by_session.pop(next(iter(self._by_session)))
+
+    def note_decision_path(self, render_id: str, path: list[str]) -> None:
+        """The request ``render_id`` was handed out with this decision path."""
+        rec = self._renders.get(render_id)
+        if rec is not None:
+            rec.decision_path = list(path)
 
     def forget(self, render_id: str) -> None:
         """Drop a render that was built but not handed out (a reduction attempt), so it is
@@ -370,7 +403,20 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
             r.view.summary_id == manifest.get("summaryId")
         )
         return c.ReplayResult(node_id=node.id, system=r.system, messages=messages, reads=list(r.view.reads),
-                              manifest=manifest, exact=exact, **self._replay_extras(p.session_id, node, r))
+                              manifest=manifest, exact=exact, tools=self._replay_tools(graph, node, manifest),
+                              **self._replay_extras(p.session_id, node, r))
+
+    def _replay_tools(self, graph: SessionGraph, node: Call, manifest: dict[str, Any]) -> list[Any] | None:
+        """The tools schema a recorded request carried (SPEC §6, ``manifest.tools``): its
+        own, or — recorded once per branch while it stays the same — the nearest earlier
+        request's with the same ``toolsHash``; None for a manifest that recorded none."""
+        if "toolsHash" not in manifest:
+            return None
+        if not manifest.get("toolsHash"):
+            return []
+        if isinstance(manifest.get("tools"), list):
+            return manifest["tools"]
+        return recorded_tools(graph, node.predecessor or node.caller, manifest["toolsHash"])
 
     def _replay_extras(self, session_id: str, node: Call, r: Rendering) -> dict[str, Any]:
         """What a viewer of a replay needs beside the request: its token counts, which nodes
@@ -385,3 +431,26 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
             "usage": usage,
         }
 
+
+#: how many earlier requests of a branch the tools schema is looked for in
+TOOLS_LOOKBACK = 256
+
+
+def recorded_tools(graph: SessionGraph, start: str | None, tools_hash: str) -> list[Any] | None:
+    """The tools schema with hash ``tools_hash`` as the nearest request at or before
+    ``start`` recorded it (walking predecessors, else callers, over at most
+    ``TOOLS_LOOKBACK`` recorded requests), or None. ``context/prepare`` records a schema
+    only when this finds none, so a replay always finds the one its request carried."""
+    seen = 0
+    cur = start
+    visited: set[str] = set()
+    while cur is not None and cur in graph.nodes and cur not in visited and seen < TOOLS_LOOKBACK:
+        visited.add(cur)
+        n = graph.nodes[cur]
+        man = n.metadata.get("renderManifest") if n.role == "llm" else None
+        if isinstance(man, dict):
+            seen += 1
+            if man.get("toolsHash") == tools_hash and isinstance(man.get("tools"), list):
+                return man["tools"]
+        cur = n.predecessor or (n.caller if n.caller != graph.root_id else None)
+    return None

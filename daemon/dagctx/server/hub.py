@@ -89,7 +89,8 @@ def _proc_status() -> tuple[int, int]:
 
 def _give_back_memory(unfreeze: bool = False) -> None:
     """Empty the views' memo caches (``functools.lru_cache``s of dagctx modules: they only
-    hold what can be recomputed), collect garbage and hand freed heap pages back to the
+    hold what can be recomputed) except those marked ``keep_when_idle`` (a tokenizer's
+    encoder: rebuilding one holds the interpreter for a second, stalling every client), collect garbage and hand freed heap pages back to the
     system (glibc ``malloc_trim``)."""
     import functools
     import gc
@@ -99,7 +100,7 @@ def _give_back_memory(unfreeze: bool = False) -> None:
         if not name.startswith(("dagctx.context", "dagctx.engine", "dagctx.transcripts")):
             continue
         for value in list(vars(module).values()):
-            if isinstance(value, functools._lru_cache_wrapper):
+            if isinstance(value, functools._lru_cache_wrapper) and not getattr(value, "keep_when_idle", False):
                 value.cache_clear()
     if unfreeze:
         # renders and big graph loads freeze what they allocated (engine/views.py, the

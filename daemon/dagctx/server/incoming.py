@@ -27,7 +27,7 @@ from dagctx.protocol.methods import METHODS, PRE_INITIALIZE
 
 from . import guards, lsp
 from .framing import Body
-from .requests import SERVER_HANDLED
+from .requests import LOOP_WRITES, SERVER_HANDLED
 
 if TYPE_CHECKING:
     from dagctx.engine.config import DaemonConfig
@@ -258,5 +258,7 @@ class Incoming:
             return
         if method in SERVER_HANDLED:
             self._on_loop(msg_id, method, handler, params)
+        elif method in LOOP_WRITES:
+            self._ordered_on_loop(msg_id, method, spec, handler, params)
         else:
             self._in_pool(msg_id, method, spec, handler, params)

@@ -4,7 +4,8 @@ Mixed into ``jsonrpc_server.DagctxProtocol`` (one connection). The method table 
 (SPEC §1.4): ordered requests run in the connection's ordered lane of the work pool and
 are answered in arrival order, background ones in its background lane; a write never
 overtakes a heavy read sent before it; the requests the connection answers itself
-(``SERVER_HANDLED``) run on the loop, after the ordered requests sent before them. A
+(``SERVER_HANDLED``) run on the loop, after the ordered requests sent before them, and
+so do appends (``LOOP_WRITES``: their work is in the writer thread), in order. A
 handler's coroutine part (waiting for the client's sampling answer) finishes on the
 loop. ``$/cancelRequest`` drops a queued job, stops a running one at its next
 checkpoint, cancels a coroutine part. An answer is framed in the worker; one over the
@@ -44,6 +45,12 @@ BACKGROUND_METHODS = frozenset(name for name, spec in METHODS.items() if spec.ba
 #: Requests the server answers itself, on the loop (the connection's own state); every
 #: other request runs its engine handler in the hub's pool.
 SERVER_HANDLED = frozenset({"initialize", "shutdown", "daemon/status", "daemon/stop"})
+
+#: Ordered writes whose handler only hands the work to the database's writer thread
+#: (after deriving a small payload's counts, a big one's in a thread): started on the
+#: loop, in order (SPEC §1.4) — a pool worker would only build the coroutine the loop
+#: then runs, two thread hand-offs per append for nothing.
+LOOP_WRITES = frozenset({"node/append", "node/appendBatch"})
 
 #: How to ask again for an answer that was too large (``ResponseTooLarge``), per method.
 PAGING = {
@@ -114,6 +121,61 @@ class RequestRunner:
             self._track(msg_id, method, asyncio.ensure_future(result), params)
         else:
             self._respond(msg_id, result)
+
+    def _ordered_on_loop(self, msg_id: Any, method: str, spec: Any, handler: Callable[[Any], Any],
+                         params: Any) -> None:
+        """An ordered write (``LOOP_WRITES``) started on the loop with the ordering the
+        pool gives (SPEC §1.4): after the answer of the ordered request before it, never
+        before a heavy view the connection sent earlier; the ordered requests after it
+        wait for its answer. Cancelled like a pool job: dropped while it waits, its
+        coroutine cancelled once it runs."""
+        loop = asyncio.get_running_loop()
+        token = CancelToken()
+        self._cancel_tokens[msg_id] = token
+        ctx = contextvars.copy_context()
+        ctx.run(CURRENT_CANCEL.set, token)
+        done: asyncio.Future[Any] = loop.create_future()
+        self._request_futures[msg_id] = done  # type: ignore[assignment]
+        waits: list[asyncio.Future[Any]] = []
+        tail = self._ordered_tail
+        if tail is not None and not tail.done():
+            waits.append(tail)  # not in the pool's lane: wait for the answer before it
+        if spec.writes and self._reads_in_flight:
+            waits.extend(f for f in self._reads_in_flight if not f.done())
+        self._ordered_tail = done
+
+        def start() -> None:
+            if done.done():  # cancelled while it waited
+                return
+            try:
+                result = ctx.run(handler, params)
+            except Exception as exc:  # answered by _request_done, like a failed pool job
+                done.set_exception(exc)
+                return
+            if not asyncio.iscoroutine(result):
+                done.set_result(result)
+                return
+            task = loop.create_task(result, context=ctx)
+            self._tasks[msg_id] = task
+
+            def finished(t: asyncio.Future[Any]) -> None:
+                self._tasks.pop(msg_id, None)
+                if done.done():
+                    return
+                if t.cancelled():
+                    done.cancel()
+                elif t.exception() is not None:
+                    done.set_exception(t.exception())  # type: ignore[arg-type]
+                else:
+                    done.set_result(t.result())
+
+            task.add_done_callback(finished)
+
+        done.add_done_callback(lambda f, i=msg_id, mth=method, p=params: self._request_done(i, mth, f, p))
+        if waits or self._backlog:
+            self._queue_ordered(waits, start)
+        else:
+            start()
 
     @property
     def pool(self) -> FairPool:

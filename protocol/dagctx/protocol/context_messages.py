@@ -89,6 +89,30 @@ class StablePrefix(_Result):
     previous_render_id: str | None = None
 
 
+CacheBreakCause = Literal["systemPrompt", "tools", "compaction", "checkpoint", "reduction", "aging", "reasoning",
+                          "other"]
+
+
+class CacheBreak(_Result):
+    """Where a request stops matching the previous request of its branch — a prompt-cache
+    break — why, and what it costs (SPEC §7, cache breaks)."""
+
+    #: the previous request of the branch (``stablePrefix.previousRenderId``)
+    previous_render_id: str
+    #: the first message that differs; 0 when the tools or the system prompt changed
+    at_message: int
+    #: why, from the two requests' manifests, the most decisive first
+    causes: list[CacheBreakCause]
+    #: tokens of the previous request after the break: cached, no longer usable
+    invalidated_tokens: int
+    #: tokens of this request after the break: written to the cache again
+    rewritten_tokens: int
+    #: this request's cost with the break minus its cost had it read the whole previous
+    #: request from the cache, in base-input-token units (write 1.25×, read 0.1×, warm
+    #: cache); negative when the request shrank by more than it rewrote
+    estimated_cost: float
+
+
 class ReducedResult(_Result):
     """One tool result summarized for this request (SPEC §8, reduction within a turn)."""
 
@@ -267,6 +291,9 @@ class PrepareResult(_Result):
     #: the output cap the client must send (the same one the budget counted)
     max_output_tokens: int | None = None
     reduction: TurnReduction | None = None
+    #: this request breaks the prompt cache of the previous request of its branch: where,
+    #: why and at what cost (SPEC §7); null when it extends it (or there was none)
+    cache_break: CacheBreak | None = None
 
 
 # ---------------------------------------------------------------- compact
@@ -329,6 +356,9 @@ class ReplayResult(_Result):
     output_reserve: int | None = None
     #: provider usage reported for this node (``usage/report``), when there is one
     usage: Usage | None = None
+    #: the tools schema the request carried (``context/prepare``'s ``tools``), exactly as
+    #: sent; null when its manifest recorded none (a render, or a call recorded before)
+    tools: list[dict[str, Any]] | None = None
 
 
 # ---------------------------------------------------------------- usage

@@ -251,7 +251,21 @@ NAIVE_THRESHOLD = 0.8
 NAIVE_MARKER = "[Summary of the earlier conversation]"
 
 
-def naive(base: Sequence[Any], window: int, max_output: int, counter: TokenCounter, fmt: str,
+def user_text_message(text: str, like: Sequence[Any]) -> dict[str, Any]:
+    """A user message holding ``text``, shaped like the user messages of ``like`` (a
+    request as the daemon rendered it in some format): a block list when they carry
+    blocks (Anthropic, neutral), a plain string otherwise (OpenAI). The request's own
+    messages say what its format looks like; this client names no format (the format
+    registry is the daemon's, ARCHITECTURE.md: the CLI never imports the views)."""
+    for m in like:
+        if isinstance(m, dict) and m.get("role") == "user":
+            if isinstance(m.get("content"), list):
+                return {"role": "user", "content": [{"type": "text", "text": text}]}
+            break
+    return {"role": "user", "content": text}
+
+
+def naive(base: Sequence[Any], window: int, max_output: int, counter: TokenCounter,
           summarize: Any) -> tuple[list[Sent], int]:
     """Baseline 2, naive compaction: when a request reaches 80 % of the input budget, everything
     before its newest message becomes one summary (the same summarizer as dagctx's), which
@@ -263,25 +277,22 @@ def naive(base: Sequence[Any], window: int, max_output: int, counter: TokenCount
     compactions = 0
     limit = NAIVE_THRESHOLD * (window - max_output)
 
-    def lead() -> list[Any]:
+    def lead(like: Sequence[Any]) -> list[Any]:
         if summary is None:
             return []
-        text = f"{NAIVE_MARKER}\n{summary}"
-        if fmt == "anthropic":
-            return [{"role": "user", "content": [{"type": "text", "text": text}]}]
-        return [{"role": "user", "content": text}]
+        return [user_text_message(f"{NAIVE_MARKER}\n{summary}", like)]
 
     for b in base:
         msgs = list(b.messages)
         cut = min(cut, len(msgs))
-        s = Sent(b.at, b.system, lead() + msgs[cut:])
+        s = Sent(b.at, b.system, lead(msgs) + msgs[cut:])
         if _tokens(s, counter) > limit and len(msgs) - cut > 1:
             folded = ([summary] if summary else []) + [unit_text(m) for m in msgs[cut:-1]]
             text = "\n\n".join(folded)
             summary = summarize(text, min(8192, max_output))
             cut = len(msgs) - 1
             compactions += 1
-            s = Sent(b.at, b.system, lead() + msgs[cut:])
+            s = Sent(b.at, b.system, lead(msgs) + msgs[cut:])
         s.served = _tokens(s, counter) + max_output <= window
         out.append(s)
     return out, compactions

@@ -124,7 +124,7 @@ async def evaluate_source(client: DagctxClient, src: rp.Source, cfg: Config, cou
         system = next((r.system for r in rep.requests if r.system), None)
         base = [rp.BaselineRequest(b.index, b.at, system, b.messages) for b in base]
         none = cm.economics(cm.unmanaged(base, w.tokens, w.max_output, counter), counter, ttl=cfg.ttl)
-        nseq, ncomp = cm.naive(base, w.tokens, w.max_output, counter, fmt, summarizer.summarize)
+        nseq, ncomp = cm.naive(base, w.tokens, w.max_output, counter, summarizer.summarize)
         nai = cm.economics(nseq, counter, ttl=cfg.ttl)
         nai["totals"]["compactions"] = ncomp
         timing["M4M5"] = time.perf_counter() - clock - rep.seconds

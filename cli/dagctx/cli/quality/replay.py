@@ -32,7 +32,7 @@ from dagctx.protocol.nodes import NodeInput
 SUMMARY_NAME = "context/summary"
 SYSTEM_PROMPT_NAME = "context/system_prompt"
 #: node metadata that belongs to the source's storage, not to the node
-_DROP_METADATA = ("spill", "renderManifest")
+_DROP_METADATA = ("spill", "renderManifest", "decisionPath")
 _BATCH = 200
 
 

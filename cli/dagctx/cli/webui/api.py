@@ -195,7 +195,9 @@ class Api:
             "replay": _b(replay),
             "format": fmt,
             "categories": token_categories(replay, system_node),
-            "decisionPath": decision_path(replay),
+            "decisionPath": decision_path(replay, node),
+            "decisionPathRecorded": isinstance(node.metadata.get("decisionPath"), list),
+            "tools": replay.tools,
             "previous": None if prev is None else {"nodeId": prev_id, "diff": request_diff(prev, replay)},
             "usage": usage_view(replay),
         }
@@ -290,7 +292,10 @@ def identifier_split(texts: list[str], summary: str, cap: int = 400) -> tuple[li
 
 def _tool_ids(manifest: dict[str, Any]) -> tuple[set[str], set[str]]:
     tr = manifest.get("turnReduction") or {}
-    reduced = {str(r.get("nodeId")) for r in tr.get("results") or [] if isinstance(r, dict)}
+    results = tr.get("results") or {}
+    # the manifest names each summarized result by node id (SPEC §8: {nodeId: summaryKey})
+    reduced = ({str(k) for k in results} if isinstance(results, dict)
+               else {str(r.get("nodeId")) for r in results if isinstance(r, dict)})
     cp = tr.get("checkpoint") or {}
     checkpoint = set()
     if isinstance(cp, dict) and cp.get("id"):
@@ -351,10 +356,16 @@ def token_categories(replay: c.ReplayResult, system_node: Any = None) -> dict[st
     }
 
 
-def decision_path(replay: c.ReplayResult) -> list[str]:
-    """What the request's manifest records, as sentences (aging, summary, reduction, checkpoint)."""
+def decision_path(replay: c.ReplayResult, node: Any = None) -> list[str]:
+    """The request's decision path: as the engine wrote it when it handed the request out
+    (the call's ``metadata.decisionPath``, SPEC §6) — else, for a call recorded without it,
+    what its manifest records, as sentences (aging, summary, reduction, checkpoint)."""
     man = replay.manifest
-    out: list[str] = []
+    recorded = node.metadata.get("decisionPath") if node is not None else None
+    if isinstance(recorded, list) and all(isinstance(s, str) for s in recorded):
+        return list(recorded) + ([] if replay.exact else
+                                 ["replay differs from the recorded render: the branch changed under it"])
+    out: list[str] = ["(read off the manifest: this call did not record its decision path)"]
     if man.get("systemNode"):
         out.append(f"system prompt: node {man['systemNode']}")
     aged = man.get("aged") or []
@@ -373,12 +384,10 @@ def decision_path(replay: c.ReplayResult) -> list[str]:
     tr = man.get("turnReduction")
     if isinstance(tr, dict):
         n = len(tr.get("results") or [])
-        out.append(f"reduction within the turn: {n} tool result{'s' if n != 1 else ''} summarized "
-                   f"({tr.get('tokensBefore')} → {tr.get('tokensAfter')} tokens, limit {tr.get('limit')})")
+        out.append(f"reduction within the turn: {n} tool result{'s' if n != 1 else ''} summarized")
         cp = tr.get("checkpoint")
         if isinstance(cp, dict):
-            out.append(f"checkpoint: {len(cp.get('coversIds') or [])} earlier steps replaced by a task summary "
-                       f"({cp.get('tokensBefore')} → {cp.get('tokensAfter')} tokens)")
+            out.append(f"checkpoint: {len(cp.get('coversIds') or [])} earlier steps replaced by a task summary")
     else:
         out.append("reduction within the turn: none")
     for r in man.get("repairs") or []:

@@ -375,6 +375,22 @@ function messageEl(m, i, kind, cls, tokens) {
     pre(messageText(m)), extra);
 }
 
+function toolName(t) {
+  const f = t && (t.function || t);
+  return (f && f.name) || "(unnamed)";
+}
+
+function toolsEl(tools, tokens) {
+  if (tools === null || tools === undefined)
+    return el("div", { class: "muted", "data-testid": "tools", text: tokens ? `${fmt(tokens)} tokens of tools; this call did not record their schema` : "none recorded" });
+  if (!tools.length) return el("div", { class: "muted", "data-testid": "tools", text: "none" });
+  return el("div", { "data-testid": "tools" },
+    el("div", { class: "muted", text: `${fmt(tokens)} tokens of tool schemas, as sent` }),
+    tools.map((t) => el("details", { class: "tool", "data-tool": toolName(t) },
+      el("summary", {}, el("code", { text: toolName(t) }), " ", ((t.function || t).description || "").slice(0, 120)),
+      pre(JSON.stringify(t, null, 2)))));
+}
+
 async function showRequest(id) {
   const pane = $("#detail");
   pane.replaceChildren(el("p", { class: "muted", text: "Replaying…" }));
@@ -408,6 +424,7 @@ async function showRequest(id) {
       `cost ≈ ${fmt(u.inputEquivalent)} base-input tokens (cache write ×${u.factors.cacheWrite}, read ×${u.factors.cacheRead})`)
       : el("div", { class: "notice", text: "No provider usage was reported for this call." }),
     el("h3", { text: "System prompt" }), rep.system ? el("details", {}, el("summary", { text: `${fmt(cat.system)} tokens` }), pre(rep.system)) : el("div", { class: "muted", text: "none" }),
+    el("h3", { text: `Tools (${r.tools ? r.tools.length : 0})` }), toolsEl(r.tools, cat.tools),
     el("h3", { text: `Messages (${rep.messages.length})` }), el("div", { "data-testid": "request-messages" }, msgs),
     replaced.length ? [el("h3", { text: "Replaced messages of the previous request" }), replaced] : null,
     el("details", {}, el("summary", { text: "the replay as JSON" }), el("pre", { "data-testid": "replay-json", text: JSON.stringify(rep.messages) })));
