@@ -236,7 +236,7 @@ def test_arbitrary_bytes_never_raise_and_a_clean_frame_after_them_is_read() -> N
                               b"999999999999999999999", b"{", b"}", b"\xff", b"Content-Type: x", b" "])
     junk = st.lists(pieces | st.binary(max_size=8), max_size=12).map(b"".join)
 
-    @settings(derandomize=True, database=None, max_examples=150, deadline=None,
+    @settings(derandomize=True, database=None, max_examples=300, deadline=None,
               suppress_health_check=list(HealthCheck))
     @given(junk=junk, cuts=st.lists(st.integers(0, 200), max_size=5))
     def run(junk: bytes, cuts: list[int]) -> None:
