@@ -29,7 +29,7 @@ VALUES = st.recursive(
 )
 
 
-@settings(derandomize=True, database=None, max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(derandomize=True, database=None, max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(v=VALUES, limit=st.integers(1, 8))
 def test_too_deep_is_exact_for_valid_json(v: Any, limit: int) -> None:
     """Brackets inside strings (and escaped quotes) never count."""
