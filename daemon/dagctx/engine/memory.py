@@ -405,8 +405,6 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
     vw, tw = (p.vector_weight / wsum, p.text_weight / wsum) if mode == "hybrid" else ((1.0, 0.0) if mode == "vector" else (0.0, 1.0))
 
     def finish() -> mem.MemorySearchResult:
-        import numpy as np
-
         qv = None
         if embedder is not None:
             qv = embedder.embed([p.query])[0]
@@ -416,6 +414,8 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
                 for row, raw in index.search(ws, expr, want):
                     cands[("m", row.id)] = {"row": row, "text": mt.text_score(raw)}
             if qv is not None and matrix is not None and len(ids):
+                import numpy as np  # only with an embedder: keyword search needs no numpy (dagctx[embed])
+
                 sims = matrix @ qv
                 k = min(want, len(ids))
                 top = np.argpartition(-sims, k - 1)[:k]
