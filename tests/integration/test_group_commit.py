@@ -15,13 +15,13 @@ import asyncio
 import os
 import signal
 import tempfile
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from daemon_stop import stop_daemon
 from rawdb import RawDb
 from dagctx.client import DagctxClient, RpcError
 from dagctx.protocol import messages as m
@@ -53,24 +53,7 @@ class SharedDaemon:
         return c
 
     async def stop(self) -> None:
-        for c in self.clients:
-            try:
-                await asyncio.wait_for(c.close(), 5)
-            except Exception:
-                pass
-        if self.pid is not None:
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
-                    os.kill(self.pid, sig)
-                except ProcessLookupError:
-                    break
-                deadline = time.monotonic() + 5
-                while time.monotonic() < deadline:
-                    try:
-                        os.kill(self.pid, 0)
-                    except ProcessLookupError:
-                        break
-                    await asyncio.sleep(0.05)
+        await stop_daemon(self.pid, self.clients)
 
 
 @pytest.fixture

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from daemon_stop import stop_daemon
 from rawdb import RawDb
 from dagctx.client import DagctxClient, RpcError
 
@@ -42,24 +41,7 @@ class SharedDaemon:
         return c
 
     async def stop(self) -> None:
-        for c in self.clients:
-            try:
-                await asyncio.wait_for(c.close(), 5)
-            except Exception:
-                pass
-        if self.pid is not None:
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
-                    os.kill(self.pid, sig)
-                except ProcessLookupError:
-                    break
-                deadline = time.monotonic() + 5
-                while time.monotonic() < deadline:
-                    try:
-                        os.kill(self.pid, 0)
-                    except ProcessLookupError:
-                        break
-                    await asyncio.sleep(0.05)
+        await stop_daemon(self.pid, self.clients)
 
 
 @pytest.fixture
