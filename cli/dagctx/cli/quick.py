@@ -380,8 +380,10 @@ def _emoji_like(text: str) -> bool:
 def _cells_plain(text: str) -> bool:
     """A table cell or title this path measures exactly: one line of one-cell characters,
     nothing rich would turn into an emoji."""
+    # Any backslash steps aside: rich's escape() adds one before a trailing backslash, and a
+    # backslash before "[" (``\\[``) is printed by rich without it.
     return (all((ch.isascii() and ch.isprintable()) or ch in _ONE_CELL for ch in text) and not _emoji_like(text)
-            and not text.endswith("\\"))  # rich's escape() adds a backslash there
+            and "\\" not in text)
 
 
 def _json_exact(value: object) -> bool:
