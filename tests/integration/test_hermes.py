@@ -1,77 +1,22 @@
-"""The Hermes context engine (clients/hermes) inside the real ``hermes-agent``.
-
-hermes-agent pins its dependencies exactly, so it gets its own virtualenv under the user
-cache directory, built once and reused between runs, the way a user installs dagctx
-beside Hermes: ``hermes-agent[mcp]`` at the version tested (which pins ``mcp==1.26.0``),
-``dagctx[mcp]`` and dagctx-hermes (editable), resolved together by ONE pip install and
-checked with ``pip check`` — dagctx must not break Hermes's own MCP support — plus pytest,
-to run the MCP face's tests on that SDK. Locally a venv that cannot be built is a skip
-with the reason; in CI (``CI`` set) it is a failure.
+"""The Hermes context engine (clients/hermes) inside the real ``hermes-agent``, in its own
+virtualenv (tests/integration/hermes_venv.py). Hermes's own CLI is driven by
+test_hermes_cli.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
 import pytest
 from chat_stub import ChatStub
+from hermes_venv import HERMES_VERSION, REPO, hermes_python
 
 from dagctx.client import DagctxClient
-
-REPO = Path(__file__).resolve().parents[2]
-HERMES_VERSION = "0.19.0"
-MARKER = f"hermes-agent[mcp]=={HERMES_VERSION} dagctx[mcp] dagctx-hermes=editable v2 {REPO}"
-
-
-def _cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "dagctx-tests"
-
-
-def _fail_or_skip(why: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"the Hermes virtualenv is required in CI: {why}")
-    pytest.skip(f"hermes-agent {HERMES_VERSION} could not be installed into its own virtualenv: {why}")
-
-
-def hermes_python() -> Path:
-    """The cached virtualenv's interpreter, building the venv when it is missing or stale."""
-    # one venv per checkout: its editable installs point into this repository
-    tag = hashlib.sha1(str(REPO).encode()).hexdigest()[:8]
-    root = _cache_root() / f"hermes-venv-{HERMES_VERSION}-{tag}"
-    py = root / "bin" / "python"
-    marker = root / "dagctx-ready"
-    if py.exists() and marker.exists() and marker.read_text() == MARKER:
-        return py
-    try:
-        root.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            venv.EnvBuilder(with_pip=True, clear=True).create(root)
-            pip = [str(py), "-m", "pip"]
-        except (subprocess.CalledProcessError, OSError):
-            # no ensurepip (Debian without python3-venv): this pip installs into the venv
-            venv.EnvBuilder(with_pip=False, clear=True).create(root)
-            pip = [sys.executable, "-m", "pip", "--python", str(py)]
-        together = [f"hermes-agent[mcp]=={HERMES_VERSION}", "-e", f"{REPO}[mcp]", "-e", str(REPO / "clients" / "hermes")]
-        for args in (together, ["pytest>=8", "pytest-asyncio>=0.24"]):
-            proc = subprocess.run(pip + ["install", "-q", "--disable-pip-version-check", *args],
-                                  capture_output=True, text=True, timeout=1800)
-            if proc.returncode != 0:
-                _fail_or_skip(f"pip install {' '.join(args)} failed: {proc.stderr[-1500:]}")
-        check = subprocess.run(pip + ["check"], capture_output=True, text=True, timeout=300)
-        if check.returncode != 0:  # a conflict is dagctx's bug, not the machine's: always a failure
-            pytest.fail(f"dagctx[mcp] beside hermes-agent[mcp] breaks requirements: {check.stdout}{check.stderr}")
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        _fail_or_skip(str(exc))
-    marker.write_text(MARKER)
-    return py
 
 
 def test_dagctx_engine_inside_hermes(tmp_path: Path) -> None:
@@ -272,136 +217,3 @@ def test_dagctx_mcp_on_the_mcp_hermes_pins(tmp_path: Path) -> None:
                           timeout=1200)
     assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "failed" not in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
-
-
-#: what the loopback model answers, turn by turn; the third turn calls dagctx's MCP tool
-#: through Hermes's own MCP client
-CLI_TURNS = ["Start: the parser handles token_1.", "Now the lexer, token_2.", "What did we say about quasar?",
-             "Rename token_4.", "Add a test for token_5.", "Summarize token_6."]
-
-
-def _cli_script() -> list[dict]:
-    out: list[dict] = []
-    for i in range(6):
-        if i == 2:
-            out.append({"content": "Searching the history.",
-                        "tool_calls": [("mcp__dagctx__search_history", {"query": "quasar"})]})
-        out.append({"content": f"Reply {i + 1}."})
-    return out
-
-
-def _cli_home(root: Path, way: str, engine: str, stub_url: str, py: Path, mcp_db: Path) -> Path:
-    home = root / f"home-{way}"
-    home.mkdir(parents=True)
-    (home / "config.yaml").write_text(
-        "model:\n  default: stub-model\n  provider: custom\n"
-        f"  base_url: {stub_url}\n  api_key: hermes-key\n"
-        "security:\n  tirith_enabled: false\n"
-        # a loaded machine starts `dagctx mcp` slower than Hermes's 1.5 s default wait
-        "mcp_discovery_timeout: 600\n"
-        "plugins:\n  enabled: [dagctx]\n"
-        f"context:\n  engine: {engine}\n"
-        # Hermes's own MCP client (mcp 1.26) starts `dagctx mcp` with its minimal environment
-        f"mcp_servers:\n  dagctx:\n    command: {py}\n"
-        f"    args: [\"-P\", \"-m\", \"dagctx.cli\", \"mcp\", \"--db\", \"{mcp_db}\", \"--standalone\"]\n")
-    return home
-
-
-def test_hermes_cli_six_turns_with_dagctx_and_with_dagctx_unreachable(tmp_path: Path) -> None:
-    """Hermes's own CLI (``hermes chat -q``, a process per turn, ``--continue``) for 6 turns
-    against a loopback model, three ways side by side, turn by turn: Hermes's default engine,
-    dagctx, and dagctx unreachable (its daemon command dies at once). Every turn completes
-    each way; with dagctx every turn is recorded once; unreachable, the built-in compressor
-    serves and Hermes logs ONE warning for the 6 turns. Hermes's own MCP client reaches
-    ``dagctx mcp`` (mcp 1.26) in every run. Prints the wall time per turn of each way."""
-    import time
-
-    py = hermes_python()
-    mcp_db = tmp_path / "mcp.db"
-
-    async def seed() -> None:
-        c = await DagctxClient.spawn(mcp_db)
-        try:
-            s = await c.session_create("earlier work")
-            await c.append(s.session_id, "user", output="We named the release quasar-7 last week.", predecessor=s.head)
-        finally:
-            await c.close()
-
-    asyncio.run(seed())
-    db = tmp_path / "hermes.db"
-    ways = {
-        "compressor": {},  # Hermes's default engine
-        "dagctx": {"DAGCTX_DB": str(db)},
-        "unreachable": {"DAGCTX_DB": str(tmp_path / "never.db"),
-                        "DAGCTX_COMMAND": json.dumps([sys.executable, "-c", "import sys; sys.exit('dagctx is down')"])},
-    }
-    stubs = {way: ChatStub(_cli_script()) for way in ways}
-    homes = {way: _cli_home(tmp_path, way, "compressor" if way == "compressor" else "dagctx", stubs[way].base_url, py,
-                            mcp_db) for way in ways}
-    seconds: dict[str, list[float]] = {way: [] for way in ways}
-    outputs: dict[str, list[str]] = {way: [] for way in ways}
-    try:
-        from concurrent.futures import ThreadPoolExecutor
-
-        def one(way: str, turn: int, prompt: str) -> tuple[float, subprocess.CompletedProcess[str]]:
-            env = {**os.environ, "HERMES_HOME": str(homes[way]), "PYTHONPATH": "", **ways[way]}
-            argv = [str(py.parent / "hermes"), "chat", "-Q", "-t", "file,dagctx", "-q", prompt]
-            if turn:
-                argv.append("--continue")
-            start = time.perf_counter()
-            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
-            return time.perf_counter() - start, proc
-
-        # turn by turn, the three ways at the same time: the machine's load hits every way alike
-        with ThreadPoolExecutor(len(ways)) as pool:
-            for turn, prompt in enumerate(CLI_TURNS):
-                done = {way: pool.submit(one, way, turn, prompt) for way in ways}
-                for way, fut in done.items():
-                    took, proc = fut.result()
-                    seconds[way].append(took)
-                    assert proc.returncode == 0, (way, turn, proc.stdout[-2000:], proc.stderr[-3000:])
-                    outputs[way].append(proc.stdout)
-    finally:
-        for stub in stubs.values():
-            stub.close()
-
-    for way in ways:
-        # every turn answered: the loopback model's reply reached the user
-        for turn, out in enumerate(outputs[way]):
-            assert f"Reply {turn + 1}." in out, (way, turn, out[-1500:])
-        # Hermes's own MCP client called dagctx's tool, and the model got dagctx's answer
-        results = [m for r in stubs[way].agent_requests for m in r["messages"] if m.get("role") == "tool"]
-        assert any("# search_history" in str(m.get("content")) and "quasar" in str(m.get("content"))
-                   for m in results), (way, results)
-
-    base = sum(seconds["compressor"]) / 6
-    report = {way: {"per_turn_s": [round(x, 2) for x in xs], "mean_s": round(sum(xs) / 6, 2),
-                    "vs_default": round(sum(xs) / 6 / base, 3)} for way, xs in seconds.items()}
-    print("hermes CLI per-turn wall time (s), same run:", json.dumps(report))
-    # Hermes's own log (errors.log repeats its warnings)
-    logs = {way: (homes[way] / "logs" / "agent.log").read_text(errors="replace") for way in ways}
-    # unreachable: one warning for the whole outage, and no compaction crashed a turn
-    warnings = [ln for ln in logs["unreachable"].splitlines() if "WARNING" in ln and "dagctx failed in" in ln]
-    assert len(warnings) == 1, warnings
-    assert "built-in compressor handles the context" in warnings[0]
-    assert "dagctx failed" not in logs["dagctx"]
-
-    async def check() -> None:
-        c = await DagctxClient.spawn(db)
-        try:
-            sessions = (await c.session_list()).sessions
-            assert len(sessions) == 1, [s.title for s in sessions]
-            hist = (await c.history(sessions[0].session_id)).nodes
-            users = [n.output for n in hist if n.role == "user"]
-            assert users == CLI_TURNS, "each turn recorded once, in order"
-            replies = [n.output for n in hist if n.role == "llm" and n.output.startswith("Reply")]
-            assert replies == [f"Reply {i + 1}." for i in range(6)]
-            # the MCP tool call is recorded like any other, completed with dagctx's answer
-            hits = (await c.search("quasar", session_id=sessions[0].session_id, roles=["code"])).hits
-            nodes = (await c.get_nodes(sessions[0].session_id, [h.node_id for h in hits])).nodes
-            assert [n.name for n in nodes] == ["mcp__dagctx__search_history"], nodes
-            assert nodes[0].status == "completed" and "# search_history" in str(nodes[0].output)
-        finally:
-            await c.close()
-
-    asyncio.run(check())
