@@ -114,3 +114,76 @@ def test_pages_by_seq_cover_every_node_once() -> None:
 def test_folded_ids_leave_out_ids_that_no_longer_exist() -> None:
     b = _session()
     assert folded_ids(b.g, ["u1", "gone", "l1", "u1"]) == ["u1", "l1", "t1"]
+
+
+def _random_session(rng: Any) -> GraphBuilder:
+    """A session of turns with retries, forks, a spawned branch and summaries of every
+    kind: contiguous runs on one branch or another, with and without a recorded head,
+    rolled ones, unfinished ones, ids that are gone, runs that are not contiguous."""
+    b = GraphBuilder()
+    conv: list[str] = []
+    tips = ["root"]
+    for i in range(rng.randint(5, 60)):
+        r = rng.random()
+        if r < 0.15 and conv:  # a fork from an older node
+            pred = rng.choice(conv)
+        elif r < 0.25 and tips:
+            pred = rng.choice(tips)
+        else:
+            pred = tips[-1]
+        nid = b.add(f"n{i}", "user" if i % 2 == 0 else "llm", name=None if i % 2 == 0 else "m",
+                    output=f"turn {i}", predecessor=pred)
+        conv.append(nid)
+        if pred in tips:
+            tips.remove(pred)
+        tips.append(nid)
+        if i % 2 and rng.random() < 0.5:
+            b.add(f"t{i}", "code", name="bash", output="ok", caller=nid)
+            if rng.random() < 0.2:
+                sp = b.add(f"sp{i}", "user", output="task", caller=f"t{i}", metadata={"spawn_branch_root": True})
+                b.add(f"sl{i}", "llm", name="m", output="done", predecessor=sp)
+                conv += [sp, f"sl{i}"]
+                tips.append(f"sl{i}")
+        if rng.random() < 0.2:  # a summary of a run of some branch, made now
+            chain = [n.id for n in b.g.chain(rng.choice(b.g.tips()))]
+            if chain:
+                lo = rng.randrange(len(chain))
+                hi = rng.randrange(lo, len(chain))
+                covers = chain[lo: hi + 1]
+                meta: dict[str, Any] = {"covers_ids": covers}
+                kind = rng.random()
+                if kind < 0.4:
+                    meta["head"] = rng.choice(chain[hi:])
+                elif kind < 0.5:
+                    meta["head"] = rng.choice(conv)
+                elif kind < 0.6 and len(covers) > 2:
+                    meta["covers_ids"] = covers[:1] + covers[2:]  # not contiguous
+                elif kind < 0.7:
+                    meta["covers_ids"] = covers + ["gone"]
+                b.add(f"S{i}", "llm", name=SUMMARY_NAME, output="summary", predecessor="root", metadata=meta,
+                      status="running" if kind > 0.95 else "completed")
+    return b
+
+
+def test_one_walk_states_what_select_summary_states_for_every_head() -> None:
+    # the graph answers every head in one walk (choices_by_head); it must say exactly what
+    # the render's rule says head by head, on every shape of session
+    import random
+
+    from dagctx.context.graph_view import choices_by_head
+    from dagctx.context.summary_choice import select_summary
+
+    rng = random.Random(22)
+    checked = applied = 0
+    for _ in range(300):
+        b = _random_session(rng)
+        heads = b.g.tips() + [rng.choice(b.g.by_seq).id for _ in range(3)]
+        heads = [h for h in heads if b.g.is_conversation(b.g.nodes[h])]
+        got = choices_by_head(b.g, heads)
+        for h in heads:
+            want = select_summary(b.g, b.g.chain(h))
+            assert (got[h].active and got[h].active.id, got[h].first, got[h].last, sorted(got[h].superseded)) == (
+                want.active and want.active.id, want.first, want.last, sorted(want.superseded)), h
+            checked += 1
+            applied += want.active is not None
+    assert checked > 1000 and applied > 100  # the shapes do reach summaries that apply

@@ -30,7 +30,7 @@ from dagctx.protocol import messages as m
 from dagctx.protocol.nodes import SYSTEM_PROMPT_NAME, Call
 
 from .content import covers_of, tool_call_id_of
-from .summary_choice import select_summary
+from .summary_choice import SummaryChoice, active_summary, select_summary
 
 PREVIEW_CHARS = 160
 _encoder = msgspec.json.Encoder()
@@ -53,10 +53,11 @@ def coverage(graph: SessionGraph, heads: Sequence[str]) -> Coverage:
     """Which summary each head uses, and what each active summary folds."""
     out = Coverage()
     lost: set[str] = set()
+    choices = choices_by_head(graph, heads) if graph.summaries else {}
     for head in heads:
         if head in out.by_head:
             continue
-        choice = select_summary(graph, graph.chain(head)) if graph.summaries else None
+        choice = choices.get(head)
         active = choice.active if choice is not None else None
         out.by_head[head] = active.id if active is not None else None
         if choice is None:
@@ -67,6 +68,62 @@ def coverage(graph: SessionGraph, heads: Sequence[str]) -> Coverage:
             if active.id not in out.covers:
                 out.covers[active.id] = folded_ids(graph, covers_of(active))
     out.superseded = lost - out.covers.keys()
+    return out
+
+
+def choices_by_head(graph: SessionGraph, heads: Sequence[str]) -> dict[str, SummaryChoice]:
+    """``select_summary(graph, graph.chain(head))`` for every head, in one walk.
+
+    A session with many tips (retries, forks) would walk each tip's chain from the root
+    and index it again; the chains share their prefixes, so one depth-first walk of the
+    predecessor tree holds each head's chain (and its index) when it reaches the head,
+    and the render's own rule (``active_summary``) is asked there. A summary is only
+    asked about a chain that holds the first and the last of its covered ids (without
+    both it cannot apply: SPEC §8). A head the walk does not reach (a broken chain)
+    takes the plain path, which raises ``BrokenPredecessorChain`` like a render.
+    """
+    want = set(heads)
+    out: dict[str, SummaryChoice] = {}
+    root = graph.root_id
+    if root in want:
+        out[root] = SummaryChoice()  # ROOT's chain is empty: nothing applies
+    summaries = [graph.nodes[nid] for nid in graph.summaries]
+    ends: list[tuple[Call, str, str]] = []
+    for s in summaries:
+        covers = covers_of(s)
+        if covers and s.status == "completed":
+            ends.append((s, covers[0], covers[-1]))
+    nodes, kids = graph.nodes, graph.conv_children
+    path: list[Call] = []
+    index: dict[str, int] = {}
+    starts = [n.id for n in graph.by_seq if n.predecessor is None and n.id != root
+              and is_spawn_root(n) and graph.is_conversation(n)]
+    starts += kids.get(root, ())
+    # the walk: ``(id, True)`` enters a node, ``(id, False)`` leaves it
+    stack: list[tuple[str, bool]] = [(nid, True) for nid in reversed(starts)]
+    remaining = len(want - out.keys())
+    while stack and remaining:
+        nid, enter = stack.pop()
+        if not enter:
+            del index[nid]
+            path.pop()
+            continue
+        if nid in index:  # a loop: never on a chain (the plain path names it)
+            continue
+        node = nodes[nid]
+        index[nid] = len(path)
+        path.append(node)
+        stack.append((nid, False))
+        if nid in want and nid not in out:
+            candidates = [s for s, first, last in ends if first in index and last in index]
+            picked = active_summary(graph, path, candidates, index=index) if candidates else None
+            out[nid] = SummaryChoice() if picked is None else SummaryChoice(picked[0], *picked[1], picked[2])
+            remaining -= 1
+        for child in reversed(kids.get(nid, ())):
+            stack.append((child, True))
+    for head in heads:
+        if head not in out:
+            out[head] = select_summary(graph, graph.chain(head))
     return out
 
 

@@ -33,6 +33,7 @@ class SessionGraph:
     __slots__ = (
         "session_id", "root_id", "nodes", "conv_children", "callees", "rev", "by_seq", "updates",
         "summaries", "system_prompts", "_chain_head", "_chain_ids", "_chain_pos", "nbytes", "used_at",
+        "_shape",
     )
 
     def __init__(self, session_id: str, root_id: str) -> None:
@@ -60,6 +61,8 @@ class SessionGraph:
         self._chain_head: str | None = None
         self._chain_ids: list[str] = []
         self._chain_pos: dict[str, int] | None = None
+        # tips and chain spans of the graph as it was at a (node count, replacements) count
+        self._shape: tuple[tuple[int, int], list[str], dict[str, tuple[int, str]]] | None = None
 
     # ------------------------------------------------------------ loading
 
@@ -79,6 +82,7 @@ class SessionGraph:
                 self._chain_head = None
                 self._chain_ids = []
                 self._chain_pos = None
+                self._shape = None
             return
         if self.by_seq and node.seq < self.by_seq[-1].seq:
             # Rows arrive in seq order; keep the invariant even if they do not.
@@ -206,29 +210,41 @@ class SessionGraph:
 
     def tips(self) -> list[str]:
         """Conversation nodes with no conversation child (branch tips), seq order."""
-        out = [
-            n.id
-            for n in self.by_seq
-            if n.id != self.root_id and self.is_conversation(n) and not self.conv_children.get(n.id)
-        ]
-        return out or [self.root_id]
+        return list(self._tips_and_spans()[0])
 
     def chain_spans(self) -> dict[str, tuple[int, str]]:
         """Every conversation node → (length of its chain, the chain's first node), in one
         pass in seq order (a predecessor is always older). A node whose walk would break
-        (a missing or non-conversation predecessor) is left out: ``chain`` of it raises."""
-        out: dict[str, tuple[int, str]] = {}
+        (a missing or non-conversation predecessor) is left out: ``chain`` of it raises.
+        The answer is shared until the graph changes: read it, never change it."""
+        return self._tips_and_spans()[1]
+
+    def _tips_and_spans(self) -> tuple[list[str], dict[str, tuple[int, str]]]:
+        # One pass for both, kept until a node is added or replaced (a replacement keeps
+        # the edges, but the metadata that makes a spawn root could in principle change).
+        key = (len(self.by_seq), len(self.updates))
+        shape = self._shape
+        if shape is not None and shape[0] == key:
+            return shape[1], shape[2]
+        spans: dict[str, tuple[int, str]] = {}
+        tips: list[str] = []
         root = self.root_id
+        kids = self.conv_children
         for n in self.by_seq:
             if n.id == root or not self.is_conversation(n):
                 continue
+            if not kids.get(n.id):
+                tips.append(n.id)
             pred = n.predecessor
             if pred == root or (pred is None and is_spawn_root(n)):
-                out[n.id] = (1, n.id)
-            elif pred is not None and pred in out:
-                length, first = out[pred]
-                out[n.id] = (length + 1, first)
-        return out
+                spans[n.id] = (1, n.id)
+            elif pred is not None and pred in spans:
+                length, first = spans[pred]
+                spans[n.id] = (length + 1, first)
+        if not tips:
+            tips.append(root)
+        self._shape = (key, tips, spans)
+        return tips, spans
 
     def main_tip(self) -> str:
         """The tip of the main lane: from ROOT follow the first (lowest-seq) child."""
