@@ -10,8 +10,8 @@ Run: python bench/bench_graph.py [--sizes 1000,10000] [--repeat R] [--browser]
    * `session/graph` first page of 5,000 conversation rows, the session unchanged since
      the last call (what the daemon keeps per graph state is warm);
    * first graph of a new state: one node appended (a tool call of HEAD's llm node, not
-     timed), then the first page as the page asks for it (1,000 rows): everything the
-     daemon keeps per state is computed again, as on a live session's every change;
+     timed), then the first page as the page asks for it (FIRST_PAGE rows): what the
+     daemon keeps per state is brought up to date, as on a live session's every change;
    * the whole graph (every page, 5,000 rows each);
    * the web view's own route: GET /api/graph (first page) through `dagctx ui`'s server
      (in this process, over loopback HTTP with the token cookie);
@@ -40,6 +40,9 @@ from dagctx.cli.webui.server import UiServer
 from dagctx.client import DagctxClient
 from dagctx.ledger import Store
 from dagctx.protocol.nodes import SUMMARY_NAME, NodeInput
+
+#: the rows of the page's first request (static/app.js FIRST_PAGE)
+FIRST_PAGE = 500
 
 TEXT = ("Looking at src/app.py: parse_config reads the file, load_settings merges defaults, "
         "and the retry path in utils.retry_backoff is where the timeout comes from. ") * 3
@@ -232,7 +235,7 @@ async def main() -> int:
             base = await timed(args.repeat, lambda: client.history(sid))
             first = await timed(args.repeat, lambda: client.graph(sid, limit=5000, conversation_only=True))
             fresh = await timed_new(args.repeat, client, sid, n,
-                                    lambda: client.graph(sid, limit=1000, conversation_only=True))
+                                    lambda: client.graph(sid, limit=FIRST_PAGE, conversation_only=True))
             every = await timed(args.repeat, lambda: whole_graph(client, sid))
             api = await timed(args.repeat, lambda: asyncio.to_thread(
                 http_get, port, f"/api/graph?session={sid}&limit=5000", server.token))

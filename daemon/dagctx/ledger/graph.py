@@ -33,7 +33,7 @@ class SessionGraph:
     __slots__ = (
         "session_id", "root_id", "nodes", "conv_children", "callees", "rev", "by_seq", "updates",
         "summaries", "system_prompts", "_chain_head", "_chain_ids", "_chain_pos", "nbytes", "used_at",
-        "_shape",
+        "_shape", "_main",
     )
 
     def __init__(self, session_id: str, root_id: str) -> None:
@@ -62,7 +62,8 @@ class SessionGraph:
         self._chain_ids: list[str] = []
         self._chain_pos: dict[str, int] | None = None
         # tips and chain spans of the graph as it was at a (node count, replacements) count
-        self._shape: tuple[tuple[int, int], list[str], dict[str, tuple[int, str]]] | None = None
+        self._shape: tuple[tuple[int, int], int, dict[str, None], dict[str, tuple[int, str]]] | None = None
+        self._main: tuple[tuple[int, int], int, str] | None = None
 
     # ------------------------------------------------------------ loading
 
@@ -83,6 +84,7 @@ class SessionGraph:
                 self._chain_ids = []
                 self._chain_pos = None
                 self._shape = None
+                self._main = None
             return
         if self.by_seq and node.seq < self.by_seq[-1].seq:
             # Rows arrive in seq order; keep the invariant even if they do not.
@@ -210,7 +212,7 @@ class SessionGraph:
 
     def tips(self) -> list[str]:
         """Conversation nodes with no conversation child (branch tips), seq order."""
-        return list(self._tips_and_spans()[0])
+        return list(self._tips_and_spans()[0]) or [self.root_id]
 
     def chain_spans(self) -> dict[str, tuple[int, str]]:
         """Every conversation node → (length of its chain, the chain's first node), in one
@@ -219,38 +221,52 @@ class SessionGraph:
         The answer is shared until the graph changes: read it, never change it."""
         return self._tips_and_spans()[1]
 
-    def _tips_and_spans(self) -> tuple[list[str], dict[str, tuple[int, str]]]:
-        # One pass for both, kept until a node is added or replaced (a replacement keeps
-        # the edges, but the metadata that makes a spawn root could in principle change).
-        key = (len(self.by_seq), len(self.updates))
+    def _tips_and_spans(self) -> tuple[dict[str, None], dict[str, tuple[int, str]]]:
+        # Kept until a node is added or replaced (a replacement keeps the edges, but the
+        # metadata that makes a spawn root could in principle change); nodes appended in
+        # seq order since then extend a copy, anything else is one pass over every node.
+        by_seq = self.by_seq
+        count, updates = len(by_seq), len(self.updates)
         shape = self._shape
-        if shape is not None and shape[0] == key:
-            return shape[1], shape[2]
-        spans: dict[str, tuple[int, str]] = {}
-        tips: list[str] = []
-        root = self.root_id
-        kids = self.conv_children
-        for n in self.by_seq:
+        if shape is not None and shape[0] == (count, updates):
+            return shape[2], shape[3]
+        if (shape is not None and shape[0][1] == updates and 0 < shape[0][0] <= count
+                and by_seq[shape[0][0] - 1].seq == shape[1]):
+            tips, spans = dict(shape[2]), dict(shape[3])
+            new = by_seq[shape[0][0]:]
+        else:
+            tips, spans = {}, {}
+            new = by_seq
+        root, kids = self.root_id, self.conv_children
+        for n in new:
             if n.id == root or not self.is_conversation(n):
                 continue
-            if not kids.get(n.id):
-                tips.append(n.id)
             pred = n.predecessor
+            tips.pop(pred, None)  # type: ignore[arg-type]
+            if not kids.get(n.id):
+                tips[n.id] = None
             if pred == root or (pred is None and is_spawn_root(n)):
                 spans[n.id] = (1, n.id)
             elif pred is not None and pred in spans:
                 length, first = spans[pred]
                 spans[n.id] = (length + 1, first)
-        if not tips:
-            tips.append(root)
-        self._shape = (key, tips, spans)
+        self._shape = ((count, updates), by_seq[-1].seq if by_seq else -1, tips, spans)
         return tips, spans
 
     def main_tip(self) -> str:
         """The tip of the main lane: from ROOT follow the first (lowest-seq) child."""
+        # Nodes appended in seq order since the last answer never become a first child of
+        # a node that had children then: the walk goes on from the last main tip.
+        by_seq = self.by_seq
+        count, updates = len(by_seq), len(self.updates)
+        known = self._main
         node = self.root_id
+        if known is not None and known[0][1] == updates and 0 < known[0][0] <= count \
+                and by_seq[known[0][0] - 1].seq == known[1]:
+            node = known[2]
         while kids := self.conv_children.get(node):
             node = kids[0]
+        self._main = ((count, updates), by_seq[-1].seq if by_seq else -1, node)
         return node
 
     def owner(self, node_id: str) -> str:
