@@ -139,15 +139,12 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import SYSTEM_PROMPT_NAME, Call
 
 from .cancel import stop_if_cancelled
-from .content import blocks_text, covers_of, json_text, message_blocks, render_range, value_blocks
+from .content import blocks_text, covers_of, message_blocks, render_range
 from .render_items import ItemWriter
 from .summary_choice import active_summary, is_chain_member, select_system_node, summary_candidates
-from .view import Item, View
+from .view import View
 
-# ``render_view`` is this module's job; the rest of ``__all__`` is re-exported for
-# ``context/turn_reduction.py``, which still takes those names from here (every other
-# importer uses their own modules: ``view``, ``content``, ``summary_choice``).
-__all__ = ["Item", "View", "is_chain_member", "json_text", "render_view", "value_blocks"]
+__all__ = ["render_view"]
 
 _INF = float("inf")
 
