@@ -3,7 +3,7 @@ engine (the built-in compressor), in the same run.
 
 Hermes's CLI runs a process per turn (``hermes chat -q``, ``--continue``), so a turn's wall
 time is Hermes's start-up plus the engine's work. The ways run side by side, turn by turn,
-against the same deterministic loopback model (tests/integration/hermes_cli.py): the
+against the same deterministic loopback model (tests/integration/hermes_cli_turns.py): the
 compressor, dagctx, and dagctx unreachable (its daemon command dies at once: the fallback's
 cost). Reports median per way, the ratio to the compressor and the difference of medians.
 The machine is shared and noisy: quote the ratios of one run, and medians of several runs.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
 
-from hermes_cli import run_turns  # noqa: E402
+from hermes_cli_turns import run_turns  # noqa: E402
 from hermes_venv import hermes_python  # noqa: E402
 
 from dagctx.client import DagctxClient  # noqa: E402

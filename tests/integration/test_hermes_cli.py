@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from hermes_cli import CLI_TURNS, run_turns
+from hermes_cli_turns import CLI_TURNS, run_turns
 from hermes_venv import hermes_python
 
 from dagctx.client import DagctxClient

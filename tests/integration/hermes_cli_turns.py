@@ -1,6 +1,8 @@
 """Hermes's own CLI (``hermes chat -q``, a process per turn, ``--continue``) against a loopback
 model: the turns, the model's script, a Hermes home per way, and the runner that
-tests/integration/test_hermes_cli.py and bench/bench_hermes.py share."""
+tests/integration/test_hermes_cli.py and bench/bench_hermes.py share.
+
+(Not named ``hermes_cli``: that is hermes-agent's own package, which the drivers import.)"""
 
 from __future__ import annotations
 
