@@ -34,6 +34,10 @@ from typing import Any
 
 WRITE_PRICE = 1.25
 READ_PRICE = 0.1
+#: a summary call: what the summarizer reads at the base input price, what it writes at
+#: the output price (5× the input price on Anthropic's and OpenAI's current price lists)
+SUMMARIZER_INPUT_PRICE = 1.0
+SUMMARIZER_OUTPUT_PRICE = 5.0
 DEFAULT_TTL = 300.0
 FRAMING = 4
 _SKIP_KEYS = frozenset({"type", "role", "id", "tool_use_id", "tool_call_id", "signature", "cache_control",
@@ -142,8 +146,15 @@ def break_causes(prev: dict[str, Any] | None, cur: dict[str, Any] | None, prev_s
         causes.append("reduction")
     aged_prev = {k: v for k, v in (prev.get("agedText") or {}).items() if k not in reduced_prev}
     aged_cur = {k: v for k, v in (cur.get("agedText") or {}).items() if k not in reduced_cur}
-    if (prev.get("agingBoundary") != cur.get("agingBoundary") or prev.get("agingLongTurn") != cur.get("agingLongTurn")
-            or aged_prev != aged_cur):
+    boundary_moved = prev.get("agingBoundary") != cur.get("agingBoundary")
+    if prev.get("summaryId") != cur.get("summaryId"):
+        # results a new summary folds in leave the request with it, and the boundary is
+        # recomputed on what is left: that is the compaction (which rewrites everything
+        # after the summary anyway), not aging
+        aged_prev = {k: v for k, v in aged_prev.items() if k in aged_cur}
+        aged_cur = {k: v for k, v in aged_cur.items() if k in aged_prev}
+        boundary_moved = False
+    if boundary_moved or prev.get("agingLongTurn") != cur.get("agingLongTurn") or aged_prev != aged_cur:
         causes.append("aging")
     return causes or ["other"]
 
@@ -265,16 +276,23 @@ def user_text_message(text: str, like: Sequence[Any]) -> dict[str, Any]:
     return {"role": "user", "content": text}
 
 
+def summarizer_cost(tokens_in: int, tokens_out: int, calls: int) -> dict[str, Any]:
+    """What summary calls cost, in base-input-token units (no prompt cache)."""
+    return {"calls": calls, "input": tokens_in, "output": tokens_out,
+            "cost": round(SUMMARIZER_INPUT_PRICE * tokens_in + SUMMARIZER_OUTPUT_PRICE * tokens_out, 2)}
+
+
 def naive(base: Sequence[Any], window: int, max_output: int, counter: TokenCounter,
-          summarize: Any) -> tuple[list[Sent], int]:
+          summarize: Any) -> tuple[list[Sent], int, dict[str, Any]]:
     """Baseline 2, naive compaction: when a request reaches 80 % of the input budget, everything
     before its newest message becomes one summary (the same summarizer as dagctx's), which
-    then leads every request until the next compaction folds it in. Returns the requests and
-    the number of compactions."""
+    then leads every request until the next compaction folds it in. Returns the requests,
+    the number of compactions and what the summary calls cost (``summarizer_cost``)."""
     out: list[Sent] = []
     summary: str | None = None
     cut = 0
     compactions = 0
+    sent_in = sent_out = 0
     limit = NAIVE_THRESHOLD * (window - max_output)
 
     def lead(like: Sequence[Any]) -> list[Any]:
@@ -290,9 +308,11 @@ def naive(base: Sequence[Any], window: int, max_output: int, counter: TokenCount
             folded = ([summary] if summary else []) + [unit_text(m) for m in msgs[cut:-1]]
             text = "\n\n".join(folded)
             summary = summarize(text, min(8192, max_output))
+            sent_in += counter.text(text)
+            sent_out += counter.text(summary)
             cut = len(msgs) - 1
             compactions += 1
             s = Sent(b.at, b.system, lead(msgs) + msgs[cut:])
         s.served = _tokens(s, counter) + max_output <= window
         out.append(s)
-    return out, compactions
+    return out, compactions, summarizer_cost(sent_in, sent_out, compactions)
