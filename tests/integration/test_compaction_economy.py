@@ -1,5 +1,6 @@
-"""When ``context/prepare`` recommends compaction (SPEC §7, compaction signals): once a
-compaction pays for the prompt-cache rewrite it causes, or when it is needed at 80 %.
+"""When ``context/prepare`` recommends compaction (SPEC §7, compaction signals): at 70 % of
+the input budget, and below that once a compaction pays for the prompt-cache rewrite it
+causes.
 
 Driven through the real daemon on a real SQLite file: a client loop that prepares a
 request, appends the model's answer with the request's ``renderId`` (so the daemon knows
@@ -79,17 +80,17 @@ async def test_a_large_window_is_compacted_when_it_pays_long_before_it_fills(tmp
         await c.close()
 
 
-async def test_a_small_window_defers_a_compaction_that_does_not_pay_until_it_is_needed(tmp_path: Path) -> None:
+async def test_a_small_window_is_compacted_at_70_percent_where_compaction_does_not_pay_sooner(tmp_path: Path) -> None:
     c = await spawn(tmp_path / "b.db")
     try:
         got = await loop(c, SMALL, 120, until=lambda p: p.recommend_compaction)
-        deferred = [p for p in got if 70 <= p.budget.percent_used < 80]
-        assert deferred, [p.budget.percent_used for p in got]
-        for p in deferred:  # over 70 %, but the break would not pay yet: no recommendation
-            assert not p.recommend_compaction
-            assert any(x.startswith("≥ 70 %: compaction deferred, it does not pay yet") for x in p.decision_path)
+        # at 8k the summarizer's read outweighs what a compaction saves before the budget
+        # runs out: nothing is recommended below 70 %, and the first request at 70 % is
+        assert all(p.budget.percent_used < 70 for p in got[:-1]), [p.budget.percent_used for p in got]
         last = got[-1]
-        assert last.needs_compaction and last.budget.percent_used >= 80  # needed: recommended
+        assert 70 <= last.budget.percent_used < 80 and not last.needs_compaction
+        assert "≥ 70 %: compaction recommended" in last.decision_path
+        assert not any(x.startswith("compaction recommended: it pays") for p in got for x in p.decision_path)
     finally:
         await c.close()
 

@@ -348,26 +348,24 @@ class ContextEngine:
         saved = reductions.tokens_saved(aged) if reductions else 0
         scale = (b.input_used / estimate) if estimate > 0 else 1.0
         unreduced = msgspec.structs.replace(b, input_used=b.input_used + round(saved * scale))
-        _, needs = budget.thresholds(unreduced)
+        full, needs = budget.thresholds(unreduced)
         ttl = host.options.prompt_cache_ttl_seconds
         economy = compaction_economy_of(graph, head, r, info, unreduced.input_used,
                                         fixed=system_tokens + tools_tokens + hook_tokens,
                                         now=time.time(), ttl=DEFAULT_CACHE_TTL if ttl is None else ttl)
-        # SPEC §7, compaction signals: recommended when it pays for its cache rewrite,
-        # or when it is needed; a break that does not pay yet is deferred
-        recommend = needs or economy.pays
+        # SPEC §7, compaction signals: at 70 % the budget leaves no choice; below it, a
+        # compaction is recommended once it pays for the cache rewrite it causes
+        recommend = full or economy.pays
         if needs:
             path.append("≥ 80 %: compaction needed" + ("" if p.allow_compaction else " (not allowed by the client)"))
+        elif full:
+            path.append("≥ 70 %: compaction recommended")
         elif economy.pays:
             path.append(
                 f"compaction recommended: it pays for its cache rewrite (the {economy.requests + 1} requests since "
                 f"the last compaction read {economy.carried:,.0f} base-input tokens beyond the ~{economy.after:,} "
                 f"left after one; it costs {economy.cost:,.0f}"
                 + ("; the prompt cache has gone cold, nothing to rewrite)" if economy.cold else ")"))
-        elif economy.requests and budget.thresholds(unreduced)[0]:
-            path.append(
-                f"≥ 70 %: compaction deferred, it does not pay yet ({economy.carried:,.0f} of {economy.cost:,.0f} "
-                "base-input tokens)")
         if not tr.fits(b):
             path.append(f"over the limit of {tr.input_limit(b):,} input tokens: reduction within the turn needed")
         result = c.PrepareResult(

@@ -282,10 +282,46 @@ def summarizer_cost(tokens_in: int, tokens_out: int, calls: int) -> dict[str, An
             "cost": round(SUMMARIZER_INPUT_PRICE * tokens_in + SUMMARIZER_OUTPUT_PRICE * tokens_out, 2)}
 
 
+def transcript_entries(message: Any) -> list[str]:
+    """One request message as the summarizer's transcript entries — a bracketed header
+    line, then the content, the shape the daemon's summarizer input has (SPEC §8) — so the
+    naive baseline's summaries are written by the same summarizer from the same kind of
+    text as dagctx's. Reasoning blocks are left out, as the daemon leaves them out."""
+    if not isinstance(message, dict):
+        return [unit_text(message)]
+    role = str(message.get("role") or "user")
+    content = message.get("content")
+    out: list[str] = []
+    if role == "tool":
+        return [f"[tool result: {message.get('name') or 'tool'}]\n{unit_text(content)}"]
+    if isinstance(content, str):
+        out.append(f"[{role}]\n{content}")
+    elif isinstance(content, list):
+        for b in content:
+            if not isinstance(b, dict):
+                continue
+            kind = b.get("type")
+            if kind in _REASONING:
+                continue
+            if kind == "tool_use":
+                out.append(f"[tool call: {b.get('name') or 'tool'}]\n{canon(b.get('input')).decode()}")
+            elif kind == "tool_result":
+                out.append(f"[tool result: tool]\n{unit_text(b.get('content'))}")
+            else:
+                text = unit_text(b)
+                if text:
+                    out.append(f"[{role}]\n{text}")
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function") or {} if isinstance(call, dict) else {}
+        out.append(f"[tool call: {fn.get('name') or 'tool'}]\n{fn.get('arguments') or ''}")
+    return out
+
+
 def naive(base: Sequence[Any], window: int, max_output: int, counter: TokenCounter,
           summarize: Any) -> tuple[list[Sent], int, dict[str, Any]]:
     """Baseline 2, naive compaction: when a request reaches 80 % of the input budget, everything
-    before its newest message becomes one summary (the same summarizer as dagctx's), which
+    before its newest message becomes one summary (the same summarizer as dagctx's, shown
+    the same transcript shape, ``transcript_entries``), which
     then leads every request until the next compaction folds it in. Returns the requests,
     the number of compactions and what the summary calls cost (``summarizer_cost``)."""
     out: list[Sent] = []
@@ -305,7 +341,8 @@ def naive(base: Sequence[Any], window: int, max_output: int, counter: TokenCount
         cut = min(cut, len(msgs))
         s = Sent(b.at, b.system, lead(msgs) + msgs[cut:])
         if _tokens(s, counter) > limit and len(msgs) - cut > 1:
-            folded = ([summary] if summary else []) + [unit_text(m) for m in msgs[cut:-1]]
+            folded = ([f"[earlier conversation, summarized]\n{summary}"] if summary else []) + [
+                e for m in msgs[cut:-1] for e in transcript_entries(m)]
             text = "\n\n".join(folded)
             summary = summarize(text, min(8192, max_output))
             sent_in += counter.text(text)
