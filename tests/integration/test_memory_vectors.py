@@ -125,6 +125,44 @@ async def test_a_paraphrase_is_found_by_vector_that_keywords_miss(client: Dagctx
             assert r.hits and r.hits[0].path == "memory/zh.md", (mode, r.hits)
 
 
+async def test_hybrid_keeps_what_vector_search_finds_for_a_paraphrase(client: DagctxClient, tmp_path: Path) -> None:
+    """A paraphrase query whose words each appear, alone, in unrelated notes: keyword search
+    finds only those notes, vector search finds the answer, and hybrid search (the default
+    weights) keeps the answer first — one accidental keyword does not outrank it (SPEC §5.1,
+    the keyword coverage of a hit)."""
+    ws = workspace(tmp_path)
+    notes = {
+        "ci.md": "The CI cache is keyed by the hash of the lockfile and restored before every build.",
+        "browser.md": "Clear the browser cache when the login page shows a stale stylesheet.",
+        "password.md": "The password policy requires twelve characters and a rotation every ninety days.",
+        "review.md": "Our review policy: two approvals for anything that touches billing.",
+        "office.md": "The eviction notice for the old office arrived in May; the movers come in June.",
+    }
+    for name, text in notes.items():
+        (ws / "memory" / name).write_text(f"# {name}\n\n{text}\n")
+    idx = await client.request("memory/index", {"workspace": str(ws)})
+    assert idx.complete and idx.vectors_missing == 0 and idx.chunks == 9
+    query = "what did we decide about the cache eviction policy?"
+    base = {"workspace": str(ws), "query": query, "maxResults": 3}
+    fts = await client.request("memory/search", {**base, "mode": "fts"})
+    assert fts.keywords == ["cache", "eviction", "policy"]
+    assert len(fts.hits) == 3 and all(h.path != "memory/store.md" for h in fts.hits), fts.hits
+    vec = await client.request("memory/search", {**base, "mode": "vector"})
+    assert vec.hits[0].path == "memory/store.md", [(h.path, h.score) for h in vec.hits]
+    hyb = await client.request("memory/search", base)
+    assert hyb.mode == "hybrid"
+    assert hyb.hits[0].path == "memory/store.md", [(h.path, h.score, h.text_score) for h in hyb.hits]
+    # each note holds one keyword of three: its keyword score counts a ninth of BM25's
+    one = next(h for h in fts.hits if h.path in ("memory/ci.md", "memory/browser.md"))
+    assert 0 < one.text_score < 1 / 9
+    # a note holding all three keywords keeps its full keyword score and leads
+    (ws / "memory" / "all.md").write_text("# all\n\nThe cache eviction policy of the CDN is set by the vendor.\n")
+    await client.request("memory/index", {"workspace": str(ws)})
+    both = await client.request("memory/search", base)
+    assert both.hits[0].path == "memory/all.md" and both.hits[0].text_score > 1 / 9
+    assert "memory/store.md" in [h.path for h in both.hits]
+
+
 async def test_incremental_embedding_and_a_model_change(client: DagctxClient, tmp_path: Path,
                                                         stub: EmbeddingStub) -> None:
     ws = workspace(tmp_path)

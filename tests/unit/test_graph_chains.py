@@ -62,3 +62,50 @@ def test_a_broken_chain_still_raises_after_a_reused_walk() -> None:
     with pytest.raises(DagctxError) as err:
         g.chain("orphan")
     assert err.value.kind == "BrokenPredecessorChain"
+
+
+def test_tips_spans_and_main_tip_kept_between_writes_are_those_of_a_fresh_pass() -> None:
+    # tips, chain spans and the main lane's tip are kept and extended by the nodes appended since; after every
+    # write (turns, forks, tool calls, spawned branches, summaries beside the chain, a
+    # running node finished) they equal one pass over a graph that never kept them
+    import random
+
+    from dagctx.protocol.nodes import SUMMARY_NAME
+
+    def fresh(g: SessionGraph) -> tuple[list[str], dict[str, tuple[int, str]], str]:
+        h = SessionGraph(g.session_id, g.root_id)
+        h.add_all(g.by_seq)
+        want_tips = [n.id for n in h.by_seq if n.id != h.root_id and h.is_conversation(n)
+                     and not h.conv_children.get(n.id)] or [h.root_id]
+        main = h.root_id
+        while kids := h.conv_children.get(main):
+            main = kids[0]
+        return want_tips, h.chain_spans(), main
+
+    rng = random.Random(7)
+    extended = 0
+    for _ in range(40):
+        b = GraphBuilder()
+        conv = ["root"]
+        for i in range(rng.randint(5, 80)):
+            r = rng.random()
+            if r < 0.5:
+                conv.append(b.add(f"n{i}", "user", output="x", predecessor=rng.choice([conv[-1], *conv[-5:]])))
+            elif r < 0.65 and len(conv) > 1:
+                b.add(f"t{i}", "code", name="bash", output="ok", caller=rng.choice(conv[1:]))
+            elif r < 0.75 and len(conv) > 1:
+                conv.append(b.add(f"sp{i}", "user", output="task", caller=rng.choice(conv[1:]),
+                                  metadata={"spawn_branch_root": True}))
+            elif r < 0.85:
+                b.add(f"S{i}", "llm", name=SUMMARY_NAME, output="s", predecessor="root",
+                      metadata={"covers_ids": conv[1:3]})
+            else:
+                running = b.add(f"r{i}", "llm", output=None, predecessor=conv[-1], status="running")
+                conv.append(running)
+                old = b.g.nodes[running]
+                b.g.add(Call(id=old.id, seq=old.seq, created_at=old.created_at, role="llm", output="done",
+                             predecessor=old.predecessor))
+            before = b.g._shape
+            assert (b.g.tips(), b.g.chain_spans(), b.g.main_tip()) == fresh(b.g)
+            extended += before is not None and b.g._shape is not None and before[0][1] == b.g._shape[0][1]
+    assert extended > 500  # most writes extended what was kept

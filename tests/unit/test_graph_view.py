@@ -114,3 +114,132 @@ def test_pages_by_seq_cover_every_node_once() -> None:
 def test_folded_ids_leave_out_ids_that_no_longer_exist() -> None:
     b = _session()
     assert folded_ids(b.g, ["u1", "gone", "l1", "u1"]) == ["u1", "l1", "t1"]
+
+
+def _random_session(rng: Any) -> GraphBuilder:
+    """A session of turns with retries, forks, a spawned branch and summaries of every
+    kind: contiguous runs on one branch or another, with and without a recorded head,
+    rolled ones, unfinished ones, ids that are gone, runs that are not contiguous."""
+    b = GraphBuilder()
+    conv: list[str] = []
+    tips = ["root"]
+    for i in range(rng.randint(5, 60)):
+        r = rng.random()
+        if r < 0.15 and conv:  # a fork from an older node
+            pred = rng.choice(conv)
+        elif r < 0.25 and tips:
+            pred = rng.choice(tips)
+        else:
+            pred = tips[-1]
+        nid = b.add(f"n{i}", "user" if i % 2 == 0 else "llm", name=None if i % 2 == 0 else "m",
+                    output=f"turn {i}", predecessor=pred)
+        conv.append(nid)
+        if pred in tips:
+            tips.remove(pred)
+        tips.append(nid)
+        if i % 2 and rng.random() < 0.5:
+            b.add(f"t{i}", "code", name="bash", output="ok", caller=nid)
+            if rng.random() < 0.2:
+                sp = b.add(f"sp{i}", "user", output="task", caller=f"t{i}", metadata={"spawn_branch_root": True})
+                b.add(f"sl{i}", "llm", name="m", output="done", predecessor=sp)
+                conv += [sp, f"sl{i}"]
+                tips.append(f"sl{i}")
+        if rng.random() < 0.2:  # a summary of a run of some branch, made now
+            chain = [n.id for n in b.g.chain(rng.choice(b.g.tips()))]
+            if chain:
+                lo = rng.randrange(len(chain))
+                hi = rng.randrange(lo, len(chain))
+                covers = chain[lo: hi + 1]
+                meta: dict[str, Any] = {"covers_ids": covers}
+                kind = rng.random()
+                if kind < 0.4:
+                    meta["head"] = rng.choice(chain[hi:])
+                elif kind < 0.5:
+                    meta["head"] = rng.choice(conv)
+                elif kind < 0.6 and len(covers) > 2:
+                    meta["covers_ids"] = covers[:1] + covers[2:]  # not contiguous
+                elif kind < 0.7:
+                    meta["covers_ids"] = covers + ["gone"]
+                b.add(f"S{i}", "llm", name=SUMMARY_NAME, output="summary", predecessor="root", metadata=meta,
+                      status="running" if kind > 0.95 else "completed")
+    return b
+
+
+def test_one_walk_states_what_select_summary_states_for_every_head() -> None:
+    # the graph answers every head in one walk (choices_by_head); it must say exactly what
+    # the render's rule says head by head, on every shape of session
+    import random
+
+    from dagctx.context.graph_view import choices_by_head
+    from dagctx.context.summary_choice import select_summary
+
+    rng = random.Random(22)
+    checked = applied = 0
+    for _ in range(300):
+        b = _random_session(rng)
+        heads = b.g.tips() + [rng.choice(b.g.by_seq).id for _ in range(3)]
+        heads = [h for h in heads if b.g.is_conversation(b.g.nodes[h])]
+        got = choices_by_head(b.g, heads)
+        for h in heads:
+            want = select_summary(b.g, b.g.chain(h))
+            assert (got[h].active and got[h].active.id, got[h].first, got[h].last, sorted(got[h].superseded)) == (
+                want.active and want.active.id, want.first, want.last, sorted(want.superseded)), h
+            checked += 1
+            applied += want.active is not None
+    assert checked > 1000 and applied > 100  # the shapes do reach summaries that apply
+
+
+def test_choices_carried_to_a_later_state_are_what_a_fresh_walk_states() -> None:
+    # ChoiceMemo keeps each head's choice from one state to the next; after every write of
+    # a growing session (turns, forks, tool calls, summaries appended running and then
+    # finished, a node arriving under the id a summary recorded as its head) it must state
+    # exactly what select_summary states head by head
+    import random
+
+    from dagctx.context.graph_view import ChoiceMemo
+    from dagctx.context.summary_choice import select_summary
+    from dagctx.protocol.nodes import Call
+
+    rng = random.Random(2222)
+    checked = reused = 0
+    for _ in range(60):
+        b = GraphBuilder()
+        memo = ChoiceMemo()
+        conv = ["root"]
+        running: list[Call] = []
+        for i in range(rng.randint(10, 50)):
+            r = rng.random()
+            if r < 0.55:
+                pred = b.g.tips()[-1] if rng.random() < 0.8 else rng.choice(conv)
+                conv.append(b.add(f"n{i}", "user", output="turn", predecessor=pred))
+            elif r < 0.7 and len(conv) > 1:
+                b.add(f"t{i}", "code", name="bash", output="ok", caller=rng.choice(conv[1:]))
+            elif r < 0.85:
+                chain = [n.id for n in b.g.chain(rng.choice(b.g.tips()))]
+                if chain:
+                    lo = rng.randrange(len(chain))
+                    meta: dict[str, Any] = {"covers_ids": chain[lo: rng.randrange(lo, len(chain)) + 1]}
+                    if rng.random() < 0.5:
+                        meta["head"] = rng.choice([*chain, f"n{i + rng.randint(1, 4)}"])  # maybe one to come
+                    status = "running" if rng.random() < 0.3 else "completed"
+                    b.add(f"S{i}", "llm", name=SUMMARY_NAME, output="summary", predecessor="root",
+                          metadata=meta, status=status)
+                    if status == "running":
+                        running.append(b.g.nodes[f"S{i}"])
+            elif running:  # a running summary finishes (the graph's one kind of replacement)
+                old = running.pop(0)
+                b.g.add(Call(id=old.id, seq=old.seq, created_at=old.created_at, role="llm", name=old.name,
+                             output="done", predecessor=old.predecessor, metadata=old.metadata))
+            if not b.g.summaries:
+                continue
+            heads = b.g.tips()
+            before = memo.state
+            got = memo.choices_for(b.g, heads)
+            if before is not None and memo._still_valid(b.g, before):
+                reused += 1
+            for h in heads:
+                want = select_summary(b.g, b.g.chain(h))
+                assert (got[h].active and got[h].active.id, got[h].first, got[h].last, got[h].superseded) == (
+                    want.active and want.active.id, want.first, want.last, want.superseded), h
+                checked += 1
+    assert checked > 500 and reused > 100  # states were carried over, and checked

@@ -54,3 +54,18 @@ def test_mmr_prefers_a_different_hit_over_a_near_duplicate() -> None:
     assert pick(1.0) == ["a", "b"]
     assert pick(0.5) == ["a", "c"]
     assert mt.mmr([], lambda i: 0.0, str, 0.5, 3) == []
+
+
+def test_a_keyword_hit_scores_by_the_share_of_the_query_it_holds() -> None:
+    words = ["cache", "eviction", "policy"]
+    assert mt.coverage("The cache eviction policy is LRU.", words) == 1.0
+    assert mt.coverage("The CI CACHE is keyed by the lockfile.", words) == pytest.approx(1 / 3)
+    # the full-text index matched it on something (folding this does not repeat): one at least
+    assert mt.coverage("nothing here", words) == pytest.approx(1 / 3)
+    assert mt.coverage("anything", []) == 1.0  # a query used as written
+    full = mt.keyword_score(4.0, "cache eviction policy", words)
+    assert full == pytest.approx(mt.text_score(4.0)) == pytest.approx(0.8)
+    assert mt.keyword_score(4.0, "a cache", words) == pytest.approx(0.8 / 9)
+    assert mt.keyword_score(0.0, "cache eviction policy", words) == 0.0
+    # CJK keywords are character pairs, found as substrings
+    assert mt.coverage("我们决定把数据库迁移安排在周二", ["数据", "据库", "库迁", "迁移"]) == 1.0

@@ -357,6 +357,39 @@ def test_aged_outputs_are_substituted_and_recorded():
     assert v.items[0].text == "q"
 
 
+def test_aging_an_unaged_view_equals_rendering_with_aging():
+    """``age_view`` (the render after an aging plan reuses the view the plan walked)
+    equals ``render_view(..., aged=)`` for every kind of aged result: tool results of
+    every status, text pairs at the top level and inside an exposed function, image
+    results, ids that are not code nodes or not rendered — and refuses a synthetic one."""
+    from dagctx.context.render import age_view
+
+    b = Builder()
+    conversation(b, 2)
+    b.user("u3", "go", "l2")
+    b.llm("l3", "calling", "u3")
+    b.tool("ok", "l3", "read", {"p": "a"}, "x" * 300)
+    b.tool("err", "l3", "run", {}, "Traceback…", status="error")
+    b.tool("cut", "l3", "run", {}, "partial", status="cancelled")
+    b.tool("img", "l3", "shot", {}, [{"type": "image", "source": {"type": "url", "url": "file:///a.png"}}])
+    b.tool("F", "l3", "refactor", {"f": "a.py"}, "done", expose="full")
+    b.fn("Fsub", "F", "format", {}, "formatted")
+    b.fn("run", None, "lint", {"path": "src"}, "3 warnings", pred="l3")
+    b.fn("boom", None, "deploy", None, "no", pred="run", status="error")
+    head = b.llm("l4", "finished", "boom")
+    plain = render_view(b.g, head)
+    for aged in ({}, {"ok": "[removed]"}, {"err": "[trimmed]", "cut": "[c]", "img": "[image]"},
+                 {"F": "[f]", "Fsub": "[s]", "run": "[r]", "boom": "", "u3": "not code", "ghost": "x", "l3": "y"}):
+        got = age_view(plain, b.g, aged)
+        assert got == render_view(b.g, head, aged=aged), aged
+        assert plain == render_view(b.g, head)  # the unaged view is left as it was
+    b.tool("r", "l4", "t", {}, None, status="running")
+    head = b.llm("l5", "more", "l4")
+    plain = render_view(b.g, head)
+    assert age_view(plain, b.g, {"r": "[aged]"}) is None  # a synthetic result: render again
+    assert age_view(render_view(b.g, head, aged={"ok": "a"}), b.g, {"ok": "b"}) is None
+
+
 # ---------------------------------------------------------------- frame
 
 

@@ -81,3 +81,41 @@ def test_every_kind_of_change_matches_a_full_render(engine: EngineCore, fmt: str
     _append(e, sid, role="code", name="context/system_prompt", output="You are new.", caller="ROOT")
     _append(e, sid, role="llm", name="gpt-4o", output="after prompt", predecessor=u)
     _same(e, sid, fmt)
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic", "neutral"])
+def test_a_render_after_an_aging_plan_ages_the_planned_view(engine: EngineCore, fmt: str) -> None:
+    """The render that follows ``aging_for`` takes the view the plan walked and ages it
+    (``render.age_view``) instead of walking the branch again: byte-identical to a full
+    render with the same aging, and only for the graph as the plan saw it."""
+    e = engine
+    sid = e.store.create_session("aged").session_id
+    head = e.store.head(sid)
+    for i in range(4):
+        u = _append(e, sid, role="user", output=f"turn {i}", predecessor=head)
+        head = _append(e, sid, role="llm", name="gpt-4o", output=f"reply {i}", predecessor=u)
+        _append(e, sid, role="code", name="bash", input={"cmd": f"cat f{i}"}, output=f"line {i}\n" * 50,
+                caller=head, metadata={"toolCallId": f"c{i}"})
+    top = _append(e, sid, role="code", name="lint", input={"p": "src"}, output="3 warnings", predecessor=head)
+    code = [n.id for n in e.store.graph(sid).by_seq if n.role == "code"]
+    info = e.models.get("gpt-4o")
+    for aged in ({}, {code[0]: "[removed]", code[2]: "[trimmed]", top: "[aged]"}):
+        e.views._aging_cache.clear()  # plan again (within one turn the plan is reused, without a walk)
+        e.views.aging_for(sid, top, info)
+        assert e.views._unaged is not None
+        got = e.views.render(sid, head=top, fmt=fmt, model="gpt-4o", aged=aged, use_cache=False)
+        assert e.views._unaged is None  # taken
+        fresh = ContextService(e).render(sid, head=top, fmt=fmt, model="gpt-4o", aged=aged, use_cache=False)
+        assert got.messages == fresh.messages and got.per_message == fresh.per_message
+        assert got.view == fresh.view and got.total == fresh.total
+    # a node written after the plan: the planned view is stale and not used
+    e.views._aging_cache.clear()
+    e.views.aging_for(sid, top, info)
+    assert e.views._unaged is not None
+    late = _append(e, sid, role="code", name="cat", input={"f": "late"}, output="late", caller=head,
+                   metadata={"toolCallId": "late"})
+    aged = {code[1]: "[gone]"}
+    got = e.views.render(sid, head=top, fmt=fmt, model="gpt-4o", aged=aged, use_cache=False)
+    fresh = ContextService(e).render(sid, head=top, fmt=fmt, model="gpt-4o", aged=aged, use_cache=False)
+    assert got.messages == fresh.messages and got.view == fresh.view
+    assert late in got.view.reads

@@ -246,6 +246,47 @@ def test_estimate_formula() -> None:
     assert estimate_tokens("bad \udc80 surrogate") > 0
 
 
+def test_character_classes_by_code_units_match_the_regular_expressions() -> None:
+    """The estimate counts its classes on UTF-16 code units (``_char_classes``); every
+    block of 64 code points, alone and among ASCII, gives the counts of the regexes."""
+    for lo in range(0x80, 0x110000, 64):
+        if 0xD800 <= lo < 0xE000:
+            continue
+        block = "".join(map(chr, range(lo, lo + 64)))
+        for text in (block, "ab " + block + " cd"):
+            assert tokens._char_classes(text) == tokens._char_classes_re(text), hex(lo)
+
+
+def test_estimate_of_long_texts_matches_the_regular_expressions() -> None:
+    """Texts long enough for the code-unit count: random mixes of ASCII, CJK letters
+    and punctuation, the blocks partly inside CJK, astral characters (emoji, Ext B, the
+    kana supplement that falls back to the regexes) and lone surrogates."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    alphabet = st.sampled_from([
+        "a", " ", "\n", "é", "→", "…", "中", "文", "，", "。", "「", "\u3000", "한", "\u1100", "\u2e80", "\u2e7f",
+        "\ua960", "\ua95f", "\ufe10", "\ufe0f", "\ufe45", "\ufe50", "\uff0c", "\uffef", "\ufff0", "\ufffd",
+        "\U0001f600", "\U00020000", "\U0003fffd", "\U0001b000", "\U0001b170", "\U0001d400", "\ud800", "\udc80",
+    ])
+
+    @settings(derandomize=True, database=None, max_examples=150, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(parts=st.lists(alphabet, min_size=1, max_size=40), repeat=st.integers(13, 40))
+    def run(parts: list[str], repeat: int) -> None:
+        text = "".join(parts) * repeat
+        if len(text) < tokens.SHORT_TEXT:
+            text = text * (tokens.SHORT_TEXT // len(text) + 1)
+        assert tokens._char_classes(text) == tokens._char_classes_re(text)
+        non_ascii, cjk, punct = tokens._char_classes_re(text)
+        n = len(text)
+        assert estimate_tokens(text) == math.ceil(
+            (cjk - punct) / CJK_CHARS_PER_TOKEN + punct / CJK_PUNCT_CHARS_PER_TOKEN
+            + (n - non_ascii) / ASCII_CHARS_PER_TOKEN + (non_ascii - cjk) / OTHER_CHARS_PER_TOKEN)
+
+    run()
+
+
 def _estimate_error(texts: list[str], counter: TokenCounter) -> tuple[int, int, float]:
     exact = sum(len(CL100K.encode_ordinary(t)) for t in texts)
     estimate = sum(counter.count(t, "estimate") for t in texts)

@@ -20,6 +20,13 @@ failure dagctx is left alone for ``RETRY_AFTER`` seconds (a dead daemon costs a 
 nothing), then tried again — and what Hermes said meanwhile is recorded then, since the
 ledger syncs by prefix.
 
+Rooms: this module decides, per Hermes call, what dagctx does and what Hermes's own
+compressor does instead; ``outage.py`` is whether dagctx is failing (one warning per
+outage, across engine copies and processes); ``connection.py`` is how the daemon is
+reached (shared connections, options, the auxiliary model's answers to sampling);
+``ingest.py`` records Hermes's messages; ``bridge.py`` runs the asyncio client on a
+private loop thread.
+
 Summaries: when Hermes has an auxiliary model for compression (``auxiliary.compression``
 in its config.yaml), the engine declares the ``sampling`` capability and answers the
 daemon's ``sampling/createMessage`` with Hermes's own auxiliary client (SPEC §9);
@@ -31,12 +38,10 @@ when no model answers.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import logging
 import os
-import time
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -44,142 +49,25 @@ from typing import Any, TypeVar
 from agent.context_engine import ContextEngine
 
 from .bridge import ClientBridge
+from .connection import BRIDGES, auxiliary_compression, command_from_env, daemon_options, find_session, hermes_config
+from .connection import new_bridge
 from .ingest import Ledger, content_text, sync
+from .outage import OUTAGE
 
 log = logging.getLogger("dagctx_hermes")
 T = TypeVar("T")
 
 #: dagctx recommends compaction at 70 % and needs it at 80 % of the input budget (SPEC §7).
 NEEDS_COMPACTION = 0.80
-API_KEY_ENV = "DAGCTX_HERMES_API_KEY"
-#: Seconds during which a dagctx that could not be reached is not tried again.
-RETRY_AFTER = 30.0
-#: How long one engine call waits for the daemon (compaction: ``COMPACT_TIMEOUT``).
-CALL_TIMEOUT = 30.0
+#: How long a compaction waits for the daemon (other calls: ``connection.CALL_TIMEOUT``).
 COMPACT_TIMEOUT = 180.0
 
 #: Hermes session id → the engine copy serving it (for the ``post_llm_call`` hook).
 LIVE: weakref.WeakValueDictionary[str, DagctxContextEngine] = weakref.WeakValueDictionary()
 
 
-#: The daemon connections of this process, by what they were started with (``bridge()``).
-BRIDGES: dict[tuple[Any, ...], ClientBridge] = {}
-
-
-class Outage:
-    """Whether dagctx is failing: one warning per outage, a pause after a connection failure.
-
-    Shared by every engine copy of this process (they share the connections too) and, through
-    a small file in Hermes's home (``dagctx-outage.json``), by the processes of one Hermes
-    install: ``hermes chat -q`` is a process per turn, and an outage is still one warning.
-    The file is removed when dagctx answers again; one whose last failure is older than
-    ``MEMORY`` is forgotten (a new outage, a new warning).
-    """
-
-    MEMORY = 600.0
-
-    def __init__(self) -> None:
-        self.until = 0.0
-        self.warned = False
-        self.failures = 0
-
-    @staticmethod
-    def marker() -> str:
-        try:
-            from hermes_constants import get_hermes_home
-
-            home = str(get_hermes_home())
-        except Exception:  # noqa: BLE001 - outside a Hermes install
-            home = os.environ.get("HERMES_HOME") or os.path.join(os.path.expanduser("~"), ".hermes")
-        return os.path.join(home, "dagctx-outage.json")
-
-    def _read(self) -> dict[str, Any] | None:
-        try:
-            with open(self.marker()) as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            return None
-        last = float(data.get("last", data.get("since", 0))) if isinstance(data, dict) else 0.0
-        return data if isinstance(data, dict) and time.time() - last < self.MEMORY else None
-
-    def paused(self) -> bool:
-        if time.monotonic() < self.until:
-            return True
-        known = self._read()
-        return bool(known and time.time() < float(known.get("until", 0)))
-
-    def failed(self, what: str, exc: BaseException) -> None:
-        from dagctx.client import RpcError
-
-        self.failures += 1
-        reachable = isinstance(exc, RpcError)
-        pause = 0.0 if reachable else RETRY_AFTER  # not reachable or timed out: leave it alone a while
-        self.until = time.monotonic() + pause
-        known = self._read()
-        why = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-        if not self.warned and known is None:
-            log.warning("dagctx failed in %s (%s); Hermes's built-in compressor handles the context until dagctx "
-                        "answers again%s", what, why, "" if reachable else f" (tried again after {RETRY_AFTER:.0f} s)")
-        else:
-            log.info("dagctx failed again in %s (%s); Hermes's built-in compressor goes on", what, why)
-        self.warned = True
-        now = time.time()
-        try:
-            os.makedirs(os.path.dirname(self.marker()), exist_ok=True)
-            with open(self.marker(), "w") as f:
-                json.dump({"since": (known or {}).get("since", now), "last": now, "until": now + pause,
-                           "reason": why}, f)
-        except OSError:
-            pass
-
-    def recovered(self) -> None:
-        if self.warned or os.path.exists(self.marker()):
-            log.info("dagctx answers again; it handles the context from now on")
-            try:
-                os.unlink(self.marker())
-            except OSError:
-                pass
-        self.warned = False
-        self.until = 0.0
-
-
-OUTAGE = Outage()
-
-
 def engine_for(session_id: str | None) -> DagctxContextEngine | None:
     return LIVE.get(session_id) if session_id else None
-
-
-def _command_from_env() -> list[str] | None:
-    """``DAGCTX_COMMAND`` (a JSON array), as the TypeScript client reads it."""
-    raw = os.environ.get("DAGCTX_COMMAND", "").strip()
-    if not raw:
-        return None
-    argv = json.loads(raw)
-    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-        raise ValueError(f"DAGCTX_COMMAND must be a non-empty JSON array of strings, got {raw}")
-    return argv
-
-
-def hermes_config() -> dict[str, Any]:
-    """Hermes's config.yaml as Hermes loads it ({} when it cannot be read)."""
-    try:
-        from hermes_cli.config import load_config
-
-        cfg = load_config()
-        return cfg if isinstance(cfg, dict) else {}
-    except Exception:  # noqa: BLE001 - an engine outside a Hermes install
-        return {}
-
-
-def auxiliary_compression() -> dict[str, Any] | None:
-    """Hermes's ``auxiliary.compression`` settings when a model is configured there (a
-    provider, model or base URL other than ``auto``); None when Hermes has none."""
-    task = ((hermes_config().get("auxiliary") or {}).get("compression") or {})
-    if not isinstance(task, dict):
-        return None
-    configured = any(str(task.get(k) or "").strip().lower() not in ("", "auto") for k in ("provider", "model", "base_url"))
-    return task if configured else None
 
 
 def rough_tokens(messages: list[dict[str, Any]]) -> int:
@@ -203,7 +91,7 @@ class DagctxContextEngine(ContextEngine):
         auxiliary_summaries: bool | None = None,
     ) -> None:
         self.database = database if database is not None else (os.environ.get("DAGCTX_DB") or None)
-        self.command = command if command is not None else _command_from_env()
+        self.command = command if command is not None else command_from_env()
         self.structural_fallback = structural_fallback
         self.keep_recent_tokens = keep_recent_tokens
         #: None: use Hermes's auxiliary model for summaries when its config names one
@@ -243,7 +131,7 @@ class DagctxContextEngine(ContextEngine):
 
     def _dagctx(self, what: str, call: Callable[[], T], fallback: Callable[[], T]) -> T:
         """``call()`` through dagctx; on any dagctx failure ``fallback()`` for this call.
-        While a connection failure is recent, dagctx is not tried (``RETRY_AFTER``)."""
+        While a connection failure is recent, dagctx is not tried (``outage.RETRY_AFTER``)."""
         if OUTAGE.paused():
             self.fallback_calls += 1
             return fallback()
@@ -294,16 +182,6 @@ class DagctxContextEngine(ContextEngine):
 
     # ------------------------------------------------------------ the daemon
 
-    def _options(self, client_sampling: bool) -> dict[str, Any]:
-        opts: dict[str, Any] = {}
-        if self.model and self.context_length:
-            out = min(16384, self.context_length // 4)
-            opts["models"] = {self.model: {"contextWindow": self.context_length, "maxOutput": out}}
-            opts["defaultModel"] = self.model
-        if self.base_url and self.model and not client_sampling:
-            opts["samplingEndpoint"] = {"baseUrl": self.base_url, "model": self.model, "apiKeyEnv": API_KEY_ENV}
-        return opts
-
     def _use_auxiliary(self) -> bool:
         if self.auxiliary_summaries is not None:
             return self.auxiliary_summaries
@@ -329,24 +207,10 @@ class DagctxContextEngine(ContextEngine):
         return bridge
 
     def _new_bridge(self, aux: bool) -> ClientBridge:
-        from dagctx.client import DagctxClient
-
-        opts = self._options(client_sampling=aux)
-        env = dict(os.environ)
-        if self._api_key and not aux:
-            env[API_KEY_ENV] = self._api_key
-        database, command = self.database, self.command
+        opts = daemon_options(self.model, self.context_length, self.base_url, client_sampling=aux)
         runtime = {"model": self.model, "provider": self._provider, "base_url": self.base_url,
                    "api_key": self._api_key, "api_mode": self._api_mode}
-
-        async def connect() -> Any:
-            client = await DagctxClient.spawn(database, command=command, env=env, initialization_options=opts,
-                                              capabilities={"sampling": {}} if aux else None)
-            if aux:
-                client.on_request("sampling/createMessage", lambda params: auxiliary_sample(params, runtime))
-            return client
-
-        return ClientBridge(connect, timeout=CALL_TIMEOUT)
+        return new_bridge(self.database, self.command, opts, api_key=self._api_key, runtime=runtime, aux=aux)
 
     def close(self) -> None:
         """Close every daemon connection of this process (they reopen on the next use)."""
@@ -393,7 +257,7 @@ class DagctxContextEngine(ContextEngine):
         model = self.model or None
 
         async def open_session(client: Any) -> Ledger:
-            s = await _find_session(client, session_id)
+            s = await find_session(client, session_id)
             if s is not None:
                 # Resume: Hermes's list should continue the branch as dagctx renders it;
                 # if it does not match, what differs is appended as a fork (ingest.sync).
@@ -440,7 +304,7 @@ class DagctxContextEngine(ContextEngine):
         async def carry(client: Any) -> int:
             old = known
             if old is None:
-                found = await _find_session(client, old_session_id)
+                found = await find_session(client, old_session_id)
                 old = found.session_id if found else None
             if old is None or old == led.session_id:
                 return 0
@@ -632,40 +496,6 @@ class DagctxContextEngine(ContextEngine):
         status["summaries_by"] = self.summaries_by
         status["fallback_calls"] = self.fallback_calls
         return status
-
-
-async def _find_session(client: Any, hermes_session: str) -> Any:
-    """The dagctx session recorded for a Hermes session id (``metadata.hermesSessionId``)."""
-    offset = 0
-    while True:
-        page = await client.session_list(limit=200, offset=offset)
-        for s in page.sessions:
-            if s.metadata.get("hermesSessionId") == hermes_session:
-                return s
-        offset += len(page.sessions)
-        if not page.sessions or offset >= page.total:
-            return None
-
-
-async def auxiliary_sample(params: Any, runtime: dict[str, Any]) -> dict[str, Any]:
-    """Answer the daemon's ``sampling/createMessage`` (SPEC §9) with Hermes's auxiliary
-    client for the ``compression`` task — the model Hermes itself summarises with."""
-    messages: list[dict[str, Any]] = []
-    if getattr(params, "system_prompt", None):
-        messages.append({"role": "system", "content": params.system_prompt})
-    messages += [{"role": m.role, "content": m.content.text} for m in params.messages]
-
-    def call() -> Any:
-        from agent.auxiliary_client import call_llm
-
-        return call_llm(task="compression", main_runtime=runtime, messages=messages,
-                        max_tokens=int(params.max_tokens))
-
-    response = await asyncio.to_thread(call)
-    message = response.choices[0].message
-    text = message.get("content") if isinstance(message, dict) else getattr(message, "content", "")
-    return {"role": "assistant", "content": {"type": "text", "text": str(text or "")},
-            "model": str(getattr(response, "model", "") or "hermes-auxiliary"), "stopReason": "endTurn"}
 
 
 __all__ = ["DagctxContextEngine", "content_text"]

@@ -750,7 +750,8 @@ export interface MemoryMmr {
  *
  * Candidates: the keyword search's best ``maxResults × candidateMultiplier`` and the
  * vector search's as many; each scored ``vectorWeight·vector + textWeight·text``
- * (weights normalised to sum 1). ``mode``: ``auto`` is hybrid when vectors of the
+ * (weights normalised to sum 1; ``text`` is the keyword score times the hit's share of the
+ * query's keywords, squared). ``mode``: ``auto`` is hybrid when vectors of the
  * embedding's model exist, keyword only otherwise (and vector only when the query has no
  * keyword); ``fts``, ``vector`` and ``hybrid`` force one.
  */
@@ -777,7 +778,7 @@ export interface MemorySearchParams {
   textWeight?: number;
   /** @default 4 */
   candidateMultiplier?: number;
-  /** @default 0.2 */
+  /** @default 0.1 */
   minVectorScore?: number;
   /** @default null */
   embedding?: MemoryEmbedding | null;

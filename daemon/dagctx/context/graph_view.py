@@ -30,7 +30,7 @@ from dagctx.protocol import messages as m
 from dagctx.protocol.nodes import SYSTEM_PROMPT_NAME, Call
 
 from .content import covers_of, tool_call_id_of
-from .summary_choice import select_summary
+from .summary_choice import SummaryChoice, active_summary, select_summary, summary_head
 
 PREVIEW_CHARS = 160
 _encoder = msgspec.json.Encoder()
@@ -49,14 +49,21 @@ class Coverage:
     superseded: set[str] = field(default_factory=set)
 
 
-def coverage(graph: SessionGraph, heads: Sequence[str]) -> Coverage:
-    """Which summary each head uses, and what each active summary folds."""
+def coverage(graph: SessionGraph, heads: Sequence[str], memo: ChoiceMemo | None = None) -> Coverage:
+    """Which summary each head uses, and what each active summary folds. With ``memo``
+    (the choices of an earlier state of this graph) only what may have changed is asked."""
     out = Coverage()
     lost: set[str] = set()
+    if not graph.summaries:
+        choices: dict[str, SummaryChoice] = {}
+    elif memo is not None:
+        choices = memo.choices_for(graph, heads)
+    else:
+        choices = choices_by_head(graph, heads)
     for head in heads:
         if head in out.by_head:
             continue
-        choice = select_summary(graph, graph.chain(head)) if graph.summaries else None
+        choice = choices.get(head)
         active = choice.active if choice is not None else None
         out.by_head[head] = active.id if active is not None else None
         if choice is None:
@@ -68,6 +75,119 @@ def coverage(graph: SessionGraph, heads: Sequence[str]) -> Coverage:
                 out.covers[active.id] = folded_ids(graph, covers_of(active))
     out.superseded = lost - out.covers.keys()
     return out
+
+
+def choices_by_head(graph: SessionGraph, heads: Sequence[str]) -> dict[str, SummaryChoice]:
+    """``select_summary(graph, graph.chain(head))`` for every head, in one walk.
+
+    A session with many tips (retries, forks) would walk each tip's chain from the root
+    and index it again; the chains share their prefixes, so one depth-first walk of the
+    predecessor tree holds each head's chain (and its index) when it reaches the head,
+    and the render's own rule (``active_summary``) is asked there. A summary is only
+    asked about a chain that holds the first and the last of its covered ids (without
+    both it cannot apply: SPEC §8). A head the walk does not reach (a broken chain)
+    takes the plain path, which raises ``BrokenPredecessorChain`` like a render.
+    """
+    want = set(heads)
+    out: dict[str, SummaryChoice] = {}
+    root = graph.root_id
+    if root in want:
+        out[root] = SummaryChoice()  # ROOT's chain is empty: nothing applies
+    summaries = [graph.nodes[nid] for nid in graph.summaries]
+    ends: list[tuple[Call, str, str]] = []
+    for s in summaries:
+        covers = covers_of(s)
+        if covers and s.status == "completed":
+            ends.append((s, covers[0], covers[-1]))
+    nodes, kids = graph.nodes, graph.conv_children
+    path: list[Call] = []
+    index: dict[str, int] = {}
+    starts = [n.id for n in graph.by_seq if n.predecessor is None and n.id != root
+              and is_spawn_root(n) and graph.is_conversation(n)]
+    starts += kids.get(root, ())
+    # the walk: ``(id, True)`` enters a node, ``(id, False)`` leaves it
+    stack: list[tuple[str, bool]] = [(nid, True) for nid in reversed(starts)]
+    remaining = len(want - out.keys())
+    while stack and remaining:
+        nid, enter = stack.pop()
+        if not enter:
+            del index[nid]
+            path.pop()
+            continue
+        if nid in index:  # a loop: never on a chain (the plain path names it)
+            continue
+        node = nodes[nid]
+        index[nid] = len(path)
+        path.append(node)
+        stack.append((nid, False))
+        if nid in want and nid not in out:
+            candidates = [s for s, first, last in ends if first in index and last in index]
+            picked = active_summary(graph, path, candidates, index=index) if candidates else None
+            out[nid] = SummaryChoice() if picked is None else SummaryChoice(picked[0], *picked[1], picked[2])
+            remaining -= 1
+        for child in reversed(kids.get(nid, ())):
+            stack.append((child, True))
+    for head in heads:
+        if head not in out:
+            out[head] = select_summary(graph, graph.chain(head))
+    return out
+
+
+@dataclass
+class ChoiceMemo:
+    """The summary choice of each head at one state of one ``SessionGraph``, carried to a
+    later state where it cannot have changed.
+
+    A head's choice is a function of its chain and of the summaries (SPEC §8). Predecessor
+    edges never change and nodes are never removed from a graph, so the chain of a node
+    that already existed stays what it was; what can change a choice is a summary added
+    or replaced, a node appearing under an id a summary recorded as its ``head``, or a
+    replaced node that starts a chain (no predecessor: whether it is a spawn root decides
+    where chains end). Any of those, a graph rebuilt, or rows that did not arrive in seq
+    order: every head is asked again. Otherwise only heads not asked before are.
+    """
+
+    #: ``(graph, node count, last seq, replacements, choices)`` of the state last asked,
+    #: replaced as a whole (handlers of several connections may ask at once); the counts
+    #: are read before the choices are computed, so a write during the walk is new next time
+    state: tuple[SessionGraph, int, int, int, dict[str, SummaryChoice]] | None = None
+
+    @staticmethod
+    def _still_valid(graph: SessionGraph, state: tuple[SessionGraph, int, int, int, Any]) -> bool:
+        known_graph, count, last_seq, updates, _ = state
+        if known_graph is not graph:
+            return False
+        by_seq = graph.by_seq
+        if len(by_seq) < count or len(graph.updates) < updates:
+            return False
+        if count and by_seq[count - 1].seq != last_seq:
+            return False  # a row arrived out of seq order: the new ones are not the tail
+        recorded = {h for nid in graph.summaries if (h := summary_head(graph.nodes[nid])) is not None}
+        for node in by_seq[count:]:
+            if is_summary(node) or node.id in recorded:
+                return False
+        for nid in graph.updates[updates:]:
+            node = graph.nodes[nid]
+            if is_summary(node) or node.id in recorded or node.predecessor is None:
+                return False
+        return True
+
+    def choices_for(self, graph: SessionGraph, heads: Sequence[str]) -> dict[str, SummaryChoice]:
+        by_seq = graph.by_seq
+        count, updates = len(by_seq), len(graph.updates)
+        last_seq = by_seq[count - 1].seq if count else -1
+        state = self.state
+        known = state[4] if state is not None and self._still_valid(graph, state) else {}
+        missing = [h for h in heads if h not in known]
+        fresh: dict[str, SummaryChoice] = {}
+        if len(missing) > 8:
+            fresh = choices_by_head(graph, missing)
+        else:
+            for h in missing:
+                fresh[h] = select_summary(graph, graph.chain(h))
+        out = {h: known[h] if h in known else fresh[h] for h in heads}
+        self.state = (graph, count, last_seq, updates, out)
+        return out
 
 
 def folded_ids(graph: SessionGraph, covers: Sequence[str]) -> list[str]:

@@ -142,6 +142,30 @@ def text_score(raw: float) -> float:
     return raw / (1.0 + raw) if raw > 0 else 0.0
 
 
+#: the share of a conversational query's keywords a keyword hit holds is raised to this power
+#: in its ``textScore`` (SPEC §5.1, hybrid search: why)
+COVERAGE_POWER = 2
+
+
+def coverage(text: str, words: Sequence[str]) -> float:
+    """The share of ``words`` (a conversational query's keywords) found in ``text``, folded
+    to lower case; at least one of them (the full-text index matched the hit on one, maybe
+    through folding this does not repeat). 1 when the query was used as written (no words)."""
+    if not words:
+        return 1.0
+    low = text.lower()
+    found = sum(1 for w in words if w in low)
+    return max(1, found) / len(words)
+
+
+def keyword_score(raw: float, text: str, words: Sequence[str]) -> float:
+    """A keyword hit's ``textScore``: the backend's score mapped into [0, 1) (``text_score``)
+    times the query's keyword coverage of the hit to the power ``COVERAGE_POWER``. A
+    conversational query runs as the ``OR`` of its keywords, so a chunk holding one rare
+    word of six would otherwise score like one holding all six."""
+    return text_score(raw) * coverage(text, words) ** COVERAGE_POWER
+
+
 def decay(score: float, age_seconds: float, half_life_days: float) -> float:
     """``score · 0.5^(age/halfLife)``; a time in the future counts as age 0."""
     return score * 0.5 ** (max(0.0, age_seconds) / 86_400.0 / half_life_days)

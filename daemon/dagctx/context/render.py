@@ -132,6 +132,7 @@ Architecture Invariant: no I/O, no writes, no clock, no randomness.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Literal
 
 from dagctx.ledger.graph import SessionGraph
@@ -139,15 +140,12 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import SYSTEM_PROMPT_NAME, Call
 
 from .cancel import stop_if_cancelled
-from .content import blocks_text, covers_of, json_text, message_blocks, render_range, value_blocks
+from .content import blocks_text, covers_of, message_blocks, render_range
 from .render_items import ItemWriter
 from .summary_choice import active_summary, is_chain_member, select_system_node, summary_candidates
-from .view import Item, View
+from .view import View
 
-# ``render_view`` is this module's job; the rest of ``__all__`` is re-exported for
-# ``context/turn_reduction.py``, which still takes those names from here (every other
-# importer uses their own modules: ``view``, ``content``, ``summary_choice``).
-__all__ = ["Item", "View", "is_chain_member", "json_text", "render_view", "value_blocks"]
+__all__ = ["render_view"]
 
 _INF = float("inf")
 
@@ -329,3 +327,35 @@ def render_view(
         chain=[n.id for n in chain],
         start_after=start_after,
     )
+
+
+def age_view(view: View, graph: SessionGraph, aged: Mapping[str, str]) -> View | None:
+    """``view``, rendered without aging, as ``render_view`` renders the same arguments
+    with ``aged`` (SPEC §8): aging only replaces the result content of aged code nodes,
+    so those items are rebuilt and every other item is kept. None when that cannot be
+    told from the view (a frame or suffix view, one already aged, an aged result that
+    was a synthetic one): render again then. Equal to the full render (tests compare
+    the two); it saves the second walk of a branch whose aging was just planned."""
+    if view.frame is not None or view.start_after is not None or view.aged:
+        return None
+    aged_map = {k: v for k, v in aged.items() if k in graph.nodes and graph.nodes[k].role == "code"}
+    if not aged_map:
+        return replace(view, items=list(view.items))
+    w = ItemWriter(graph, expose_default=view.expose_default, aged=aged_map,
+                   before_seq=_INF if view.before_seq is None else view.before_seq, frame=None,
+                   frame_set=frozenset(), open_ids=frozenset())
+    items = list(view.items)
+    for k, it in enumerate(items):
+        if it.node_id not in aged_map:
+            continue
+        node = graph.nodes[it.node_id]
+        if it.kind == "tool_result":
+            if it.synthetic:
+                return None
+            blocks, _ = w.result_blocks(node)
+        elif it.kind == "text_pair" and it.part == "result":
+            blocks = w.function_result_blocks(node)
+        else:
+            continue
+        items[k] = replace(it, content=blocks, text=blocks_text(blocks), aged=True)
+    return replace(view, items=items, aged=w.aged_used)

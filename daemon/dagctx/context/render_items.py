@@ -273,17 +273,11 @@ class ItemWriter:
             return
         if node.status == "running" and node.output is None:
             return
-        blocks, _ = self.result_blocks(node)
-        head = f"Result of {node.name or 'function'}:"
-        if blocks and blocks[0].get("type") == "text":
-            blocks = [text_block(f"{head}\n{blocks[0]['text']}")] + blocks[1:]
-        else:
-            blocks = [text_block(head)] + blocks
         self.emit_blocks(
             "text_pair",
             node,
             "user",
-            blocks,
+            self.function_result_blocks(node),
             name=node.name,
             tool_call_id=tool_call_id_of(node),
             status=node.status,
@@ -291,6 +285,14 @@ class ItemWriter:
             depth=depth,
             aged=node.id in self.aged_map,
         )
+
+    def function_result_blocks(self, node: Call) -> list[dict[str, Any]]:
+        """The result half of a text pair: ``Result of name:`` and the result content."""
+        blocks, _ = self.result_blocks(node)
+        head = f"Result of {node.name or 'function'}:"
+        if blocks and blocks[0].get("type") == "text":
+            return [text_block(f"{head}\n{blocks[0]['text']}")] + blocks[1:]
+        return [text_block(head)] + blocks
 
     def ask_user(self, node: Call, *, depth: int) -> None:
         question = message_blocks(node.input)

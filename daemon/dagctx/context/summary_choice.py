@@ -105,14 +105,16 @@ def summary_reach(graph: SessionGraph, summary: Call, chain: list[Call], index: 
     return first, shared
 
 
-def active_summary(graph: SessionGraph, chain: list[Call],
-                   candidates: list[Call]) -> tuple[Call, tuple[int, int], list[str]] | None:
+def active_summary(graph: SessionGraph, chain: list[Call], candidates: list[Call], *,
+                   index: Mapping[str, int] | None = None) -> tuple[Call, tuple[int, int], list[str]] | None:
     """The summary the branch ``chain`` uses, its segment and the applicable summaries it
     supersedes (SPEC §8): among the applicable ones, the one that reaches furthest along
-    the branch (ties: the newest)."""
+    the branch (ties: the newest). ``index`` (node id → position in ``chain``) may be
+    given when the caller already holds it."""
     if not candidates:
         return None
-    index = {n.id: i for i, n in enumerate(chain)}
+    if index is None:
+        index = {n.id: i for i, n in enumerate(chain)}
     suffix_min: list[float] | None = None
 
     def newer_from(seq: int) -> int:

@@ -61,6 +61,9 @@ def session_branches(store: Store, p: m.SessionRef) -> m.SessionBranchesResult:
 
 #: (session, revision, heads) → (graph, coverage, aged marks): the pages of one state share them
 _GRAPH_STATE: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
+#: session → each head's summary choice at the last state asked, carried to the next state
+#: of the same graph where it cannot have changed (graph_view.ChoiceMemo says when)
+_CHOICES: dict[str, graph_view.ChoiceMemo] = {}
 
 
 def session_graph(store: Store, p: m.SessionGraphParams) -> m.SessionGraphResult:
@@ -81,7 +84,12 @@ def session_graph(store: Store, p: m.SessionGraphParams) -> m.SessionGraphResult
     key = (p.session_id, g.rev, tuple(heads))
     hit = _GRAPH_STATE.get(key)
     if hit is None or hit[0] is not g:
-        hit = (g, graph_view.coverage(g, heads), graph_view.aged_by(g))
+        memo = _CHOICES.get(p.session_id)
+        if memo is None:
+            memo = _CHOICES[p.session_id] = graph_view.ChoiceMemo()
+            while len(_CHOICES) > 32:
+                _CHOICES.pop(next(iter(_CHOICES)))
+        hit = (g, graph_view.coverage(g, heads, memo), graph_view.aged_by(g))
         _GRAPH_STATE[key] = hit
         while len(_GRAPH_STATE) > 8:
             _GRAPH_STATE.pop(next(iter(_GRAPH_STATE)))

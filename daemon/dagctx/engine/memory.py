@@ -412,7 +412,7 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
         if ws is not None:
             if use_text and mode != "vector":
                 for row, raw in index.search(ws, expr, want):
-                    cands[("m", row.id)] = {"row": row, "text": mt.text_score(raw)}
+                    cands[("m", row.id)] = {"row": row, "text": mt.keyword_score(raw, row.text, words)}
             if qv is not None and matrix is not None and len(ids):
                 import numpy as np  # only with an embedder: keyword search needs no numpy (dagctx[embed])
 
@@ -452,7 +452,7 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
             if embedder is not None and found:
                 svecs = embedder.embed([f[2] for f in found])
             for i, (h, node, text, first, last) in enumerate(found):
-                ts = mt.text_score(h.score)
+                ts = mt.keyword_score(h.score, text, words)
                 vs = max(0.0, float(svecs[i] @ qv)) if svecs is not None and qv is not None else None
                 score = ts if vs is None else (tw * ts + vw * vs if mode == "hybrid" else vs)
                 hits.append(mem.MemoryHit(

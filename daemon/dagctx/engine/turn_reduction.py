@@ -24,6 +24,10 @@ a call. The ledger's nodes are never touched; the manifest names what was reduce
 
 Architecture Invariant: no SQL and no JSON-RPC here; the only write is the derived
 summary cache, through the store's API.
+
+The request being checked (``Built``, ``build_render``, the report) is
+``reduction_build.py``; the summarizer calls of one build, within its limits,
+``reduction_calls.py``; this module is the order of the steps and what each reuses.
 """
 
 from __future__ import annotations
@@ -33,197 +37,21 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import msgspec
-
-from dagctx.context import budget as budget_mod
-from dagctx.context import formats
 from dagctx.context import turn_reduction as tr
 from dagctx.context.tokens import estimate_tokens
 from dagctx.context.turn_reduction import Checkpoint, ReducedText, Reductions
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
 
-from . import summary_sources
-from .sampling import summary_limits
-from .summary_sources import create_message, summarizer_model
+from .reduction_build import Built, TurnReducer, build_render, protected_of, report_of, time_limit
+from .reduction_calls import Overflow, ReductionRun, Stop, cache_config
 
 if TYPE_CHECKING:
     from dagctx.context.models import ModelInfo
 
     from .ports import Host
-    from .records import Rendering
-
-
-@dataclass
-class Built:
-    """One built request and what its check needs."""
-
-    rendering: Rendering
-    #: the protocol result (``PrepareResult`` or ``RenderResult``)
-    result: Any
-    budget: c.Budget
-    #: the local estimate of the whole prompt (system + messages + hooks + tools)
-    estimate: int
-    parts: tr.ProtectedParts
-    #: the aging decisions alone (reductions are never applied to an aged result)
-    aged: dict[str, str]
-
-    @property
-    def fits(self) -> bool:
-        return tr.fits(self.budget)
-
-
-class TurnReducer:
-    """Hands the request a prepare just built to the reduction that follows it (one
-    request, one connection). Nothing of an earlier request is kept: what a request
-    reuses is found in the ledger's derived summary table (SPEC §8)."""
-
-    def __init__(self, engine: Host) -> None:
-        self.e = engine
-        self._last: Built | None = None
-
-    def stash(self, built: Built) -> None:
-        """Keep the request just built, so a reduction that follows starts from it."""
-        self._last = built
-
-    def take(self, render_id: str) -> Built | None:
-        built, self._last = self._last, None
-        return built if built is not None and built.rendering.record.render_id == render_id else None
-
-
-# ---------------------------------------------------------------- one run
-
-
-#: Seconds before the one retry of a summary call after a transport failure.
-RETRY_DELAY = 0.5
-
-
-class _Stop(Exception):
-    """A per-build limit was reached (``callLimit`` / ``timeLimit``)."""
-
-
-class _Overflow(Exception):
-    """The summarizer said its input was too large."""
-
-
-@dataclass
-class _Run:
-    engine: Host
-    info: ModelInfo
-    tokenizer: str
-    session_id: str
-    token: int | str | None
-    deadline: float
-    report: c.TurnReduction
-    config: dict[str, Any]
-    stopped: str | None = None
-    #: results whose summary failed in this build (not asked again)
-    failed: set[str] = field(default_factory=set)
-    done: int = 0
-    planned: int = 0
-    failures: list[str] = field(default_factory=list)
-    #: the segment size after the summarizer reported a context overflow (kept for the build)
-    seg_limit: int | None = None
-    #: the model that writes the summaries (the session's unless another is configured)
-    summarizer: Any = None
-
-    def __post_init__(self) -> None:
-        if self.summarizer is None:
-            self.summarizer = summarizer_model(self.engine, self.info)
-
-    def segment_budget(self, max_tokens: int) -> int:
-        """Tokens of summarized text one request carries: half the summarizer's window,
-        never more than its input limit leaves after the answer and the prompt."""
-        cap, input_limit = summary_limits(self.summarizer.context_window, self.summarizer.max_output)
-        budget = min(int(self.summarizer.context_window * tr.SEGMENT_SHARE) - min(max_tokens, cap) - 600,
-                     input_limit - 2 * min(max_tokens, cap) - 600)
-        budget = max(64, budget)
-        return budget if self.seg_limit is None else min(budget, self.seg_limit)
-
-    def count(self, text: str) -> int:
-        return self.engine.counter.count(text, self.tokenizer)
-
-    async def call(self, system: str, user: str, max_tokens: int, purpose: str) -> str:
-        """One summarizer call within the per-build limits."""
-        if self.stopped:
-            raise _Stop(self.stopped)
-        if summary_sources.choose(self.engine) is None:
-            self.stopped = summary_sources.unavailable(self.engine)
-            raise _Stop(self.stopped)
-        if self.report.summary_calls >= tr.MAX_SUMMARY_CALLS:
-            self.stopped = "callLimit"
-            raise _Stop(self.stopped)
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            self.stopped = "timeLimit"
-            raise _Stop(self.stopped)
-        # the request must fit the summarizing model (SPEC §8): a larger one is never
-        # sent, it is cut into smaller segments like a context-overflow answer
-        cap, input_limit = summary_limits(self.summarizer.context_window, self.summarizer.max_output)
-        max_tokens = max(64, min(max_tokens, cap))
-        if estimate_tokens(system) + estimate_tokens(user) + 8 > input_limit + (cap - max_tokens):
-            raise _Overflow(f"the request does not fit the summarizer's window of "
-                            f"{self.summarizer.context_window:,} tokens")
-        self.report.summary_calls += 1
-        self.report.summary_input_tokens += estimate_tokens(system) + estimate_tokens(user)
-        params = c.CreateMessageParams(
-            messages=[c.SamplingMessage(role="user", content=c.SamplingContent(text=user))],
-            system_prompt=system,
-            max_tokens=max_tokens,
-            metadata={"purpose": purpose, "sessionId": self.session_id},
-        )
-        for retry in (False, True):
-            try:
-                text, _model = await create_message(self.engine, params, timeout=remaining)
-                break
-            except DagctxError as err:
-                if tr.is_context_overflow(err.message):
-                    raise _Overflow(err.message) from err
-                if time.monotonic() >= self.deadline:
-                    self.stopped = "timeLimit"
-                    raise _Stop(self.stopped) from err
-                # a transport failure (dropped connection, HTTP 429/5xx) gets one more try
-                if retry or not (err.details or {}).get("retryable"):
-                    raise
-                await asyncio.sleep(min(RETRY_DELAY, max(0.0, self.deadline - time.monotonic())))
-                remaining = self.deadline - time.monotonic()
-                if remaining <= 0:
-                    self.stopped = "timeLimit"
-                    raise _Stop(self.stopped) from err
-        self.report.summary_output_tokens += estimate_tokens(text or "")
-        return text or ""
-
-    async def summarize(self, text: str, make: Callable[[str, str | None], tuple[str, str]], max_tokens: int,
-                        purpose: str) -> tuple[str, int]:
-        """``text`` summarized in budget-sized segments (rolling); smaller segments after
-        the summarizer reports a context overflow. Returns (summary, segments)."""
-        seg_budget = self.segment_budget(max_tokens)
-        for _attempt in range(4):
-            segments = tr.split_segments(text, seg_budget, estimate_tokens)
-            summary: str | None = None
-            try:
-                for seg in segments:
-                    system, user = make(seg, summary)
-                    summary = await self.call(system, user, max_tokens, purpose)
-                    if not summary.strip():
-                        break
-                return summary or "", len(segments)
-            except _Overflow:
-                seg_budget = max(64, seg_budget // 2)
-                self.seg_limit = seg_budget
-        raise DagctxError("SamplingFailed", f"the summarizer {self.summarizer.name} (window "
-                          f"{self.summarizer.context_window:,} tokens) overflowed even on small segments")
-
-    def progress(self, message: str) -> None:
-        pct = int(self.done * 100 / self.planned) if self.planned else 0
-        self.engine.peer.progress(self.token, {"kind": "report", "message": message, "percentage": min(pct, 99)})
-
-
-def _config(engine: Host, info: ModelInfo) -> dict[str, Any]:
-    """The model configuration a cached summary belongs to."""
-    return {"summarizer": summary_sources.identity(engine), "model": info.name, "window": info.context_window}
 
 
 def _ratio(built: Built) -> float:
@@ -257,7 +85,7 @@ class _Plan:
     newest: list[tr.ResultCandidate] = field(default_factory=list)
 
 
-def _plan(run: _Run, base: Built) -> _Plan:
+def _plan(run: ReductionRun, base: Built) -> _Plan:
     e = run.engine
     graph = e.store.graph(run.session_id)
     view = base.rendering.view
@@ -282,7 +110,7 @@ def _plan(run: _Run, base: Built) -> _Plan:
     return _Plan(base, shape, cands, keys, owners, eligible, blocked, texts, tr.task_text(view, shape, graph), newest)
 
 
-async def _summarize_results(run: _Run, plan: _Plan, chosen: list[tr.ResultCandidate], red: Reductions) -> None:
+async def _summarize_results(run: ReductionRun, plan: _Plan, chosen: list[tr.ResultCandidate], red: Reductions) -> None:
     """Summaries of ``chosen`` (stored ones reused, the others asked for and stored) into ``red``."""
     e = run.engine
     keys = plan.keys
@@ -303,7 +131,7 @@ async def _summarize_results(run: _Run, plan: _Plan, chosen: list[tr.ResultCandi
                     x.text, lambda seg, prev: tr.result_messages(x, seg, previous=prev),
                     tr.result_summary_cap(x.tokens), "dagctx/turn-reduction",
                 )
-            except _Stop as stop:
+            except Stop as stop:
                 run.failures.append(str(stop))
                 return None
             except DagctxError as err:
@@ -335,7 +163,7 @@ async def _summarize_results(run: _Run, plan: _Plan, chosen: list[tr.ResultCandi
                                              run.count(text), was_cached)
 
 
-async def _reduce_results(run: _Run, plan: _Plan, build: Callable[[Reductions], Built], red: Reductions,
+async def _reduce_results(run: ReductionRun, plan: _Plan, build: Callable[[Reductions], Built], red: Reductions,
                           covered: frozenset[str]) -> Built | None:
     """Summarize results chunk by chunk (oldest first) until the request fits; the built
     request, or None when every chunk did not make it fit."""
@@ -352,10 +180,10 @@ async def _reduce_results(run: _Run, plan: _Plan, build: Callable[[Reductions], 
     return None
 
 
-async def _checkpoint_segments(run: _Run, plan: _Plan, steps: list[str], segments: list[tuple[int, int]],
+async def _checkpoint_segments(run: ReductionRun, plan: _Plan, steps: list[str], segments: list[tuple[int, int]],
                                cap: int, words: int) -> tuple[str, str, int] | None:
     """Summarize ``segments`` of ``steps`` rolling: (summary, key of the last, calls made),
-    or None after a failure (recorded). A context overflow propagates (``_Overflow``)."""
+    or None after a failure (recorded). A context overflow propagates (``Overflow``)."""
     e = run.engine
     key = ""
     summary: str | None = None
@@ -373,7 +201,7 @@ async def _checkpoint_segments(run: _Run, plan: _Plan, steps: list[str], segment
         system, user = tr.checkpoint_messages(plan.task, body, previous=prev, words=words)
         try:
             summary = await run.call(system, user, cap, "dagctx/turn-checkpoint")
-        except _Stop as stop:
+        except Stop as stop:
             run.failures.append(f"checkpoint: {stop}")
             return None
         except DagctxError as err:
@@ -395,7 +223,7 @@ async def _checkpoint_segments(run: _Run, plan: _Plan, steps: list[str], segment
     return summary, key, calls
 
 
-async def _checkpoint(run: _Run, plan: _Plan, k: int) -> Checkpoint | None:
+async def _checkpoint(run: ReductionRun, plan: _Plan, k: int) -> Checkpoint | None:
     """The canonical checkpoint of the turn's first ``k`` eligible steps (SPEC §8): the
     steps are cut into fixed segments from the start of the turn (each at most half the
     summarizer's window), summarized rolling, each segment's summary stored under a key
@@ -412,7 +240,7 @@ async def _checkpoint(run: _Run, plan: _Plan, k: int) -> Checkpoint | None:
         segments = tr.checkpoint_segments(texts, seg_budget, estimate_tokens)
         try:
             got = await _checkpoint_segments(run, plan, steps, segments, cap, words)
-        except _Overflow:
+        except Overflow:
             # the summarizer is smaller than a segment: cut the turn into smaller ones
             run.seg_limit = max(64, seg_budget // 2)
             continue
@@ -435,32 +263,6 @@ async def _checkpoint(run: _Run, plan: _Plan, k: int) -> Checkpoint | None:
     return replace(cp, tokens_after=run.count(cp.text))
 
 
-def report_of(red: Reductions, built: Built, *, before: int, rep: c.TurnReduction | None = None) -> c.TurnReduction:
-    """The ``TurnReduction`` of a finished build."""
-    rep = rep or c.TurnReduction(tokens_before=before, tokens_after=0, limit=0)
-    rep.tokens_before = before
-    rep.tokens_after = built.budget.input_used
-    rep.limit = tr.input_limit(built.budget)
-    rep.results = [
-        c.ReducedResult(node_id=x.node_id, tool_call_id=x.tool_call_id, tokens_before=x.tokens_before,
-                        tokens_after=x.tokens_after, summary_key=x.key, cached=x.cached)
-        for x in sorted(red.results.values(), key=lambda x: x.node_id)
-    ]
-    cp = red.checkpoint
-    rep.checkpoint = None if cp is None else c.RequestCheckpoint(
-        id=cp.id, covers_ids=list(cp.covers), tokens_before=cp.tokens_before, tokens_after=cp.tokens_after,
-        summary_key=cp.key, segments=cp.segments, cached=cp.cached,
-    )
-    return rep
-
-
-def time_limit(seconds: float, path: str) -> float:
-    """The reduction's time limit: the request's, never above ``MAX_SECONDS``."""
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
-        raise DagctxError("InvalidParams", f"reductionTimeoutSeconds must be a positive number of seconds, "
-                          f"got {seconds!r}", path=path)
-    return min(float(seconds), tr.MAX_SECONDS)
-
 
 async def reduce(engine: Host, build: Callable[[Reductions], Built], *, session_id: str, head: str,
                  info: ModelInfo, token: int | str | None, seconds: float = tr.MAX_SECONDS,
@@ -482,7 +284,7 @@ async def reduce(engine: Host, build: Callable[[Reductions], Built], *, session_
     engine.views.forget(built.rendering.record.render_id)
     tokenizer = built.rendering.tokenizer
     rep = c.TurnReduction(tokens_before=before, tokens_after=before, limit=tr.input_limit(built.budget))
-    run = _Run(engine, info, tokenizer, session_id, token, started + seconds, rep, _config(engine, info))
+    run = ReductionRun(engine, info, tokenizer, session_id, token, started + seconds, rep, cache_config(engine, info))
     engine.peer.progress(token, {"kind": "begin", "title": "Reducing the request", "cancellable": True,
                                  "percentage": 0})
     plan = _plan(run, built)
@@ -565,53 +367,7 @@ async def reduce(engine: Host, build: Callable[[Reductions], Built], *, session_
     return final, rep
 
 
-# ---------------------------------------------------------------- context/render with a budget
-
-
-def build_render(engine: Host, p: c.RenderParams, reductions: Reductions) -> Built:
-    """``context/render`` with ``budget``: the render checked as a whole request (SPEC §8)."""
-    views = engine.views
-    store = engine.store
-    graph = store.graph(p.session_id)
-    head = p.head or store.head(p.session_id)
-    graph.get(head)
-    info = engine.models.get(p.model or engine.options.default_model)
-    aged, stats = views.aging_for(p.session_id, head, info, enabled=p.aging, frame=p.frame)
-    extra = dict(stats.get("manifest") or {})
-    if reductions:
-        extra["turnReduction"] = reductions.manifest()
-    r = views.render(
-        p.session_id, head=head, fmt=p.format, model=p.model, frame=p.frame, expose=p.expose,
-        include_system=p.include_system, aged=reductions.aged_overlay(aged) if reductions else aged,
-        extra_manifest=extra, checkpoint=reductions.checkpoint, reasoning=p.reasoning,
-    )
-    tools = budget_mod.tools_schema_tokens(p.tools, engine.counter, r.tokenizer)
-    estimate = r.total + tools
-    r.manifest["tokens"] = estimate
-    r.manifest["toolsTokens"] = tools
-    r.record.total = estimate
-    source, total = views.calibrated(p.session_id, info.name, estimate, r.record)
-    system_tokens, history_tokens, tools_tokens = budget_mod.distribute(
-        total, r.system_tokens, estimate - r.system_tokens - tools, tools
-    )
-    b = budget_mod.compute_budget(info, system_tokens, history_tokens, tools_tokens,
-                                  requested_output=p.max_output_tokens, source=source)
-    b = msgspec.structs.replace(b, safety_margin=tr.safety_margin(info.context_window))
-    parts = protected_of(graph, r, system_tokens, tools_tokens, 0)
-    if parts.total > tr.input_limit(b):
-        views.forget(r.record.render_id)
-        raise tr.budget_exceeded(b, parts, input_used=b.input_used, model=info.name)
-    result = views.render_result(r)
-    result.budget = b
-    return Built(rendering=r, result=result, budget=b, estimate=estimate, parts=parts, aged=aged)
-
-
-def protected_of(graph: Any, r: Any, system_tokens: int, tools_tokens: int, hook_tokens: int) -> tr.ProtectedParts:
-    """The protected part of a built request (SPEC §8): system, tools, the turn's user
-    messages, the newest step and the turn hooks."""
-    shape = tr.turn_shape(r.view, graph)
-    in_messages = formats.get(r.record.format).leads_with_system(r.messages)
-    return tr.protected_parts(graph, shape, r.node_ids, r.per_message, system=system_tokens, tools=tools_tokens,
-                              hooks=hook_tokens, system_in_messages=in_messages)
-
+# ``Built``, ``TurnReducer``, ``build_render``, ``protected_of``, ``report_of`` and
+# ``time_limit`` live in ``reduction_build.py``; they are named here too because the
+# engine reads reduction within a turn by this module's name.
 __all__ = ["Built", "TurnReducer", "build_render", "protected_of", "reduce", "report_of", "time_limit"]

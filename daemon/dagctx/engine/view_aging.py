@@ -12,7 +12,7 @@ from typing import Any
 from dagctx.context import aging
 from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context.models import ModelInfo
-from dagctx.context.render import render_view
+from dagctx.context.render import age_view, render_view
 from dagctx.context.view import View
 from dagctx.ledger import SessionGraph
 from dagctx.ledger.graph import is_summary
@@ -25,6 +25,19 @@ class AgingPlans(TokenAccounting):
     """``aging_for`` and the plan cache it reuses."""
 
     _aging_cache: dict[tuple[Any, ...], CachedAging]
+    #: the unaged view of the last plan: (graph, head, nodes, updates, view)
+    _unaged: tuple[SessionGraph, str, int, int, View] | None = None
+
+    def planned_view(self, graph: SessionGraph, head: str, aged: dict[str, str]) -> View | None:
+        """The view of ``head`` with ``aged`` applied, from the view the last plan walked
+        when it was of this graph as it is now (``render.age_view``); taken once."""
+        got, self._unaged = self._unaged, None
+        if got is None:
+            return None
+        g, h, nodes, updates, view = got
+        if g is not graph or h != head or nodes != len(graph.by_seq) or updates != len(graph.updates):
+            return None
+        return age_view(view, graph, aged)
 
     def aging_for(self, session_id: str, head: str, model: ModelInfo, *, enabled: bool = True,
                   ager: Any = None, frame: str | None = None) -> tuple[dict[str, str], dict[str, Any]]:
@@ -47,6 +60,8 @@ class AgingPlans(TokenAccounting):
             return reuse
         stop_if_cancelled()
         view = render_view(graph, head)
+        # the render that follows the plan ages this view instead of walking the branch again
+        self._unaged = (graph, head, len(graph.by_seq), len(graph.updates), view)
         stop_if_cancelled()
         if not view.items:
             return {}, {}

@@ -152,17 +152,22 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
         if hit is not None:
             view, system, messages, node_ids, per_message, repairs = hit
         else:
-            view = render_view(
-                graph,
-                h,
-                frame=frame,
-                expose_default=expose,  # type: ignore[arg-type]
-                aged=aged,
-                system_node_id=system_node_id,
-                before_seq=before_seq,
-                exclude_summaries=exclude_summaries,
-                pending_system=None if pending_system is None else (pending_system.id, pending_system.output),
-            )
+            view = None
+            if (frame is None and expose == "io" and system_node_id is None and before_seq is None
+                    and not exclude_summaries and pending_system is None):
+                view = self.planned_view(graph, h, aged_map)
+            if view is None:
+                view = render_view(
+                    graph,
+                    h,
+                    frame=frame,
+                    expose_default=expose,  # type: ignore[arg-type]
+                    aged=aged,
+                    system_node_id=system_node_id,
+                    before_seq=before_seq,
+                    exclude_summaries=exclude_summaries,
+                    pending_system=None if pending_system is None else (pending_system.id, pending_system.output),
+                )
             stop_if_cancelled()
             synthetic = None
             if checkpoint is not None:

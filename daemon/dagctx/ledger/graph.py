@@ -33,6 +33,7 @@ class SessionGraph:
     __slots__ = (
         "session_id", "root_id", "nodes", "conv_children", "callees", "rev", "by_seq", "updates",
         "summaries", "system_prompts", "_chain_head", "_chain_ids", "_chain_pos", "nbytes", "used_at",
+        "_shape", "_main",
     )
 
     def __init__(self, session_id: str, root_id: str) -> None:
@@ -60,6 +61,9 @@ class SessionGraph:
         self._chain_head: str | None = None
         self._chain_ids: list[str] = []
         self._chain_pos: dict[str, int] | None = None
+        # tips and chain spans of the graph as it was at a (node count, replacements) count
+        self._shape: tuple[tuple[int, int], int, dict[str, None], dict[str, tuple[int, str]]] | None = None
+        self._main: tuple[tuple[int, int], int, str] | None = None
 
     # ------------------------------------------------------------ loading
 
@@ -79,6 +83,8 @@ class SessionGraph:
                 self._chain_head = None
                 self._chain_ids = []
                 self._chain_pos = None
+                self._shape = None
+                self._main = None
             return
         if self.by_seq and node.seq < self.by_seq[-1].seq:
             # Rows arrive in seq order; keep the invariant even if they do not.
@@ -206,35 +212,61 @@ class SessionGraph:
 
     def tips(self) -> list[str]:
         """Conversation nodes with no conversation child (branch tips), seq order."""
-        out = [
-            n.id
-            for n in self.by_seq
-            if n.id != self.root_id and self.is_conversation(n) and not self.conv_children.get(n.id)
-        ]
-        return out or [self.root_id]
+        return list(self._tips_and_spans()[0]) or [self.root_id]
 
     def chain_spans(self) -> dict[str, tuple[int, str]]:
         """Every conversation node → (length of its chain, the chain's first node), in one
         pass in seq order (a predecessor is always older). A node whose walk would break
-        (a missing or non-conversation predecessor) is left out: ``chain`` of it raises."""
-        out: dict[str, tuple[int, str]] = {}
-        root = self.root_id
-        for n in self.by_seq:
+        (a missing or non-conversation predecessor) is left out: ``chain`` of it raises.
+        The answer is shared until the graph changes: read it, never change it."""
+        return self._tips_and_spans()[1]
+
+    def _tips_and_spans(self) -> tuple[dict[str, None], dict[str, tuple[int, str]]]:
+        # Kept until a node is added or replaced (a replacement keeps the edges, but the
+        # metadata that makes a spawn root could in principle change); nodes appended in
+        # seq order since then extend a copy, anything else is one pass over every node.
+        by_seq = self.by_seq
+        count, updates = len(by_seq), len(self.updates)
+        shape = self._shape
+        if shape is not None and shape[0] == (count, updates):
+            return shape[2], shape[3]
+        if (shape is not None and shape[0][1] == updates and 0 < shape[0][0] <= count
+                and by_seq[shape[0][0] - 1].seq == shape[1]):
+            tips, spans = dict(shape[2]), dict(shape[3])
+            new = by_seq[shape[0][0]:]
+        else:
+            tips, spans = {}, {}
+            new = by_seq
+        root, kids = self.root_id, self.conv_children
+        for n in new:
             if n.id == root or not self.is_conversation(n):
                 continue
             pred = n.predecessor
+            tips.pop(pred, None)  # type: ignore[arg-type]
+            if not kids.get(n.id):
+                tips[n.id] = None
             if pred == root or (pred is None and is_spawn_root(n)):
-                out[n.id] = (1, n.id)
-            elif pred is not None and pred in out:
-                length, first = out[pred]
-                out[n.id] = (length + 1, first)
-        return out
+                spans[n.id] = (1, n.id)
+            elif pred is not None and pred in spans:
+                length, first = spans[pred]
+                spans[n.id] = (length + 1, first)
+        self._shape = ((count, updates), by_seq[-1].seq if by_seq else -1, tips, spans)
+        return tips, spans
 
     def main_tip(self) -> str:
         """The tip of the main lane: from ROOT follow the first (lowest-seq) child."""
+        # Nodes appended in seq order since the last answer never become a first child of
+        # a node that had children then: the walk goes on from the last main tip.
+        by_seq = self.by_seq
+        count, updates = len(by_seq), len(self.updates)
+        known = self._main
         node = self.root_id
+        if known is not None and known[0][1] == updates and 0 < known[0][0] <= count \
+                and by_seq[known[0][0] - 1].seq == known[1]:
+            node = known[2]
         while kids := self.conv_children.get(node):
             node = kids[0]
+        self._main = ((count, updates), by_seq[-1].seq if by_seq else -1, node)
         return node
 
     def owner(self, node_id: str) -> str:

@@ -146,7 +146,8 @@ class MemorySearchParams(_Params):
 
     Candidates: the keyword search's best ``maxResults × candidateMultiplier`` and the
     vector search's as many; each scored ``vectorWeight·vector + textWeight·text``
-    (weights normalised to sum 1). ``mode``: ``auto`` is hybrid when vectors of the
+    (weights normalised to sum 1; ``text`` is the keyword score times the hit's share of the
+    query's keywords, squared). ``mode``: ``auto`` is hybrid when vectors of the
     embedding's model exist, keyword only otherwise (and vector only when the query has no
     keyword); ``fts``, ``vector`` and ``hybrid`` force one."""
 
@@ -165,8 +166,8 @@ class MemorySearchParams(_Params):
     text_weight: Share = 0.3
     candidate_multiplier: Annotated[int, msgspec.Meta(ge=1, le=50)] = 4
     #: a chunk is a vector candidate only at this cosine similarity or more (unrelated text
-    #: scores near 0 with the local model, a paraphrase 0.3 and up)
-    min_vector_score: Share = 0.2
+    #: scores near 0 with the local model, a paraphrase 0.15–0.6: SPEC §5.1)
+    min_vector_score: Share = 0.1
     embedding: MemoryEmbedding | None = None
 
 

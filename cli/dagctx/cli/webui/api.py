@@ -8,6 +8,7 @@ to which token category, the decision path as sentences read off the manifest.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -139,11 +140,13 @@ class Api:
 
     async def graph(self, p: dict[str, Any]) -> Any:
         sid = _need(p, "session")
-        res = await self.client.graph(
-            sid, after_seq=_int(p, "after", -1, -1, 2**62), limit=_int(p, "limit", 5_000, 1, 20_000),
-            conversation_only=p.get("all") not in ("1", "true"),
+        # both asked at once: the session row does not wait for the graph page's round trip
+        res, info = await asyncio.gather(
+            self.client.graph(sid, after_seq=_int(p, "after", -1, -1, 2**62),
+                              limit=_int(p, "limit", 5_000, 1, 20_000),
+                              conversation_only=p.get("all") not in ("1", "true")),
+            self.client.session_get(sid),
         )
-        info = await self.client.session_get(sid)
         # the Struct is encoded as it is (no copy into dicts: a page holds thousands of rows)
         return {"graph": res, "session": session_row(info)}
 

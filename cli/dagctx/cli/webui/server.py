@@ -179,8 +179,8 @@ class UiServer:
                 self._streams.pop(sid, None)
                 try:
                     await self.client.unsubscribe(sid)
-                except (RpcError, ConnectionError):
-                    pass
+                except (RpcError, ConnectionError, asyncio.CancelledError):
+                    pass  # the server or its client is closing: the subscription ends with it
 
     # ------------------------------------------------------------ HTTP
 

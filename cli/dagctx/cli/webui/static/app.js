@@ -70,18 +70,26 @@ async function loadSessions(query) {
 
 // ------------------------------------------------------------------ graph data
 
+// the first page holds a few screens of rows (the window draws ~60): it is drawn as soon
+// as it arrives, the rest follows in larger pages and is drawn once
+const FIRST_PAGE = 500, NEXT_PAGES = 5000;
+
 async function fetchGraph(sessionId) {
   let after = -1;
   const rows = [];
   let first = null;
   for (;;) {
-    // a small first page draws the graph early; the rest follows in larger pages
-    const res = await api("graph", { session: sessionId, after, limit: first ? 5000 : 1000 });
+    const res = await api("graph", { session: sessionId, after, limit: first ? NEXT_PAGES : FIRST_PAGE });
     const page = Object.assign(res.graph, { session: res.session });
     if (state.sessionId !== sessionId) return null;
-    if (!first) { first = page; renderGraphFrom(page, rows.concat(page.nodes)); }
-    rows.push(...page.nodes);
-    if (page.nextAfterSeq === null || page.nextAfterSeq === undefined) { first.nodes = rows; first.last = page; break; }
+    const last = page.nextAfterSeq === null || page.nextAfterSeq === undefined;
+    if (!first) {
+      first = page;
+      if (last) { first.last = page; return first; } // one page: the caller draws it
+      renderGraphFrom(page, rows.concat(page.nodes));
+    }
+    for (const r of page.nodes) rows.push(r);
+    if (last) { first.nodes = rows; first.last = page; break; }
     after = page.nextAfterSeq;
   }
   return first;
