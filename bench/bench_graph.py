@@ -17,8 +17,9 @@ Run: python bench/bench_graph.py [--sizes 1000,10000] [--repeat R] [--browser]
      (in this process, over loopback HTTP with the token cookie);
    * with `--browser` (Debian's chromium via Playwright), after a new state too: from the
      click on the session to the first row drawn, timed inside the page
-     (``performance.now()`` around ``click()``, a MutationObserver for the first row, then
-     the next animation frame), so the driver's own round trips are not counted.
+     (``performance.now()`` around ``click()``, a MutationObserver for the first row — a
+     node or a summary's capsule — then the next animation frame), so the driver's own
+     round trips are not counted.
 3. Print medians and each one's ratio to the baseline measured in the same run.
 """
 
@@ -132,7 +133,7 @@ def http_get(port: int, path: str, token: str) -> int:
 FIRST_ROW_JS = """async (sid) => {
   const t0 = performance.now();
   const drawn = new Promise((resolve) => {
-    const seen = () => document.querySelector("[data-testid=node-row]");
+    const seen = () => document.querySelector("[data-testid=node-row], [data-testid=capsule]");
     const obs = new MutationObserver(() => { if (seen()) { obs.disconnect(); resolve(); } });
     obs.observe(document.body, { childList: true, subtree: true });
   });

@@ -160,6 +160,9 @@ async def test_hybrid_keeps_what_vector_search_finds_for_a_paraphrase(client: Da
     await client.request("memory/index", {"workspace": str(ws)})
     both = await client.request("memory/search", base)
     assert both.hits[0].path == "memory/all.md" and both.hits[0].text_score > 1 / 9
+    # the vectors a search keeps are read again after the re-index: the new note has one
+    vec2 = await client.request("memory/search", {**base, "mode": "vector", "maxResults": 10})
+    assert "memory/all.md" in [h.path for h in vec2.hits]
     assert "memory/store.md" in [h.path for h in both.hits]
 
 

@@ -315,6 +315,46 @@ def test_graph_with_fork_and_a_capsule_that_expands(ui: Ui) -> None:
     page.close()
 
 
+def test_the_first_page_already_folds_the_covered_turns_into_the_capsule(ui: Ui) -> None:
+    # A long session's first page holds the covered turns but not the summary (written
+    # after them): the page must still draw the capsule, not the raw turns, at once. The
+    # first page is made 4 rows here and the later pages are held until the check is done.
+    page, errors = ui.page()
+    d = ui.data
+    held: list[Any] = []
+    released = [False]
+
+    def first_small(route: Any) -> None:
+        url = route.request.url
+        if released[0]:
+            route.continue_()
+        elif "after=-1" in url:
+            route.continue_(url=re.sub(r"limit=\d+", "limit=4", url))
+        else:
+            held.append(route)
+
+    page.route("**/api/graph?*", first_small)
+    page.click(f"[data-session='{d['sid']}']")
+    capsule = page.locator(f"[data-testid=capsule][data-summary='{d['summary']}']")
+    capsule.wait_for()
+    deadline = time.monotonic() + 20
+    while not held and time.monotonic() < deadline:
+        page.wait_for_timeout(50)
+    assert held, "the page asked for no second page"
+    # drawn from the first page alone: covered turns folded, the capsule says more is coming
+    assert "(loading)" in capsule.inner_text()
+    assert not set(_row_ids(page)) & set(d["covers"])
+    ui.shot(page, "graph-first-page")
+    released[0] = True
+    for route in held:
+        route.continue_()
+    page.wait_for_function("() => !document.querySelector('[data-testid=capsule]').innerText.includes('(loading)')")
+    shown = set(_row_ids(page))
+    assert not shown & set(d["covers"]) and {d["retry"], d["request"], d["spawn"]} <= shown
+    assert errors == []
+    page.close()
+
+
 def test_the_request_view_is_context_replay(ui: Ui) -> None:
     page, errors = _open_demo(ui)
     d = ui.data

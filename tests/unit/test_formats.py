@@ -8,12 +8,13 @@ from typing import Any
 import msgspec
 import pytest
 
+from dagctx.context import formats
 from dagctx.context.formats import (
-    PLACEHOLDER_USER,
     check_pairs,
     message_tokens,
     to_messages,
 )
+from dagctx.context.formats.anthropic import PLACEHOLDER_USER
 from dagctx.context.render import render_view
 from dagctx.context.view import NO_RESULT, Item, View
 from dagctx.ledger.graph import SessionGraph
@@ -429,6 +430,19 @@ def test_anthropic_sends_the_current_tool_loops_signed_blocks_first_and_unchange
     assert "thinking" not in json.dumps(to_messages(view, "anthropic", reasoning="none").messages)
 
 
+@pytest.mark.parametrize("block, sent_signed_by", [
+    (SIGNED, {"anthropic", "neutral"}),
+    (REDACTED, {"anthropic", "neutral"}),
+    (PLAIN, set()),
+    (CODEX, {"neutral"}),
+    ({"type": "redacted_thinking"}, {"neutral"}),
+])
+def test_each_format_says_which_stored_reasoning_it_sends_signed(block: dict[str, Any], sent_signed_by: set[str]) -> None:
+    """SPEC §6, §8: what goes out byte for byte is the format's own knowledge (a request
+    checkpoint may not cover a step holding such a block)."""
+    assert {name for name, fmt in formats.FORMATS.items() if fmt.sends_signed(block)} == sent_signed_by
+
+
 def test_openai_takes_no_reasoning_unless_asked_and_neutral_keeps_the_blocks() -> None:
     b, head = reasoning_session(False)
     view = render_view(b.g, head)
@@ -457,7 +471,6 @@ def test_a_new_user_message_ends_the_tool_loop() -> None:
 def test_the_registry_is_the_wire_literal():
     from typing import get_args
 
-    from dagctx.context import formats
     from dagctx.protocol.context_messages import Format
 
     assert set(formats.FORMATS) == set(get_args(Format)) == set(FORMATS)
@@ -495,7 +508,6 @@ def test_a_user_message_a_format_cannot_prefix_is_an_error_never_a_silent_no_op(
 def test_a_new_format_is_one_module(monkeypatch: pytest.MonkeyPatch):
     """A Gemini-style ``contents`` format written as a module would be: one RenderFormat
     subclass; rendering, pairing, turn hooks and token text then work through the registry."""
-    from dagctx.context import formats
     from dagctx.context.formats import RenderFormat, apply_turn_hooks, message_tokens
 
     class Contents(RenderFormat):

@@ -40,3 +40,30 @@ def test_storage_backends_are_the_wire_storage_kinds() -> None:
         assert backend_for(name).name == kind, name
         assert names_a_file(name) is is_file, name
     assert backend_for(":memory:").open(":memory:", None, True, None).kind == "sqlite"
+
+
+def test_only_the_format_modules_branch_on_a_format_name() -> None:
+    """A render format is one module (ARCHITECTURE.md, What a newcomer touches): no code of
+    the daemon outside ``context/formats/`` compares against a format's name. Defaults
+    (``fmt="neutral"``) are choices, not knowledge, and stay allowed."""
+    import re
+    from pathlib import Path
+
+    from dagctx.context.formats import FORMATS
+
+    names = "|".join(re.escape(n) for n in FORMATS)
+    branch = re.compile(rf"""(?:[=!]=|\bin)\s*\(?\s*["']({names})["']|["']({names})["']\s*(?:[=!]=|\bin\b)""")
+    daemon = Path(__file__).resolve().parents[2] / "daemon" / "dagctx"
+    found = [f"{p.relative_to(daemon)}:{k}: {line.strip()}"
+             for p in sorted(daemon.rglob("*.py")) if "formats" not in p.relative_to(daemon).parts
+             for k, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1) if branch.search(line)]
+    assert found == []
+
+
+def test_the_format_branch_detector_sees_a_branch() -> None:
+    import re
+
+    branch = re.compile(r"""(?:[=!]=|\bin)\s*\(?\s*["'](openai|neutral)["']|["'](openai|neutral)["']\s*(?:[=!]=|\bin\b)""")
+    for line in ('if format == "openai":', "if fmt in ('neutral', 'x'):", 'ok = "neutral" == fmt'):
+        assert branch.search(line), line
+    assert not branch.search('render(fmt="openai")')

@@ -24,7 +24,8 @@ from typing import Any
 from dagctx.ledger.graph import SessionGraph
 
 from .content import json_text
-from .formats import reasoning_owners
+from .formats import RenderFormat, reasoning_owners
+from .formats import get as get_format
 from .turn_shape import TurnShape, turn_shape, unit_of
 from .view import Item, View
 
@@ -80,31 +81,20 @@ def _step_blocked(graph: SessionGraph, step: str, items: Sequence[Item], signed:
     return None
 
 
-def _signed_block(block: dict[str, Any], format: str) -> bool:
-    """Whether ``block`` (a stored reasoning block) goes out signed or encrypted in ``format``:
-    Anthropic sends signed ``thinking`` and ``redacted_thinking`` unchanged; neutral every
-    block as stored (a Codex ``encrypted_content`` too); Chat Completions only text."""
-    kind = block.get("type")
-    if format == "openai":
-        return False
-    if kind == "thinking":
-        return bool(block.get("signature"))
-    if kind == "redacted_thinking":
-        return bool(block.get("data")) or format == "neutral"
-    return format == "neutral" and bool(block.get("encrypted_content") or block.get("encryptedContent"))
-
-
-def signed_reasoning_sent(view: View, format: str, mode: str) -> frozenset[str]:
+def signed_reasoning_sent(view: View, format: str | RenderFormat, mode: str) -> frozenset[str]:  # noqa: A002
     """The llm nodes whose signed or encrypted reasoning blocks this render sends (SPEC §6:
     by format and ``reasoning`` mode). Only those blocks bind a request: they go out
     byte for byte, so no checkpoint may cover their step. Stored blocks that are not sent
-    (OpenAI Chat Completions, mode ``none``, an earlier turn under ``provider``) bind nothing."""
-    owners = reasoning_owners(view, format, mode)
+    (OpenAI Chat Completions, mode ``none``, an earlier turn under ``provider``) bind nothing.
+    Which stored blocks a format sends signed is the format's own knowledge
+    (``RenderFormat.sends_signed``)."""
+    fmt = get_format(format) if isinstance(format, str) else format
+    owners = reasoning_owners(view, fmt, mode)
     if not owners:
         return frozenset()
     return frozenset(it.node_id for it in view.items
                      if it.node_id in owners and it.kind == "assistant"
-                     and any(_signed_block(b, format) for b in it.reasoning))
+                     and any(fmt.sends_signed(b) for b in it.reasoning))
 
 
 def checkpoint_steps(graph: SessionGraph, view: View, shape: TurnShape,

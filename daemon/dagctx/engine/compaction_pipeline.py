@@ -131,7 +131,7 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
     tokens_before = before.total  # the local estimate validation compares against
     # reported as context/render reports the same render in the caller's format
     # (calibrated after a usage report); validation stays on the neutral render
-    if p.format == "neutral":
+    if p.format == before.record.format:
         shown = before
     else:
         shown = await engine.offload(lambda: views.render(

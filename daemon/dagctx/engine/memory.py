@@ -4,9 +4,9 @@ Files are read here, under the workspace's confinement (``open_beneath``: no sym
 followed out of it, no hard-linked file), chunked by ``context.memory_text`` and written
 through the ledger's memory index in one transaction per run, by the database's writer;
 then every chunk without a vector of the run's embedding model gets one (``embeddings``),
-in batches, each batch its own transaction. A search compares the query's vector with a
-contiguous float32 matrix of the workspace's vectors (exact, one matrix product; kept per
-process while the index does not change), merged with the keyword candidates.
+in batches, each batch its own transaction. A search compares the query's vector with the
+workspace's vectors held as one float32 matrix per index generation (``memory_vectors``),
+merged with the keyword candidates.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from dagctx.protocol import memory_messages as mem
 from dagctx.protocol.errors import DagctxError
 
 from . import embeddings as emb
+from . import memory_vectors as mv
 
 if TYPE_CHECKING:
     from .ports import Host
@@ -43,10 +44,6 @@ MAX_FILES = 10_000
 HIT_TEXT_CHARS = 4_000
 #: chunks embedded per batch (each batch one write)
 EMBED_BATCH = 256
-#: (database key, workspace, model) → (stamp, chunk ids, matrix): the vectors of a workspace
-_MATRICES: dict[tuple[str, str, str], tuple[tuple[Any, ...], list[str], Any]] = {}
-#: workspaces' matrices kept at most (least recently built dropped first)
-MAX_MATRICES = 8
 
 
 def embedder_for(engine: Host, spec: mem.MemoryEmbedding | None, field: str) -> emb.Embedder | None:
@@ -339,28 +336,18 @@ def _best_chunk(text: str, terms: list[str]) -> tuple[str, int, int]:
     return best.text[:HIT_TEXT_CHARS], best.start_line, best.end_line
 
 
-def _matrix(engine: Host, index: MemoryIndex, ws: str, key: str) -> tuple[list[str], Any]:
-    """The workspace's vectors of ``key`` as one contiguous float32 matrix (rows: chunk ids),
-    rebuilt only when the index changed (its last run or its vector count)."""
-    import numpy as np
-
+def _vectors(engine: Host, index: MemoryIndex, ws: str, key: str) -> mv.VectorIndex:
+    """The workspace's vectors of ``key`` (``memory_vectors.VectorIndex``), read from the ledger
+    only when the index changed since they were last read: every index write moves the
+    workspace's run stamp (``memory_runs.indexed_at``), one row read per query."""
     run = index.run(ws)
-    stamp = (run[0] if run else None, index.vector_count(ws, key))
+    stamp = run[0] if run else None
     cache_key = (str(getattr(engine, "database_key", "")), ws, key)
-    got = _MATRICES.get(cache_key)
-    if got is not None and got[0] == stamp:
-        return got[1], got[2]
-    rows = index.vectors(ws, key)
-    ids = [cid for cid, _ in rows]
-    if rows:
-        m = np.frombuffer(b"".join(v for _, v in rows), dtype=np.float32).reshape(len(rows), -1)
-    else:
-        m = np.zeros((0, 1), dtype=np.float32)
-    _MATRICES.pop(cache_key, None)
-    _MATRICES[cache_key] = (stamp, ids, m)
-    while len(_MATRICES) > MAX_MATRICES:
-        _MATRICES.pop(next(iter(_MATRICES)))
-    return ids, m
+    got = mv.cached(cache_key, stamp)
+    if got is None:
+        got = mv.VectorIndex.build(stamp, index.vectors(ws, key))
+        mv.keep(cache_key, got)
+    return got
 
 
 def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchResult:
@@ -386,11 +373,10 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
                                   path="mode")
             notes.append("no embedding provider (pip install 'dagctx[embed]'): keyword search only")
     key = model_key(embedder) if embedder is not None else None
-    ids: list[str] = []
-    matrix: Any = None
+    vindex: mv.VectorIndex | None = None
     if embedder is not None and ws is not None:
-        ids, matrix = _matrix(engine, index, ws, key or "")
-        if not ids:
+        vindex = _vectors(engine, index, ws, key or "")
+        if not len(vindex):
             notes.append(f"no vectors of {key} in this workspace's index: run memory/index")
             if p.mode == "auto":
                 embedder = None
@@ -413,21 +399,15 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
             if use_text and mode != "vector":
                 for row, raw in index.search(ws, expr, want):
                     cands[("m", row.id)] = {"row": row, "text": mt.keyword_score(raw, row.text, words)}
-            if qv is not None and matrix is not None and len(ids):
-                import numpy as np  # only with an embedder: keyword search needs no numpy (dagctx[embed])
-
-                sims = matrix @ qv
-                k = min(want, len(ids))
-                top = np.argpartition(-sims, k - 1)[:k]
-                for i in top:
-                    if float(sims[int(i)]) < p.min_vector_score:
-                        continue
-                    c = cands.setdefault(("m", ids[int(i)]), {"text": 0.0})
-                    c["vec"] = max(0.0, float(sims[int(i)]))
-                pos = {cid: i for i, cid in enumerate(ids)}
+            if qv is not None and vindex is not None and len(vindex):
+                for i, sim in vindex.top(qv, want, p.min_vector_score):
+                    c = cands.setdefault(("m", vindex.ids[i]), {"text": 0.0})
+                    c["vec"] = max(0.0, sim)
                 for (kind, cid), c in cands.items():
-                    if "vec" not in c and cid in pos:
-                        c["vec"] = max(0.0, float(sims[pos[cid]]))
+                    if "vec" not in c:
+                        sim = vindex.similarity(cid, qv)
+                        if sim is not None:
+                            c["vec"] = max(0.0, sim)
         hits: list[mem.MemoryHit] = []
         for (_, cid), c in cands.items():
             row = c.get("row") or index.chunk(ws or "", cid)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -128,6 +129,9 @@ class PostgresMemory:
                 "INSERT INTO dagctx.memory_vectors(workspace, chunk_id, model, dim, vec) VALUES(%s,%s,%s,%s,%s) "
                 "ON CONFLICT(workspace, chunk_id, model) DO UPDATE SET dim=excluded.dim, vec=excluded.vec",
                 [(workspace, cid, model, dim, vec) for cid, vec in rows])
+            # the run's time is the index's generation stamp (searches keep vectors while it holds)
+            cur.execute("UPDATE dagctx.memory_runs SET indexed_at = GREATEST(%s, indexed_at + 0.000001) "
+                        "WHERE workspace=%s", (time.time(), workspace))
 
     def drop_stale_vectors(self, workspace: str) -> None:
         with self.b._conn("write the memory index") as c:

@@ -4,6 +4,7 @@ chunks, the same query syntax as ``search/query``. ``SqliteBackend.memory_rows()
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -125,6 +126,9 @@ class SqliteMemory:
             "INSERT INTO memory_vectors(workspace, chunk_id, model, dim, vec) VALUES(?,?,?,?,?) "
             "ON CONFLICT(workspace, chunk_id, model) DO UPDATE SET dim=excluded.dim, vec=excluded.vec",
             [(workspace, cid, model, dim, vec) for cid, vec in rows])
+        # the run's time is the index's generation stamp (searches keep vectors while it holds)
+        self._c().execute("UPDATE memory_runs SET indexed_at = max(?, indexed_at + 0.000001) WHERE workspace=?",
+                          (time.time(), workspace))
 
     def drop_stale_vectors(self, workspace: str) -> None:
         self._c().execute(

@@ -122,7 +122,8 @@ class MemoryStatusResult(_Result):
     chunks: int
     #: what the last ``memory/index`` of this workspace skipped
     skipped: list[MemorySkip]
-    #: when the last ``memory/index`` ran (Unix seconds); null: never indexed
+    #: when the index last changed — its last ``memory/index`` or embedding batch (Unix
+    #: seconds); null: never indexed
     indexed_at: float | None = None
     complete: bool = False
 

@@ -29,6 +29,8 @@ CACHE_READ_FACTOR = 0.1
 PREVIOUS_WALK = 500
 #: covered nodes a compaction view lists at most
 COVERED_LIMIT = 2_000
+#: active summaries whose rows come with a graph's first page at most
+ACTIVE_SUMMARIES = 20
 
 _enc = msgspec.json.Encoder()
 
@@ -140,15 +142,39 @@ class Api:
 
     async def graph(self, p: dict[str, Any]) -> Any:
         sid = _need(p, "session")
+        after = _int(p, "after", -1, -1, 2**62)
+        conversation_only = p.get("all") not in ("1", "true")
         # both asked at once: the session row does not wait for the graph page's round trip
         res, info = await asyncio.gather(
-            self.client.graph(sid, after_seq=_int(p, "after", -1, -1, 2**62),
-                              limit=_int(p, "limit", 5_000, 1, 20_000),
-                              conversation_only=p.get("all") not in ("1", "true")),
+            self.client.graph(sid, after_seq=after, limit=_int(p, "limit", 5_000, 1, 20_000),
+                              conversation_only=conversation_only),
             self.client.session_get(sid),
         )
+        out: dict[str, Any] = {"graph": res, "session": session_row(info)}
+        if after == -1 and res.next_after_seq is not None:
+            # a summary is written after the turns it covers, so the first page of a long
+            # session rarely holds the row of the summary the heads use: its row (with the
+            # coverage session/graph states) comes with the first page, and the page folds
+            # the covered turns into the capsule from its first drawing
+            out["summaries"] = await self._active_summary_rows(sid, res, conversation_only)
         # the Struct is encoded as it is (no copy into dicts: a page holds thousands of rows)
-        return {"graph": res, "session": session_row(info)}
+        return out
+
+    async def _active_summary_rows(self, sid: str, res: m.SessionGraphResult,
+                                   conversation_only: bool) -> list[m.GraphNode]:
+        on_page = {r.id for r in res.nodes}
+        wanted = list(dict.fromkeys(h.summary_id for h in res.heads
+                                    if h.summary_id is not None and h.summary_id not in on_page))[:ACTIVE_SUMMARIES]
+        if not wanted:
+            return []
+        try:
+            nodes = (await self.client.get_nodes(sid, wanted)).nodes
+        except RpcError:  # gone since (a new state): the rest of the pages bring what is there
+            return []
+        pages = await asyncio.gather(*(
+            self.client.graph(sid, after_seq=n.seq - 1, limit=1, conversation_only=conversation_only)
+            for n in nodes))
+        return [row for page in pages for row in page.nodes[:1] if row.id in wanted and row.covers_ids is not None]
 
     async def nodes(self, p: dict[str, Any]) -> Any:
         sid = _need(p, "session")

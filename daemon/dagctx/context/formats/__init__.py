@@ -1,17 +1,19 @@
-"""Neutral ``View`` → provider messages (OpenAI Chat Completions, Anthropic Messages,
-neutral), always pair-valid: the registry of render formats.
+"""Neutral ``View`` → provider messages, always pair-valid: the registry of render formats.
 
 Each format is one module of this package defining ``FORMAT``, a ``RenderFormat``
 (``_assembly.py``) that owns everything format-specific: building the messages, the
-pairing check, whether a cached render can be extended, where turn hooks go and the text
-a message bills. The registry finds the modules itself; a test keeps it equal to the
-wire ``Format`` literal.
+pairing check, whether a cached render can be extended, where turn hooks go, the text
+a message bills and which stored reasoning it sends signed. Each module's docstring says
+what its messages look like. The registry finds the modules itself (a name starting with
+``_`` is shared code, not a format); a test keeps it equal to the wire ``Format``
+literal. Nothing outside this package branches on a format's name.
 
 ``to_messages(view, format)`` returns ``(system, messages, node_ids)`` -- a tuple
 subclass (``Rendered``) that also carries ``.repairs``: every change made to keep the
 list valid, for the render manifest.
 
-Pair validity (SPEC §6; OpenClaw #3243/#4839/#7865 crashed on each of these):
+Pair validity (SPEC §6; OpenClaw #3243/#4839/#7865 crashed on each of these), made by
+the shared assembly before any format builds:
 
 - a tool result whose call is not in the open call group right before it is an
   *orphan* and is dropped (``repairs``: ``dropped orphan tool result …``);
@@ -21,42 +23,9 @@ Pair validity (SPEC §6; OpenClaw #3243/#4839/#7865 crashed on each of these):
 - a tool call id already used earlier in the conversation is renamed
   ``<id>_2`` (``_3``, …) together with its result.
 
-Formats:
-
-``openai``
-    ``{"role": "system"}`` first when ``include_system`` and there is a system text;
-    user ``content`` is a string, or a parts list (``text`` / ``image_url``) when
-    images are present; assistant ``content`` is a string or ``None`` with
-    ``tool_calls: [{id, type: "function", function: {name, arguments}}]``, where
-    ``arguments`` is the stored input as compact JSON in stored key order (a stored
-    string that already is a JSON object is passed through); one ``{"role": "tool",
-    "tool_call_id", "content": str}`` per result. Consecutive same-role messages are
-    allowed by the API and kept apart (their node ids stay separable).
-``anthropic``
-    The system text is returned separately, never in ``messages``. Content is always
-    a block list: ``text``, ``image{source}``, ``tool_use{id, name, input}``,
-    ``tool_result{tool_use_id, content, is_error?}`` (results open the next user
-    message, before any text). Consecutive same-role messages are merged, empty text
-    blocks are dropped, and when the first message would be an assistant message a
-    placeholder user message ``[conversation start]`` is inserted (recorded in
-    ``repairs``; this happens only when a branch starts with a function call or a
-    model reply, e.g. imported transcripts).
-``neutral``
-    ``{"role": "user"|"assistant"|"tool", "content": [blocks], "nodeIds": [...]}``;
-    blocks ``text``, ``image{url|path|source…}``, ``file{…}``,
-    ``tool_call{id, name, input}``, ``tool_result{toolCallId, content, isError}``.
-    All results of one call group share one ``tool`` message. System is returned
-    separately (as with Anthropic).
-
 Reasoning (``Item.reasoning``, SPEC §6): ``to_messages(..., reasoning=)`` picks the llm
-nodes whose blocks are sent (``reasoning_owners``); they open their assistant message.
-Anthropic gets signed ``thinking`` / ``redacted_thinking`` blocks unchanged, OpenAI a
-``reasoning_content`` string (mode ``all`` only), neutral the stored blocks.
-
-Images stay references: OpenAI gets ``image_url.url`` = the stored url, a
-``data:`` URL for an inline base64 source, or the stored path as is (the sending
-layer resolves paths); Anthropic gets ``source`` as stored, or ``{"type": "url"}`` /
-``{"type": "path"}`` built from a url / path reference.
+nodes whose blocks are sent (``reasoning_owners``); they open their assistant message,
+and each format says what it makes of them.
 
 Deterministic: the same view gives equal lists (and the same bytes once encoded).
 """
@@ -79,7 +48,6 @@ from ._assembly import (
     reasoning_payload,
     reasoning_text,
 )
-from .anthropic import PLACEHOLDER_USER
 
 
 def _discover() -> dict[str, RenderFormat]:
@@ -151,6 +119,6 @@ def message_tokens(
     return [count(fmt.message_text(m)) + overhead for m in messages]
 
 
-__all__ = ["FORMATS", "PLACEHOLDER_USER", "REASONING_TYPES", "RenderFormat", "Rendered", "apply_turn_hooks",
+__all__ = ["FORMATS", "REASONING_TYPES", "RenderFormat", "Rendered", "apply_turn_hooks",
            "check_pairs", "get", "message_text", "message_tokens", "reasoning_owners", "reasoning_payload",
            "reasoning_text", "to_messages"]

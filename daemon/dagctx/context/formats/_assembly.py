@@ -267,6 +267,12 @@ class RenderFormat:
         """Problems a provider would reject (or that break pairing); empty = valid."""
         raise NotImplementedError
 
+    def sends_signed(self, block: dict[str, Any]) -> bool:
+        """Whether this format sends the stored reasoning ``block`` signed or encrypted, so
+        it goes out byte for byte and no request checkpoint may cover the step holding it
+        (SPEC §6, §8). The default is a format that sends reasoning as text, if at all."""
+        return False
+
     def leads_with_system(self, messages: Sequence[dict[str, Any]]) -> bool:
         """Whether ``messages[0]`` is the system text (otherwise it is returned beside them)."""
         return False

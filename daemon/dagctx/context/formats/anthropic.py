@@ -1,4 +1,19 @@
-"""``anthropic``: Anthropic Messages (system beside the messages, same-role neighbours merged)."""
+"""``anthropic``: Anthropic Messages.
+
+The system text is returned separately, never in ``messages``. Content is always a block
+list: ``text``, ``image{source}``, ``tool_use{id, name, input}``, ``tool_result{tool_use_id,
+content, is_error?}`` (results open the next user message, before any text). Consecutive
+same-role messages are merged, empty text blocks are dropped, and when the first message
+would be an assistant message a placeholder user message ``[conversation start]``
+(``PLACEHOLDER_USER``) is inserted (recorded in ``repairs``; this happens only when a
+branch starts with a function call or a model reply, e.g. imported transcripts).
+
+Images stay references: ``source`` as stored, or ``{"type": "url"}`` / ``{"type": "path"}``
+built from a url / path reference.
+
+Reasoning: signed ``thinking`` / ``redacted_thinking`` blocks go back unchanged, first in
+their message (``sends_signed``).
+"""
 
 from __future__ import annotations
 
@@ -185,6 +200,12 @@ class AnthropicFormat(RenderFormat):
 
     def check_pairs(self, messages: Sequence[dict[str, Any]]) -> list[str]:
         return _check(messages)
+
+    def sends_signed(self, block: dict[str, Any]) -> bool:
+        # signed ``thinking`` and ``redacted_thinking`` go back unchanged; unsigned thinking
+        # and another provider's encrypted reasoning are never sent
+        key = {"thinking": "signature", "redacted_thinking": "data"}.get(str(block.get("type")))
+        return key is not None and bool(block.get(key))
 
     def can_stitch(self, prefix: Sequence[dict[str, Any]], first_role: str) -> bool:
         # Same-role neighbours merge and a branch may open with a placeholder: only a

@@ -1,5 +1,13 @@
-"""``neutral``: dagctx's own blocks (``text``, ``image``, ``tool_call``, ``tool_result``),
-each message naming its ``nodeIds``."""
+"""``neutral``: dagctx's own blocks, each message naming its ``nodeIds``.
+
+``{"role": "user"|"assistant"|"tool", "content": [blocks], "nodeIds": [...]}``; blocks
+``text``, ``image{url|path|source…}``, ``file{…}``, ``tool_call{id, name, input}``,
+``tool_result{toolCallId, content, isError}``. All results of one call group share one
+``tool`` message. System is returned separately (as with Anthropic).
+
+Reasoning: the stored blocks as they are, signed or encrypted ones included
+(``sends_signed``).
+"""
 
 from __future__ import annotations
 
@@ -80,6 +88,14 @@ class NeutralFormat(RenderFormat):
 
     def check_pairs(self, messages: Sequence[dict[str, Any]]) -> list[str]:
         return _check(messages)
+
+    def sends_signed(self, block: dict[str, Any]) -> bool:
+        # every block goes out as stored: signed thinking, redacted thinking, a Codex
+        # ``encrypted_content`` too
+        kind = block.get("type")
+        if kind in ("thinking", "redacted_thinking"):
+            return kind == "redacted_thinking" or bool(block.get("signature"))
+        return bool(block.get("encrypted_content") or block.get("encryptedContent"))
 
 
 FORMAT = NeutralFormat()

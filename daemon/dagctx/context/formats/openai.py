@@ -1,4 +1,20 @@
-"""``openai``: OpenAI Chat Completions messages (the system text as the first message)."""
+"""``openai``: OpenAI Chat Completions messages.
+
+``{"role": "system"}`` first when ``include_system`` and there is a system text; user
+``content`` is a string, or a parts list (``text`` / ``image_url``) when images are
+present; assistant ``content`` is a string or ``None`` with ``tool_calls: [{id, type:
+"function", function: {name, arguments}}]``, where ``arguments`` is the stored input as
+compact JSON in stored key order (a stored string that already is a JSON object is passed
+through); one ``{"role": "tool", "tool_call_id", "content": str}`` per result.
+Consecutive same-role messages are allowed by the API and kept apart (their node ids
+stay separable).
+
+Images stay references: ``image_url.url`` is the stored url, a ``data:`` URL for an
+inline base64 source, or the stored path as is (the sending layer resolves paths).
+
+Reasoning: Chat Completions takes none back (mode ``provider`` sends none); mode ``all``
+sends it as a ``reasoning_content`` string, never signed.
+"""
 
 from __future__ import annotations
 
@@ -166,6 +182,7 @@ def _check(messages: Sequence[dict[str, Any]]) -> list[str]:
 class OpenAIFormat(RenderFormat):
     name = "openai"
     takes_reasoning_back = False  # Chat Completions takes no reasoning back (SPEC §6)
+    # ``sends_signed`` stays False: reasoning goes out as ``reasoning_content`` text only
 
     def build(self, view: View, msgs: list[Msg], repairs: list[str], *,
               include_system: bool) -> tuple[list[dict[str, Any]], list[list[str]]]:

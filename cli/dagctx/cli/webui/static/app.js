@@ -44,7 +44,7 @@ async function api(path, params = {}, method = "GET") {
 
 const state = {
   info: null, sessionId: null, graph: null, rows: new Map(), order: [], lastSeq: -1,
-  expanded: new Set(), selected: null, layout: null, live: null, refetch: null,
+  expanded: new Set(), selected: null, layout: null, live: null, refetch: null, partial: false,
 };
 
 // ------------------------------------------------------------------ sessions
@@ -75,6 +75,7 @@ async function loadSessions(query) {
 const FIRST_PAGE = 500, NEXT_PAGES = 5000;
 
 async function fetchGraph(sessionId) {
+  state.partial = false;
   let after = -1;
   const rows = [];
   let first = null;
@@ -86,12 +87,18 @@ async function fetchGraph(sessionId) {
     if (!first) {
       first = page;
       if (last) { first.last = page; return first; } // one page: the caller draws it
-      renderGraphFrom(page, rows.concat(page.nodes));
+      // the active summaries' rows come with the first page (their own pages come later):
+      // covered turns are folded into the capsule from the first drawing
+      const onPage = new Set(page.nodes.map((r) => r.id));
+      const early = (res.summaries || []).filter((r) => !onPage.has(r.id));
+      state.partial = true;
+      renderGraphFrom(page, rows.concat(page.nodes, early));
     }
     for (const r of page.nodes) rows.push(r);
     if (last) { first.nodes = rows; first.last = page; break; }
     after = page.nextAfterSeq;
   }
+  state.partial = false;
   return first;
 }
 
@@ -248,7 +255,7 @@ function rowEl(v, i, gutter, tips, headId) {
     div = el("div", { class: "grow capsule", "data-testid": "capsule", "data-summary": s.id,
                       onclick: () => toggleCapsule(s.id) },
       el("span", { class: "role", text: "sum" }),
-      el("span", { class: "txt" }, `Summary ${short(s.id)} — folds ${n} conversation node${n === 1 ? "" : "s"} (${all} with their calls) `,
+      el("span", { class: "txt" }, `Summary ${short(s.id)} — folds ${n}${state.partial ? "+ (loading)" : ""} conversation node${n === 1 ? "" : "s"} (${all} with their calls) `,
         el("span", { class: "count", text: v.expanded ? "(expanded: click to fold)" : "(folded: click to expand)" })),
       el("button", { "data-testid": "capsule-open", onclick: (e) => { e.stopPropagation(); showCompaction(s.id); }, text: "compaction" }));
   } else {
