@@ -573,6 +573,8 @@ export interface InitializationOptions {
   summarySources?: ("client" | "endpoint" | "host")[] | null;
   /** @default null */
   systemPrompt?: SystemPromptOptions | null;
+  /** @default null */
+  promptCacheTtlSeconds?: number | null;
 }
 
 export interface InitializeParams {
