@@ -409,7 +409,7 @@ async def test_an_import_is_streamed_its_memory_bounded_by_the_largest_node(shar
         assert s.created and s.tool_pairs == 36, s
         size = src.stat().st_size
         assert size > 36 * node_chars
-        assert grown < 8 * node_chars, f"the import grew the daemon by {grown:,} bytes for a {size:,}-byte transcript"
+        assert grown < 10 * node_chars, f"the import grew the daemon by {grown:,} bytes for a {size:,}-byte transcript"
         # every tool result was written whole: each reads back at its full length
         hist = await a.request("session/history", {"sessionId": s.session_id})
         assert hist is not None
