@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 #: up to this many vectors a query scores every row (exact); above, sign bits pick the rows
@@ -48,6 +48,7 @@ class VectorIndex:
     pos: dict[str, int]
     matrix: Any  # float32 (n, dim), C-contiguous
     bits: list[Any] | None  # sign bits (n > EXACT_MAX), else None
+    _under: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def build(cls, stamp: Any, rows: Sequence[tuple[str, bytes]], exact_max: int = EXACT_MAX) -> VectorIndex:
@@ -64,7 +65,20 @@ class VectorIndex:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def top(self, qv: Any, k: int, floor: float, pool: int | None = None) -> list[tuple[int, float]]:
+    def rows_under(self, prefix: str) -> Any:
+        """The rows whose chunk id starts with ``prefix/`` (a session's chunks), kept per prefix."""
+        import numpy as np
+
+        got = self._under.get(prefix)
+        if got is None:
+            head = prefix + "/"
+            got = np.asarray([i for i, cid in enumerate(self.ids) if cid.startswith(head)], dtype=np.intp)
+            if len(self._under) >= 64:
+                self._under.clear()
+            self._under[prefix] = got
+        return got
+
+    def top(self, qv: Any, k: int, floor: float, subset: Any = None, pool: int | None = None) -> list[tuple[int, float]]:
         """The ``k`` rows of highest cosine similarity to ``qv`` reaching ``floor``, best
         first, as (row, similarity). ``pool``: rows rescored above ``EXACT_MAX`` (default
         ``max(POOL_MIN, POOL_PER_RESULT·k)``)."""
@@ -75,7 +89,13 @@ class VectorIndex:
         if k <= 0:
             return []
         qv = np.asarray(qv, dtype=np.float32)
-        if self.bits is None:
+        if subset is not None:  # a few rows: exact
+            rows = subset
+            sims = self.matrix[rows] @ qv if len(rows) else np.zeros(0, dtype=np.float32)
+            k = min(k, len(rows))
+            if k <= 0:
+                return []
+        elif self.bits is None:
             rows = None
             sims = self.matrix @ qv
         else:
