@@ -58,7 +58,7 @@ from .claude_code_files import (
     read_summarizer,
     subagent_files,
 )
-from .reading import iter_jsonl
+from .claude_code_rows import lines
 from .values import content_blocks, content_output, parse_arguments, text_of_blocks, to_epoch
 
 _AGENT_ID_TEXT = re.compile(r"agentId:\s*([A-Za-z0-9_-]+)")
@@ -85,13 +85,7 @@ def parse(path: Path) -> Transcript:
     for fno, f in enumerate(files):
         label = "" if fno == 0 else f"{f.parent.name}/{f.name}"
         file_agent = agent_from_name(f) if fno else None
-        for item in iter_jsonl(f, label=label):
-            if isinstance(item, Skipped):
-                b.skipped.append(item)
-                continue
-            no, obj = item
-            if b.spills:
-                _slim(b, obj)
+        for no, obj in lines(b, f, label):
             if fno == 0 and session_id is None and isinstance(obj.get("sessionId"), str):
                 session_id = obj["sessionId"]
             uuid = obj.get("uuid") if isinstance(obj.get("uuid"), str) else None
@@ -108,23 +102,6 @@ def parse(path: Path) -> Transcript:
     t = parser.run()
     parser.attach_summarizers(t, compaction_files(path), path)
     return t
-
-
-def _slim(b: Builder, obj: dict) -> None:
-    """Keep a line's tool results aside as it is read (``Builder.keep``), and of its
-    ``toolUseResult`` (which repeats the result) only the ``agentId`` the parser reads:
-    the rows wait for the whole file (its tree is ordered first), their payloads need not."""
-    tur = obj.get("toolUseResult")
-    if tur is not None:
-        agent = tur.get("agentId") if isinstance(tur, dict) else None
-        obj["toolUseResult"] = {"agentId": agent} if isinstance(agent, str) else None
-    msg = obj.get("message")
-    content = msg.get("content") if isinstance(msg, dict) else None
-    if obj.get("type") != "user" or obj.get("isCompactSummary") or not isinstance(content, list):
-        return
-    for blk in content:
-        if isinstance(blk, dict) and blk.get("type") == "tool_result":
-            blk["content"] = b.keep(content_output(blk.get("content")))
 
 
 class _Parser:
@@ -373,7 +350,7 @@ class _Parser:
                 b.counts["orphanResults"] = b.counts.get("orphanResults", 0) + 1
             return
         raw = blk.get("content")
-        output = raw if isinstance(raw, SpilledOutput) else content_output(raw)  # already converted by _slim
+        output = raw if isinstance(raw, SpilledOutput) else content_output(raw)  # already converted by slim
         b.attach_result(target, output, error=bool(blk.get("is_error")), ts=ts)
         tur = row.obj.get("toolUseResult")
         agent = tur.get("agentId") if isinstance(tur, dict) else None
