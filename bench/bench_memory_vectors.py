@@ -54,6 +54,22 @@ def main() -> int:
         truth.append(set(top[np.argsort(-s[top])][:10].tolist()))
     e50 = statistics.median(exact_t)
     print(f"exact  p50 {e50 * 1000:7.2f} ms  p95 {pct(exact_t, 0.95) * 1000:7.2f} ms")
+    # the daemon's index (dagctx.engine.memory_vectors): exact up to EXACT_MAX rows, above it
+    # sign-bit Hamming pre-selection rescored exactly; "before" is the exact product above
+    from dagctx.engine.memory_vectors import EXACT_MAX, VectorIndex
+
+    vi = VectorIndex.build(None, [(str(i), m[i].tobytes()) for i in range(args.n)])
+    d_t: list[float] = []
+    hit = 0
+    for i, v in enumerate(q):
+        t0 = time.perf_counter()
+        got = vi.top(v, args.k, 0.0)
+        d_t.append(time.perf_counter() - t0)
+        hit += len(truth[i] & {r for r, _ in got[:10]})
+    d50 = statistics.median(d_t)
+    print(f"daemon p50 {d50 * 1000:7.2f} ms  p95 {pct(d_t, 0.95) * 1000:7.2f} ms  recall@10 {hit / (10 * len(q)):.3f}  "
+          f"p50 ratio daemon/exact {d50 / e50:.3f}  ({'sign bits + exact rescoring' if vi.bits is not None else 'exact'}; "
+          f"exact up to {EXACT_MAX:,} rows)")
     try:
         import faiss
     except ImportError:

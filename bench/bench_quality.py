@@ -59,7 +59,8 @@ def main() -> int:
               f"M4 max share {w['M4maxShare']:.1%}, overshoot {w['M4maxOvershoot']} · M6 regret {_pct(w['M6'])} · "
               f"M7 identical {_pct(w['M7'])}")
         print(f"  M5 cost (base-input units): dagctx {m5['dagctx']:,.0f} ({m5['dagctxServed']} served) · naive "
-              f"{m5['naive']:,.0f} ({m5['naiveServed']} served) → {m5['costVsNaive']}× · unmanaged "
+              f"{m5['naive']:,.0f} ({m5['naiveServed']} served) → {m5['costVsNaive']}× "
+              f"({m5.get('withSummarizerVsNaive')}× with the summary calls' tokens) · unmanaged "
               f"{m5['unmanaged']:,.0f} ({m5['unmanagedServed']} served before overflow)")
         print(f"  breaks dagctx {m5['dagctxBreaks']} vs naive {m5['naiveBreaks']}; by cause: "
               + ", ".join(f"{c} {v['breaks']} ({v['invalidated']:,} tokens invalidated)"

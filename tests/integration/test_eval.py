@@ -239,6 +239,11 @@ async def test_recorded_and_dagctx_summaries_are_measured_by_class(tmp_path: Pat
         assert summ["coveredNodes"] > 0 and 0 < summ["kept"] <= summ["identifiers"]
     assert any(b["cause"] == "compaction" for b in w["M5"]["dagctx"]["breaks"])
     assert w["M5"]["dagctx"]["byCause"]["compaction"]["breaks"] >= 1
+    # every summary dagctx wrote was a call to the stand-in, counted beside the cache cost
+    sampled = w["M5"]["summarizer"]["dagctx"]
+    assert sampled["calls"] >= w["compactions"]["written"] and sampled["input"] > sampled["output"] > 0
+    both = w["M5"]["costWithSummarizer"]
+    assert both["dagctx"] == round(w["M5"]["dagctx"]["totals"]["cost"] + sampled["cost"], 2)
     assert w["M4"]["maxOvershoot"] == 0 and w["M1"]["recall"] == 1.0
     assert w["M7"]["identical"] == w["M7"]["requests"] > 0
 

@@ -160,6 +160,9 @@ async def test_hybrid_keeps_what_vector_search_finds_for_a_paraphrase(client: Da
     await client.request("memory/index", {"workspace": str(ws)})
     both = await client.request("memory/search", base)
     assert both.hits[0].path == "memory/all.md" and both.hits[0].text_score > 1 / 9
+    # the vectors a search keeps are read again after the re-index: the new note has one
+    vec2 = await client.request("memory/search", {**base, "mode": "vector", "maxResults": 10})
+    assert "memory/all.md" in [h.path for h in vec2.hits]
     assert "memory/store.md" in [h.path for h in both.hits]
 
 
@@ -230,3 +233,53 @@ async def test_a_session_hit_is_its_nodes_best_chunk(client: DagctxClient, tmp_p
     assert hit.start_line is not None and hit.start_line <= 900 <= hit.end_line
     assert hit.end_line - hit.start_line < 200 and "zeppelin migration" in hit.text
     assert hit.vector_score is not None
+
+
+async def test_sessions_are_indexed_incrementally_and_searched_hybrid(client: DagctxClient) -> None:
+    """Sessions as a source (SPEC §5.1): their nodes are chunked, indexed and embedded by the
+    first search after an append — only what is new, a running node again once it finished —
+    so a paraphrase finds a session node that keyword search cannot."""
+    s = await client.session_create("ops")
+    u = await client.append(s.session_id, "user", input="How should old entries leave the store once it is full?",
+                            predecessor=s.head)
+    a = await client.append(s.session_id, "llm", output=PARAPHRASE, predecessor=u.node.id)
+    query = "what did we decide about the cache eviction policy?"
+    base = {"query": query, "sources": ["sessions"], "maxResults": 3}
+    fts = await client.request("memory/search", {**base, "mode": "fts"})
+    assert any(n.startswith("sessions indexed now: 3 node(s) of 1 session(s)") for n in fts.notes), fts.notes
+    assert not any(h.node_id == a.node.id for h in fts.hits), fts.hits
+    hyb = await client.request("memory/search", base)
+    assert hyb.mode == "hybrid" and not any("sessions indexed now" in n for n in hyb.notes), hyb.notes
+    top = hyb.hits[0]
+    assert (top.source, top.session_id, top.node_id) == ("sessions", s.session_id, a.node.id), hyb.hits
+    assert top.text == PARAPHRASE and top.text_score == 0 and top.vector_score and top.path is None
+    # an append is indexed by the next search, and only it
+    t = await client.append(s.session_id, "code", name="bash", input={"cmd": "df -h"},
+                            output="/dev/sda1 91% used: the zeppelin volume is nearly full", predecessor=a.node.id)
+    r = await client.request("memory/search", {**base, "query": "zeppelin volume"})
+    assert any(n.startswith("sessions indexed now: 1 node(s) of 1 session(s)") for n in r.notes), r.notes
+    assert r.hits[0].node_id == t.node.id and "zeppelin volume" in r.hits[0].text
+    # a running node is indexed as it stands, and again once it finished (its old text gone)
+    run = await client.append(s.session_id, "code", name="build", input={"target": "all"},
+                              output="compiling the wombat module", status="running", predecessor=t.node.id)
+    r = await client.request("memory/search", {**base, "query": "wombat", "mode": "fts"})
+    assert [h.node_id for h in r.hits] == [run.node.id]
+    await client.update(s.session_id, run.node.id, "completed", output="built: the artefact is quokka.tar")
+    r = await client.request("memory/search", {**base, "query": "quokka", "mode": "fts"})
+    assert [h.node_id for h in r.hits] == [run.node.id], r.notes
+    r = await client.request("memory/search", {**base, "query": "wombat", "mode": "fts"})
+    assert r.hits == []
+    # sessionId narrows both sides; a deleted session's chunks go
+    s2 = await client.session_create("other")
+    b = await client.append(s2.session_id, "llm", output=PARAPHRASE, predecessor=s2.head)
+    both = await client.request("memory/search", {**base, "maxResults": 10})
+    assert {h.session_id for h in both.hits if h.node_id in (a.node.id, b.node.id)} == {s.session_id, s2.session_id}
+    one = await client.request("memory/search", {**base, "maxResults": 10, "sessionId": s2.session_id})
+    assert one.hits and {h.session_id for h in one.hits} == {s2.session_id} and one.hits[0].node_id == b.node.id
+    await client.session_delete(s2.session_id)
+    gone = await client.request("memory/search", {**base, "maxResults": 10})
+    assert any("1 deleted session(s) dropped" in n for n in gone.notes), gone.notes
+    assert {h.session_id for h in gone.hits} == {s.session_id}
+    with pytest.raises(RpcError) as err:
+        await client.request("memory/search", {**base, "sessionId": s2.session_id})
+    assert err.value.kind == "SessionNotFound"

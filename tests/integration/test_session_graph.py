@@ -73,6 +73,23 @@ async def test_graph_restates_a_real_compaction_and_a_fork(tmp_path: Path) -> No
         assert rows[res.summary_id].superseded_summary and rows[res.summary_id].covers_ids is None
         assert rows[again.summary_id].covers_ids[: len(expected)] == expected
 
+        # writes after the graph was asked (a turn, a tool call, a retry of the last reply):
+        # what the daemon kept of the last state is carried over; every head still says
+        # what its render uses
+        tip = (await c.session_get(sid)).head
+        more2 = await c.append(sid, "user", output="and one more " + "word " * 50, predecessor=tip)
+        last = await c.append(sid, "llm", name="small-32k", output="fine", predecessor=more2.head)
+        await c.append(sid, "code", name="bash", output="ok", caller=last.node.id, metadata={"toolCallId": "c9"})
+        retry = await c.append(sid, "llm", name="small-32k", output="fine, again", predecessor=more2.node.id)
+        g3 = await c.graph(sid)
+        by_head = {h.head: h.summary_id for h in g3.heads}
+        assert by_head[last.node.id] == again.summary_id and by_head[retry.node.id] == again.summary_id
+        assert by_head[fork.node.id] is None
+        for head, sid_used in by_head.items():
+            r = await c.render(sid, head=head)
+            assert r.manifest["summaryId"] == sid_used
+        rows = {r.id: r for r in g3.nodes}
+
         # pages by seq: every node once, in seq order
         seen, after = [], -1
         while True:

@@ -99,12 +99,13 @@ def chain_ids(s: Session, head: str | None = None) -> list[str]:
 
 
 def test_keep_target_clamps():
-    assert keep_target(200_000) == 20_000
-    assert keep_target(1_000_000) == 40_000
-    assert keep_target(64_000) == 8_000
-    assert keep_target(32_000) == 6_400
-    assert keep_target(16_000) == 3_200  # small-window cap: a fifth of the window, room to grow
-    assert keep_target(8_000) == 1_600
+    assert keep_target(200_000) == 10_000
+    assert keep_target(1_000_000) == 20_000
+    assert keep_target(128_000) == 6_400
+    assert keep_target(64_000) == 4_000
+    assert keep_target(32_000) == 3_200  # small-window cap: a tenth of the window, room to grow
+    assert keep_target(16_000) == 1_600
+    assert keep_target(8_000) == 800
     assert keep_target(200_000, 1234) == 1234
     with pytest.raises(DagctxError):
         keep_target(1000, -1)

@@ -103,9 +103,15 @@ def test_the_unmanaged_baseline_stops_at_the_overflow() -> None:
     seq = cm.unmanaged(base, 1000, 100, COUNTER)
     # 204 tokens a message: 4 messages + 100 fit in 1,000, 5 do not
     assert [s.served for s in seq] == [True, True, True, True, False, False]
-    naive, compactions = cm.naive(base, 1000, 100, COUNTER, summarizer.summarize)
+    naive, compactions, sampled = cm.naive(base, 1000, 100, COUNTER, summarizer.summarize)
     assert compactions >= 1 and all(s.served for s in naive)
-    assert naive[-1].messages[0]["content"][0]["text"].startswith(cm.NAIVE_MARKER)
+    # every compaction sent the summarizer the folded history and got a summary back
+    assert sampled["calls"] == compactions and sampled["input"] > 600 and 0 < sampled["output"] < sampled["input"]
+    assert sampled["cost"] == sampled["input"] * cm.SUMMARIZER_INPUT_PRICE + sampled["output"] * cm.SUMMARIZER_OUTPUT_PRICE
+    lead = naive[-1].messages[0]["content"][0]["text"]
+    assert lead.startswith(cm.NAIVE_MARKER)
+    # the summarizer was shown a transcript like dagctx's: it quotes the user's messages
+    assert "- user: hello hello" in lead
 
 
 def test_the_naive_summary_takes_the_shape_of_the_requests_user_messages() -> None:

@@ -243,3 +243,23 @@ def test_choices_carried_to_a_later_state_are_what_a_fresh_walk_states() -> None
                     want.active and want.active.id, want.first, want.last, want.superseded), h
                 checked += 1
     assert checked > 500 and reused > 100  # states were carried over, and checked
+
+
+def test_carried_choices_do_not_keep_a_graph_alive() -> None:
+    # the store's cache bounds the daemon's memory by evicting graphs: what session/graph
+    # keeps between states must not hold an evicted graph
+    import gc
+
+    from dagctx.context.graph_view import ChoiceMemo
+
+    b = _session()
+    _summary(b, "S1", ["u1", "l1", "u2", "l2"])
+    memo = ChoiceMemo()
+    assert memo.choices_for(b.g, b.g.tips())["l3"].active.id == "S1"
+    assert memo.state is not None and memo.state[0]() is b.g
+    del b
+    gc.collect()
+    assert memo.state[0]() is None
+    fresh = _session()
+    _summary(fresh, "S1", ["u1", "l1", "u2", "l2"])
+    assert not memo._still_valid(fresh.g, memo.state)  # another graph: everything asked again

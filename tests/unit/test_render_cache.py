@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dagctx.context.render import render_view
 from dagctx.engine.config import DaemonConfig
 from dagctx.engine.core import EngineCore
 from dagctx.engine.views import ContextService
@@ -84,38 +85,53 @@ def test_every_kind_of_change_matches_a_full_render(engine: EngineCore, fmt: str
 
 
 @pytest.mark.parametrize("fmt", ["openai", "anthropic", "neutral"])
-def test_a_render_after_an_aging_plan_ages_the_planned_view(engine: EngineCore, fmt: str) -> None:
-    """The render that follows ``aging_for`` takes the view the plan walked and ages it
-    (``render.age_view``) instead of walking the branch again: byte-identical to a full
-    render with the same aging, and only for the graph as the plan saw it."""
+def test_renders_of_one_branch_age_its_one_unaged_walk(engine: EngineCore, fmt: str) -> None:
+    """An aging plan's walk of a branch (or a render's) is kept and aged by the renders
+    that follow (``render.age_view``, ``render.with_system_prompt``) instead of walking the
+    branch again — the builds of one request differ only in aging and the system prompt.
+    Each is byte-identical to a full render, and a walk of an older graph is never used."""
+    from dagctx.protocol.nodes import SYSTEM_PROMPT_NAME
+
     e = engine
     sid = e.store.create_session("aged").session_id
     head = e.store.head(sid)
+    root = e.store.graph(sid).root_id
+    sys_a = _append(e, sid, role="code", name=SYSTEM_PROMPT_NAME, output="You are A.", caller=root)
     for i in range(4):
         u = _append(e, sid, role="user", output=f"turn {i}", predecessor=head)
         head = _append(e, sid, role="llm", name="gpt-4o", output=f"reply {i}", predecessor=u)
         _append(e, sid, role="code", name="bash", input={"cmd": f"cat f{i}"}, output=f"line {i}\n" * 50,
                 caller=head, metadata={"toolCallId": f"c{i}"})
+    sys_b = _append(e, sid, role="code", name=SYSTEM_PROMPT_NAME, output="You are B.", caller=root)
     top = _append(e, sid, role="code", name="lint", input={"p": "src"}, output="3 warnings", predecessor=head)
-    code = [n.id for n in e.store.graph(sid).by_seq if n.role == "code"]
+    code = [n.id for n in e.store.graph(sid).by_seq if n.role == "code" and n.name != SYSTEM_PROMPT_NAME]
     info = e.models.get("gpt-4o")
-    for aged in ({}, {code[0]: "[removed]", code[2]: "[trimmed]", top: "[aged]"}):
-        e.views._aging_cache.clear()  # plan again (within one turn the plan is reused, without a walk)
-        e.views.aging_for(sid, top, info)
-        assert e.views._unaged is not None
-        got = e.views.render(sid, head=top, fmt=fmt, model="gpt-4o", aged=aged, use_cache=False)
-        assert e.views._unaged is None  # taken
-        fresh = ContextService(e).render(sid, head=top, fmt=fmt, model="gpt-4o", aged=aged, use_cache=False)
-        assert got.messages == fresh.messages and got.per_message == fresh.per_message
-        assert got.view == fresh.view and got.total == fresh.total
-    # a node written after the plan: the planned view is stale and not used
     e.views._aging_cache.clear()
     e.views.aging_for(sid, top, info)
-    assert e.views._unaged is not None
+    walk = e.views._unaged
+    assert walk is not None
+    pending = NodeInput(id="pending-sys", role="code", name=SYSTEM_PROMPT_NAME, output="You are pending.")
+    for aged, system, pend in (({}, None, None), ({code[0]: "[removed]", code[2]: "[trimmed]", top: "[aged]"}, None, None),
+                               ({code[1]: "[x]"}, sys_a, None), ({}, sys_b, None), ({code[3]: "[y]"}, None, pending)):
+        kw = dict(head=top, fmt=fmt, model="gpt-4o", aged=aged, use_cache=False, system_node_id=system,
+                  pending_system=pend)
+        got = e.views.render(sid, **kw)
+        assert e.views._unaged is walk  # the same walk, aged again
+        fresh = ContextService(e).render(sid, **kw)
+        assert got.messages == fresh.messages and got.per_message == fresh.per_message
+        assert got.view == fresh.view and got.total == fresh.total and got.system == fresh.system
+        # and both are the one walk of the pure view function with every argument
+        assert got.view == render_view(e.store.graph(sid), top, aged=aged, system_node_id=system,
+                                       pending_system=None if pend is None else (pend.id, pend.output))
+        expected = "You are pending." if pend is not None else "You are A." if system == sys_a else "You are B."
+        assert got.system == expected
+    # a node written since: the kept walk is stale and not used
     late = _append(e, sid, role="code", name="cat", input={"f": "late"}, output="late", caller=head,
                    metadata={"toolCallId": "late"})
     aged = {code[1]: "[gone]"}
     got = e.views.render(sid, head=top, fmt=fmt, model="gpt-4o", aged=aged, use_cache=False)
+    assert e.views._unaged is not walk
     fresh = ContextService(e).render(sid, head=top, fmt=fmt, model="gpt-4o", aged=aged, use_cache=False)
     assert got.messages == fresh.messages and got.view == fresh.view
+    assert got.view == render_view(e.store.graph(sid), top, aged=aged)
     assert late in got.view.reads

@@ -573,6 +573,8 @@ export interface InitializationOptions {
   summarySources?: ("client" | "endpoint" | "host")[] | null;
   /** @default null */
   systemPrompt?: SystemPromptOptions | null;
+  /** @default null */
+  promptCacheTtlSeconds?: number | null;
 }
 
 export interface InitializeParams {
@@ -744,7 +746,8 @@ export interface MemoryMmr {
 }
 
 /**
- * ``memory/search``: hybrid search over memory chunks (and optionally session nodes).
+ * ``memory/search``: hybrid search over memory chunks and/or sessions' node chunks (the
+ * search brings the latter up to date first: SPEC §5.1).
  *
  * Candidates: the keyword search's best ``maxResults × candidateMultiplier`` and the
  * vector search's as many; each scored ``vectorWeight·vector + textWeight·text``

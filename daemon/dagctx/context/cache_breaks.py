@@ -65,8 +65,15 @@ def causes(prev: Mapping[str, Any], cur: Mapping[str, Any], prev_message: Any = 
         out.append("reduction")
     aged_prev = {k: v for k, v in (prev.get("agedText") or {}).items() if k not in reduced_prev}
     aged_cur = {k: v for k, v in (cur.get("agedText") or {}).items() if k not in reduced_cur}
-    if (prev.get("agingBoundary") != cur.get("agingBoundary") or prev.get("agingLongTurn") != cur.get("agingLongTurn")
-            or aged_prev != aged_cur):
+    boundary_moved = prev.get("agingBoundary") != cur.get("agingBoundary")
+    if prev.get("summaryId") != cur.get("summaryId"):
+        # results a new summary folds in leave the request with it, and the boundary is
+        # recomputed on what is left: that is the compaction (which rewrites everything
+        # after the summary anyway), not aging
+        aged_prev = {k: v for k, v in aged_prev.items() if k in aged_cur}
+        aged_cur = {k: v for k, v in aged_cur.items() if k in aged_prev}
+        boundary_moved = False
+    if boundary_moved or prev.get("agingLongTurn") != cur.get("agingLongTurn") or aged_prev != aged_cur:
         out.append("aging")
     if not out and prev_message is not None and cur_message is not None and prev_message != cur_message \
             and _without_reasoning(prev_message) == _without_reasoning(cur_message):

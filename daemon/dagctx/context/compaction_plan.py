@@ -21,10 +21,11 @@ SPEC §8. The pipeline (manual, auto, reactive):
 The cut (``select_cut``)
 ========================
 
-Keep-tail target: ``keep_recent_tokens`` when given, else 10 % of the window clamped
-to 8,000–40,000 tokens, and never more than 20 % of the window (SPEC §8, the
+Keep-tail target: ``keep_recent_tokens`` when given, else 5 % of the window clamped
+to 4,000–20,000 tokens, and never more than 10 % of the window (SPEC §8, the
 small-window cap): a compacted request must leave room to grow, or the next compaction
-follows a few requests later and every one rewrites the whole prompt cache. Items are
+follows a few requests later and every one rewrites the whole prompt cache; what a
+compaction leaves is read from the cache by every request until the next one. Items are
 summed with ``token_of_item`` (tokens as rendered, aged results included).
 
 - total ≤ target → None (``belowThreshold``): no LLM call;
@@ -98,11 +99,11 @@ __all__ = [
     "with_candidate",
 ]
 
-KEEP_RATIO = 0.10
-KEEP_MIN_TOKENS = 8_000
-KEEP_MAX_TOKENS = 40_000
+KEEP_RATIO = 0.05
+KEEP_MIN_TOKENS = 4_000
+KEEP_MAX_TOKENS = 20_000
 #: The kept tail is never more than this share of the window (the small-window cap).
-KEEP_MAX_SHARE = 0.20
+KEEP_MAX_SHARE = 0.10
 #: Conversation messages the kept tail holds when the budget allows.
 KEEP_MIN_MESSAGES = 4
 #: The message minimum may keep at most this multiple of the target.

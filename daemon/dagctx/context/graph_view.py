@@ -19,6 +19,7 @@ Architecture Invariant: no I/O, no writes (like every module of this layer).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,13 +150,14 @@ class ChoiceMemo:
 
     #: ``(graph, node count, last seq, replacements, choices)`` of the state last asked,
     #: replaced as a whole (handlers of several connections may ask at once); the counts
-    #: are read before the choices are computed, so a write during the walk is new next time
-    state: tuple[SessionGraph, int, int, int, dict[str, SummaryChoice]] | None = None
+    #: are read before the choices are computed, so a write during the walk is new next time.
+    #: The graph is held weakly: the store's cache decides how long a graph lives.
+    state: tuple[weakref.ref[SessionGraph], int, int, int, dict[str, SummaryChoice]] | None = None
 
     @staticmethod
-    def _still_valid(graph: SessionGraph, state: tuple[SessionGraph, int, int, int, Any]) -> bool:
+    def _still_valid(graph: SessionGraph, state: tuple[weakref.ref[SessionGraph], int, int, int, Any]) -> bool:
         known_graph, count, last_seq, updates, _ = state
-        if known_graph is not graph:
+        if known_graph() is not graph:
             return False
         by_seq = graph.by_seq
         if len(by_seq) < count or len(graph.updates) < updates:
@@ -186,7 +188,7 @@ class ChoiceMemo:
             for h in missing:
                 fresh[h] = select_summary(graph, graph.chain(h))
         out = {h: known[h] if h in known else fresh[h] for h in heads}
-        self.state = (graph, count, last_seq, updates, out)
+        self.state = (weakref.ref(graph), count, last_seq, updates, out)
         return out
 
 

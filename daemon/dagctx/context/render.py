@@ -288,24 +288,7 @@ def render_view(
             r.chain_node(chain[i])
             i += 1
 
-    # ---- system prompt
-    sys_node: Call | None
-    if pending_system is not None:
-        sys_node = None
-    elif system_node_id is not None:
-        sys_node = graph.get(system_node_id)
-        if sys_node.name != SYSTEM_PROMPT_NAME:
-            raise _invalid(f"node {system_node_id!r} is not a {SYSTEM_PROMPT_NAME} node", system_node_id)
-    else:
-        sys_node = select_system_node(graph, min(ref_seq, before - 1))
-    system_text: str | None = None
-    system_id = sys_node.id if sys_node is not None else None
-    if pending_system is not None:
-        system_id, system_text = pending_system
-    elif sys_node is not None and sys_node.output is not None:
-        out = sys_node.output
-        system_text = out if isinstance(out, str) else blocks_text(message_blocks(out))
-
+    system_text, system_id = _system_prompt(graph, min(ref_seq, before - 1), system_node_id, pending_system)
     return View(
         head=head,
         items=r.items,
@@ -327,6 +310,38 @@ def render_view(
         chain=[n.id for n in chain],
         start_after=start_after,
     )
+
+
+def _system_prompt(graph: SessionGraph, upto_seq: float, system_node_id: str | None,
+                   pending_system: tuple[str, str] | None) -> tuple[str | None, str | None]:
+    """``(text, node id)`` of the system prompt a view shows: the pending one, the named
+    node, or the newest system-prompt node up to ``upto_seq``."""
+    sys_node: Call | None
+    if pending_system is not None:
+        sys_node = None
+    elif system_node_id is not None:
+        sys_node = graph.get(system_node_id)
+        if sys_node.name != SYSTEM_PROMPT_NAME:
+            raise _invalid(f"node {system_node_id!r} is not a {SYSTEM_PROMPT_NAME} node", system_node_id)
+    else:
+        sys_node = select_system_node(graph, upto_seq)
+    system_text: str | None = None
+    system_id = sys_node.id if sys_node is not None else None
+    if pending_system is not None:
+        system_id, system_text = pending_system
+    elif sys_node is not None and sys_node.output is not None:
+        out = sys_node.output
+        system_text = out if isinstance(out, str) else blocks_text(message_blocks(out))
+    return system_text, system_id
+
+
+def with_system_prompt(view: View, graph: SessionGraph, system_node_id: str | None,
+                       pending_system: tuple[str, str] | None) -> View:
+    """A branch view (no frame, no ``start_after``) as ``render_view`` renders it with
+    ``system_node_id`` / ``pending_system``: only its system prompt differs."""
+    before = _INF if view.before_seq is None else view.before_seq
+    text, node_id = _system_prompt(graph, min(graph.get(view.head).seq, before - 1), system_node_id, pending_system)
+    return replace(view, system=text, system_node=node_id)
 
 
 def age_view(view: View, graph: SessionGraph, aged: Mapping[str, str]) -> View | None:

@@ -189,7 +189,7 @@ def estimate_tokens(text: str) -> int:
 # it is sent). Exactly the same counts as ``_char_classes_re`` (tests/unit/test_tokens.py
 # compares every block of code points).
 #: below this many characters the regular expressions are the quicker way
-SHORT_TEXT = 512
+SHORT_TEXT = 128
 
 
 def _flags(spec: dict[int, int]) -> bytes:

@@ -7,6 +7,7 @@ Notifications are returned to the caller, never sent from here.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from dagctx.ledger import Store
@@ -83,13 +84,14 @@ def session_graph(store: Store, p: m.SessionGraphParams) -> m.SessionGraphResult
     # what the pages of one graph state share (coverage, aging marks) is computed once
     key = (p.session_id, g.rev, tuple(heads))
     hit = _GRAPH_STATE.get(key)
-    if hit is None or hit[0] is not g:
+    if hit is None or hit[0]() is not g:
         memo = _CHOICES.get(p.session_id)
         if memo is None:
             memo = _CHOICES[p.session_id] = graph_view.ChoiceMemo()
             while len(_CHOICES) > 32:
                 _CHOICES.pop(next(iter(_CHOICES)))
-        hit = (g, graph_view.coverage(g, heads, memo), graph_view.aged_by(g))
+        # the graph is held weakly: the store's cache decides how long a graph lives
+        hit = (weakref.ref(g), graph_view.coverage(g, heads, memo), graph_view.aged_by(g))
         _GRAPH_STATE[key] = hit
         while len(_GRAPH_STATE) > 8:
             _GRAPH_STATE.pop(next(iter(_GRAPH_STATE)))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import logging
+import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,12 +33,13 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from dagctx.context import budget as budget_mod
+from dagctx.context import cache_economy, compaction_plan
 from dagctx.context import turn_reduction as tr
 from dagctx.context.system_prompt import assemble_system_prompt, prompt_layers
 from dagctx.context.turn_reduction import Reductions
 from dagctx.protocol import context_messages as c
 
-from . import compaction_pipeline, turn_reduction
+from . import compaction_pipeline, sampling, turn_reduction
 from .heads import check_head
 from .prompt_config import prompt_options
 from .turn_reduction import Built, protected_of
@@ -346,11 +348,24 @@ class ContextEngine:
         saved = reductions.tokens_saved(aged) if reductions else 0
         scale = (b.input_used / estimate) if estimate > 0 else 1.0
         unreduced = msgspec.structs.replace(b, input_used=b.input_used + round(saved * scale))
-        recommend, needs = budget.thresholds(unreduced)
+        full, needs = budget.thresholds(unreduced)
+        ttl = host.options.prompt_cache_ttl_seconds
+        economy = compaction_economy_of(graph, head, r, info, unreduced.input_used,
+                                        fixed=system_tokens + tools_tokens + hook_tokens,
+                                        now=time.time(), ttl=DEFAULT_CACHE_TTL if ttl is None else ttl)
+        # SPEC §7, compaction signals: at 70 % the budget leaves no choice; below it, a
+        # compaction is recommended once it pays for the cache rewrite it causes
+        recommend = full or economy.pays
         if needs:
             path.append("≥ 80 %: compaction needed" + ("" if p.allow_compaction else " (not allowed by the client)"))
-        elif recommend:
+        elif full:
             path.append("≥ 70 %: compaction recommended")
+        elif economy.pays:
+            path.append(
+                f"compaction recommended: it pays for its cache rewrite (the {economy.requests + 1} requests since "
+                f"the last compaction read {economy.carried:,.0f} base-input tokens beyond the ~{economy.after:,} "
+                f"left after one; it costs {economy.cost:,.0f}"
+                + ("; the prompt cache has gone cold, nothing to rewrite)" if economy.cold else ")"))
         if not tr.fits(b):
             path.append(f"over the limit of {tr.input_limit(b):,} input tokens: reduction within the turn needed")
         result = c.PrepareResult(
@@ -374,6 +389,54 @@ class ContextEngine:
             cache_break=cache_break,
         )
         return Built(rendering=r, result=result, budget=b, estimate=estimate, parts=parts, aged=aged)
+
+
+#: the provider's prompt-cache lifetime when the connection names none (Anthropic's default)
+DEFAULT_CACHE_TTL = 300.0
+
+
+def requests_since_compaction(graph: Any, head: str, summary_id: str | None) -> tuple[list[int], float | None]:
+    """Prompt sizes (``renderManifest.tokens``) of the requests handed out on the branch of
+    ``head`` since its active summary ``summary_id`` was first used, oldest first, and when
+    the newest request of the branch was answered (its llm node's ``createdAt``)."""
+    out: list[int] = []
+    last: float | None = None
+    for node in reversed(graph.chain(head)):
+        if node.role != "llm" or node.caller is not None:
+            continue
+        man = node.metadata.get("renderManifest")
+        if not isinstance(man, dict) or man.get("frame") is not None:
+            continue
+        if last is None:
+            last = node.created_at
+        if man.get("summaryId") != summary_id:
+            break
+        tokens = man.get("tokens")
+        if isinstance(tokens, int) and not isinstance(tokens, bool):
+            out.append(tokens)
+    out.reverse()
+    return out, last
+
+
+def compaction_economy_of(graph: Any, head: str, r: Any, info: Any, tokens: int, *,
+                          fixed: int, now: float, ttl: float) -> cache_economy.CompactionEconomy:
+    """Whether compacting the branch before this request pays (SPEC §7): what is left after
+    a compaction is the fixed part, a summary (half the summarizer's answer cap, or the
+    active summary's size) and the kept tail (the keep-tail target, or the current user
+    turn when larger: it always stays verbatim)."""
+    view = r.view
+    summary_tokens = sampling.summary_limits(info.context_window, info.max_output)[0] // 2
+    turn_nodes = {it.node_id for it in view.items if it.turn == view.turn_count and it.kind != "summary"}
+    turn_tokens = 0
+    for ids, n in zip(r.node_ids, r.per_message):
+        if view.summary_id is not None and view.summary_id in ids:
+            summary_tokens = n
+        elif any(i in turn_nodes for i in ids):
+            turn_tokens += n
+    after = fixed + summary_tokens + max(compaction_plan.keep_target(info.context_window), turn_tokens)
+    previous, last = ([], None) if view.frame is not None else requests_since_compaction(graph, head, view.summary_id)
+    cold = last is not None and now - last > ttl
+    return cache_economy.compaction_economy(previous, tokens, after, cold=cold)
 
 
 def tools_hash(tools: Any) -> str | None:

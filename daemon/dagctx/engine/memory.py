@@ -4,9 +4,9 @@ Files are read here, under the workspace's confinement (``open_beneath``: no sym
 followed out of it, no hard-linked file), chunked by ``context.memory_text`` and written
 through the ledger's memory index in one transaction per run, by the database's writer;
 then every chunk without a vector of the run's embedding model gets one (``embeddings``),
-in batches, each batch its own transaction. A search compares the query's vector with a
-contiguous float32 matrix of the workspace's vectors (exact, one matrix product; kept per
-process while the index does not change), merged with the keyword candidates.
+in batches, each batch its own transaction. A search compares the query's vector with the
+workspace's vectors held as one float32 matrix per index generation (``memory_vectors``),
+merged with the keyword candidates.
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ import msgspec
 from dagctx.context import memory_text as mt
 from dagctx.context.workspace_files import open_beneath, read_capped, resolve_inside
 from dagctx.ledger.memory import FileUpdate, MemoryChunkRow, MemoryFileRow, MemoryIndex
-from dagctx.ledger.text import node_text
 from dagctx.protocol import memory_messages as mem
 from dagctx.protocol.errors import DagctxError
 
 from . import embeddings as emb
+from . import memory_sessions as ms
+from . import memory_vectors as mv
 
 if TYPE_CHECKING:
     from .ports import Host
@@ -43,10 +44,6 @@ MAX_FILES = 10_000
 HIT_TEXT_CHARS = 4_000
 #: chunks embedded per batch (each batch one write)
 EMBED_BATCH = 256
-#: (database key, workspace, model) → (stamp, chunk ids, matrix): the vectors of a workspace
-_MATRICES: dict[tuple[str, str, str], tuple[tuple[Any, ...], list[str], Any]] = {}
-#: workspaces' matrices kept at most (least recently built dropped first)
-MAX_MATRICES = 8
 
 
 def embedder_for(engine: Host, spec: mem.MemoryEmbedding | None, field: str) -> emb.Embedder | None:
@@ -79,14 +76,15 @@ def model_key(e: emb.Embedder) -> str:
     return f"{e.provider}:{e.model}" if e.provider == "local" else f"{e.provider}:{e.model}@{getattr(e, 'base_url', '')}"
 
 
-async def _embed_missing(engine: Host, index: MemoryIndex, ws: str, e: emb.Embedder) -> tuple[int, str | None]:
-    """Give every chunk without a vector of ``e``'s model one; (embedded, error)."""
+async def _embed_missing(engine: Host, index: MemoryIndex, ws: str, e: emb.Embedder,
+                         limit: int | None = None) -> tuple[int, str | None]:
+    """Give every chunk without a vector of ``e``'s model one (at most ``limit``); (embedded, error)."""
     import numpy as np
 
     key = model_key(e)
     done = 0
-    while True:
-        todo = index.missing_vectors(ws, key, EMBED_BATCH)
+    while limit is None or done < limit:
+        todo = index.missing_vectors(ws, key, EMBED_BATCH if limit is None else min(EMBED_BATCH, limit - done))
         if not todo:
             return done, None
         try:
@@ -96,6 +94,7 @@ async def _embed_missing(engine: Host, index: MemoryIndex, ws: str, e: emb.Embed
         rows = [(cid, np.ascontiguousarray(v, dtype=np.float32).tobytes()) for (cid, _), v in zip(todo, vecs)]
         await engine.write(index.put_vectors, ws, key, int(vecs.shape[1]), rows)
         done += len(rows)
+    return done, None
 
 
 def workspace_of(engine: Host, given: str | None) -> str:
@@ -319,44 +318,24 @@ def memory_status(engine: Host, p: mem.MemoryStatusParams) -> mem.MemoryStatusRe
         complete=run is not None and not skipped)
 
 
-def _best_chunk(text: str, terms: list[str]) -> tuple[str, int, int]:
-    """A session node's text chunked as memory files are (the default chunk and overlap
-    sizes): the chunk holding the most query terms (the first of equals), and its lines."""
-    opts = mem.MemoryIndexOptions()
-    chunks = mt.chunk_text(text, opts.chunk_tokens, opts.overlap_tokens)
-    if not chunks:
-        return text[:HIT_TEXT_CHARS], 1, max(1, text.count("\n") + 1)
-    low = [t.lower() for t in terms if t]
-    best = max(chunks, key=lambda c: (sum(c.text.lower().count(t) for t in low), -c.start_line))
-    return best.text[:HIT_TEXT_CHARS], best.start_line, best.end_line
-
-
-def _matrix(engine: Host, index: MemoryIndex, ws: str, key: str) -> tuple[list[str], Any]:
-    """The workspace's vectors of ``key`` as one contiguous float32 matrix (rows: chunk ids),
-    rebuilt only when the index changed (its last run or its vector count)."""
-    import numpy as np
-
+def _vectors(engine: Host, index: MemoryIndex, ws: str, key: str) -> mv.VectorIndex:
+    """The workspace's vectors of ``key`` (``memory_vectors.VectorIndex``), read from the ledger
+    only when the index changed since they were last read: every index write moves the
+    workspace's run stamp (``memory_runs.indexed_at``), one row read per query."""
     run = index.run(ws)
-    stamp = (run[0] if run else None, index.vector_count(ws, key))
+    stamp = run[0] if run else None
     cache_key = (str(getattr(engine, "database_key", "")), ws, key)
-    got = _MATRICES.get(cache_key)
-    if got is not None and got[0] == stamp:
-        return got[1], got[2]
-    rows = index.vectors(ws, key)
-    ids = [cid for cid, _ in rows]
-    if rows:
-        m = np.frombuffer(b"".join(v for _, v in rows), dtype=np.float32).reshape(len(rows), -1)
-    else:
-        m = np.zeros((0, 1), dtype=np.float32)
-    _MATRICES.pop(cache_key, None)
-    _MATRICES[cache_key] = (stamp, ids, m)
-    while len(_MATRICES) > MAX_MATRICES:
-        _MATRICES.pop(next(iter(_MATRICES)))
-    return ids, m
+    got = mv.cached(cache_key, stamp)
+    if got is None:
+        got = mv.VectorIndex.build(stamp, index.vectors(ws, key))
+        mv.keep(cache_key, got)
+    return got
 
 
-def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchResult:
-    """Runs off the event loop (``methods.py``: offload), the query's embedding too."""
+def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchResult | Awaitable[mem.MemorySearchResult]:
+    """Runs off the event loop (``methods.py``: offload), the query's embedding too. With
+    ``sessions`` among the sources, the session index is brought up to date first
+    (``memory_sessions``: its write on the database's writer, then the search offloaded)."""
     from dagctx.ledger import search as fts
 
     if p.vector_weight + p.text_weight <= 0:
@@ -378,13 +357,15 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
                                   path="mode")
             notes.append("no embedding provider (pip install 'dagctx[embed]'): keyword search only")
     key = model_key(embedder) if embedder is not None else None
-    ids: list[str] = []
-    matrix: Any = None
+    sessions = "sessions" in p.sources
+    if sessions and p.session_id is not None:
+        engine.store.get_session(p.session_id)  # SessionNotFound
+    vindex: mv.VectorIndex | None = None
     if embedder is not None and ws is not None:
-        ids, matrix = _matrix(engine, index, ws, key or "")
-        if not ids:
+        vindex = _vectors(engine, index, ws, key or "")
+        if not len(vindex):
             notes.append(f"no vectors of {key} in this workspace's index: run memory/index")
-            if p.mode == "auto":
+            if p.mode == "auto" and not sessions:
                 embedder = None
     use_text = p.mode in ("auto", "hybrid", "fts") and bool(expr)
     if embedder is None:
@@ -396,61 +377,49 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
     wsum = p.vector_weight + p.text_weight
     vw, tw = (p.vector_weight / wsum, p.text_weight / wsum) if mode == "hybrid" else ((1.0, 0.0) if mode == "vector" else (0.0, 1.0))
 
+    def candidates(wskey: str, vi: mv.VectorIndex | None, qv: Any, under: str | None) -> dict[str, dict[str, Any]]:
+        """Keyword and vector candidates of one part of the index, each with both scores."""
+        cands: dict[str, dict[str, Any]] = {}
+        if use_text and mode != "vector":
+            for row, raw in index.search(wskey, expr, want, under):
+                cands[row.id] = {"row": row, "text": mt.keyword_score(raw, row.text, words)}
+        if qv is not None and vi is not None and len(vi):
+            for i, sim in vi.top(qv, want, p.min_vector_score, vi.rows_under(under) if under is not None else None):
+                cands.setdefault(vi.ids[i], {"text": 0.0})["vec"] = max(0.0, sim)
+            for cid, c in cands.items():
+                if "vec" not in c:
+                    sim = vi.similarity(cid, qv)
+                    if sim is not None:
+                        c["vec"] = max(0.0, sim)
+        return cands
+
     def finish() -> mem.MemorySearchResult:
         qv = None
         if embedder is not None:
             qv = embedder.embed([p.query])[0]
-        cands: dict[tuple[str, str], dict[str, Any]] = {}
-        if ws is not None:
-            if use_text and mode != "vector":
-                for row, raw in index.search(ws, expr, want):
-                    cands[("m", row.id)] = {"row": row, "text": mt.keyword_score(raw, row.text, words)}
-            if qv is not None and matrix is not None and len(ids):
-                import numpy as np  # only with an embedder: keyword search needs no numpy (dagctx[embed])
-
-                sims = matrix @ qv
-                k = min(want, len(ids))
-                top = np.argpartition(-sims, k - 1)[:k]
-                for i in top:
-                    if float(sims[int(i)]) < p.min_vector_score:
-                        continue
-                    c = cands.setdefault(("m", ids[int(i)]), {"text": 0.0})
-                    c["vec"] = max(0.0, float(sims[int(i)]))
-                pos = {cid: i for i, cid in enumerate(ids)}
-                for (kind, cid), c in cands.items():
-                    if "vec" not in c and cid in pos:
-                        c["vec"] = max(0.0, float(sims[pos[cid]]))
         hits: list[mem.MemoryHit] = []
-        for (_, cid), c in cands.items():
-            row = c.get("row") or index.chunk(ws or "", cid)
-            if row is None:
-                continue
-            ts, vs = c.get("text", 0.0), c.get("vec")
-            score = tw * ts + vw * (vs or 0.0)
-            hits.append(mem.MemoryHit(
-                source="memory", score=score, text_score=ts, snippet=fts.snippet(row.text, terms),
-                text=row.text[:HIT_TEXT_CHARS], chunk_id=row.id, path=row.path, start_line=row.start_line,
-                end_line=row.end_line, time=row.mtime, vector_score=vs))
-        if "sessions" in p.sources and expr:
-            store = engine.store
-            found = []
-            for h in store.search(expr, session_id=p.session_id, limit=want):
-                node = store.graph(h.session_id).nodes.get(h.node_id)
-                # the node's searchable text (a spilled output's kept preview), chunked like a memory
-                # file: the hit is its chunk with the most query terms
-                whole = node_text(node) if node is not None else h.snippet
-                found.append((h, node, *_best_chunk(whole, terms)))
-            svecs = None
-            if embedder is not None and found:
-                svecs = embedder.embed([f[2] for f in found])
-            for i, (h, node, text, first, last) in enumerate(found):
-                ts = mt.keyword_score(h.score, text, words)
-                vs = max(0.0, float(svecs[i] @ qv)) if svecs is not None and qv is not None else None
-                score = ts if vs is None else (tw * ts + vw * vs if mode == "hybrid" else vs)
+        if ws is not None:
+            for cid, c in candidates(ws, vindex, qv, None).items():
+                row = c.get("row") or index.chunk(ws, cid)
+                if row is None:
+                    continue
+                ts, vs = c.get("text", 0.0), c.get("vec")
                 hits.append(mem.MemoryHit(
-                    source="sessions", score=score, text_score=ts, snippet=h.snippet, text=text,
-                    session_id=h.session_id, node_id=h.node_id, time=getattr(node, "created_at", None),
-                    vector_score=vs, start_line=first, end_line=last))
+                    source="memory", score=tw * ts + vw * (vs or 0.0), text_score=ts,
+                    snippet=fts.snippet(row.text, terms), text=row.text[:HIT_TEXT_CHARS], chunk_id=row.id,
+                    path=row.path, start_line=row.start_line, end_line=row.end_line, time=row.mtime, vector_score=vs))
+        if sessions:
+            svi = _vectors(engine, index, ms.SESSIONS_KEY, key) if key is not None else None
+            for cid, c in candidates(ms.SESSIONS_KEY, svi, qv, p.session_id).items():
+                row = c.get("row") or index.chunk(ms.SESSIONS_KEY, cid)
+                if row is None:
+                    continue
+                sid, nid = ms.split_path(row.path)
+                ts, vs = c.get("text", 0.0), c.get("vec")
+                hits.append(mem.MemoryHit(
+                    source="sessions", score=tw * ts + vw * (vs or 0.0), text_score=ts,
+                    snippet=fts.snippet(row.text, terms), text=row.text[:HIT_TEXT_CHARS], session_id=sid,
+                    node_id=nid, start_line=row.start_line, end_line=row.end_line, time=row.mtime, vector_score=vs))
         if p.temporal_decay is not None:
             now = time.time()
             hl = p.temporal_decay.half_life_days
@@ -463,7 +432,36 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
         return mem.MemorySearchResult(hits=hits[: p.max_results], mode=mode, expression=expr, keywords=words,
                                       embedding=key if embedder is not None else None, notes=notes)
 
-    return finish()
+    if not sessions:
+        return finish()
+    plan = ms.plan(engine.store, index)
+
+    async def bring_up_to_date() -> mem.MemorySearchResult:
+        """The session index caught up (SPEC §5.1: sessions), then the search."""
+        if plan:
+            try:
+                await engine.write(ms.apply, index, plan)
+            except DagctxError as err:
+                if err.kind != "StorageReadOnly":
+                    raise
+                notes.append("the database is read-only: sessions' new nodes are not indexed")
+            else:
+                nodes = sum(len(u.nodes) for u in plan.updates)
+                if nodes or plan.gone:
+                    notes.append(f"sessions indexed now: {nodes} node(s) of {len(plan.updates)} session(s)"
+                                 + (f", {len(plan.gone)} deleted session(s) dropped" if plan.gone else ""))
+        if embedder is not None and key is not None:
+            done, error = await _embed_missing(engine, index, ms.SESSIONS_KEY, embedder, ms.EMBED_PER_SEARCH)
+            if error:
+                notes.append(f"session chunks not embedded ({error}): found by keywords only")
+            elif done >= ms.EMBED_PER_SEARCH:
+                left = index.chunk_count(ms.SESSIONS_KEY) - index.vector_count(ms.SESSIONS_KEY, key)
+                if left > 0:
+                    notes.append(f"{left} session chunk(s) not embedded yet (the next searches embed them, "
+                                 f"{ms.EMBED_PER_SEARCH} each): found by keywords only until then")
+        return await engine.offload(finish)
+
+    return bring_up_to_date()
 
 
 def memory_get(engine: Host, p: mem.MemoryGetParams) -> mem.MemoryGetResult:

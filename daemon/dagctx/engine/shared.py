@@ -248,6 +248,9 @@ class EngineShared:
         with db.store.lock:
             db.store.close()
         db.caches = ViewCaches()
+        from . import memory_vectors  # its vector matrices are caches of this database too
+
+        memory_vectors.forget(db.key)
         return True
 
     def databases(self) -> list[OpenDatabase]:

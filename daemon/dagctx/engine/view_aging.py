@@ -12,7 +12,7 @@ from typing import Any
 from dagctx.context import aging
 from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context.models import ModelInfo
-from dagctx.context.render import age_view, render_view
+from dagctx.context.render import age_view, render_view, with_system_prompt
 from dagctx.context.view import View
 from dagctx.ledger import SessionGraph
 from dagctx.ledger.graph import is_summary
@@ -25,19 +25,29 @@ class AgingPlans(TokenAccounting):
     """``aging_for`` and the plan cache it reuses."""
 
     _aging_cache: dict[tuple[Any, ...], CachedAging]
-    #: the unaged view of the last plan: (graph, head, nodes, updates, view)
+    #: the last unaged walk of a branch: (graph, head, nodes, updates, view)
     _unaged: tuple[SessionGraph, str, int, int, View] | None = None
 
-    def planned_view(self, graph: SessionGraph, head: str, aged: dict[str, str]) -> View | None:
-        """The view of ``head`` with ``aged`` applied, from the view the last plan walked
-        when it was of this graph as it is now (``render.age_view``); taken once."""
-        got, self._unaged = self._unaged, None
+    def keep_unaged(self, graph: SessionGraph, head: str, view: View) -> None:
+        self._unaged = (graph, head, len(graph.by_seq), len(graph.updates), view)
+
+    def planned_view(self, graph: SessionGraph, head: str, aged: dict[str, str], system_node_id: str | None = None,
+                     pending_system: tuple[str, str] | None = None) -> View | None:
+        """The view of ``head`` with ``aged`` and the system prompt applied, from the last
+        unaged walk of this branch (an aging plan's, or a render's) while the graph has the
+        same nodes and updates (``render.age_view``); None when there is none. The walk is
+        kept: the builds of one request (reduction within a turn) differ only in aging
+        overlays, checkpoints and the system prompt."""
+        got = self._unaged
         if got is None:
             return None
         g, h, nodes, updates, view = got
         if g is not graph or h != head or nodes != len(graph.by_seq) or updates != len(graph.updates):
             return None
-        return age_view(view, graph, aged)
+        out = age_view(view, graph, aged)
+        if out is not None and (system_node_id is not None or pending_system is not None):
+            out = with_system_prompt(out, graph, system_node_id, pending_system)
+        return out
 
     def aging_for(self, session_id: str, head: str, model: ModelInfo, *, enabled: bool = True,
                   ager: Any = None, frame: str | None = None) -> tuple[dict[str, str], dict[str, Any]]:
@@ -61,7 +71,7 @@ class AgingPlans(TokenAccounting):
         stop_if_cancelled()
         view = render_view(graph, head)
         # the render that follows the plan ages this view instead of walking the branch again
-        self._unaged = (graph, head, len(graph.by_seq), len(graph.updates), view)
+        self.keep_unaged(graph, head, view)
         stop_if_cancelled()
         if not view.items:
             return {}, {}

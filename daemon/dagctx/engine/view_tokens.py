@@ -182,7 +182,7 @@ def _interned(lists: dict[str, list[str]]) -> dict[str, list[str]]:
     for k, (nid, refs) in enumerate(lists.items()):
         if not k & 511:
             stop_if_cancelled()
-        out[nid] = [intern(r) for r in refs]
+        out[nid] = list(map(intern, refs))
     return out
 
 

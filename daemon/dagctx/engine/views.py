@@ -153,9 +153,14 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
             view, system, messages, node_ids, per_message, repairs = hit
         else:
             view = None
-            if (frame is None and expose == "io" and system_node_id is None and before_seq is None
-                    and not exclude_summaries and pending_system is None):
-                view = self.planned_view(graph, h, aged_map)
+            if frame is None and expose == "io" and before_seq is None and not exclude_summaries:
+                # a branch view: walked once unaged, then aged and given its system prompt
+                # (render.age_view); the builds of one request reuse the walk
+                pending = None if pending_system is None else (pending_system.id, pending_system.output)
+                view = self.planned_view(graph, h, aged_map, system_node_id, pending)
+                if view is None:
+                    self.keep_unaged(graph, h, render_view(graph, h))
+                    view = self.planned_view(graph, h, aged_map, system_node_id, pending)
             if view is None:
                 view = render_view(
                     graph,

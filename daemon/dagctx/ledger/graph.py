@@ -33,7 +33,7 @@ class SessionGraph:
     __slots__ = (
         "session_id", "root_id", "nodes", "conv_children", "callees", "rev", "by_seq", "updates",
         "summaries", "system_prompts", "_chain_head", "_chain_ids", "_chain_pos", "nbytes", "used_at",
-        "_shape", "_main",
+        "_shape", "_main", "__weakref__",
     )
 
     def __init__(self, session_id: str, root_id: str) -> None:

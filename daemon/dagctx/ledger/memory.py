@@ -46,10 +46,12 @@ class MemoryIndex:
         with self.store.lock:
             return self._rows().chunk(workspace, chunk_id)
 
-    def search(self, workspace: str, expression: str, limit: int) -> list[tuple[MemoryChunkRow, float]]:
+    def search(self, workspace: str, expression: str, limit: int,
+               under: str | None = None) -> list[tuple[MemoryChunkRow, float]]:
+        """Keyword hits, best first; ``under``: only chunks whose path is below ``under/``."""
         self.store.ensure_file()
         with self.store.lock:
-            return self._rows().search(workspace, expression, limit)
+            return self._rows().search(workspace, expression, limit, under)
 
     def vectors(self, workspace: str, model: str) -> list[tuple[str, bytes]]:
         """Every chunk's vector of ``model`` (``provider:model``), in the index's order."""
@@ -71,6 +73,20 @@ class MemoryIndex:
         """Store vectors (float32 bytes) of chunks, in one transaction."""
         with self.store._write_many((DERIVED_KEY,)):
             self._rows().put_vectors(workspace, model, dim, rows)
+
+    def apply_sessions(self, workspace: str, *, gone: Sequence[str], rows: Sequence[MemoryFileRow],
+                       chunks: Sequence[tuple[str, Sequence[MemoryChunkRow]]], indexed_at: float) -> None:
+        """A sync of session chunks, in one transaction: the sessions ``gone`` lose everything,
+        each path of ``chunks`` gets exactly its chunks, ``rows`` are the sessions' marks."""
+        with self.store._write_many((DERIVED_KEY,)):
+            r = self._rows()
+            for sid in gone:
+                r.drop_under(workspace, sid)
+            for path, cs in chunks:
+                r.replace_chunks(workspace, path, cs)
+            for row in rows:
+                r.put_file(workspace, row, None)
+            r.put_run(workspace, indexed_at, b"")
 
     def apply(self, workspace: str, *, drop: Sequence[str], put: Sequence[FileUpdate],
               indexed_at: float, skipped: bytes) -> None:

@@ -4,12 +4,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from . import pg_search
 from . import search as fts
-from .memory_rows import CHUNK_COLS, MemoryChunkRow, MemoryFileRow, chunk_row
+from .memory_rows import CHUNK_COLS, MemoryChunkRow, MemoryFileRow, chunk_row, under_range
 
 
 class PostgresMemory:
@@ -40,20 +41,24 @@ class PostgresMemory:
                           (workspace, chunk_id)).fetchone()
         return None if r is None else chunk_row(r)
 
-    def search(self, workspace: str, expression: str, limit: int) -> list[tuple[MemoryChunkRow, float]]:
+    def search(self, workspace: str, expression: str, limit: int,
+               under: str | None = None) -> list[tuple[MemoryChunkRow, float]]:
         q = pg_search.parse(fts.fts_query(expression))
         if q.exact is None or q.relaxed is None:
             return []
+        # below one session: a range of paths compared as bytes (the database's collation may not)
+        below = 'AND c.path COLLATE "C" >= %s AND c.path COLLATE "C" < %s ' if under is not None else ""
+        span = under_range(under) if under is not None else ()
         sql = (f"SELECT {CHUNK_COLS}, ts_rank(c.search_vec, r, 1) AS score, c.search_full "
                "FROM dagctx.memory_chunks c, CAST(%s AS tsquery) q, CAST(%s AS tsquery) r "
-               "WHERE c.workspace = %s AND ((c.search_full AND c.search_vec @@ q) "
+               f"WHERE c.workspace = %s {below}AND ((c.search_full AND c.search_vec @@ q) "
                "OR (NOT c.search_full AND c.search_vec @@ r)) "
                "ORDER BY score DESC, c.path, c.start_line LIMIT %s OFFSET %s")
         out: list[tuple[MemoryChunkRow, float]] = []
         offset, page = 0, max(limit, 50)
         with self.b._conn("search memory") as c:
             while len(out) < limit:
-                rows = c.execute(sql, (q.exact, q.relaxed, workspace, page, offset)).fetchall()
+                rows = c.execute(sql, (q.exact, q.relaxed, workspace, *span, page, offset)).fetchall()
                 for r in rows:
                     if not r[9] and not pg_search.verify(q, r[7], fts.cjk_grams(r[7])):
                         continue
@@ -76,12 +81,7 @@ class PostgresMemory:
         with self.b._conn("write the memory index") as c:
             if chunks is not None:
                 c.execute("DELETE FROM dagctx.memory_chunks WHERE workspace=%s AND path=%s", (workspace, row.path))
-                with c.cursor() as cur:
-                    cur.executemany(
-                        "INSERT INTO dagctx.memory_chunks(workspace, id, path, source, start_line, end_line, hash, "
-                        "mtime, text, search_vec, search_full) VALUES(%s,%s,%s,%s,%s,%s,%s,%s,%s,CAST(%s AS tsvector),%s)",
-                        [(workspace, ch.id, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.mtime, ch.text,
-                          *pg_search.document_vector(ch.text, fts.cjk_grams(ch.text))) for ch in chunks])
+                self._insert(c, workspace, chunks)
             else:
                 c.execute("UPDATE dagctx.memory_chunks SET mtime=%s WHERE workspace=%s AND path=%s",
                           (row.mtime, workspace, row.path))
@@ -91,6 +91,33 @@ class PostgresMemory:
                 "hash=excluded.hash, mtime=excluded.mtime, size=excluded.size, lines=excluded.lines, "
                 "chunks=excluded.chunks",
                 (workspace, row.path, row.source, row.hash, row.mtime, row.size, row.lines, row.chunks))
+
+    @staticmethod
+    def _insert(c: Any, workspace: str, chunks: Sequence[MemoryChunkRow]) -> None:
+        if not chunks:
+            return
+        with c.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO dagctx.memory_chunks(workspace, id, path, source, start_line, end_line, hash, "
+                "mtime, text, search_vec, search_full) VALUES(%s,%s,%s,%s,%s,%s,%s,%s,%s,CAST(%s AS tsvector),%s)",
+                [(workspace, ch.id, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.mtime, ch.text,
+                  *pg_search.document_vector(ch.text, fts.cjk_grams(ch.text))) for ch in chunks])
+
+    def replace_chunks(self, workspace: str, path: str, chunks: Sequence[MemoryChunkRow]) -> None:
+        with self.b._conn("write the memory index") as c:
+            c.execute("DELETE FROM dagctx.memory_vectors WHERE workspace=%s AND chunk_id IN "
+                      "(SELECT id FROM dagctx.memory_chunks WHERE workspace=%s AND path=%s)", (workspace, workspace, path))
+            c.execute("DELETE FROM dagctx.memory_chunks WHERE workspace=%s AND path=%s", (workspace, path))
+            self._insert(c, workspace, chunks)
+
+    def drop_under(self, workspace: str, prefix: str) -> None:
+        lo, hi = under_range(prefix)
+        with self.b._conn("write the memory index") as c:
+            below = 'path COLLATE "C" >= %s AND path COLLATE "C" < %s'
+            c.execute("DELETE FROM dagctx.memory_vectors WHERE workspace=%s AND chunk_id IN (SELECT id FROM "
+                      f"dagctx.memory_chunks WHERE workspace=%s AND {below})", (workspace, workspace, lo, hi))
+            c.execute(f"DELETE FROM dagctx.memory_chunks WHERE workspace=%s AND {below}", (workspace, lo, hi))
+            c.execute("DELETE FROM dagctx.memory_files WHERE workspace=%s AND path=%s", (workspace, prefix))
 
     def put_run(self, workspace: str, indexed_at: float, skipped: bytes) -> None:
         with self.b._conn("write the memory index") as c:
@@ -128,6 +155,9 @@ class PostgresMemory:
                 "INSERT INTO dagctx.memory_vectors(workspace, chunk_id, model, dim, vec) VALUES(%s,%s,%s,%s,%s) "
                 "ON CONFLICT(workspace, chunk_id, model) DO UPDATE SET dim=excluded.dim, vec=excluded.vec",
                 [(workspace, cid, model, dim, vec) for cid, vec in rows])
+            # the run's time is the index's generation stamp (searches keep vectors while it holds)
+            cur.execute("UPDATE dagctx.memory_runs SET indexed_at = GREATEST(%s, indexed_at + 0.000001) "
+                        "WHERE workspace=%s", (time.time(), workspace))
 
     def drop_stale_vectors(self, workspace: str) -> None:
         with self.b._conn("write the memory index") as c:

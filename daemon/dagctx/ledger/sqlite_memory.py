@@ -4,6 +4,7 @@ chunks, the same query syntax as ``search/query``. ``SqliteBackend.memory_rows()
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +12,7 @@ from dagctx.protocol.errors import DagctxError
 
 from . import search as fts
 from .backend import storage_error
-from .memory_rows import CHUNK_COLS, MemoryChunkRow, MemoryFileRow, chunk_row
+from .memory_rows import CHUNK_COLS, MemoryChunkRow, MemoryFileRow, chunk_row, under_range
 
 
 class SqliteMemory:
@@ -45,12 +46,15 @@ class SqliteMemory:
                                   (workspace, chunk_id)).fetchone()
         return None if r is None else chunk_row(r)
 
-    def search(self, workspace: str, expression: str, limit: int) -> list[tuple[MemoryChunkRow, float]]:
+    def search(self, workspace: str, expression: str, limit: int,
+               under: str | None = None) -> list[tuple[MemoryChunkRow, float]]:
+        below = "AND c.path >= ? AND c.path < ? " if under is not None else ""
         sql = (f"SELECT {CHUNK_COLS}, bm25(memory_search, 1.0, 1.0) AS score FROM memory_search s "
                "JOIN memory_chunks c ON c.rowid = s.rowid WHERE memory_search MATCH ? AND c.workspace = ? "
-               "ORDER BY score, c.path, c.start_line LIMIT ?")
+               f"{below}ORDER BY score, c.path, c.start_line LIMIT ?")
+        args = (fts.fts_query(expression), workspace, *(under_range(under) if under is not None else ()), limit)
         try:
-            rows = self._c().execute(sql, (fts.fts_query(expression), workspace, limit)).fetchall()
+            rows = self._c().execute(sql, args).fetchall()
         except sqlite3.OperationalError as exc:
             raise DagctxError(
                 "InvalidQuery",
@@ -75,13 +79,7 @@ class SqliteMemory:
         c = self._c()
         if chunks is not None:
             self.drop_files(workspace, [row.path])
-            for ch in chunks:
-                cur = c.execute(
-                    "INSERT INTO memory_chunks(workspace, id, path, source, start_line, end_line, hash, mtime, text) "
-                    "VALUES(?,?,?,?,?,?,?,?,?)",
-                    (workspace, ch.id, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.mtime, ch.text))
-                c.execute("INSERT INTO memory_search(rowid, text, grams) VALUES(?,?,?)",
-                          (cur.lastrowid, ch.text, fts.cjk_grams(ch.text)))
+            self._insert(workspace, chunks)
         else:  # unchanged content: only the file's times move, and its chunks' with it
             c.execute("UPDATE memory_chunks SET mtime=? WHERE workspace=? AND path=?", (row.mtime, workspace, row.path))
         c.execute(
@@ -90,6 +88,32 @@ class SqliteMemory:
             "hash=excluded.hash, mtime=excluded.mtime, size=excluded.size, lines=excluded.lines, "
             "chunks=excluded.chunks",
             (workspace, row.path, row.source, row.hash, row.mtime, row.size, row.lines, row.chunks))
+
+    def _insert(self, workspace: str, chunks: Sequence[MemoryChunkRow]) -> None:
+        c = self._c()
+        for ch in chunks:
+            cur = c.execute(
+                "INSERT INTO memory_chunks(workspace, id, path, source, start_line, end_line, hash, mtime, text) "
+                "VALUES(?,?,?,?,?,?,?,?,?)",
+                (workspace, ch.id, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.mtime, ch.text))
+            c.execute("INSERT INTO memory_search(rowid, text, grams) VALUES(?,?,?)",
+                      (cur.lastrowid, ch.text, fts.cjk_grams(ch.text)))
+
+    def _drop_chunks(self, workspace: str, where: str, args: tuple[str, ...]) -> None:
+        c = self._c()
+        c.execute(f"DELETE FROM memory_vectors WHERE workspace=? AND chunk_id IN "
+                  f"(SELECT id FROM memory_chunks WHERE workspace=? AND {where})", (workspace, workspace, *args))
+        c.execute(f"DELETE FROM memory_search WHERE rowid IN "
+                  f"(SELECT rowid FROM memory_chunks WHERE workspace=? AND {where})", (workspace, *args))
+        c.execute(f"DELETE FROM memory_chunks WHERE workspace=? AND {where}", (workspace, *args))
+
+    def replace_chunks(self, workspace: str, path: str, chunks: Sequence[MemoryChunkRow]) -> None:
+        self._drop_chunks(workspace, "path=?", (path,))
+        self._insert(workspace, chunks)
+
+    def drop_under(self, workspace: str, prefix: str) -> None:
+        self._drop_chunks(workspace, "path >= ? AND path < ?", under_range(prefix))
+        self._c().execute("DELETE FROM memory_files WHERE workspace=? AND path=?", (workspace, prefix))
 
     def put_run(self, workspace: str, indexed_at: float, skipped: bytes) -> None:
         self._c().execute(
@@ -125,6 +149,9 @@ class SqliteMemory:
             "INSERT INTO memory_vectors(workspace, chunk_id, model, dim, vec) VALUES(?,?,?,?,?) "
             "ON CONFLICT(workspace, chunk_id, model) DO UPDATE SET dim=excluded.dim, vec=excluded.vec",
             [(workspace, cid, model, dim, vec) for cid, vec in rows])
+        # the run's time is the index's generation stamp (searches keep vectors while it holds)
+        self._c().execute("UPDATE memory_runs SET indexed_at = max(?, indexed_at + 0.000001) WHERE workspace=?",
+                          (time.time(), workspace))
 
     def drop_stale_vectors(self, workspace: str) -> None:
         self._c().execute(

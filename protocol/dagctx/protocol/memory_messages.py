@@ -122,7 +122,8 @@ class MemoryStatusResult(_Result):
     chunks: int
     #: what the last ``memory/index`` of this workspace skipped
     skipped: list[MemorySkip]
-    #: when the last ``memory/index`` ran (Unix seconds); null: never indexed
+    #: when the index last changed — its last ``memory/index`` or embedding batch (Unix
+    #: seconds); null: never indexed
     indexed_at: float | None = None
     complete: bool = False
 
@@ -142,7 +143,8 @@ class MemoryMmr(_Params):
 
 
 class MemorySearchParams(_Params):
-    """``memory/search``: hybrid search over memory chunks (and optionally session nodes).
+    """``memory/search``: hybrid search over memory chunks and/or sessions' node chunks (the
+    search brings the latter up to date first: SPEC §5.1).
 
     Candidates: the keyword search's best ``maxResults × candidateMultiplier`` and the
     vector search's as many; each scored ``vectorWeight·vector + textWeight·text``
@@ -178,7 +180,7 @@ class MemoryHit(_Result):
     #: the keyword score before decay (0: found by vector only)
     text_score: float
     snippet: str
-    #: the chunk's text (memory hits) or the node's indexed text, capped
+    #: the chunk's text (of a memory file or of a session node), capped
     text: str
     #: memory hits: the chunk id (for ``memory/get``), the file and its 1-based inclusive lines;
     #: session hits: the lines of the node's text the hit's chunk spans

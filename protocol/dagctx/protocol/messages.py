@@ -184,6 +184,9 @@ class InitializationOptions(_Params):
     summary_sources: list[SummarySourceName] | None = None
     #: bootstrap-file caps and skill roots and limits for every prepare of this connection (SPEC §7)
     system_prompt: SystemPromptOptions | None = None
+    #: the provider's prompt-cache lifetime in seconds (default 300): a request after a longer
+    #: pause finds the cache cold, and compaction is recommended sooner then (SPEC §7)
+    prompt_cache_ttl_seconds: Annotated[float, msgspec.Meta(ge=0, le=86_400)] | None = None
 
 
 class AttachParams(_Params):

@@ -213,8 +213,10 @@ _ALL: list[MethodSpec] = [
          "InvalidQuery, InvalidParams (no workspace; both weights 0), SessionNotFound, EmbeddingUnavailable (mode "
          "hybrid/vector without a provider; an endpoint not reachable), EmbeddingFailed (an endpoint's answer "
          "of the wrong shape or dimension)",
-         "Read-only; best first. A conversational query (no operators, quotes or parentheses) is reduced to "
-         "its keywords, joined with OR; the vector side embeds the query as written. Runs off the event loop.",
+         "Best first. A conversational query (no operators, quotes or parentheses) is reduced to "
+         "its keywords, joined with OR; the vector side embeds the query as written. With sessions among the "
+         "sources it first brings the session chunks up to date (derived data: one transaction, then at most "
+         "2,048 chunks embedded); otherwise read-only. Runs off the event loop.",
          offload=True),
     _req("memory/get", mem.MemoryGetParams, mem.MemoryGetResult,
          "A memory chunk by id, or a line range of a memory file.",

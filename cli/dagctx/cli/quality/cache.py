@@ -34,6 +34,10 @@ from typing import Any
 
 WRITE_PRICE = 1.25
 READ_PRICE = 0.1
+#: a summary call: what the summarizer reads at the base input price, what it writes at
+#: the output price (5× the input price on Anthropic's and OpenAI's current price lists)
+SUMMARIZER_INPUT_PRICE = 1.0
+SUMMARIZER_OUTPUT_PRICE = 5.0
 DEFAULT_TTL = 300.0
 FRAMING = 4
 _SKIP_KEYS = frozenset({"type", "role", "id", "tool_use_id", "tool_call_id", "signature", "cache_control",
@@ -142,8 +146,15 @@ def break_causes(prev: dict[str, Any] | None, cur: dict[str, Any] | None, prev_s
         causes.append("reduction")
     aged_prev = {k: v for k, v in (prev.get("agedText") or {}).items() if k not in reduced_prev}
     aged_cur = {k: v for k, v in (cur.get("agedText") or {}).items() if k not in reduced_cur}
-    if (prev.get("agingBoundary") != cur.get("agingBoundary") or prev.get("agingLongTurn") != cur.get("agingLongTurn")
-            or aged_prev != aged_cur):
+    boundary_moved = prev.get("agingBoundary") != cur.get("agingBoundary")
+    if prev.get("summaryId") != cur.get("summaryId"):
+        # results a new summary folds in leave the request with it, and the boundary is
+        # recomputed on what is left: that is the compaction (which rewrites everything
+        # after the summary anyway), not aging
+        aged_prev = {k: v for k, v in aged_prev.items() if k in aged_cur}
+        aged_cur = {k: v for k, v in aged_cur.items() if k in aged_prev}
+        boundary_moved = False
+    if boundary_moved or prev.get("agingLongTurn") != cur.get("agingLongTurn") or aged_prev != aged_cur:
         causes.append("aging")
     return causes or ["other"]
 
@@ -265,16 +276,59 @@ def user_text_message(text: str, like: Sequence[Any]) -> dict[str, Any]:
     return {"role": "user", "content": text}
 
 
+def summarizer_cost(tokens_in: int, tokens_out: int, calls: int) -> dict[str, Any]:
+    """What summary calls cost, in base-input-token units (no prompt cache)."""
+    return {"calls": calls, "input": tokens_in, "output": tokens_out,
+            "cost": round(SUMMARIZER_INPUT_PRICE * tokens_in + SUMMARIZER_OUTPUT_PRICE * tokens_out, 2)}
+
+
+def transcript_entries(message: Any) -> list[str]:
+    """One request message as the summarizer's transcript entries — a bracketed header
+    line, then the content, the shape the daemon's summarizer input has (SPEC §8) — so the
+    naive baseline's summaries are written by the same summarizer from the same kind of
+    text as dagctx's. Reasoning blocks are left out, as the daemon leaves them out."""
+    if not isinstance(message, dict):
+        return [unit_text(message)]
+    role = str(message.get("role") or "user")
+    content = message.get("content")
+    out: list[str] = []
+    if role == "tool":
+        return [f"[tool result: {message.get('name') or 'tool'}]\n{unit_text(content)}"]
+    if isinstance(content, str):
+        out.append(f"[{role}]\n{content}")
+    elif isinstance(content, list):
+        for b in content:
+            if not isinstance(b, dict):
+                continue
+            kind = b.get("type")
+            if kind in _REASONING:
+                continue
+            if kind == "tool_use":
+                out.append(f"[tool call: {b.get('name') or 'tool'}]\n{canon(b.get('input')).decode()}")
+            elif kind == "tool_result":
+                out.append(f"[tool result: tool]\n{unit_text(b.get('content'))}")
+            else:
+                text = unit_text(b)
+                if text:
+                    out.append(f"[{role}]\n{text}")
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function") or {} if isinstance(call, dict) else {}
+        out.append(f"[tool call: {fn.get('name') or 'tool'}]\n{fn.get('arguments') or ''}")
+    return out
+
+
 def naive(base: Sequence[Any], window: int, max_output: int, counter: TokenCounter,
-          summarize: Any) -> tuple[list[Sent], int]:
+          summarize: Any) -> tuple[list[Sent], int, dict[str, Any]]:
     """Baseline 2, naive compaction: when a request reaches 80 % of the input budget, everything
-    before its newest message becomes one summary (the same summarizer as dagctx's), which
-    then leads every request until the next compaction folds it in. Returns the requests and
-    the number of compactions."""
+    before its newest message becomes one summary (the same summarizer as dagctx's, shown
+    the same transcript shape, ``transcript_entries``), which
+    then leads every request until the next compaction folds it in. Returns the requests,
+    the number of compactions and what the summary calls cost (``summarizer_cost``)."""
     out: list[Sent] = []
     summary: str | None = None
     cut = 0
     compactions = 0
+    sent_in = sent_out = 0
     limit = NAIVE_THRESHOLD * (window - max_output)
 
     def lead(like: Sequence[Any]) -> list[Any]:
@@ -287,12 +341,15 @@ def naive(base: Sequence[Any], window: int, max_output: int, counter: TokenCount
         cut = min(cut, len(msgs))
         s = Sent(b.at, b.system, lead(msgs) + msgs[cut:])
         if _tokens(s, counter) > limit and len(msgs) - cut > 1:
-            folded = ([summary] if summary else []) + [unit_text(m) for m in msgs[cut:-1]]
+            folded = ([f"[earlier conversation, summarized]\n{summary}"] if summary else []) + [
+                e for m in msgs[cut:-1] for e in transcript_entries(m)]
             text = "\n\n".join(folded)
             summary = summarize(text, min(8192, max_output))
+            sent_in += counter.text(text)
+            sent_out += counter.text(summary)
             cut = len(msgs) - 1
             compactions += 1
             s = Sent(b.at, b.system, lead(msgs) + msgs[cut:])
         s.served = _tokens(s, counter) + max_output <= window
         out.append(s)
-    return out, compactions
+    return out, compactions, summarizer_cost(sent_in, sent_out, compactions)

@@ -69,10 +69,40 @@ async def spawn_scratch(cfg: Config, folder: str) -> DagctxClient:
     client.keep_notifications = False
     if not cfg.endpoint and cfg.summarizer != "structural":
         async def answer(params: Any) -> Any:
-            return summarizer.answer(params)
+            out = summarizer.answer(params)
+            SAMPLED.note(client, [m.content.text for m in params.messages], out["content"]["text"],
+                         params.system_prompt)
+            return out
 
         client.on_request("sampling/createMessage", answer)
     return client
+
+
+class Sampled:
+    """Tokens the stand-in was sent and wrote, per scratch client: what dagctx's summary
+    calls (compaction, reduction within a turn) cost, counted in M5 beside the cache.
+    Counted with cl100k as M5 counts requests; only for the stand-in (an endpoint's
+    calls are not seen here)."""
+
+    def __init__(self) -> None:
+        self._by: dict[int, list[int]] = {}
+        self._counter: cm.TokenCounter | None = None
+
+    def note(self, client: Any, texts: list[str], answer: str, system: str | None) -> None:
+        if self._counter is None:
+            self._counter = cm.TokenCounter()
+        c = self._counter
+        tin = sum(c.text(t) + cm.FRAMING for t in texts) + (c.text(system) if system else 0)
+        got = self._by.setdefault(id(client), [0, 0, 0])
+        got[0] += tin
+        got[1] += c.text(answer)
+        got[2] += 1
+
+    def of(self, client: Any) -> list[int]:
+        return list(self._by.get(id(client), [0, 0, 0]))
+
+
+SAMPLED = Sampled()
 
 
 def _sum_class(rows: list[dict[str, Any]]) -> dict[str, list[int]]:
@@ -104,7 +134,10 @@ async def evaluate_source(client: DagctxClient, src: rp.Source, cfg: Config, cou
     for w in cfg.windows:
         progress(f"{src.title[:40]}: replaying at {w.label}")
         clock = time.perf_counter()
+        before = SAMPLED.of(client)
         rep = await rp.replay(client, src, w, cfg.options, progress)
+        after = SAMPLED.of(client)
+        sampled = cm.summarizer_cost(after[0] - before[0], after[1] - before[1], after[2] - before[2])
         timing = {"replay": rep.seconds}
         sent = [cm.Sent(r.at, r.system, r.messages, r.manifest, served=r.node_id is not None) for r in rep.requests]
         econ = cm.economics(sent, counter, ttl=cfg.ttl, window=w.tokens, max_output=w.max_output)
@@ -124,9 +157,11 @@ async def evaluate_source(client: DagctxClient, src: rp.Source, cfg: Config, cou
         system = next((r.system for r in rep.requests if r.system), None)
         base = [rp.BaselineRequest(b.index, b.at, system, b.messages) for b in base]
         none = cm.economics(cm.unmanaged(base, w.tokens, w.max_output, counter), counter, ttl=cfg.ttl)
-        nseq, ncomp = cm.naive(base, w.tokens, w.max_output, counter, summarizer.summarize)
+        nseq, ncomp, nsampled = cm.naive(base, w.tokens, w.max_output, counter, summarizer.summarize)
         nai = cm.economics(nseq, counter, ttl=cfg.ttl)
         nai["totals"]["compactions"] = ncomp
+        dag_all = round(econ["totals"]["cost"] + sampled["cost"], 2)
+        nai_all = round(nai["totals"]["cost"] + nsampled["cost"], 2)
         timing["M4M5"] = time.perf_counter() - clock - rep.seconds
         clock = time.perf_counter()
         m7 = await rp.replay_nodes(client, rep)
@@ -152,6 +187,10 @@ async def evaluate_source(client: DagctxClient, src: rp.Source, cfg: Config, cou
                    "unmanaged": {"totals": none["totals"], "byCause": none["byCause"]},
                    "naive": {"totals": nai["totals"], "byCause": nai["byCause"]},
                    "costVsNaive": round(dag["cost"] / nai["totals"]["cost"], 4) if nai["totals"]["cost"] else None,
+                   # the summary calls too: what the summarizer read (1×) and wrote (5×)
+                   "summarizer": {"dagctx": sampled, "naive": nsampled},
+                   "costWithSummarizer": {"dagctx": dag_all, "naive": nai_all,
+                                          "ratio": round(dag_all / nai_all, 4) if nai_all else None},
                    "stablePrefixPrediction": {"checked": checked, "agree": agree}},
             "M6": m6, "M7": m7,
             "seconds": {k: round(v, 2) for k, v in timing.items()},
@@ -172,7 +211,9 @@ def totals(sessions: list[dict[str, Any]]) -> dict[str, Any]:
             t = per.setdefault(w["label"], {"sessions": 0, "requests": 0, "refused": 0, "compactions": 0,
                                             "M1": [0, 0], "M2": {}, "M3": [0, 0], "M4maxShare": 0.0,
                                             "M4maxOvershoot": 0, "M4overshootRequests": 0,
-                                            "M5": {"dagctx": 0.0, "unmanaged": 0.0, "naive": 0.0, "dagctxBreaks": 0,
+                                            "M5": {"dagctx": 0.0, "unmanaged": 0.0, "naive": 0.0,
+                                                   "dagctxWithSummarizer": 0.0, "naiveWithSummarizer": 0.0,
+                                                   "dagctxBreaks": 0,
                                                    "naiveBreaks": 0, "unmanagedServed": 0, "naiveServed": 0,
                                                    "dagctxServed": 0, "stablePrefixChecked": 0,
                                                    "stablePrefixAgree": 0, "byCause": {}},
@@ -197,6 +238,8 @@ def totals(sessions: list[dict[str, Any]]) -> dict[str, Any]:
             t["M5"]["dagctx"] += m5["dagctx"]["totals"]["cost"]
             t["M5"]["unmanaged"] += m5["unmanaged"]["totals"]["cost"]
             t["M5"]["naive"] += m5["naive"]["totals"]["cost"]
+            t["M5"]["dagctxWithSummarizer"] += m5["costWithSummarizer"]["dagctx"]
+            t["M5"]["naiveWithSummarizer"] += m5["costWithSummarizer"]["naive"]
             t["M5"]["dagctxBreaks"] += m5["dagctx"]["totals"]["breaks"]
             t["M5"]["naiveBreaks"] += m5["naive"]["totals"]["breaks"]
             t["M5"]["dagctxServed"] += m5["dagctx"]["totals"]["served"]
@@ -213,9 +256,11 @@ def totals(sessions: list[dict[str, Any]]) -> dict[str, Any]:
             t["M7"][0] += w["M7"]["identical"]
             t["M7"][1] += w["M7"]["requests"]
     for t in per.values():
-        for k in ("dagctx", "unmanaged", "naive"):
+        for k in ("dagctx", "unmanaged", "naive", "dagctxWithSummarizer", "naiveWithSummarizer"):
             t["M5"][k] = round(t["M5"][k], 1)
         t["M5"]["costVsNaive"] = round(t["M5"]["dagctx"] / t["M5"]["naive"], 4) if t["M5"]["naive"] else None
+        t["M5"]["withSummarizerVsNaive"] = (round(t["M5"]["dagctxWithSummarizer"] / t["M5"]["naiveWithSummarizer"], 4)
+                                            if t["M5"]["naiveWithSummarizer"] else None)
     recorded = [r for s in sessions for r in s["recordedSummaries"]]
     return {"byWindow": per, "recorded": {"summaries": len(recorded), "byClass": _sum_class(recorded),
                                           "filesEdited": sum(r["filesEdited"] for r in recorded),

@@ -54,13 +54,15 @@ def print_tables(doc: dict[str, Any], console: Any) -> None:
     tot = doc["totals"]
     t = Table(title=f"total over {len(doc['sessions'])} sessions")
     for col in ("window", "requests (refused)", "compactions", "M1 recall", "M3 files", "M4 max · over",
-                "M5 cost", "÷ naive", "breaks dagctx / naive", "unmanaged served", "M6 regret", "M7 same"):
+                "M5 cost", "÷ naive", "÷ naive with summary calls", "breaks dagctx / naive", "unmanaged served",
+                "M6 regret", "M7 same"):
         t.add_column(col, overflow="fold")
     for label, w in tot["byWindow"].items():
         m5 = w["M5"]
         t.add_row(label, f"{w['requests']} ({w['refused']})", str(w["compactions"]), _pct(*w["M1"]), _pct(*w["M3"]),
                   f"{w['M4maxShare']:.0%} · {w['M4maxOvershoot']}", f"{m5['dagctx']:,.0f}",
                   f"{m5['costVsNaive']:.2f}×" if m5["costVsNaive"] else "–",
+                  f"{m5['withSummarizerVsNaive']:.2f}×" if m5.get("withSummarizerVsNaive") else "–",
                   f"{m5['dagctxBreaks']} / {m5['naiveBreaks']}", f"{m5['unmanagedServed']} of {w['requests']}",
                   _pct(*w["M6"]), _pct(*w["M7"]))
     console.print(t)
