@@ -399,8 +399,10 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
             qv = embedder.embed([p.query])[0]
         hits: list[mem.MemoryHit] = []
         if ws is not None:
-            for cid, c in candidates(ws, vindex, qv, None).items():
-                row = c.get("row") or index.chunk(ws, cid)
+            cands = candidates(ws, vindex, qv, None)
+            fetched = index.chunks(ws, [cid for cid, c in cands.items() if "row" not in c])
+            for cid, c in cands.items():
+                row = c.get("row") or fetched.get(cid)
                 if row is None:
                     continue
                 ts, vs = c.get("text", 0.0), c.get("vec")
@@ -410,8 +412,10 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
                     path=row.path, start_line=row.start_line, end_line=row.end_line, time=row.mtime, vector_score=vs))
         if sessions:
             svi = _vectors(engine, index, ms.SESSIONS_KEY, key) if key is not None else None
-            for cid, c in candidates(ms.SESSIONS_KEY, svi, qv, p.session_id).items():
-                row = c.get("row") or index.chunk(ms.SESSIONS_KEY, cid)
+            cands = candidates(ms.SESSIONS_KEY, svi, qv, p.session_id)
+            fetched = index.chunks(ms.SESSIONS_KEY, [cid for cid, c in cands.items() if "row" not in c])
+            for cid, c in cands.items():
+                row = c.get("row") or fetched.get(cid)
                 if row is None:
                     continue
                 sid, nid = ms.split_path(row.path)
