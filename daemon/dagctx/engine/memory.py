@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from dagctx.context import memory_text as mt
-from dagctx.context.workspace_files import open_beneath, resolve_inside
+from dagctx.context.workspace_files import open_beneath, read_capped, resolve_inside
 from dagctx.ledger.memory import FileUpdate, MemoryChunkRow, MemoryFileRow, MemoryIndex
 from dagctx.protocol import memory_messages as mem
 from dagctx.protocol.errors import DagctxError
@@ -146,19 +146,11 @@ def _read(root: str, rel: str, max_bytes: int) -> _Read:
         if info.st_size > max_bytes:
             return skip("tooLarge", f"{info.st_size:,} bytes, over the limit of {max_bytes:,} "
                         "(options.maxFileBytes); not indexed — split it into smaller files")
-        parts: list[bytes] = []
-        got = 0
-        while got <= max_bytes:
-            b = os.read(fd, min(1 << 20, max_bytes + 1 - got))
-            if not b:
-                break
-            parts.append(b)
-            got += len(b)
+        data = read_capped(fd, max_bytes)
     except OSError as err:
         return skip("unreadable", f"read failed ({err.strerror or type(err).__name__}); not indexed")
     finally:
         os.close(fd)
-    data = b"".join(parts)
     if len(data) > max_bytes:
         return skip("tooLarge", f"grew past the limit of {max_bytes:,} bytes while read; not indexed")
     if b"\x00" in data:
