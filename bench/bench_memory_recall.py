@@ -11,7 +11,8 @@ of literal queries (phrases and identifiers found in their answers) is where key
 strong. Reported: recall@5 (the share of queries with an answer in the top 5) of both sets
 for ``mode: fts`` (keywords
 only, the baseline), ``vector`` (the local static model only) and ``hybrid`` (0.7·vector +
-0.3·text, the SPEC §5.1 defaults), all in the same run, and the query latency of each as a ratio of the FTS one.
+0.3·text, the SPEC §5.1 defaults), all in the same run. ``--sessions``: the same messages
+as the nodes of one session instead of files, searched with ``sources: ["sessions"]``, and the query latency of each as a ratio of the FTS one.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from dagctx.client import DagctxClient
 
@@ -118,6 +120,8 @@ async def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--db", default=None)
     ap.add_argument("--repeat", type=int, default=5, help="timed rounds of every query per mode")
+    ap.add_argument("--sessions", action="store_true",
+                    help="the messages as nodes of a session, searched with sources [sessions] (no files)")
     args = ap.parse_args()
     corpus = Path(os.environ.get("DAGCTX_CORPUS", "/work/shared/corpus"))
     msgs = messages(corpus)
@@ -138,12 +142,32 @@ async def main() -> int:
                 gold.append((q, files))
         db = args.db or str(Path(tmp) / "recall.db")
         c = await DagctxClient.spawn(db, standalone=True)
+        where: dict[str, Any] = {"workspace": str(ws)}
         try:
-            t0 = time.perf_counter()
-            idx = await c.request("memory/index", {"workspace": str(ws)})
-            build = time.perf_counter() - t0
-            print(f"{len(msgs)} messages → {idx.chunks} chunks, {idx.embedded} embedded ({idx.embedding}), "
-                  f"index build {build:.2f}s; {len(gold)} paraphrase queries")
+            if args.sessions:
+                # one node per message; a hit names its node, mapped back to the message's file name
+                s = await c.session_create("recall")
+                head, by_node = s.head, {}
+                for i, t in enumerate(msgs):
+                    got = await c.append(s.session_id, "user" if i % 2 == 0 else "llm",
+                                         **({"input": t} if i % 2 == 0 else {"output": t}), predecessor=head)
+                    head = got.node.id
+                    by_node[head] = f"memory/msg-{i:04d}.md"
+                where = {"sources": ["sessions"]}
+                t0 = time.perf_counter()
+                first = await c.request("memory/search", {**where, "query": "warm up", "maxResults": 1})
+                build = time.perf_counter() - t0
+                print(f"{len(msgs)} messages as session nodes; the first search took {build:.2f}s "
+                      f"(it indexes and embeds them: {first.notes}); {len(gold)} paraphrase queries")
+            else:
+                t0 = time.perf_counter()
+                idx = await c.request("memory/index", {"workspace": str(ws)})
+                build = time.perf_counter() - t0
+                print(f"{len(msgs)} messages → {idx.chunks} chunks, {idx.embedded} embedded ({idx.embedding}), "
+                      f"index build {build:.2f}s; {len(gold)} paraphrase queries")
+
+            def where_of(h: Any) -> str | None:
+                return by_node.get(h.node_id or "") if args.sessions else h.path
             literal = [(q, {f"memory/msg-{i:04d}.md" for i, t in enumerate(msgs) if any(s in t for s in subs)})
                        for q, subs in LITERAL]
             literal = [(q, files) for q, files in literal if files]
@@ -155,18 +179,15 @@ async def main() -> int:
                 lat[mode] = []
                 hits_lit = 0
                 for q, files in literal:
-                    r = await c.request("memory/search", {"workspace": str(ws), "query": q, "mode": mode,
-                                                          "maxResults": 5})
-                    hits_lit += any(h.path in files for h in r.hits[:5])
+                    r = await c.request("memory/search", {**where, "query": q, "mode": mode, "maxResults": 5})
+                    hits_lit += any(where_of(h) in files for h in r.hits[:5])
                 lit[mode] = hits_lit / len(literal) if literal else 0.0
                 for q, files in gold:
-                    r = await c.request("memory/search", {"workspace": str(ws), "query": q, "mode": mode,
-                                                          "maxResults": 5})
-                    found += any(h.path in files for h in r.hits[:5])
+                    r = await c.request("memory/search", {**where, "query": q, "mode": mode, "maxResults": 5})
+                    found += any(where_of(h) in files for h in r.hits[:5])
                     for _ in range(args.repeat):
                         t0 = time.perf_counter()
-                        await c.request("memory/search", {"workspace": str(ws), "query": q, "mode": mode,
-                                                          "maxResults": 5})
+                        await c.request("memory/search", {**where, "query": q, "mode": mode, "maxResults": 5})
                         lat[mode].append(time.perf_counter() - t0)
                 recall[mode] = found / len(gold) if gold else 0.0
             base = statistics.median(lat["fts"])

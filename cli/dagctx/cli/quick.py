@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 #: the ``sessions`` command's default ``--limit`` (cli/commands.py)
@@ -47,26 +48,35 @@ def parse(argv: list[str]) -> dict[str, object] | None:
         value = argv[i + 1] if i + 1 < len(argv) else None
         if a == "sessions":
             i += 1
-        elif a == "--json":
-            out["json"] = True
-            i += 1
-        elif a == "--db" and value is not None and not value.startswith("-"):
-            out["db"] = value
-            i += 2
-        elif a.startswith("--db=") and len(a) > 5:
-            out["db"] = a[5:]
-            i += 1
+        elif taken := _shared_option(a, value, out):
+            i += taken
         elif a == "--limit" and value is not None and value.isdigit():
             out["limit"] = int(value)
             i += 2
         elif a.startswith("--limit=") and a[8:].isdigit():
             out["limit"] = int(a[8:])
             i += 1
-        elif a == "--log-level" and value is not None:
-            i += 2  # a daemon's setting: this command starts none of its own
         else:
             return None
     return out
+
+
+def _shared_option(a: str, value: str | None, out: dict[str, object]) -> int:
+    """How many arguments an option both quick commands take uses (``--json``, ``--db X``,
+    ``--db=X``, ``--log-level X``), recorded in ``out``; 0 when ``a`` is none of them.
+    ``value`` is the argument after ``a``, if any."""
+    if a == "--json":
+        out["json"] = True
+        return 1
+    if a == "--db" and value is not None and not value.startswith("-"):
+        out["db"] = value
+        return 2
+    if a.startswith("--db=") and len(a) > 5:
+        out["db"] = a[5:]
+        return 1
+    if a == "--log-level" and value is not None:
+        return 2  # a daemon's setting: this command starts none of its own
+    return 0
 
 
 def _frame(message: dict[str, object]) -> bytes:
@@ -234,6 +244,8 @@ def table(title: str, rows: list[list[str]], width: int, title_max: int, *, styl
         return None
     if "[" in title:
         return None  # rich reads a title as markup
+    if any(_escaped_bracket(c) for r in rows for c in r):
+        return None  # rich would drop a backslash there
     # the title column cuts with an ellipsis at its maximum width (cli/cmd_sessions.py)
     rows = [[c if i != 1 or len(c) <= title_max else c[: title_max - 1] + "…" for i, c in enumerate(r)]
             for r in rows]
@@ -297,16 +309,11 @@ def run(argv: list[str]) -> int | None:
     sessions = result.get("sessions") or []
     total = int(result.get("total") or 0)
     if opts["json"]:
-        sys.stdout.write(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
-        sys.stdout.flush()
-        return 0
-    styled = sys.stdout.isatty()
-    if styled:
-        if os.environ.get("TERM") == "dumb" or os.environ.get("FORCE_COLOR") is not None:
-            return None  # rich's own rules for those
-        width = terminal_width()
-    else:
-        width = int(os.environ.get("COLUMNS", str(PIPE_WIDTH)))
+        return _print_json(result)
+    look = _console_look()
+    if look is None:
+        return None
+    styled, width = look
     rows = [[s["sessionId"], s.get("title") or "", str(s.get("nodeCount", 0)), when(s.get("updatedAt") or 0),
              short(s.get("head")), source_of(s)] for s in sessions]
     text = table(f"{total} sessions in {database}", rows, width, max(16, width - 103), styled=styled)
@@ -330,6 +337,24 @@ _EMOJI_CHARS = frozenset("!#&()*+-._’")
 _EMOJI_BARE = frozenset({"100", "1234", "+1", "__1", "-1"})
 
 
+def _print_json(document: object) -> int:
+    """``--json``: the one document on stdout, as the full command prints it; exit code 0."""
+    sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def _console_look() -> tuple[bool, int] | None:
+    """Whether to style the output and how wide to draw it, as the full command's console
+    decides (cli/ui.py ``make_console``); None where rich's own rules apply (``TERM=dumb``,
+    ``FORCE_COLOR``): then the full command answers."""
+    if not sys.stdout.isatty():
+        return False, int(os.environ.get("COLUMNS", str(PIPE_WIDTH)))
+    if os.environ.get("TERM") == "dumb" or os.environ.get("FORCE_COLOR") is not None:
+        return None
+    return True, terminal_width()
+
+
 def parse_show(argv: list[str]) -> dict[str, object] | None:
     """The options of ``[--db X] show REF [--json]``, or None for anything else (``--session``
     among them: that lookup is the full command's)."""
@@ -344,17 +369,8 @@ def parse_show(argv: list[str]) -> dict[str, object] | None:
         if a == "show" and not seen:
             seen = True
             i += 1
-        elif a == "--json":
-            out["json"] = True
-            i += 1
-        elif a == "--db" and value is not None and not value.startswith("-"):
-            out["db"] = value
-            i += 2
-        elif a.startswith("--db=") and len(a) > 5:
-            out["db"] = a[5:]
-            i += 1
-        elif a == "--log-level" and value is not None:
-            i += 2  # a daemon's setting: this command starts none of its own
+        elif taken := _shared_option(a, value, out):
+            i += taken
         elif seen and out["ref"] is None and a and not a.startswith("-"):
             out["ref"] = a
             i += 1
@@ -380,10 +396,20 @@ def _emoji_like(text: str) -> bool:
 def _cells_plain(text: str) -> bool:
     """A table cell or title this path measures exactly: one line of one-cell characters,
     nothing rich would turn into an emoji."""
-    # Any backslash steps aside: rich's escape() adds one before a trailing backslash, and a
-    # backslash before "[" (``\\[``) is printed by rich without it.
     return (all((ch.isascii() and ch.isprintable()) or ch in _ONE_CELL for ch in text) and not _emoji_like(text)
-            and "\\" not in text)
+            and not text.endswith("\\")  # rich's escape() adds a backslash there
+            and not _escaped_bracket(text))
+
+
+#: what rich's ``escape()`` escapes: a ``[`` that opens something shaped like a tag
+_RICH_TAG = re.compile(r"\[[a-z#/@][^[]*?]")
+
+
+def _escaped_bracket(text: str) -> bool:
+    """Whether rich would print ``text`` with a backslash fewer: its ``escape()`` leaves a
+    backslash before a ``[`` that opens no tag alone, and the markup then reads that ``\\[``
+    as an escaped ``[`` (``x\\[y`` prints ``x[y``)."""
+    return any(not _RICH_TAG.match(text, m.end() - 1) for m in re.finditer(r"\\\[", text))
 
 
 def _json_exact(value: object) -> bool:
@@ -484,7 +510,7 @@ def node_text(title: str, rows: list[tuple[str, str]], sections: list[tuple[str,
     out.append("└" + "─" * a + "┴" + "─" * b + "┘")
     text = "\n".join(out) + "\n"
     for label, body in sections:
-        if body.endswith("\\") or _emoji_like(body) or any(
+        if body.endswith("\\") or _emoji_like(body) or _escaped_bracket(body) or any(
                 (ord(ch) < 32 and ch != "\n") or ch == "\x7f" for ch in body):
             return None
         if any(len(line) > width and line[-1:].isspace() for line in body.split("\n")):
@@ -540,16 +566,11 @@ def run_show(argv: list[str]) -> int | None:
     if opts["json"]:
         if not _json_exact(node):
             return None
-        sys.stdout.write(json.dumps(node, ensure_ascii=False, indent=2) + "\n")
-        sys.stdout.flush()
-        return 0
-    styled = sys.stdout.isatty()
-    if styled:
-        if os.environ.get("TERM") == "dumb" or os.environ.get("FORCE_COLOR") is not None:
-            return None  # rich's own rules for those
-        width = terminal_width()
-    else:
-        width = int(os.environ.get("COLUMNS", str(PIPE_WIDTH)))
+        return _print_json(node)
+    look = _console_look()
+    if look is None:
+        return None
+    styled, width = look
     rows, sections = show_rows(node), show_sections(node)
     if rows is None or sections is None:
         return None

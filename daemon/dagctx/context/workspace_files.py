@@ -38,8 +38,8 @@ import msgspec
 
 from dagctx.protocol.errors import DagctxError
 
-__all__ = ["ReadResult", "clean_block", "folder_names", "normalise_newlines", "open_beneath", "read_workspace_text",
-           "resolve_inside"]
+__all__ = ["ReadResult", "clean_block", "folder_names", "normalise_newlines", "open_beneath", "read_capped",
+           "read_workspace_text", "resolve_inside"]
 
 
 def resolve_inside(root: str | os.PathLike[str], relative: str | os.PathLike[str]) -> Path:
@@ -143,19 +143,11 @@ def read_workspace_text(root: Path, rel: str, max_bytes: int) -> ReadResult:
         if info.st_nlink > 1:
             return ReadResult(status="refused", note=f"{rel}: refused: it has {info.st_nlink} hard links, and a "
                                "hard link may be a file outside the workspace; copy it instead")
-        chunks: list[bytes] = []
-        got = 0
-        while got <= max_bytes:
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - got))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            got += len(chunk)
+        data = read_capped(fd, max_bytes)
     except OSError as err:
         return ReadResult(status="unreadable", note=f"{rel}: read failed ({err.strerror or type(err).__name__}); skipped")
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     partial = len(data) > max_bytes
     if partial:
         data = data[:max_bytes]
@@ -173,6 +165,21 @@ def read_workspace_text(root: Path, rel: str, max_bytes: int) -> ReadResult:
         size_bytes=max(info.st_size, len(data)),
         partial=partial,
     )
+
+
+def read_capped(fd: int, max_bytes: int) -> bytes:
+    """The open file ``fd`` read up to ``max_bytes`` + 1 bytes (one past the cap, so a
+    caller sees that the file is larger without reading it whole), 1 MiB at a time.
+    Raises ``OSError``; the caller closes ``fd``."""
+    chunks: list[bytes] = []
+    got = 0
+    while got <= max_bytes:
+        chunk = os.read(fd, min(1 << 20, max_bytes + 1 - got))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
 
 
 def normalise_newlines(text: str) -> str:

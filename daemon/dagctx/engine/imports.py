@@ -1,8 +1,10 @@
 """``session/import``: parse transcripts off the event loop, write each through the ledger.
 
 Files are parsed one session at a time in a worker thread (formats with one session a
-line are streamed, every record is size-capped), so memory is bounded by the largest
-session, not the file. Each transcript is then written in one ledger transaction,
+line are streamed, every record is size-capped); tool results over ``SPILL_OVER_BYTES``
+are kept aside in a private temporary file as they are read and read back one node at a
+time when derived and written, so memory is bounded by the session's skeleton and its
+largest node, not by the session's payloads or the file. Each transcript is then written in one ledger transaction,
 idempotently (keyed by the source session), so an interrupted import keeps what it
 committed and a rerun resumes. Progress goes to the client as ``$/progress`` when it
 gave a ``workDoneToken``.
@@ -28,7 +30,8 @@ from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
 from dagctx.transcripts import Transcript, iter_file, transcript_files
 from dagctx.transcripts.reading import CLIENT_ENVIRON
-from dagctx.transcripts.base import BESIDE_CHAIN_NAMES, MAX_REASON_CHARS
+from dagctx.transcripts.base import BESIDE_CHAIN_NAMES, MAX_REASON_CHARS, loaded
+from dagctx.transcripts.builder import SPILL_OVER
 from dagctx.protocol.limits import safe_text
 
 if TYPE_CHECKING:
@@ -42,12 +45,17 @@ MAX_SKIPPED = 100
 
 _DONE = object()
 
+#: Tool results longer than this (as JSON) wait for their write in a temporary file, not
+#: in memory (SPEC §9 import: memory bounded by the largest node).
+SPILL_OVER_BYTES = 256 * 1024
+
 
 def _derived(engine: Record, t: Transcript) -> dict[str, NodeDerived]:
     out = {}
     for node in t.nodes:
         if node.id is not None:
-            out[node.id] = engine.derive_node(node.role, node.input, node.output, node.name)
+            whole = loaded(node)  # one spilled output in memory at a time
+            out[node.id] = engine.derive_node(whole.role, whole.input, whole.output, whole.name)
     return out
 
 
@@ -111,6 +119,7 @@ def _not_imported(t: Transcript, fmt: str, records: int) -> str:
 
 async def session_import(engine: Record, p: c.ImportParams) -> c.ImportResult:
     CLIENT_ENVIRON.set(engine.environ)  # this task's context: its reads use the client's limits
+    SPILL_OVER.set(SPILL_OVER_BYTES)  # and its parsers keep large tool results on disk
     path = engine.client_path(p.path)
     if not os.path.exists(path):
         raise DagctxError("InvalidParams", f"no file or folder at {p.path!r}", path="path")
@@ -184,7 +193,7 @@ async def _write(engine: Record, p: c.ImportParams, t: Transcript, path: str) ->
             info, created = engine.store.import_session(
                 source_key=f"{t.format}:{t.source_key}",
                 title=p.title or safe_text(t.title),  # a title made from an undecodable file name
-                nodes=t.nodes,
+                nodes=(loaded(n) for n in t.nodes),  # each spilled output read back as it is written
                 head=t.head,
                 metadata={"importedFrom": t.format, "source": path},
                 derived=derived,

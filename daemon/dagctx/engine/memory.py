@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from dagctx.context import memory_text as mt
-from dagctx.context.workspace_files import open_beneath, resolve_inside
+from dagctx.context.workspace_files import open_beneath, read_capped, resolve_inside
 from dagctx.ledger.memory import FileUpdate, MemoryChunkRow, MemoryFileRow, MemoryIndex
 from dagctx.protocol import memory_messages as mem
 from dagctx.protocol.errors import DagctxError
@@ -146,19 +146,11 @@ def _read(root: str, rel: str, max_bytes: int) -> _Read:
         if info.st_size > max_bytes:
             return skip("tooLarge", f"{info.st_size:,} bytes, over the limit of {max_bytes:,} "
                         "(options.maxFileBytes); not indexed — split it into smaller files")
-        parts: list[bytes] = []
-        got = 0
-        while got <= max_bytes:
-            b = os.read(fd, min(1 << 20, max_bytes + 1 - got))
-            if not b:
-                break
-            parts.append(b)
-            got += len(b)
+        data = read_capped(fd, max_bytes)
     except OSError as err:
         return skip("unreadable", f"read failed ({err.strerror or type(err).__name__}); not indexed")
     finally:
         os.close(fd)
-    data = b"".join(parts)
     if len(data) > max_bytes:
         return skip("tooLarge", f"grew past the limit of {max_bytes:,} bytes while read; not indexed")
     if b"\x00" in data:
@@ -407,8 +399,10 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
             qv = embedder.embed([p.query])[0]
         hits: list[mem.MemoryHit] = []
         if ws is not None:
-            for cid, c in candidates(ws, vindex, qv, None).items():
-                row = c.get("row") or index.chunk(ws, cid)
+            cands = candidates(ws, vindex, qv, None)
+            fetched = index.chunks(ws, [cid for cid, c in cands.items() if "row" not in c])
+            for cid, c in cands.items():
+                row = c.get("row") or fetched.get(cid)
                 if row is None:
                     continue
                 ts, vs = c.get("text", 0.0), c.get("vec")
@@ -418,8 +412,10 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
                     path=row.path, start_line=row.start_line, end_line=row.end_line, time=row.mtime, vector_score=vs))
         if sessions:
             svi = _vectors(engine, index, ms.SESSIONS_KEY, key) if key is not None else None
-            for cid, c in candidates(ms.SESSIONS_KEY, svi, qv, p.session_id).items():
-                row = c.get("row") or index.chunk(ms.SESSIONS_KEY, cid)
+            cands = candidates(ms.SESSIONS_KEY, svi, qv, p.session_id)
+            fetched = index.chunks(ms.SESSIONS_KEY, [cid for cid, c in cands.items() if "row" not in c])
+            for cid, c in cands.items():
+                row = c.get("row") or fetched.get(cid)
                 if row is None:
                     continue
                 sid, nid = ms.split_path(row.path)

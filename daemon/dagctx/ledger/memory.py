@@ -46,6 +46,14 @@ class MemoryIndex:
         with self.store.lock:
             return self._rows().chunk(workspace, chunk_id)
 
+    def chunks(self, workspace: str, chunk_ids: Sequence[str]) -> dict[str, MemoryChunkRow]:
+        """The chunks of these ids that exist, by id (one query)."""
+        if not chunk_ids:
+            return {}
+        self.store.ensure_file()
+        with self.store.lock:
+            return {r.id: r for r in self._rows().chunks(workspace, list(chunk_ids))}
+
     def search(self, workspace: str, expression: str, limit: int,
                under: str | None = None) -> list[tuple[MemoryChunkRow, float]]:
         """Keyword hits, best first; ``under``: only chunks whose path is below ``under/``."""

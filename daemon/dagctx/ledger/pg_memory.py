@@ -41,6 +41,12 @@ class PostgresMemory:
                           (workspace, chunk_id)).fetchone()
         return None if r is None else chunk_row(r)
 
+    def chunks(self, workspace: str, chunk_ids: Sequence[str]) -> list[MemoryChunkRow]:
+        with self.b._conn("read the memory index") as c:
+            rows = c.execute(f"SELECT {CHUNK_COLS} FROM dagctx.memory_chunks c WHERE c.workspace=%s AND c.id = ANY(%s)",
+                             (workspace, list(chunk_ids))).fetchall()
+        return [chunk_row(r) for r in rows]
+
     def search(self, workspace: str, expression: str, limit: int,
                under: str | None = None) -> list[tuple[MemoryChunkRow, float]]:
         q = pg_search.parse(fts.fts_query(expression))

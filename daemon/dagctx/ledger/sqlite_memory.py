@@ -46,6 +46,16 @@ class SqliteMemory:
                                   (workspace, chunk_id)).fetchone()
         return None if r is None else chunk_row(r)
 
+    def chunks(self, workspace: str, chunk_ids: Sequence[str]) -> list[MemoryChunkRow]:
+        out: list[MemoryChunkRow] = []
+        with self.b._faults("read the memory index"):
+            for i in range(0, len(chunk_ids), 500):  # under SQLite's bound-parameter limit
+                part = chunk_ids[i:i + 500]
+                out += [chunk_row(r) for r in self._c().execute(
+                    f"SELECT {CHUNK_COLS} FROM memory_chunks c WHERE c.workspace=? AND c.id IN "
+                    f"({','.join('?' * len(part))})", (workspace, *part)).fetchall()]
+        return out
+
     def search(self, workspace: str, expression: str, limit: int,
                under: str | None = None) -> list[tuple[MemoryChunkRow, float]]:
         below = "AND c.path >= ? AND c.path < ? " if under is not None else ""

@@ -155,21 +155,7 @@ class RequestRunner:
             if not asyncio.iscoroutine(result):
                 done.set_result(result)
                 return
-            task = loop.create_task(result, context=ctx)
-            self._tasks[msg_id] = task
-
-            def finished(t: asyncio.Future[Any]) -> None:
-                self._tasks.pop(msg_id, None)
-                if done.done():
-                    return
-                if t.cancelled():
-                    done.cancel()
-                elif t.exception() is not None:
-                    done.set_exception(t.exception())  # type: ignore[arg-type]
-                else:
-                    done.set_result(t.result())
-
-            task.add_done_callback(finished)
+            self._follow(msg_id, loop.create_task(result, context=ctx), done)
 
         done.add_done_callback(lambda f, i=msg_id, mth=method, p=params: self._request_done(i, mth, f, p))
         if waits or self._backlog:
@@ -297,12 +283,20 @@ class RequestRunner:
             if not done.done():
                 done.set_result(result)
             return
-        task = asyncio.ensure_future(result)  # finished on the loop (sampling, a client's answer)
+        # finished on the loop (sampling, a client's answer); its lane is held until then
+        self._follow(msg_id, asyncio.ensure_future(result), done, then=lambda: pool.release(lane, cf))
+
+    def _follow(self, msg_id: Any, task: asyncio.Future[Any], done: asyncio.Future[Any], *,
+                then: Callable[[], None] | None = None) -> None:
+        """Keep ``task`` (the rest of a request, running on the loop) cancellable as
+        ``msg_id`` until it ends; then run ``then`` and settle ``done`` — the request's
+        answer — with the task's result, error or cancellation, unless it is settled already."""
         self._tasks[msg_id] = task
 
         def finished(t: asyncio.Future[Any]) -> None:
             self._tasks.pop(msg_id, None)
-            pool.release(lane, cf)
+            if then is not None:
+                then()
             if done.done():
                 return
             if t.cancelled():

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
+import msgspec
+
 
 from dagctx.protocol.context_messages import ImportFormat, Skipped, Usage
 from dagctx.protocol.nodes import ROOT_SENTINEL, SUMMARY_NAME, SYSTEM_PROMPT_NAME, NodeInput
@@ -81,6 +83,28 @@ def quote(value: Any, limit: int = 40) -> str:
     cut = len(text) > limit
     out = repr(text[:limit])
     return out + "…" if cut else out
+
+
+class SpilledOutput:
+    """A tool result kept aside in a private temporary file while the transcript is read
+    (``SPILL_OVER``), read back by ``load`` one node at a time when it is written, so an
+    import holds the session's skeleton in memory, not its payloads (SPEC §9 import)."""
+
+    __slots__ = ("_file", "_offset", "_length")
+
+    def __init__(self, file: Any, offset: int, length: int) -> None:
+        self._file, self._offset, self._length = file, offset, length
+
+    def load(self) -> Any:
+        self._file.seek(self._offset)
+        return msgspec.json.decode(self._file.read(self._length))
+
+
+def loaded(node: NodeInput) -> NodeInput:
+    """``node`` with a spilled output read back (a copy; ``node`` itself stays small)."""
+    if isinstance(node.output, SpilledOutput):
+        return msgspec.structs.replace(node, output=node.output.load())
+    return node
 
 
 @dataclass

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import heapq
 import re
+import tempfile
+from contextvars import ContextVar
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
+import msgspec
 
 from dagctx.protocol.context_messages import Skipped, Usage
 from dagctx.protocol.nodes import SUMMARY_NAME, SYSTEM_PROMPT_NAME, NodeInput
 
-from .base import _COUNT_KEYS, BESIDE_CHAIN_NAMES, ROOT, UNKNOWN_MODEL, Transcript, is_beside_chain, is_spawn_root
+from .base import (_COUNT_KEYS, BESIDE_CHAIN_NAMES, ROOT, UNKNOWN_MODEL, SpilledOutput, Transcript, is_beside_chain,
+                   is_spawn_root)
 from .values import one_line, text_of_blocks
 
 
@@ -56,6 +60,13 @@ def stable_topo(items: list[Any], deps: Callable[[Any], Iterable[Hashable]], ide
     return [items[i] for i in out]
 
 
+#: Tool results whose JSON is longer than this many bytes are kept aside in a private
+#: temporary file while a transcript is read (``SpilledOutput``); None (the default, for
+#: tools and tests that read ``Transcript.nodes`` directly): every output stays in memory.
+#: ``session/import`` sets it so its memory is bounded by the largest node (SPEC §9).
+SPILL_OVER: ContextVar[int | None] = ContextVar("dagctx_transcript_spill_over", default=None)
+
+
 class Builder:
     """Collects nodes for one transcript and finishes them into a ``Transcript``.
 
@@ -75,6 +86,8 @@ class Builder:
         self.usage: dict[str, Usage] = {}
         self.skipped: list[Skipped] = []
         self.counts: dict[str, int] = {}
+        self._spill_over = SPILL_OVER.get()
+        self._spill: Any = None  # the temporary file, opened on the first spilled result
 
     # -- ids and nodes
 
@@ -154,7 +167,7 @@ class Builder:
 
     def attach_result(self, node_id: str, output: Any, *, error: bool = False, ts: float | None = None, **metadata: Any) -> None:
         node = self.by_id[node_id]
-        node.output = output
+        node.output = self.keep(output)
         node.status = "error" if error else "completed"
         node.metadata.pop("noResult", None)
         if ts is not None:
@@ -163,6 +176,30 @@ class Builder:
         self._paired.add(node_id)
         if node.caller is not None and ts is not None:
             self.touch(node.caller, ts)
+
+    @property
+    def spills(self) -> bool:
+        """True when large tool results are kept aside (``SPILL_OVER`` is set)."""
+        return self._spill_over is not None
+
+    def keep(self, output: Any) -> Any:
+        """``output``, or a ``SpilledOutput`` when it is over ``SPILL_OVER`` bytes (a parser
+        may call it as it reads, so a large result never waits in memory for its call)."""
+        limit = self._spill_over
+        if limit is None or output is None or isinstance(output, SpilledOutput) or (isinstance(output, str) and len(output) * 6 + 2 <= limit):  # JSON escapes a char to ≤ 6 bytes
+            return output
+        data = msgspec.json.encode(output)
+        if len(data) <= limit:
+            return output
+        if self._spill is None:
+            # 0600 and unlinked at once (SPEC §1: private files); closed when the last
+            # SpilledOutput of this transcript is gone
+            self._spill = tempfile.TemporaryFile(prefix="dagctx-import-")
+        f = self._spill
+        f.seek(0, 2)
+        offset = f.tell()
+        f.write(data)
+        return SpilledOutput(f, offset, len(data))
 
     def set_usage(self, llm_id: str, input: int = 0, output: int = 0, cache_read: int = 0, cache_write: int = 0) -> None:
         self.usage[llm_id] = Usage(input=int(input or 0), output=int(output or 0),

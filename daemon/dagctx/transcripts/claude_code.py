@@ -49,7 +49,7 @@ from typing import Any
 from dagctx.protocol.context_messages import Skipped
 from dagctx.protocol.nodes import SUMMARY_NAME
 
-from .base import is_spawn_root, quote, Rank, Reader, ROOT, Transcript
+from .base import is_spawn_root, quote, Rank, Reader, ROOT, SpilledOutput, Transcript
 from .builder import Builder, stable_topo
 from .claude_code_files import (
     agent_from_name,
@@ -58,7 +58,7 @@ from .claude_code_files import (
     read_summarizer,
     subagent_files,
 )
-from .reading import read_jsonl
+from .claude_code_rows import lines
 from .values import content_blocks, content_output, parse_arguments, text_of_blocks, to_epoch
 
 _AGENT_ID_TEXT = re.compile(r"agentId:\s*([A-Za-z0-9_-]+)")
@@ -84,10 +84,8 @@ def parse(path: Path) -> Transcript:
     session_id: str | None = None
     for fno, f in enumerate(files):
         label = "" if fno == 0 else f"{f.parent.name}/{f.name}"
-        lines, skipped = read_jsonl(f, label=label)
-        b.skipped.extend(skipped)
         file_agent = agent_from_name(f) if fno else None
-        for no, obj in lines:
+        for no, obj in lines(b, f, label):
             if fno == 0 and session_id is None and isinstance(obj.get("sessionId"), str):
                 session_id = obj["sessionId"]
             uuid = obj.get("uuid") if isinstance(obj.get("uuid"), str) else None
@@ -351,13 +349,15 @@ class _Parser:
                 b.skipped.append(Skipped(row.no, f"tool_result for unknown tool_use {quote(tid)}"))
                 b.counts["orphanResults"] = b.counts.get("orphanResults", 0) + 1
             return
-        output = content_output(blk.get("content"))
+        raw = blk.get("content")
+        output = raw if isinstance(raw, SpilledOutput) else content_output(raw)  # already converted by slim
         b.attach_result(target, output, error=bool(blk.get("is_error")), ts=ts)
         tur = row.obj.get("toolUseResult")
         agent = tur.get("agentId") if isinstance(tur, dict) else None
-        if not isinstance(agent, str):
-            m = _AGENT_ID_TEXT.search(output if isinstance(output, str) else "")
-            agent = m.group(1) if m and b.by_id[target].name in _SPAWN_TOOLS else None
+        if not isinstance(agent, str) and b.by_id[target].name in _SPAWN_TOOLS:
+            text = output.load() if isinstance(output, SpilledOutput) else output
+            m = _AGENT_ID_TEXT.search(text if isinstance(text, str) else "")
+            agent = m.group(1) if m else None
         if agent:
             self.agent_to_call.setdefault(agent, target)
 

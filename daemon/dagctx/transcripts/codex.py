@@ -36,7 +36,7 @@ from dagctx.protocol.context_messages import Skipped
 
 from .base import quote, Rank, Reader, ROOT, Transcript, UNKNOWN_MODEL
 from .builder import Builder
-from .reading import read_jsonl
+from .reading import iter_jsonl
 from .values import (
     content_output,
     has_images,
@@ -76,16 +76,43 @@ def _message_text(content: Any) -> str:
 
 
 def parse(path: Path) -> Transcript:
-    rows, skipped = read_jsonl(path)
-    return _Parser(rows, skipped, path).run()
+    b = Builder("codex")
+    rows: list[tuple[int, dict]] = []
+    for item in iter_jsonl(path):
+        if isinstance(item, Skipped):
+            b.skipped.append(item)
+            continue
+        if b.spills:
+            _slim(b, item[1])
+        rows.append(item)
+    return _Parser(rows, b, path).run()
+
+
+#: where ``_slim`` leaves a result it converted and kept aside: ``(output, error)`` under
+#: a key no JSON text can hold
+_KEPT = object()
+
+
+def _slim(b: Builder, obj: dict) -> None:
+    """Keep a line's tool output aside as it is read (``Builder.keep``), and drop the
+    bodies of events the parser never reads (``exec_command_end`` repeats the output):
+    the rows wait for the whole file (``use_events`` looks at all of them first), their
+    payloads need not."""
+    p = obj.get("payload")
+    if not isinstance(p, dict):
+        return
+    if obj.get("type") == "event_msg" and p.get("type") not in ("user_message", "token_count"):
+        obj["payload"] = {"type": p.get("type")}
+    elif obj.get("type") == "response_item" and p.get("type") in _RESULT_ITEMS:
+        output, error = _output(p.pop("output", None))
+        p[_KEPT] = (b.keep(output), error)
 
 
 class _Parser:
-    def __init__(self, rows: list[tuple[int, dict]], skipped: list[Skipped], path: Path) -> None:
+    def __init__(self, rows: list[tuple[int, dict]], b: Builder, path: Path) -> None:
         self.rows = rows
         self.path = path
-        self.b = Builder("codex")
-        self.b.skipped.extend(skipped)
+        self.b = b
         self.tip: str = ROOT
         self.model: str = UNKNOWN_MODEL
         self.cur: str | None = None  # open llm node
@@ -250,7 +277,7 @@ class _Parser:
                 b.skipped.append(Skipped(no, f"{it} for unknown call_id {quote(call_id)}"))
                 b.counts["orphanResults"] = b.counts.get("orphanResults", 0) + 1
                 return
-            output, error = _output(p.get("output"))
+            output, error = p[_KEPT] if _KEPT in p else _output(p.get("output"))
             b.attach_result(target, output, error=error, ts=ts)
             return
         if it in ("compaction", "compaction_summary"):

@@ -243,6 +243,32 @@ def plain(blocks: Sequence[dict[str, Any]]) -> str:
     return "\n\n".join(block_text(b) for b in blocks if not (b.get("type") == "text" and not b.get("text")))
 
 
+@dataclass(slots=True)
+class CallAnswers:
+    """The pairing check of one assistant message's tool calls against the results after
+    it, for a format's ``check_pairs``: each result answers one call of message ``index``,
+    once, and every call gets one (``close``). Problems go to ``problems``."""
+
+    index: int
+    calls: Sequence[Any]
+    problems: list[str]
+    answered: list[Any] = field(default_factory=list)
+
+    def answer(self, at: int, call_id: Any) -> None:
+        """A result in message ``at`` naming ``call_id``."""
+        if call_id not in self.calls:
+            self.problems.append(f"message {at}: tool result {call_id!r} answers no call of message {self.index}")
+        elif call_id in self.answered:
+            self.problems.append(f"message {at}: second result for tool call {call_id!r}")
+        self.answered.append(call_id)
+
+    def close(self) -> None:
+        """After the last result: every call without one is a problem."""
+        for cid in self.calls:
+            if cid not in self.answered:
+                self.problems.append(f"message {self.index}: tool call {cid!r} has no result")
+
+
 # ---------------------------------------------------------------- the format object
 
 

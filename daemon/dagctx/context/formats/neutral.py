@@ -17,7 +17,7 @@ from typing import Any
 from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context.view import View
 
-from ._assembly import Msg, RenderFormat
+from ._assembly import CallAnswers, Msg, RenderFormat
 
 
 def _build(msgs: list[Msg]) -> tuple[list[dict[str, Any]], list[list[str]]]:
@@ -60,21 +60,16 @@ def _check(messages: Sequence[dict[str, Any]]) -> list[str]:
             i += 1
             continue
         j = i + 1
-        answered: list[str] = []
+        answers = CallAnswers(i, calls, problems)
         while j < len(messages) and messages[j].get("role") == "tool":
             for b in messages[j].get("content") or []:
-                tid = b.get("toolCallId")
                 if b.get("type") != "tool_result":
                     problems.append(f"message {j}: {b.get('type')!r} block in a tool message")
-                elif tid not in calls:
-                    problems.append(f"message {j}: tool result {tid!r} answers no call of message {i}")
-                elif tid in answered:
-                    problems.append(f"message {j}: second result for tool call {tid!r}")
-                answered.append(tid)
+                    answers.answered.append(b.get("toolCallId"))
+                else:
+                    answers.answer(j, b.get("toolCallId"))
             j += 1
-        for cid in calls:
-            if cid not in answered:
-                problems.append(f"message {i}: tool call {cid!r} has no result")
+        answers.close()
         i = j
     return problems
 

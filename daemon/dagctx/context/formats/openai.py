@@ -26,7 +26,17 @@ from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context.content import block_text, json_text
 from dagctx.context.view import View
 
-from ._assembly import REASONING_TYPES, Msg, RenderFormat, inline_data, json_object, media_type, plain, reasoning_text
+from ._assembly import (
+    REASONING_TYPES,
+    CallAnswers,
+    Msg,
+    RenderFormat,
+    inline_data,
+    json_object,
+    media_type,
+    plain,
+    reasoning_text,
+)
 
 
 def _arguments(value: Any) -> str:
@@ -157,20 +167,13 @@ def _check(messages: Sequence[dict[str, Any]]) -> list[str]:
                 if not fn.get("name"):
                     problems.append(f"message {i}: tool call {cid!r} has no function name")
             j = i + 1
-            answered: list[str] = []
+            answers = CallAnswers(i, ids, problems)
             while j < len(messages) and messages[j].get("role") == "tool":
-                tid = messages[j].get("tool_call_id")
-                if tid not in ids:
-                    problems.append(f"message {j}: tool result {tid!r} answers no call of message {i}")
-                elif tid in answered:
-                    problems.append(f"message {j}: second result for tool call {tid!r}")
+                answers.answer(j, messages[j].get("tool_call_id"))
                 if not isinstance(messages[j].get("content"), str | list):
                     problems.append(f"message {j}: tool result content is not a string")
-                answered.append(tid)
                 j += 1
-            for cid in ids:
-                if cid not in answered:
-                    problems.append(f"message {i}: tool call {cid!r} has no result")
+            answers.close()
             i = j
             continue
         if role == "user" and m.get("content") in (None, "", []):
