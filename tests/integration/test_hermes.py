@@ -217,3 +217,22 @@ def test_dagctx_mcp_on_the_mcp_hermes_pins(tmp_path: Path) -> None:
                           timeout=1200)
     assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "failed" not in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
+
+
+def test_the_engine_call_timeout_is_read_from_the_environment() -> None:
+    """``DAGCTX_HERMES_TIMEOUT`` sets how long an engine call waits for the daemon; a value
+    that is not a positive number of seconds keeps the default (clients/hermes/README.md)."""
+    py = hermes_python()
+    script = ("import json, os, sys\n"
+              "from dagctx_hermes import connection as c\n"
+              "out = []\n"
+              "for v in sys.argv[1:]:\n"
+              "    os.environ['DAGCTX_HERMES_TIMEOUT'] = v\n"
+              "    out.append(c.call_timeout())\n"
+              "os.environ.pop('DAGCTX_HERMES_TIMEOUT')\n"
+              "out.append(c.call_timeout())\n"
+              "print(json.dumps(out))\n")
+    proc = subprocess.run([str(py), "-c", script, "600", "2.5", "0", "-3", "soon", "inf", "nan"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": ""})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout) == [600.0, 2.5, 30.0, 30.0, 30.0, 30.0, 30.0, 30.0]

@@ -39,7 +39,9 @@ def test_hermes_cli_six_turns_with_dagctx_and_with_dagctx_unreachable(tmp_path: 
     asyncio.run(seed())
     db = tmp_path / "hermes.db"
     ways = {
-        "dagctx": {"DAGCTX_DB": str(db)},
+        # a loaded test machine can take longer than the default 30 s to start a daemon: this
+        # way must be served by dagctx, not fall back
+        "dagctx": {"DAGCTX_DB": str(db), "DAGCTX_HERMES_TIMEOUT": "600"},
         "unreachable": {"DAGCTX_DB": str(tmp_path / "never.db"),
                         "DAGCTX_COMMAND": json.dumps([sys.executable, "-c", "import sys; sys.exit('dagctx is down')"])},
     }

@@ -18,8 +18,23 @@ from typing import Any
 from .bridge import ClientBridge
 
 API_KEY_ENV = "DAGCTX_HERMES_API_KEY"
-#: How long one engine call waits for the daemon (compaction: ``engine.COMPACT_TIMEOUT``).
+#: How long one engine call waits for the daemon (compaction: ``engine.COMPACT_TIMEOUT``);
+#: ``DAGCTX_HERMES_TIMEOUT`` (seconds) overrides it.
 CALL_TIMEOUT = 30.0
+TIMEOUT_ENV = "DAGCTX_HERMES_TIMEOUT"
+
+
+def call_timeout() -> float:
+    """``DAGCTX_HERMES_TIMEOUT`` when it is a positive number of seconds, else CALL_TIMEOUT.
+
+    A machine that starts the daemon slowly (a loaded CI runner) needs longer than the
+    default before Hermes falls back to its own compressor; a bad value is not worth failing
+    a Hermes turn over, so it keeps the default."""
+    try:
+        value = float(os.environ.get(TIMEOUT_ENV, ""))
+    except ValueError:
+        return CALL_TIMEOUT
+    return value if 0 < value < float("inf") else CALL_TIMEOUT
 
 #: The daemon connections of this process, by what they were started with
 #: (``DagctxContextEngine.bridge``).
@@ -89,7 +104,7 @@ def new_bridge(database: str | None, command: list[str] | None, opts: dict[str, 
             client.on_request("sampling/createMessage", lambda params: auxiliary_sample(params, runtime))
         return client
 
-    return ClientBridge(connect, timeout=CALL_TIMEOUT)
+    return ClientBridge(connect, timeout=call_timeout())
 
 
 async def find_session(client: Any, hermes_session: str) -> Any:
@@ -126,5 +141,5 @@ async def auxiliary_sample(params: Any, runtime: dict[str, Any]) -> dict[str, An
             "model": str(getattr(response, "model", "") or "hermes-auxiliary"), "stopReason": "endTurn"}
 
 
-__all__ = ["API_KEY_ENV", "BRIDGES", "CALL_TIMEOUT", "auxiliary_compression", "auxiliary_sample", "command_from_env",
-           "daemon_options", "find_session", "hermes_config", "new_bridge"]
+__all__ = ["API_KEY_ENV", "BRIDGES", "CALL_TIMEOUT", "TIMEOUT_ENV", "auxiliary_compression", "auxiliary_sample",
+           "call_timeout", "command_from_env", "daemon_options", "find_session", "hermes_config", "new_bridge"]
