@@ -577,6 +577,40 @@ def test_a_group_whose_commit_fails_for_one_row_commits_the_others(store: Store)
     assert rows(store.path, sid) == (3, 3, "x2", 3)
 
 
+def _refuse_at_insert(database: str) -> None:
+    """A BEFORE INSERT trigger that refuses a node with id 'poison' at once (on PostgreSQL
+    in pipeline mode its error reaches the client only at a later sync point)."""
+    with RawDb(database) as db:
+        if db.pg:
+            db.execute("CREATE FUNCTION dagctx.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                       "IF NEW.id = 'poison' THEN RAISE EXCEPTION 'refused by the test'; END IF; "
+                       "RETURN NEW; END $$")
+            db.execute("CREATE TRIGGER refuse BEFORE INSERT ON dagctx.nodes FOR EACH ROW "
+                       "EXECUTE FUNCTION dagctx.refuse()")
+        else:
+            db.execute("CREATE TRIGGER refuse BEFORE INSERT ON nodes WHEN NEW.id = 'poison' "
+                       "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
+
+
+def test_a_row_refused_at_insert_fails_only_its_own_unit(store: Store) -> None:
+    """The refusal may surface while a LATER unit of the group runs (PostgreSQL's pipeline
+    mode): it must fail the unit that wrote the row, not the one that was running."""
+    s = store.create_session()
+    sid = s.session_id
+    _refuse_at_insert(store.path)
+    got = store.append_group([
+        AppendRequest(sid, [U(s.root_id, id="p1")]),
+        AppendRequest(sid, [U(s.root_id, id="poison")]),
+        AppendRequest(sid, [L("p1", id="p2")]),
+        AppendRequest(sid, [U(s.root_id, id="p3")]),
+    ])
+    assert isinstance(got[1], BaseException) and "refused by the test" in str(got[1])
+    for k in (0, 2, 3):
+        assert not isinstance(got[k], BaseException), (k, got[k])
+    assert [n.id for n in store.history(sid)[0]] == ["p1", "p2"]  # p3 forks from the root: HEAD stays
+    assert {"p1", "p2", "p3"} <= set(store.graph(sid).nodes) and "poison" not in store.graph(sid).nodes
+
+
 def test_cached_graphs_are_weighed_and_can_be_evicted(store: Store) -> None:
     s = store.create_session()
     sid = s.session_id

@@ -58,6 +58,17 @@ class _Redo(Exception):
         self.error = error
 
 
+class _Unplaced(Exception):
+    """The database refused something while a unit ran. In a group the answer may belong to
+    an earlier unit's write: PostgreSQL's pipeline mode delivers a refused row's error at a
+    later sync point, inside whichever unit happens to be running. The group is rolled back
+    and each unit runs alone, so only the culprit fails."""
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        self.index = index
+        self.error = error
+
+
 class Appends(StoreBase):
     """The writes that create or fill a node (mixed into ``store.Store``)."""
 
@@ -107,8 +118,9 @@ class Appends(StoreBase):
         Each unit meets the rules exactly as a lone ``append`` would, after the units before
         it: seq and HEAD are per session, as if the units had been appended one by one. A
         unit the rules refuse before it wrote anything just answers its error; a unit that
-        fails after writing (a later node of a batch, a row the database refuses) rolls the
-        group back, and the group runs again without it. A fault of the database itself
+        fails after writing (a later node of a batch) rolls the group back, and the group
+        runs again without it; a row the database refuses (whose error may surface while a
+        later unit runs) rolls the group back and runs each unit alone. A fault of the database itself
         (full, read-only, gone, a failing COMMIT) fails every unit of the group: none was
         written. Returns, per unit, its outcomes or the exception it answers.
         """
@@ -143,6 +155,13 @@ class Appends(StoreBase):
                 results[redo.index] = redo.error
                 todo.remove(redo.index)
                 continue
+            except _Unplaced as un:
+                if len(todo) == 1:
+                    results[un.index] = un.error
+                    return results
+                for i in todo:
+                    results[i] = self.append_group([units[i]])[0]
+                return results
             except BaseException as exc:
                 if len(todo) > 1 and isinstance(exc, Exception) and not isinstance(exc, DagctxError) \
                         and self.backend.fault_kind(exc) is None:
@@ -187,7 +206,7 @@ class Appends(StoreBase):
         except Exception as exc:
             if self.backend.fault_kind(exc) is not None:
                 raise  # the database's fault: every unit of the group fails
-            raise _Redo(index, exc) from exc
+            raise _Unplaced(index, exc) from exc
         return out
 
     def _append_locked(
