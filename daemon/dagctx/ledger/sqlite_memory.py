@@ -125,6 +125,42 @@ class SqliteMemory:
         self._drop_chunks(workspace, "path >= ? AND path < ?", under_range(prefix))
         self._c().execute("DELETE FROM memory_files WHERE workspace=? AND path=?", (workspace, prefix))
 
+    def sessions_marker(self) -> tuple[int, float]:
+        with self.b._faults("read the sessions"):
+            r = self._c().execute("SELECT count(*), coalesce(max(updated_at), 0) FROM sessions").fetchone()
+        return int(r[0]), float(r[1])
+
+    def sessions_since(self, since: float) -> list[tuple[str, float, int]]:
+        with self.b._faults("read the sessions"):
+            rows = self._c().execute("SELECT id, updated_at, node_count FROM sessions WHERE updated_at >= ? "
+                                     "ORDER BY updated_at, id", (since,)).fetchall()
+        return [(r[0], float(r[1]), int(r[2])) for r in rows]
+
+    def sessions_all(self) -> list[tuple[str, float, int]]:
+        with self.b._faults("read the sessions"):
+            rows = self._c().execute("SELECT id, updated_at, node_count FROM sessions ORDER BY id").fetchall()
+        return [(r[0], float(r[1]), int(r[2])) for r in rows]
+
+    def sessions_after(self, since: float) -> int:
+        with self.b._faults("read the sessions"):
+            return int(self._c().execute("SELECT count(*) FROM sessions WHERE updated_at > ?",
+                                         (since,)).fetchone()[0])
+
+    def files_named(self, workspace: str, paths: Sequence[str]) -> list[MemoryFileRow]:
+        out: list[MemoryFileRow] = []
+        with self.b._faults("read the memory index"):
+            for i in range(0, len(paths), 500):  # under SQLite's bound-parameter limit
+                part = paths[i:i + 500]
+                out += [MemoryFileRow(*r) for r in self._c().execute(
+                    "SELECT path, source, hash, mtime, size, lines, chunks FROM memory_files WHERE workspace=? "
+                    f"AND path IN ({','.join('?' * len(part))})", (workspace, *part)).fetchall()]
+        return out
+
+    def file_count(self, workspace: str) -> int:
+        with self.b._faults("read the memory index"):
+            return int(self._c().execute("SELECT count(*) FROM memory_files WHERE workspace=?",
+                                         (workspace,)).fetchone()[0])
+
     def put_run(self, workspace: str, indexed_at: float, skipped: bytes) -> None:
         self._c().execute(
             "INSERT INTO memory_runs(workspace, indexed_at, skipped) VALUES(?,?,?) ON CONFLICT(workspace) "
