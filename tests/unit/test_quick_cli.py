@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
@@ -37,7 +37,7 @@ row = st.tuples(
 ).map(list)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(rows=st.lists(row, max_size=6), width=st.integers(60, 220), styled=st.booleans(),
        total=st.integers(0, 10**6), db=st.text(alphabet="abc/._-0123456789", min_size=1, max_size=120))
 def test_the_table_equals_richs_or_the_quick_path_steps_aside(rows: list[list[str]], width: int, styled: bool,
@@ -117,7 +117,14 @@ BODY = st.text(alphabet=st.characters(min_codepoint=9, max_codepoint=0x2FF), max
     ["line 1\n  line 2   \n", "ends with a backslash \\", "[red]x[/red] and \\[y]", "✓ done", "a" * 300 + "   "])
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
+# the cases random draws reach least often: values with leading spaces, or runs of spaces past
+# the column (wrap_fold drops the trailing spaces), and a section line past the width that ends
+# in a space (rich drops it: stepped aside)
+@example(ref="0c8e", session_title="t", values=["x" * 20 + "     " * 6 + "  y  z", "  a", "b", "c", "d", "e", "f"],
+         bodies=[], width=40, styled=False)
+@example(ref="0c8e", session_title="t", values=["a", "b", "c", "d", "e", "f", "g"],
+         bodies=["fits", "w" * 60 + " "], width=50, styled=True)
 @given(ref=st.text(alphabet="abcdef0123456789-", min_size=1, max_size=40), session_title=CELL,
        values=st.lists(CELL, min_size=7, max_size=9), bodies=st.lists(BODY, max_size=2),
        width=st.integers(30, 220), styled=st.booleans())

@@ -230,23 +230,24 @@ def test_description_first_line_and_quotes() -> None:
 
 
 def test_skills_binary_search_char_limit(tmp_path: Path) -> None:
-    for i in range(500):
+    many = 200  # over the count limit (150) too: the character limit binds first
+    for i in range(many):
         skill(tmp_path, f"s{i:03d}", f"skill-{i:03d}", f"Description number {i} " + "x" * (i % 37))
     cap = 2_000
-    result = assemble_system_prompt(tmp_path, PromptOptions(skills_max_chars=cap, skills_max_candidates_per_root=500))
+    result = assemble_system_prompt(tmp_path, PromptOptions(skills_max_chars=cap, skills_max_candidates_per_root=many))
     block = next(p for p in result.text.split("\n\n") if p.startswith("## Skills"))
     section = next(s for s in result.sections if s.name == "skills")
     assert section.truncated and section.chars == len(block)
     assert len(block) <= cap
     shown = [line for line in block.split("\n") if line.startswith("- ")]
-    assert 0 < len(shown) < 500
-    assert block.endswith(f"+{500 - len(shown)} more skills not listed")
+    assert 0 < len(shown) < 150
+    assert block.endswith(f"+{many - len(shown)} more skills not listed")
     assert shown[0].startswith("- skill-000:")  # sorted, prefix kept
     # One more entry would not fit.
     entries = [parse_skill_file((tmp_path / f"skills/s{i:03d}/SKILL.md").read_text(), f"s{i:03d}",
-                                f"skills/s{i:03d}/SKILL.md") for i in range(500)]
-    assert format_skills_block(entries[: len(shown)], 500 - len(shown)) == block
-    assert len(format_skills_block(entries[: len(shown) + 1], 500 - len(shown) - 1)) > cap
+                                f"skills/s{i:03d}/SKILL.md") for i in range(many)]
+    assert format_skills_block(entries[: len(shown)], many - len(shown)) == block
+    assert len(format_skills_block(entries[: len(shown) + 1], many - len(shown) - 1)) > cap
     assert any("skills index:" in n and "character limit 2,000" in n for n in result.notes)
 
 
