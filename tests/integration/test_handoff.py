@@ -167,3 +167,55 @@ def test_the_clients_stdin_ending_ends_the_connection(shared: None, tmp_path: Pa
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+@pytest.mark.parametrize("way", ["handed-off", "relayed", "standalone"])
+def test_answers_written_by_the_workers_stay_in_order(shared: None, tmp_path: Path, way: str) -> None:
+    """Reads answered straight from the worker that ran them (SPEC §1.4) stay in arrival
+    order with the answers the loop writes: big answers the pipe takes only in part,
+    writes and small reads, interleaved with requests refused at the door."""
+    if way == "standalone":
+        proc = subprocess.Popen([*SERVE, "--standalone", "--db", str(tmp_path / "o.db")], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    else:
+        proc = spawn(tmp_path / "o.db", way == "handed-off")
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(request(1, "initialize", {"capabilities": {}}) + request(2, "session/create", {"title": "o"}))
+    proc.stdin.flush()
+    _, created = answers(proc.stdout, 2)
+    sid, root = created["result"]["sessionId"], created["result"]["rootId"]
+    proc.stdin.write(request(3, "node/append", {"sessionId": sid, "node": {"role": "user", "input": "y" * 1_500_000,
+                                                                           "predecessor": root}}))
+    proc.stdin.flush()
+    head = answers(proc.stdout, 1)[0]["result"]["head"]
+    batch, kinds = [], {}
+    for i in range(4, 64):
+        k = i % 5
+        if k == 0:
+            batch.append(request(i, "session/history", {"sessionId": sid}))  # ~1.5 MB answer
+        elif k == 1:
+            batch.append(request(i, "session/get", {"sessionId": 42}))  # refused at the door
+        elif k == 2:
+            batch.append(request(i, "node/append", {"sessionId": sid, "node": {
+                "role": "llm", "output": f"o{i}", "predecessor": head}}))
+        else:
+            batch.append(request(i, "session/get" if k == 3 else "session/list", {"sessionId": sid} if k == 3 else {}))
+        kinds[i] = k
+    proc.stdin.write(b"".join(batch) + request(64, "shutdown"))
+    proc.stdin.flush()
+    got = answers(proc.stdout, 61)
+    proc.stdin.write(frame({"jsonrpc": "2.0", "method": "exit"}))
+    proc.stdin.flush()
+    # a request refused at the door is answered at once; every other answer in arrival order
+    assert sorted(a["id"] for a in got) == list(range(4, 65))
+    assert [a["id"] for a in got if kinds.get(a["id"]) != 1] == [i for i in range(4, 65) if kinds.get(i) != 1]
+    for a in got[:-1]:
+        k = kinds[a["id"]]
+        if k == 1:
+            assert a["error"]["data"]["kind"] == "InvalidParams"
+        else:
+            assert "result" in a, a.get("error")
+        if k == 0:
+            assert len(a["result"]["nodes"][0]["input"]) == 1_500_000
+    assert read_frame(proc.stdout) is None
+    assert proc.wait(30) == 0

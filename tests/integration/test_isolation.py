@@ -417,3 +417,24 @@ async def test_an_import_is_streamed_its_memory_bounded_by_the_largest_node(shar
         assert again.sessions[0].session_id == s.session_id and not again.sessions[0].created
     finally:
         await a.close()
+
+
+async def test_the_tokenizers_are_built_at_a_quiet_moment_not_by_a_request(shared_env, tmp_path: Path) -> None:
+    """Building a tokenizer's encoder holds the interpreter lock throughout (tiktoken's
+    constructor), so the shared daemon builds them in a thread of its own at its first
+    quiet moments, not when a request first counts tokens in the middle of every
+    connection's work (SPEC §1.4); its log says so. The counts are the same."""
+    a = await spawn(tmp_path / "warm.db")
+    try:
+        log = Path((await a.daemon_status()).log)
+        for _ in range(1200):  # a hang guard, not a duration: the daemon is quiet now
+            if "tokenizers ready: cl100k_base" in log.read_text():
+                break
+            await asyncio.sleep(0.05)
+        assert "tokenizers ready: cl100k_base" in log.read_text(), log.read_text()[-2000:]
+        s = await a.session_create("warm")
+        u = await a.append(s.session_id, "user", output="hello world", predecessor=s.head)
+        r = await a.render(s.session_id, head=u.node.id, model="gpt-4")
+        assert r.tokens.total > 0 and r.messages
+    finally:
+        await a.close()

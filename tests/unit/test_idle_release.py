@@ -21,5 +21,5 @@ def test_the_release_keeps_the_encoders_and_empties_other_memo_caches() -> None:
         hub._give_back_memory()
     finally:
         del sys.modules[memo.__name__]
-    assert tokens._cl100k.cache_info().currsize == 1 and tokens._cl100k() is encoder
+    assert tokens._cl100k() is encoder
     assert memo.square.cache_info().currsize == 0  # type: ignore[attr-defined]

@@ -105,9 +105,9 @@ def no_o200k(tmp_path: Path) -> TokenCounter:
 
 @pytest.fixture
 def clear_o200k_cache():
-    tokens._o200k.cache_clear()
+    tokens.forget_encoders()
     yield
-    tokens._o200k.cache_clear()
+    tokens.forget_encoders()
 
 
 # ---------------------------------------------------------------- exact counts

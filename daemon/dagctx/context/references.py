@@ -497,14 +497,15 @@ def _even_sample(texts: list[str], budget: int) -> list[str]:
         return texts
     out = list(texts)
     remaining, pending = budget, sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    while pending:
-        share = remaining // len(pending)
-        i = pending[0]
+    k = 0  # pending[k:] are still to share (an index, not pop(0): 15k texts are common)
+    while k < len(pending):
+        share = remaining // (len(pending) - k)
+        i = pending[k]
         if len(texts[i]) <= share:
             remaining -= len(texts[i])
-            pending.pop(0)
+            k += 1
             continue
-        for j in pending:
+        for j in pending[k:]:
             out[j] = texts[j][:share]
         break
     return out

@@ -338,6 +338,23 @@ def _message_texts(messages: Any) -> list[str]:
     return out
 
 
+def _find_from(text: str, body: str, pos: int) -> int:
+    """``text.find(body, pos)``, cheaper for a long ``body`` found soon after ``pos`` (the
+    usual case: items are sent in order): a few places where its start occurs are
+    compared whole before the full search, which prepares the whole body first."""
+    if len(body) <= 64:
+        return text.find(body, pos)
+    head = body[:32]
+    i = text.find(head, pos)
+    for _ in range(4):
+        if i < 0:
+            return -1  # not even its start occurs after ``pos``
+        if text.startswith(body, i):
+            return i
+        i = text.find(head, i + 1)
+    return text.find(body, pos)
+
+
 def summarized_ids(plan: CutPlan, messages_sent: Any) -> set[str]:
     """Node ids whose content was in ``messages_sent`` (one request's messages, or a list
     of several requests' messages for a staged summary).
@@ -356,7 +373,7 @@ def summarized_ids(plan: CutPlan, messages_sent: Any) -> set[str]:
         if not body:
             found.append(True)
             continue
-        i = joined.find(body, pos)
+        i = _find_from(joined, body, pos)
         if i < 0:
             i = joined.find(body)
         if i >= 0:

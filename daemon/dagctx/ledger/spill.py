@@ -40,8 +40,10 @@ def spill_output(output: Any, policy: SpillPolicy, *, role: str = "code",
     if (role != "code" or name == SYSTEM_PROMPT_NAME or not isinstance(output, str)
             or len(output) < p.min_chars):
         return output, None
-    lines = output.count("\n") + 1
     chars = len(output)
+    # counted a mebibyte at a time: one count over 50 MB holds the interpreter lock
+    # throughout, felt by every connection of the daemon (SPEC §1.4)
+    lines = sum(output.count("\n", i, i + (1 << 20)) for i in range(0, chars, 1 << 20)) + 1
     head = output[: p.head_chars]
     tail = output[chars - p.tail_chars :]
     omitted = chars - len(head) - len(tail)

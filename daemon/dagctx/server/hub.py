@@ -70,6 +70,8 @@ CACHE_BYTES = 256 * 2**20
 IN_USE_SECONDS = 1.0
 #: Polls between two looks at the cache bound.
 TRIM_EVERY = 10
+#: the tokenizers' warm-up waits for this long without input or a request in flight
+QUIET_SECONDS = 0.25
 
 
 def _proc_status() -> tuple[int, int]:
@@ -89,8 +91,9 @@ def _proc_status() -> tuple[int, int]:
 
 def _give_back_memory(unfreeze: bool = False) -> None:
     """Empty the views' memo caches (``functools.lru_cache``s of dagctx modules: they only
-    hold what can be recomputed) except those marked ``keep_when_idle`` (a tokenizer's
-    encoder: rebuilding one holds the interpreter for a second, stalling every client), collect garbage and hand freed heap pages back to the
+    hold what can be recomputed) except those marked ``keep_when_idle`` (the tokenizers'
+    encoders are not memo caches: ``context/tokens.py`` keeps them for the process, since
+    rebuilding one holds the interpreter lock throughout), collect garbage and hand freed heap pages back to the
     system (glibc ``malloc_trim``)."""
     import functools
     import gc
@@ -165,6 +168,8 @@ class Hub:
         self._idle: asyncio.TimerHandle | None = None
         self.stopped: asyncio.Future[str] | None = None
         self.baseline_rss = 0
+        #: when a client last sent anything (``Incoming.feed``): the warm-up waits for quiet
+        self.last_input = time.monotonic()
         try:
             self.cache_idle = float(os.environ.get("DAGCTX_CACHE_IDLE_SECONDS") or CACHE_IDLE_SECONDS)
         except ValueError:
@@ -191,6 +196,39 @@ class Hub:
         self._poller = self.loop.create_task(self._poll_forever())
         self.baseline_rss = _proc_status()[0]
         self._arm_idle()
+        if self.mode == "shared":
+            threading.Thread(target=self._warm_up, name="dagctx-warm-up", daemon=True).start()
+
+    # ------------------------------------------------------------ warm-up
+
+    def _warm_up(self) -> None:
+        """The tokenizers' encoders, built before a request needs them (a thread of its own,
+        started with the shared daemon): building one holds the interpreter lock for
+        0.15–0.3 s, which every connection would feel in the middle of its work (the first
+        append of a 50 MB output, say). Built at quiet moments (``wait_quiet``), so the
+        first client's ``initialize`` is not slowed either."""
+        from dagctx.context.tokens import default_counter
+
+        try:
+            built = default_counter().warm_up(self.wait_quiet)
+        except Exception as exc:  # a vocabulary that cannot be read: a request says so later
+            log.warning("tokenizers not built ahead of need: %s", exc)
+            return
+        if built:
+            # a start-up milestone, logged like "listening" whatever --log-level says
+            log.warning("tokenizers ready: %s (built at a quiet moment, before a request needed them)",
+                        ", ".join(built))
+
+    def wait_quiet(self) -> bool:
+        """From a thread other than the loop's: wait until no client has sent anything for
+        ``QUIET_SECONDS`` and no request is in flight; False once the daemon stops."""
+        while True:
+            if self.stopped is not None and self.stopped.done():
+                return False
+            idle = time.monotonic() - self.last_input
+            if idle >= QUIET_SECONDS and not any(c._request_futures for c in list(self.connections.values())):
+                return True
+            time.sleep(max(0.02, QUIET_SECONDS - idle))
 
     def on_loop(self) -> bool:
         return self._loop_thread is None or threading.get_ident() == self._loop_thread

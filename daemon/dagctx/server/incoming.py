@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from dagctx.protocol import codec
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.methods import METHODS, PRE_INITIALIZE
 
-from . import guards, lsp
+from . import bigbody, guards, lsp
 from .framing import Body
 from .requests import LOOP_WRITES, SERVER_HANDLED
 
@@ -64,6 +65,7 @@ class Incoming:
     _outgoing: dict[Any, asyncio.Future[Any]]
 
     def feed(self, data: bytes) -> None:
+        self.hub.last_input = time.monotonic()
         for event in self.parser.feed(data):
             if self._held is not None:  # a big body is decoding in the pool: keep the order
                 self._held.append(event)
@@ -108,7 +110,12 @@ class Incoming:
 
     def _predecode(self, body: bytes) -> tuple[Any, ...]:
         """The pure part of reading a body (any thread): the door check, the envelope and a
-        request's params. Returns what ``_dispatch_decoded`` acts on."""
+        request's params. Returns what ``_dispatch_decoded`` acts on. A big request's long
+        strings are decoded in pieces (``bigbody``), the rest as any body."""
+        if len(body) >= BIG_BODY_BYTES:
+            lifted = bigbody.predecode(body)
+            if lifted is not None:
+                return lifted
         refused = guards.check_body(body)
         if refused is not None:
             return ("refused", refused)

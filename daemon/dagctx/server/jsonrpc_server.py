@@ -40,6 +40,7 @@ import asyncio
 import itertools
 import logging
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -123,6 +124,14 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         self._jobs: dict[Any, tuple[Any, Any, Any]] = {}
         #: request id → the coroutine part of a request, running on the loop
         self._tasks: dict[Any, asyncio.Future[Any]] = {}
+        #: serialises every write to the client — the loop's and a worker's answer sent
+        #: straight from the worker (``RequestRunner._send_now``) — and guards the two below
+        self._out_lock = threading.RLock()
+        #: ordered requests in the pool whose answers are not written yet, in arrival order:
+        #: a worker writes its answer itself only when its request is the first of them
+        self._owed: dict[Any, None] = {}
+        #: notifications a worker thread posted to the loop, not written yet
+        self._notes_posted = 0
 
     # ------------------------------------------------------------ Peer
 
@@ -160,16 +169,37 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
 
     def _write(self, message: Any) -> None:
         if not self.hub.on_loop():  # a view in the worker thread notifies
-            self.hub.call_on_loop(self._write, message)
+            with self._out_lock:  # no answer of a later request overtakes it (``_send_now``)
+                self._notes_posted += 1
+            self.hub.call_on_loop(self._write_posted, message)
             return
         self.write_bytes(guards.encode_message_safely(message))
+
+    def _write_posted(self, message: Any) -> None:
+        try:
+            self.write_bytes(guards.encode_message_safely(message))
+        finally:
+            with self._out_lock:
+                self._notes_posted -= 1
+
+    def set_writer(self, writer: Any, include_headers: bool = True) -> None:  # type: ignore[override]
+        """The client's output; a writer with ``write_now`` also takes finished answers
+        straight from the worker that framed them (``RequestRunner._send_now``)."""
+        with self._out_lock:
+            old = getattr(self, "writer", None)
+            super().set_writer(writer, include_headers)
+            if hasattr(writer, "out_lock"):
+                writer.out_lock = self._out_lock
+            if old is not None and old is not writer and hasattr(old, "release"):
+                old.release()
 
     def write_bytes(self, data: bytes) -> None:
         """Queue one framed message for the client (on the event loop)."""
         if self.writer is None or self.exit_code is not None:
             return
         try:
-            self.writer.write(data)
+            with self._out_lock:
+                self.writer.write(data)
         except (BrokenPipeError, ValueError, OSError):
             log.warning("connection %s: the client's end is gone; closing it", self.connection_id)
             self._finish(0 if self.shutting_down else 1)
@@ -263,16 +293,17 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         """End this connection (``exit``, EOF, a client gone): once."""
         if self.exit_code is not None:
             return
-        if self.attach is not None and self.writer is not None:
-            # tell the forwarder how this connection ended (it never reaches the client)
-            params: dict[str, Any] = {"code": code}
-            if reason:
-                params["reason"] = reason
-            try:
-                self.writer.write(codec.encode_message(codec.Notification(method=CLOSING, params=params)))
-            except (BrokenPipeError, ValueError, OSError):
-                pass
-        self.exit_code = code
+        with self._out_lock:  # no worker writes an answer after the closing frame (``_send_now``)
+            if self.attach is not None and self.writer is not None:
+                # tell the forwarder how this connection ended (it never reaches the client)
+                params: dict[str, Any] = {"code": code}
+                if reason:
+                    params["reason"] = reason
+                try:
+                    self.writer.write(codec.encode_message(codec.Notification(method=CLOSING, params=params)))
+                except (BrokenPipeError, ValueError, OSError):
+                    pass
+            self.exit_code = code
         if self.closed is not None and not self.closed.done():
             self.closed.set_result(self.exit_code)
         if self.on_finish is not None:
@@ -320,6 +351,15 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
             self.connection_lost()
 
 
+class LockedStdoutWriter(StdoutWriter):
+    """Standalone stdout: the loop's writes and a worker's finished answer
+    (``write_now``, under the connection's output lock) go out whole, one at a time."""
+
+    def write_now(self, data: bytes) -> bool:
+        self.write(data)
+        return True
+
+
 class DagctxServer(JsonRPCServer):
     """pygls server carrying our config (and the daemon's hub) to the protocol it constructs."""
 
@@ -338,7 +378,7 @@ def serve(config: DaemonConfig, stdin: BinaryIO | None = None, stdout: BinaryIO 
     hub = Hub(mode="standalone")
     server = DagctxServer(config, hub)
     proto: DagctxProtocol = server.protocol  # type: ignore[assignment]
-    proto.set_writer(StdoutWriter(out))
+    proto.set_writer(LockedStdoutWriter(out))
 
     async def main() -> int:
         hub.start()

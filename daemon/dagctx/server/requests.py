@@ -76,11 +76,20 @@ class _Encoded:
         self.data = data
 
 
+class _Sent:
+    """An answer the worker that framed it wrote to the client itself (``_send_now``)."""
+
+    __slots__ = ()
+
+
+_SENT = _Sent()
+
+
 def _unfinished(result: Any) -> bool:
     """A job's result the loop must still finish (a coroutine): its lane stays held until
     then. A framed answer frees the lane at once, so the worker runs the lane's next
     request without waiting for the loop (the answers reach the loop in order)."""
-    return not isinstance(result, _Encoded)
+    return not isinstance(result, (_Encoded, _Sent))
 
 
 class RequestRunner:
@@ -99,6 +108,10 @@ class RequestRunner:
     _jobs: dict[Any, tuple[Any, Any, Any]]
     _tasks: dict[Any, asyncio.Future[Any]]
     _request_futures: dict[Any, Any]
+    _out_lock: Any
+    _owed: dict[Any, None]
+    _notes_posted: int
+    writer: Any
 
     def _on_loop(self, msg_id: Any, method: str, handler: Callable[[Any], Any], params: Any) -> None:
         """The connection's own bookkeeping (initialize, subscriptions, status): on the
@@ -195,6 +208,9 @@ class RequestRunner:
             done.add_done_callback(self._reads_in_flight.discard)
         if not background:
             self._ordered_tail = done
+            with self._out_lock:
+                self._owed[msg_id] = None
+        direct = not background and not spec.writes
 
         def start() -> None:
             if done.done():  # cancelled while it waited
@@ -205,7 +221,7 @@ class RequestRunner:
             try:
                 pool = self.pool
                 # the answers of a run of requests reach the loop with one wake-up (Hub.post)
-                cf = pool.submit(lane, lambda: ctx.run(self._call, msg_id, method, handler, params),
+                cf = pool.submit(lane, lambda: ctx.run(self._call, msg_id, method, handler, params, direct),
                                  hold=False if background else _unfinished,
                                  on_done=lambda f: self.hub.post(self._ran, msg_id, method, params, pool, lane, f,
                                                                  done))
@@ -244,12 +260,37 @@ class RequestRunner:
         await asyncio.wait(waits)
         start()
 
-    def _call(self, msg_id: Any, method: str, handler: Callable[[Any], Any], params: Any) -> Any:
-        """In a worker: the handler, and the framed answer when it finished here."""
+    def _call(self, msg_id: Any, method: str, handler: Callable[[Any], Any], params: Any,
+              direct: bool = False) -> Any:
+        """In a worker: the handler, and the framed answer when it finished here — written
+        to the client by this worker when ``direct`` and nothing may come before it."""
         result = handler(params)
         if asyncio.iscoroutine(result):
             return result
-        return _Encoded(self._answer(msg_id, method, result))
+        data = self._answer(msg_id, method, result)
+        if direct and self._send_now(msg_id, data):
+            return _SENT
+        return _Encoded(data)
+
+    def _send_now(self, msg_id: Any, data: bytes) -> bool:
+        """In a worker: write the answer of an ordered read straight to the client, when
+        every answer and notification due before it is out — the loop then only does the
+        bookkeeping, and the client hears one thread hand-off sooner (SPEC §1.4: answers
+        stay in arrival order). False: the loop writes it, as for any other answer."""
+        writer = self.writer
+        write_now = getattr(writer, "write_now", None)
+        if write_now is None:
+            return False
+        with self._out_lock:
+            if self.exit_code is not None or self._notes_posted or next(iter(self._owed), None) != msg_id:
+                return False
+            try:
+                if not write_now(data):
+                    return False
+            except (BrokenPipeError, ValueError, OSError):
+                return False  # the loop meets the same error and closes the connection
+            del self._owed[msg_id]
+        return True
 
     def _answer(self, msg_id: Any, method: str, result: Any) -> bytes:
         """The framed answer, or ``ResponseTooLarge`` when it would not fit the client's
@@ -279,7 +320,7 @@ class RequestRunner:
                 done.set_exception(exc)
             return
         result = cf.result()
-        if isinstance(result, _Encoded):  # a finished answer never holds its lane (``_unfinished``)
+        if isinstance(result, (_Encoded, _Sent)):  # a finished answer never holds its lane (``_unfinished``)
             if not done.done():
                 done.set_result(result)
             return
@@ -309,6 +350,14 @@ class RequestRunner:
         task.add_done_callback(finished)
 
     def _request_done(self, msg_id: Any, method: str, done: asyncio.Future[Any], params: Any) -> None:
+        try:
+            self._answer_done(msg_id, method, done, params)
+        finally:
+            if msg_id in self._owed:  # answered (or nobody to answer): a later answer may go now
+                with self._out_lock:
+                    self._owed.pop(msg_id, None)
+
+    def _answer_done(self, msg_id: Any, method: str, done: asyncio.Future[Any], params: Any) -> None:
         self._cancel_tokens.pop(msg_id, None)
         if self._request_futures.get(msg_id) is done:
             del self._request_futures[msg_id]
@@ -326,6 +375,8 @@ class RequestRunner:
             return
         self._wrote(method, params)
         result = done.result()
+        if result is _SENT:
+            return
         self.write_bytes(result.data if isinstance(result, _Encoded) else self._answer(msg_id, method, result))
 
     def _cancel(self, msg_id: Any) -> None:

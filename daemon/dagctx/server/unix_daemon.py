@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import socket as socketlib
+import threading
 import time
 from typing import Any
 
@@ -43,23 +44,82 @@ DRAIN_SECONDS = 10.0
 
 
 class SocketWriter:
-    """pygls-style writer onto one connection's transport, bounded."""
+    """pygls-style writer onto one connection's transport, bounded.
+
+    ``write_now`` lets a worker thread write a finished answer itself (the caller holds
+    the connection's output lock, which every write takes): straight to the descriptor
+    when the transport has nothing queued, through a duplicate of it that only this
+    writer closes (``release``), so a descriptor the loop closed meanwhile is never
+    written to. What the descriptor does not take at once is queued on the transport by
+    the loop before anything written after it."""
 
     def __init__(self, transport: asyncio.WriteTransport, limit: int, on_overflow: Any) -> None:
         self.transport = transport
         self.limit = limit
         self.on_overflow = on_overflow
+        self.loop = asyncio.get_running_loop()
+        #: the connection's output lock (``DagctxProtocol.set_writer`` hands it over)
+        self.out_lock: Any = threading.RLock()
+        #: bytes ``write_now`` could not write at once: the loop queues them first
+        self._rest: list[bytes] = []
+        self._fd = -1
+        self._lock = threading.Lock()  # guards ``_fd`` against ``release``
+        extra = transport.get_extra_info("pipe") or transport.get_extra_info("socket")
+        try:
+            self._fd = os.dup(extra.fileno())
+        except (AttributeError, OSError, ValueError):
+            self._fd = -1
 
     def write(self, data: bytes) -> None:
         if self.transport.is_closing():
             raise BrokenPipeError("the connection is closed")
+        if self._rest:
+            self._flush_rest()
         self.transport.write(data)
         # one whole answer (up to the frame limit) always fits beside what is queued
         if self.transport.get_write_buffer_size() > self.limit + len(data):
             self.on_overflow(self.transport.get_write_buffer_size())
 
+    def write_now(self, data: bytes) -> bool:
+        """From a worker, under the connection's output lock: True when ``data`` is written
+        (or its unwritten end queued for the loop); False when the loop must write it."""
+        with self._lock:
+            if self._fd < 0 or self._rest or self.transport.is_closing() or self.transport.get_write_buffer_size():
+                return False
+            try:
+                n = os.write(self._fd, data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError:
+                return False
+        if n < len(data):
+            self._rest.append(data[n:])
+            self.loop.call_soon_threadsafe(self._flush_posted)
+        return True
+
+    def _flush_rest(self) -> None:
+        rest, self._rest = self._rest, []
+        for chunk in rest:
+            self.transport.write(chunk)
+
+    def _flush_posted(self) -> None:
+        with self.out_lock:
+            if self._rest and not self.transport.is_closing():
+                self._flush_rest()
+
+    def release(self) -> None:
+        """The transport is gone (or replaced): close the duplicate descriptor."""
+        with self._lock:
+            fd, self._fd = self._fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
     def close(self) -> None:
         self.transport.close()
+        self.release()
 
 
 #: Handed-off connections still writing their last answers and closing frame: a
@@ -99,6 +159,8 @@ class _ClientOut(asyncio.BaseProtocol):
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.conn.handoff_writer is not None:
+            self.conn.handoff_writer.release()
         if not self.lost.done():
             self.lost.set_result(None)
         if exc is not None:  # the client's end is closed: it is gone
@@ -142,6 +204,10 @@ class Connection(asyncio.Protocol):
         self.out_proto: _ClientOut | None = None
         #: the closing frame of a handed-off connection, sent on the socket last
         self.closing: bytes | None = None
+        #: the writers onto the socket and the client's stdout (their descriptors' duplicates
+        #: are closed when their transports are gone)
+        self.socket_writer: SocketWriter | None = None
+        self.handoff_writer: HandoffWriter | None = None
         self._ending = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -149,7 +215,8 @@ class Connection(asyncio.Protocol):
         self.transport = transport
         proto: DagctxProtocol = DagctxServer(self.config, self.hub).protocol  # type: ignore[assignment]
         self.proto = proto
-        proto.set_writer(SocketWriter(transport, self.max_queue, self._overflow))
+        self.socket_writer = SocketWriter(transport, self.max_queue, self._overflow)
+        proto.set_writer(self.socket_writer)
         proto.on_finish = self._finished
         log.info("connection %s opened", proto.connection_id)
         # The first read is ours: it may carry file descriptors, which a transport's
@@ -198,7 +265,8 @@ class Connection(asyncio.Protocol):
                 os.close(fd_in)
                 out_transport.close()
                 return
-            proto.set_writer(HandoffWriter(out_transport, self.max_queue, self._overflow, self))
+            self.handoff_writer = HandoffWriter(out_transport, self.max_queue, self._overflow, self)
+            proto.set_writer(self.handoff_writer)
             # the attach frame came with the descriptors; a long one may still be arriving on
             # the socket, and the client's requests are read only after it (its database, cwd)
             deadline = loop.time() + FLUSH_SECONDS
@@ -291,6 +359,9 @@ class Connection(asyncio.Protocol):
             self._peek.close()
             self._peek = None
         self._abort_pipes()
+        for writer in (self.socket_writer, self.handoff_writer):
+            if writer is not None:
+                writer.release()
         if self.proto is not None:
             log.info("connection %s closed", self.proto.connection_id)
             self.proto.connection_lost()
