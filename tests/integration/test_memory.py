@@ -155,12 +155,14 @@ async def test_bad_input_is_refused_or_skipped_with_a_note(client: DagctxClient,
     (ws / "memory/latin1.md").write_bytes("caf\xe9 notes about the release train\n".encode("latin-1"))
     write(ws, "memory/blob.md", b"PK\x03\x04\x00\x00binary release train")
     os.symlink(outside, ws / "memory" / "link.md")
+    write(tmp_path, "outdir/secret.md", "secret folder outside the workspace\n")
+    os.symlink(tmp_path / "outdir", ws / "memory" / "linked")  # a folder: not entered, a note
     with open(ws / "memory" / "huge.md", "wb") as f:
         f.truncate(3 << 30)  # sparse: 3 GB on paper, nothing read
     res = await index(client, ws)
     kinds = {s.path: s.kind for s in res.skipped}
     assert kinds == {"memory/latin1.md": "notUtf8", "memory/blob.md": "binary", "memory/link.md": "symlinkOutside",
-                     "memory/huge.md": "tooLarge"}
+                     "memory/huge.md": "tooLarge", "memory/linked": "symlinkOutside"}
     assert not res.complete and res.files == 1 and all(s.note.startswith(s.path) for s in res.skipped)
     # the file that turned bad lost its old chunks: the index never claims what it no longer holds
     assert [h.path for h in (await search(client, ws, "release train")).hits] == ["MEMORY.md"]
@@ -190,6 +192,13 @@ async def test_bad_input_is_refused_or_skipped_with_a_note(client: DagctxClient,
         assert err.kind == kind, (params, err.message)
     err = await error_of(client.request("memory/search", {"query": "x"}))
     assert err.kind == "InvalidParams" and "workspace" in err.message
+    # a workspace whose memory/ is a symlink out of it: MEMORY.md indexed, never complete
+    ws2 = tmp_path / "ws2"
+    write(ws2, "MEMORY.md", "the second workspace\n")
+    os.symlink(tmp_path / "outdir", ws2 / "memory")
+    res = await index(client, ws2)
+    assert [(s.path, s.kind) for s in res.skipped] == [("memory", "symlinkOutside")] and not res.complete
+    assert res.files == 1 and (await search(client, ws2, "secret")).hits == []
     # still serving
     assert (await status(client, ws)).files[0].path == "MEMORY.md"
 

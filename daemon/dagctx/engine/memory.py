@@ -83,10 +83,12 @@ async def _embed_missing(engine: Host, index: MemoryIndex, ws: str, e: emb.Embed
 
     key = model_key(e)
     done = 0
+    after = ""
     while limit is None or done < limit:
-        todo = index.missing_vectors(ws, key, EMBED_BATCH if limit is None else min(EMBED_BATCH, limit - done))
+        todo = index.missing_vectors(ws, key, EMBED_BATCH if limit is None else min(EMBED_BATCH, limit - done), after)
         if not todo:
             return done, None
+        after = todo[-1][0]
         try:
             vecs = await engine.offload(lambda: e.embed([t for _, t in todo]))
         except DagctxError as err:
@@ -185,9 +187,21 @@ def _walk_md(root: str, rel_dir: str, found: list[str], skipped: list[mem.Memory
                 continue
             if e.is_dir(follow_symlinks=False):
                 subdirs.append(rel)
+            elif e.is_symlink() and e.is_dir():
+                skipped.append(_linked_folder(root, rel))
             elif e.name.lower().endswith(".md") and (e.is_file(follow_symlinks=False) or e.is_symlink()):
                 found.append(rel)
         stack.extend(reversed(subdirs))
+
+
+def _linked_folder(root: str, rel: str) -> mem.MemorySkip:
+    """The note of a symlinked folder: never entered (SPEC §5.1)."""
+    real = os.path.realpath(os.path.join(root, rel))
+    if os.path.commonpath([real, root]) != root:
+        return mem.MemorySkip(path=rel, kind="symlinkOutside",
+                              note=f"{rel}: a symlink to a folder outside the workspace; not entered")
+    return mem.MemorySkip(path=rel, kind="notRegular", note=f"{rel}: a symlinked folder; not entered — "
+                          "name the folder it points to (options.extraPaths) instead")
 
 
 def _candidates(root: str, opts: mem.MemoryIndexOptions) -> tuple[list[tuple[str, str]], list[mem.MemorySkip]]:
@@ -213,7 +227,9 @@ def _candidates(root: str, opts: mem.MemoryIndexOptions) -> tuple[list[tuple[str
     if os.path.lexists(os.path.join(root, "MEMORY.md")):
         add("MEMORY.md", "memory")
     found: list[str] = []
-    if os.path.isdir(os.path.join(root, "memory")) and not os.path.islink(os.path.join(root, "memory")):
+    if os.path.islink(os.path.join(root, "memory")) and os.path.isdir(os.path.join(root, "memory")):
+        skipped.append(_linked_folder(root, "memory"))
+    elif os.path.isdir(os.path.join(root, "memory")):
         _walk_md(root, "memory", found, skipped)
     for rel in found:
         add(rel, "memory")

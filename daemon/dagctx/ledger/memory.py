@@ -101,11 +101,12 @@ class MemoryIndex:
         with self.store.lock:
             return self._rows().vector_count(workspace, model)
 
-    def missing_vectors(self, workspace: str, model: str, limit: int) -> list[tuple[str, str]]:
-        """(chunk id, text) of chunks without a vector of ``model``, at most ``limit``."""
+    def missing_vectors(self, workspace: str, model: str, limit: int, after: str = "") -> list[tuple[str, str]]:
+        """(chunk id, text) of chunks without a vector of ``model``, at most ``limit``, in id
+        order after ``after`` (the last id of the batch before: no batch rescans the ones done)."""
         self.store.ensure_file()
         with self.store.lock:
-            return self._rows().missing_vectors(workspace, model, limit)
+            return self._rows().missing_vectors(workspace, model, limit, after)
 
     def put_vectors(self, workspace: str, model: str, dim: int, rows: Sequence[tuple[str, bytes]]) -> None:
         """Store vectors (float32 bytes) of chunks, in one transaction."""

@@ -180,12 +180,13 @@ class PostgresMemory:
             return int(c.execute("SELECT count(*) FROM dagctx.memory_vectors WHERE workspace=%s AND model=%s",
                                  (workspace, model)).fetchone()[0])
 
-    def missing_vectors(self, workspace: str, model: str, limit: int) -> list[tuple[str, str]]:
+    def missing_vectors(self, workspace: str, model: str, limit: int, after: str = "") -> list[tuple[str, str]]:
+        # by the primary key (workspace, id) from the cursor: no sort of the workspace's chunks per batch
         with self.b._conn("read the memory index") as c:
             rows = c.execute(
-                "SELECT c.id, c.text FROM dagctx.memory_chunks c WHERE c.workspace=%s AND NOT EXISTS (SELECT 1 FROM "
-                "dagctx.memory_vectors v WHERE v.workspace=c.workspace AND v.chunk_id=c.id AND v.model=%s) "
-                "ORDER BY c.path, c.start_line, c.id LIMIT %s", (workspace, model, limit)).fetchall()
+                "SELECT c.id, c.text FROM dagctx.memory_chunks c WHERE c.workspace=%s AND c.id > %s AND NOT EXISTS "
+                "(SELECT 1 FROM dagctx.memory_vectors v WHERE v.workspace=c.workspace AND v.chunk_id=c.id AND "
+                "v.model=%s) ORDER BY c.id LIMIT %s", (workspace, after, model, limit)).fetchall()
         return [(r[0], r[1]) for r in rows]
 
     def put_vectors(self, workspace: str, model: str, dim: int, rows: Sequence[tuple[str, bytes]]) -> None:
