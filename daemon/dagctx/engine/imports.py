@@ -3,8 +3,11 @@
 Files are parsed one session at a time in a worker thread (formats with one session a
 line are streamed, every record is size-capped); tool results over ``SPILL_OVER_BYTES``
 are kept aside in a private temporary file as they are read and read back one node at a
-time when derived and written, so memory is bounded by the session's skeleton and its
-largest node, not by the session's payloads or the file. Each transcript is then written in one ledger transaction,
+time when derived and written, so tool results cost memory one at a time, not the
+session's. Not yet so for the rest (issue 19): user and model texts stay in the parsed
+transcript until it is written, the OpenClaw, OpenHands, ShareGPT and SWE-agent readers
+hold a file's records until it is parsed, and the write builds the session's graph (every
+text but the spilled outputs) in the store's cache. Each transcript is then written in one ledger transaction,
 idempotently (keyed by the source session), so an interrupted import keeps what it
 committed and a rerun resumes. Progress goes to the client as ``$/progress`` when it
 gave a ``workDoneToken``.
