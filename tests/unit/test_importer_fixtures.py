@@ -95,8 +95,9 @@ def test_sharegpt_pairs_a_function_call_with_its_observation() -> None:
 
 
 def _spilled(path: Path, over: int) -> list[Transcript]:
-    """``parse_file`` as ``session/import`` runs it: tool results over ``over`` bytes kept
-    aside in a temporary file (SPEC §9 import), each read back as it would be written."""
+    """``parse_file`` as ``session/import`` runs it: node bodies and held message contents
+    over ``over`` bytes kept aside in a temporary file (SPEC §9 import), each read back as
+    it would be written; ``counts["_kept"]`` of the first says which node ids were kept."""
     from dagctx.transcripts.base import SpilledOutput, loaded
     from dagctx.transcripts.builder import SPILL_OVER
 
@@ -105,18 +106,26 @@ def _spilled(path: Path, over: int) -> list[Transcript]:
         got = parse_file(path)
     finally:
         SPILL_OVER.reset(token)
-    kept = sum(isinstance(n.output, SpilledOutput) for t in got for n in t.nodes)
+    kept = [n.id for t in got for n in t.nodes if isinstance(n.output, SpilledOutput)]
     for t in got:
         t.nodes = [loaded(n) for n in t.nodes]
-    got[0].counts["_kept"] = kept  # for the caller's check that something was kept aside
+    got[0].counts["_kept"] = kept  # type: ignore[assignment]  # for the caller's check
     return got
 
 
 @pytest.mark.parametrize("rel", sorted(EXPECTED))
-def test_keeping_tool_results_aside_changes_no_transcript(rel: str) -> None:
-    """An import keeps large tool results on disk while it reads (its memory is bounded
-    by the largest node): read back, every transcript is the one read in memory."""
+def test_keeping_bodies_aside_changes_no_transcript(rel: str) -> None:
+    """An import keeps every large node body (tool results, user and model texts joined
+    from their parts, summaries) on disk while it reads (its memory is bounded by the
+    largest node): read back, every transcript is the one read in memory, and every body
+    over the limit was kept aside, whatever its role."""
+    import msgspec
+
     whole = parse_file(FIXTURES / rel)
-    aside = _spilled(FIXTURES / rel, over=8)  # every result with a body is kept aside
-    assert aside[0].counts.pop("_kept") >= 1  # every fixture has a tool result: one was kept aside
+    aside = _spilled(FIXTURES / rel, over=8)  # every body longer than 8 bytes is kept aside
+    kept = aside[0].counts.pop("_kept")
+    big = [n.id for t in whole for n in t.nodes if n.output is not None and len(msgspec.json.encode(n.output)) > 8]
+    assert kept == big
+    roles = {n.role for t in whole for n in t.nodes if n.id in set(kept)}
+    assert {"user", "llm", "code"} <= roles, roles  # every fixture has each kind of body
     assert aside == whole

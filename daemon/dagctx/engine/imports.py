@@ -1,12 +1,15 @@
 """``session/import``: parse transcripts off the event loop, write each through the ledger.
 
 Files are parsed one session at a time in a worker thread (formats with one session a
-line are streamed, every record is size-capped); tool results over ``SPILL_OVER_BYTES``
-are kept aside in a private temporary file as they are read and read back one node at a
-time when derived and written, so tool results cost memory one at a time, not the
-session's. Not yet so for the rest (issue 19): user and model texts stay in the parsed
-transcript until it is written, the OpenClaw, OpenHands, ShareGPT and SWE-agent readers
-hold a file's records until it is parsed. The write holds no text of the session: the
+line are streamed, every record is size-capped); every node body over ``SPILL_OVER_BYTES``
+(tool results, user and model texts, summaries, also texts joined from parts after their
+node was added) and the message contents of the lines Claude Code's and Codex's parsers
+hold for their tree walk are kept aside in a private temporary file as they are read and
+read back one at a time when parsed, derived and written, so bodies cost memory one at a
+time, not the session's. Not yet so (issue 19): bodies under the threshold, tool call
+inputs and thinking texts stay in the parsed transcript, and the OpenClaw, OpenHands,
+ShareGPT and SWE-agent readers hold a file's records until it is parsed (ARCHITECTURE.md
+says which). The write holds no text of the session: the
 ledger checks its rules against a skeleton graph it does not cache, and the nodes announced
 after it are read back from the database a page at a time. Each transcript is written in one ledger transaction,
 idempotently (keyed by the source session), so an interrupted import keeps what it
@@ -49,9 +52,9 @@ MAX_SKIPPED = 100
 
 _DONE = object()
 
-#: Tool results longer than this (as JSON) wait for their write in a temporary file, not
-#: in memory (SPEC §9 import: memory bounded by the largest node).
-SPILL_OVER_BYTES = 256 * 1024
+#: Node bodies and held message contents longer than this (as JSON) wait for their write
+#: in a temporary file, not in memory (SPEC §9 import: memory bounded by the largest node).
+SPILL_OVER_BYTES = 64 * 1024
 
 
 def _derived(engine: Record, t: Transcript) -> dict[str, NodeDerived]:

@@ -86,9 +86,10 @@ def quote(value: Any, limit: int = 40) -> str:
 
 
 class SpilledOutput:
-    """A tool result kept aside in a private temporary file while the transcript is read
-    (``SPILL_OVER``), read back by ``load`` one node at a time when it is written, so an
-    import holds the session's skeleton in memory, not its payloads (SPEC §9 import)."""
+    """A node body (a tool result, a user or model text, a summary) or a line's message
+    content kept aside in a private temporary file while the transcript is read
+    (``SPILL_OVER``), read back by ``load`` one at a time when it is parsed or written, so
+    an import holds the session's skeleton in memory, not its payloads (SPEC §9 import)."""
 
     __slots__ = ("_file", "_offset", "_length")
 
@@ -98,6 +99,11 @@ class SpilledOutput:
     def load(self) -> Any:
         self._file.seek(self._offset)
         return msgspec.json.decode(self._file.read(self._length))
+
+
+def unspilled(value: Any) -> Any:
+    """``value``, read back when it was kept aside (a parser reading a body it added)."""
+    return value.load() if isinstance(value, SpilledOutput) else value
 
 
 def loaded(node: NodeInput) -> NodeInput:

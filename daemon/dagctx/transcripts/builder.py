@@ -17,7 +17,7 @@ from dagctx.protocol.context_messages import Skipped, Usage
 from dagctx.protocol.nodes import SUMMARY_NAME, SYSTEM_PROMPT_NAME, NodeInput
 
 from .base import (_COUNT_KEYS, BESIDE_CHAIN_NAMES, ROOT, UNKNOWN_MODEL, SpilledOutput, Transcript, is_beside_chain,
-                   is_spawn_root)
+                   is_spawn_root, unspilled)
 from .values import one_line, text_of_blocks
 
 
@@ -60,9 +60,11 @@ def stable_topo(items: list[Any], deps: Callable[[Any], Iterable[Hashable]], ide
     return [items[i] for i in out]
 
 
-#: Tool results whose JSON is longer than this many bytes are kept aside in a private
-#: temporary file while a transcript is read (``SpilledOutput``); None (the default, for
-#: tools and tests that read ``Transcript.nodes`` directly): every output stays in memory.
+#: Node bodies (tool results, user and model texts, summaries, system prompts) and the
+#: message contents of the lines a parser holds whose JSON is longer than this many bytes
+#: are kept aside in a private temporary file while a transcript is read
+#: (``SpilledOutput``); None (the default, for tools and tests that read
+#: ``Transcript.nodes`` directly): every output stays in memory.
 #: ``session/import`` sets it so its memory is bounded by the largest node (SPEC §9).
 SPILL_OVER: ContextVar[int | None] = ContextVar("dagctx_transcript_spill_over", default=None)
 
@@ -101,6 +103,8 @@ class Builder:
 
     def add(self, node: NodeInput, key: tuple | None = None) -> NodeInput:
         assert node.id is not None and node.id not in self.by_id, node.id
+        if self._spill_over is not None:
+            node.output = self.keep(node.output)  # a large body waits on disk, not in memory
         self.nodes.append(node)
         self.by_id[node.id] = node
         self._keys[node.id] = key if key is not None else (len(self.nodes),)
@@ -184,7 +188,8 @@ class Builder:
 
     def keep(self, output: Any) -> Any:
         """``output``, or a ``SpilledOutput`` when it is over ``SPILL_OVER`` bytes (a parser
-        may call it as it reads, so a large result never waits in memory for its call)."""
+        may call it as it reads, so a large result never waits in memory for its call, nor a
+        large text for the rest of its turn)."""
         limit = self._spill_over
         if limit is None or output is None or isinstance(output, SpilledOutput) or (isinstance(output, str) and len(output) * 6 + 2 <= limit):  # JSON escapes a char to ≤ 6 bytes
             return output
@@ -341,7 +346,7 @@ def default_title(nodes: Iterable[NodeInput]) -> str:
     for n in nodes:
         if n.role != "user" or n.metadata.get("injected") or n.metadata.get("isMeta"):
             continue
-        out = n.output
+        out = unspilled(n.output)
         text = out if isinstance(out, str) else text_of_blocks(out, " ") if isinstance(out, list) else ""
         text = _LEADING_TAGS.sub("", text).strip()
         if text:

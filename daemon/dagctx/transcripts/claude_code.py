@@ -49,7 +49,7 @@ from typing import Any
 from dagctx.protocol.context_messages import Skipped
 from dagctx.protocol.nodes import SUMMARY_NAME
 
-from .base import is_spawn_root, quote, Rank, Reader, ROOT, SpilledOutput, Transcript
+from .base import is_spawn_root, quote, Rank, Reader, ROOT, SpilledOutput, Transcript, unspilled
 from .builder import Builder, stable_topo
 from .claude_code_files import (
     agent_from_name,
@@ -246,14 +246,14 @@ class _Parser:
         self.node_of[row.uuid] = nid  # type: ignore[index]
         node = b.by_id[nid]
         b.touch(nid, ts)
-        content = msg.get("content")
+        content = unspilled(msg.get("content"))
         blocks = content_blocks(content)
         for k, blk in enumerate(blocks):
             if not isinstance(blk, dict):
                 continue
             bt = blk.get("type")
             if bt == "text" and isinstance(blk.get("text"), str):
-                self.texts[nid].append(blk["text"])
+                self.texts[nid].append(b.keep(blk["text"]))  # a large part waits on disk
             elif bt == "thinking":
                 if isinstance(blk.get("thinking"), str) and blk["thinking"]:
                     self.thinking[nid].append(blk["thinking"])
@@ -300,7 +300,7 @@ class _Parser:
         b = self.b
         obj = row.obj
         msg = obj.get("message") if isinstance(obj.get("message"), dict) else {}
-        content = msg.get("content")
+        content = unspilled(msg.get("content"))
         pn = self.resolve(row.parent)
         ts = to_epoch(obj.get("timestamp"))
         if obj.get("isCompactSummary"):
@@ -438,8 +438,8 @@ class _Parser:
             reply = info.reply.strip()
             if reply:
                 probe = reply[:200]
-                target = next((n for n in summaries if n.id not in used and isinstance(n.output, str)
-                               and probe in n.output), None)
+                target = next((n for n in summaries if n.id not in used and isinstance(o := unspilled(n.output), str)
+                               and probe in o), None)
                 how = "text"
             if target is None and info.last_ts is not None:
                 later = [n for n in summaries if n.id not in used
@@ -482,7 +482,7 @@ class _Parser:
             if row.agent and row.agent in self.agent_to_call:
                 caller, how = self.agent_to_call[row.agent], "agentId"
             if caller is None:
-                prompt = _plain_text(node.output).strip()
+                prompt = _plain_text(unspilled(node.output)).strip()
                 for c in task_calls:
                     p = c.input.get("prompt") if isinstance(c.input, dict) else None
                     if c.id not in used and isinstance(p, str) and p.strip() == prompt and prompt:
@@ -515,7 +515,7 @@ class _Parser:
         b = self.b
         for nid, parts in self.texts.items():
             node = b.by_id[nid]
-            node.output = "\n\n".join(p for p in parts if p.strip())
+            node.output = b.keep("\n\n".join(p for p in map(unspilled, parts) if p.strip()))
             think = self.thinking.get(nid)
             if think:
                 node.metadata["thinking"] = "\n\n".join(think)

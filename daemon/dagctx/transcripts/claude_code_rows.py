@@ -36,8 +36,13 @@ def slim(b: Builder, obj: dict) -> None:
         obj["toolUseResult"] = {"agentId": agent} if isinstance(agent, str) else None
     msg = obj.get("message")
     content = msg.get("content") if isinstance(msg, dict) else None
-    if obj.get("type") != "user" or obj.get("isCompactSummary") or not isinstance(content, list):
-        return
-    for blk in content:
-        if isinstance(blk, dict) and blk.get("type") == "tool_result":
-            blk["content"] = b.keep(content_output(blk.get("content")))
+    results = False
+    if obj.get("type") == "user" and not obj.get("isCompactSummary") and isinstance(content, list):
+        for blk in content:
+            if isinstance(blk, dict) and blk.get("type") == "tool_result":
+                blk["content"] = b.keep(content_output(blk.get("content")))
+                results = True
+    if not results and obj.get("type") in ("user", "assistant") and isinstance(msg, dict) and content is not None:
+        # a user or model text waits for the tree walk on disk too: the parser reads the
+        # content back (``base.unspilled``) when it reaches this line
+        msg["content"] = b.keep(content)

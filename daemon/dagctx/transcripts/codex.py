@@ -34,7 +34,7 @@ from typing import Any
 
 from dagctx.protocol.context_messages import Skipped
 
-from .base import quote, Rank, Reader, ROOT, Transcript, UNKNOWN_MODEL
+from .base import quote, Rank, Reader, ROOT, Transcript, UNKNOWN_MODEL, unspilled
 from .builder import Builder
 from .reading import iter_jsonl
 from .values import (
@@ -106,6 +106,8 @@ def _slim(b: Builder, obj: dict) -> None:
     elif obj.get("type") == "response_item" and p.get("type") in _RESULT_ITEMS:
         output, error = _output(p.pop("output", None))
         p[_KEPT] = (b.keep(output), error)
+    elif obj.get("type") == "response_item" and p.get("type") == "message" and p.get("content") is not None:
+        p["content"] = b.keep(p["content"])  # a large message waits on disk (read back: ``unspilled``)
 
 
 class _Parser:
@@ -130,7 +132,7 @@ class _Parser:
             and isinstance(obj.get("payload"), dict)
             and obj["payload"].get("type") == "message"
             and obj["payload"].get("role") == "user"
-            and not is_injected(_message_text(obj["payload"].get("content")))
+            and not is_injected(_message_text(unspilled(obj["payload"].get("content"))))
             for _, obj in self.rows
         )
         for no, obj in self.rows:
@@ -141,7 +143,7 @@ class _Parser:
             self._line(no, obj.get("type"), payload, to_epoch(obj.get("timestamp")), use_events)
         self._close()
         for nid, parts in self.texts.items():
-            self.b.by_id[nid].output = "\n\n".join(p for p in parts if p.strip())
+            self.b.by_id[nid].output = self.b.keep("\n\n".join(p for p in map(unspilled, parts) if p.strip()))
         for nid, parts in self.thinking.items():
             if parts:
                 self.b.by_id[nid].metadata["thinking"] = "\n\n".join(parts)
@@ -151,8 +153,7 @@ class _Parser:
     def _title(self) -> str | None:
         """Codex Desktop wraps the request after a file list; title the request itself."""
         for n in self.b.nodes:
-            if n.role == "user" and not n.metadata.get("injected") and isinstance(n.output, str):
-                text = n.output
+            if n.role == "user" and not n.metadata.get("injected") and isinstance(text := unspilled(n.output), str):
                 marker = "## My request for Codex:"
                 if marker in text:
                     text = text.split(marker, 1)[1]
@@ -202,11 +203,11 @@ class _Parser:
         if it == "message":
             self.messages += 1
             role = p.get("role")
-            content = p.get("content")
+            content = unspilled(p.get("content"))
             if role == "assistant":
                 nid = self._open(no, ts)
                 self.cur_has_output = True
-                self.texts[nid].append(_message_text(content))
+                self.texts[nid].append(b.keep(_message_text(content)))
                 if isinstance(p.get("phase"), str):
                     b.by_id[nid].metadata.setdefault("phases", []).append(p["phase"])
                 return

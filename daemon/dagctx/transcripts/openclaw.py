@@ -35,22 +35,52 @@ from typing import Any
 from dagctx.protocol.context_messages import Skipped
 from dagctx.protocol.nodes import NodeInput
 
-from .base import quote, Rank, Reader, ROOT, Transcript
+from .base import quote, Rank, Reader, ROOT, Transcript, unspilled
 from .builder import Builder, stable_topo
-from .reading import read_jsonl
+from .reading import iter_jsonl
 from .values import content_blocks, content_output, parse_arguments, to_epoch
 
 
+#: the fields of an entry, and of its ``message``, that hold a body (kept aside by ``_slim``)
+_BODIES = ("content", "output", "summary")
+
+
+def _slim(b: Builder, obj: dict) -> None:
+    """Keep an entry's bodies aside as it is read (``Builder.keep``; SPEC §9 import): the
+    entries wait for the whole file (its tree is ordered first), their bodies need not."""
+    for d in (obj, obj.get("message")):
+        if isinstance(d, dict):
+            for k in _BODIES:
+                if d.get(k) is not None:
+                    d[k] = b.keep(d[k])
+
+
+def _unslim(obj: dict) -> dict:
+    """The entry as it was read: its bodies read back (a copy; one entry at a time)."""
+    out = {k: unspilled(v) for k, v in obj.items()}
+    if isinstance(out.get("message"), dict):
+        out["message"] = {k: unspilled(v) for k, v in out["message"].items()}
+    return out
+
+
 def parse(path: Path) -> Transcript:
-    rows, skipped = read_jsonl(path)
     b = Builder("openclaw")
-    b.skipped.extend(skipped)
+    read_skips: list[Skipped] = []
+    dups: list[Skipped] = []
     session_id: str | None = None
     model: str | None = None
     entries: list[tuple[int, dict, str, str | None]] = []
     seen: set[str] = set()
     prev: str | None = None
-    for no, obj in rows:
+    # streamed: each line's bodies are kept aside as it is read when the import asks
+    # (``SPILL_OVER``), so the file's entries wait for the tree walk without their texts
+    for item in iter_jsonl(path):
+        if isinstance(item, Skipped):
+            read_skips.append(item)
+            continue
+        no, obj = item
+        if b.spills:
+            _slim(b, obj)
         if obj.get("type") == "session" and session_id is None:
             session_id = obj.get("id") if isinstance(obj.get("id"), str) else None
             if isinstance(obj.get("modelId"), str):
@@ -58,12 +88,14 @@ def parse(path: Path) -> Transcript:
             continue
         eid = obj.get("id") if isinstance(obj.get("id"), str) and obj.get("id") else f"line{no}"
         if eid in seen:
-            b.skipped.append(Skipped(no, f"duplicate entry id {quote(eid)}"))
+            dups.append(Skipped(no, f"duplicate entry id {quote(eid)}"))
             continue
         seen.add(eid)
         parent = obj.get("parentId") if "parentId" in obj else prev
         entries.append((no, obj, eid, parent if isinstance(parent, str) else None))
         prev = eid
+    b.skipped.extend(read_skips)  # the order a whole read gave: unreadable lines, then duplicates
+    b.skipped.extend(dups)
     ordered = stable_topo(entries, lambda e: [e[3]] if e[3] else [], lambda e: e[2])
     return _Parser(b, session_id or path.stem, model).run(ordered)
 
@@ -83,6 +115,8 @@ class _Parser:
             pn = self.node_of.get(parent, ROOT) if parent else ROOT
             if parent and parent not in self.node_of:
                 self.b.counts["danglingParents"] = self.b.counts.get("danglingParents", 0) + 1
+            if self.b.spills:
+                obj = _unslim(obj)
             ts = to_epoch(obj.get("timestamp"))
             self.node_of[eid] = pn  # default: stands for its parent
             self._entry(no, obj, eid, pn, ts)
@@ -196,7 +230,7 @@ class _Parser:
                     self.calls.setdefault(tid, []).append(cid)
             else:
                 node.metadata.setdefault("otherBlocks", []).append(bt)
-        node.output = "\n\n".join(t for t in texts if t.strip())
+        node.output = b.keep("\n\n".join(t for t in texts if t.strip()))
         if thinking:
             node.metadata["thinking"] = "\n\n".join(thinking)
         stop = msg.get("stopReason")
