@@ -1,6 +1,8 @@
 """Memory index and search through a real daemon (SPEC §5.1); ratios against baselines of the same run.
 
-Run: python bench/bench_memory.py [--files 200] [--lines 400] [--db PATH-or-URL] [--queries 50]
+Run: python bench/bench_memory.py [--files 2860] [--lines 400] [--db PATH-or-URL] [--queries 50] [--keep]
+
+The defaults make about 100,000 chunks (35 per file); ``--files 20`` is a quick check.
 
 Writes a temporary workspace of ``--files`` memory files (``--lines`` lines each, words drawn
 from a fixed vocabulary with a seeded generator), then measures through one standalone daemon:
@@ -9,9 +11,11 @@ from a fixed vocabulary with a seeded generator), then measures through one stan
   re-index after one file changed; the incremental runs are quoted as ratios of the full build;
 * embeddings: the full build with the local model's vectors (``embedding`` default) against
   the same build without (``provider: none``, FTS only) in a second workspace of the same files;
-* search: ``memory/search`` p50/p95 of a conversational query in ``fts`` and ``hybrid`` mode,
+* search: ``memory/search`` p50/p95 of conversational queries in ``fts`` and ``hybrid`` mode,
   the same with temporal decay and MMR, against ``memory/status`` (a read-only round trip, the
-  baseline) and the FTS query in the same run.
+  baseline) and the FTS query in the same run;
+* memory: the daemon's resident memory (``daemon/status``) before and after the first hybrid
+  query reads the workspace's vectors into its matrix, quoted per 100,000 vectors.
 
 Numbers vary with the machine's load: read the ratios, not the milliseconds.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import shutil
 import statistics
 import tempfile
 import time
@@ -34,12 +39,43 @@ VOCAB = ("cache eviction policy deploy pipeline rollback canary staging postgres
          "lint format schema protocol client server request response timeout retry backoff queue").split()
 
 
+#: conversational queries (asked in turn): the keyword side runs the OR of their keywords
+QUERIES = ("what did we decide about the rollback canary for staging?",
+           "how do we handle the cache eviction policy when memory is tight",
+           "which alert fired during the postgres migration incident",
+           "where is the retry backoff for the request queue configured")
+
+
+def _vocabulary(seed: int = 7) -> tuple[list[str], list[float]]:
+    """``VOCAB`` among 4,000 filler words, drawn with Zipf's law (weight 1/rank): the domain
+    words at ranks 150–4,000, so a query's keywords each occur in a few to ~20 % of the
+    chunks, as in prose — not in every chunk, as a draw from ``VOCAB`` alone would make them."""
+    rng = random.Random(seed)
+    syll = ["ka", "lo", "mi", "ne", "ru", "ta", "vo", "shi", "den", "par", "gul", "bet", "ox", "im", "stra"]
+    fill: list[str] = []
+    seen: set[str] = set(VOCAB)
+    while len(fill) < 4_000:
+        w = "".join(rng.choice(syll) for _ in range(rng.randint(2, 4)))
+        if w not in seen:
+            seen.add(w)
+            fill.append(w)
+    words = fill[:]
+    for i, w in enumerate(VOCAB):
+        words.insert(150 + i * (3_850 // len(VOCAB)), w)
+    weights, total = [], 0.0
+    for r in range(len(words)):
+        total += 1.0 / (r + 1)
+        weights.append(total)
+    return words, weights
+
+
 def make_workspace(root: Path, files: int, lines: int, seed: int = 7) -> None:
     rng = random.Random(seed)
+    words, cum = _vocabulary()
     (root / "memory").mkdir(parents=True)
     (root / "MEMORY.md").write_text("# Long-term memory\n\nWe decided the cache eviction policy is LRU.\n")
     for f in range(files):
-        body = "\n".join(" ".join(rng.choice(VOCAB) for _ in range(12)) for _ in range(lines))
+        body = "\n".join(" ".join(rng.choices(words, cum_weights=cum, k=12)) for _ in range(lines))
         (root / "memory" / f"note-{f:04d}.md").write_text(f"# Note {f}\n\n{body}\n")
 
 
@@ -50,10 +86,11 @@ def pct(xs: list[float], q: float) -> float:
 
 async def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--files", type=int, default=200)
+    ap.add_argument("--files", type=int, default=2860)
     ap.add_argument("--lines", type=int, default=400)
     ap.add_argument("--queries", type=int, default=50)
     ap.add_argument("--db", help="database (default: a temporary SQLite file)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary folder (workspace and database)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
     ws = tmp / "ws"
@@ -87,19 +124,33 @@ async def main() -> int:
 
         async def timed(method: str, params: dict) -> list[float]:
             out = []
-            for _ in range(args.queries):
+            for i in range(args.queries):
                 t = time.perf_counter()
-                await c.request(method, params)
+                await c.request(method, {**params, "query": QUERIES[i % len(QUERIES)]} if "query" in params else params)
                 out.append((time.perf_counter() - t) * 1000)
             return out
 
+        async def rss() -> int:
+            st = await c.request("daemon/status", {})
+            return int(st.memory.rss_bytes)
+
         base = await timed("memory/status", {"workspace": str(ws)})
-        query = "what did we decide about the rollback canary for staging?"
-        plain = await timed("memory/search", {"workspace": str(ws), "query": query, "mode": "fts"})
-        hybrid = await timed("memory/search", {"workspace": str(ws), "query": query, "mode": "hybrid"})
-        extra = await timed("memory/search", {"workspace": str(ws), "query": query, "mode": "hybrid",
+        plain = await timed("memory/search", {"workspace": str(ws), "query": "", "mode": "fts"})
+        before = await rss()
+        t0 = time.perf_counter()
+        await c.request("memory/search", {"workspace": str(ws), "query": QUERIES[0], "mode": "hybrid"}, timeout=600)
+        t_load = time.perf_counter() - t0
+        grown = await rss() - before
+        hybrid = await timed("memory/search", {"workspace": str(ws), "query": "", "mode": "hybrid"})
+        extra = await timed("memory/search", {"workspace": str(ws), "query": "", "mode": "hybrid",
                                               "temporalDecay": {"halfLifeDays": 30}, "mmr": {"lambda": 0.7}})
+        plain2 = await timed("memory/search", {"workspace": str(ws), "query": "", "mode": "fts"})
+        plain += plain2  # before and after the hybrid runs: the same load
         b50 = statistics.median(base)
+        n = full.chunks
+        print(f"vectors: the first hybrid query read {n:,} vectors in {t_load:.2f} s; daemon RSS grew "
+              f"{grown / 2**20:.1f} MiB = {grown / 2**20 * 100_000 / max(n, 1):.1f} MiB per 100k vectors "
+              f"(float32 matrix alone: {256 * 4 * 100_000 / 2**20:.0f} MiB per 100k)")
         print(f"hybrid p50 / fts p50: {statistics.median(hybrid) / statistics.median(plain):.2f}x")
         for name, xs in (("memory/status (baseline)", base), ("memory/search fts", plain),
                          ("memory/search hybrid", hybrid), ("hybrid + decay + MMR", extra)):
@@ -107,6 +158,10 @@ async def main() -> int:
                   f"  p95 {pct(xs, 0.95):7.2f} ms")
     finally:
         await c.close()
+        if args.keep:
+            print(f"kept: {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -119,6 +120,60 @@ def short_tempdir(prefix: str) -> Path:
     (``/tmp/pytest-of-root/pytest-4/popen-gw0/test_<30 chars>0/...``) leave too little room
     for ``dagctx/dagctx-uid0-<hash>.sock`` under parallel workers. The caller removes it."""
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+def daemon_pids(run: Path) -> list[int]:
+    """The shared daemons running from the runtime folder ``run`` (their pid files)."""
+    import json
+
+    pids = []
+    for f in (run / "dagctx").glob("*.pid") if (run / "dagctx").is_dir() else ():
+        try:
+            pids.append(int(json.loads(f.read_text())["pid"]))
+        except (ValueError, KeyError, OSError):
+            pass
+    return pids
+
+
+@pytest.fixture(scope="module")
+def module_shared_daemon() -> Iterator[Path]:
+    """One shared daemon for a module's command lines, as a user's commands share theirs:
+    standalone off, a short runtime folder of the module's own (yielded); the first command
+    starts the daemon, the others connect to it (a private daemon per command was most of
+    such a module's time). Afterwards ``dagctx daemon stop``, then SIGTERM/SIGKILL of any
+    daemon still running from that folder. Tests of standalone mode set
+    ``DAGCTX_STANDALONE=1`` in their command's environment."""
+    import signal
+    import subprocess
+
+    from daemon_stop import exited
+
+    run = short_tempdir("dxm-")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("DAGCTX_STANDALONE", raising=False)
+        mp.delenv("DAGCTX_DAEMON_TAG", raising=False)
+        mp.setenv("XDG_RUNTIME_DIR", str(run))
+        mp.setenv("DAGCTX_STATE_DIR", str(run / "state"))
+        mp.setenv("DAGCTX_IDLE_TIMEOUT", "300")
+        try:
+            yield run
+        finally:
+            pids = daemon_pids(run)
+            subprocess.run([sys.executable, "-P", "-m", "dagctx.cli", "daemon", "stop"], capture_output=True,
+                           timeout=60)
+            for pid in pids:
+                for sig in (signal.SIGTERM, signal.SIGKILL):
+                    if exited(pid):
+                        break
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        break
+                    for _ in range(250):
+                        if exited(pid):
+                            break
+                        time.sleep(0.02)
+    shutil.rmtree(run, ignore_errors=True)
 
 
 @pytest.fixture

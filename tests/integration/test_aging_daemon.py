@@ -22,6 +22,12 @@ import tiktoken
 from dagctx.client import DagctxClient, RpcError
 from dagctx.context.formats import check_pairs
 
+
+@pytest.fixture(autouse=True)
+def _one_daemon(module_shared_daemon: Path) -> None:
+    """This module's clients share one daemon, as a user's do (each test its own database)."""
+
+
 MODEL = "gpt-4"  # cl100k_base: exact counts; an 8,192-token window (the single-result cap is 4,096)
 HEAD_CHARS = 400
 TAIL_CHARS = 200

@@ -112,6 +112,11 @@ async def test_bootstrap_order_caps_and_skill_precedence(database: str, tmp_path
         for gone in ("## SOUL.md", "## IDENTITY.md", "## USER.md", "## HEARTBEAT.md", "## BOOTSTRAP.md", "## Skills",
                      "## Memory"):
             assert gone not in prep.system
+        # none: no bootstrap file, no agent prompt, no skills, no memory
+        prep = await c.prepare(s.session_id, model="gpt-4o", format="openai", prompt_mode="none",
+                               agent_prompt="INLINE PROMPT")
+        for gone in [f"## {n}" for n in BOOTSTRAP] + ["INLINE PROMPT", "## Skills", "## Memory", "remembered"]:
+            assert gone not in (prep.system or ""), prep.system
 
         # a root that does not exist is a note; bad caps are InvalidParams naming the field
         prep = await c.prepare(s.session_id, model="gpt-4o", format="openai",

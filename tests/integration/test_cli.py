@@ -1,7 +1,8 @@
 """The ``dagctx`` command line, run as a user runs it: subprocesses on a temporary database.
 
-Each command spawns its own daemon and talks the protocol to it; these tests only see
-exit codes, stdout and the files written.
+The commands share one daemon, as a user's do (``module_shared_daemon``: the first command
+starts it, the others connect to it); the Ctrl-C test runs its commands standalone, each with
+a private daemon. These tests only see exit codes, stdout and the files written.
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ import pytest
 from conftest import corpus_dir
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+@pytest.fixture(autouse=True)
+def _one_daemon(module_shared_daemon: Path) -> None:
+    """Every command of this module goes to the module's shared daemon."""
 
 
 def dagctx(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
@@ -184,7 +190,9 @@ def test_ctrl_c_during_import_says_what_was_written_and_a_rerun_resumes(tmp_path
                 fh.write(json.dumps({"conversations": [{"from": "human", "value": f"file {f} question {i}"},
                                                        {"from": "gpt", "value": "answer " * 50}]}) + "\n")
     db = tmp_path / "c.db"
-    env = {**os.environ, "COLUMNS": "200", "PYTHONIOENCODING": "utf-8"}
+    # standalone: the interrupted command's own daemon writes the import (in shared mode the
+    # daemon is another process group's, and Ctrl-C reaches the command alone)
+    env = {**os.environ, "COLUMNS": "200", "PYTHONIOENCODING": "utf-8", "DAGCTX_STANDALONE": "1"}
     proc = subprocess.Popen([sys.executable, "-P", "-m", "dagctx.cli", "--db", str(db), "import", str(folder)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -206,7 +214,7 @@ def test_ctrl_c_during_import_says_what_was_written_and_a_rerun_resumes(tmp_path
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
         kept = con.execute("SELECT count(*) FROM sessions").fetchone()[0]
     assert kept >= 50 and kept < 16 * 150
-    rerun = ok("--db", str(db), "import", str(folder))
+    rerun = ok("--db", str(db), "import", str(folder), "--standalone")
     totals = re.search(r"created (\d+), already present (\d+)", rerun)
     assert totals and int(totals.group(1)) + int(totals.group(2)) == 16 * 150
     assert int(totals.group(2)) >= kept - 1  # at most the session being written when interrupted differs

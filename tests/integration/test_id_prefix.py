@@ -21,6 +21,11 @@ from dagctx.ledger import postgres_backend, sqlite_backend
 SESSIONS = 17  # 16 hex digits: two sessions share a first character, whatever the uuids
 
 
+@pytest.fixture(autouse=True)
+def _one_daemon(module_shared_daemon: Path) -> None:
+    """The clients and command lines of this module share one daemon, as a user's do."""
+
+
 async def fill(database: str) -> dict[str, object]:
     """17 sessions; in the first, nodes whose ids share prefixes (explicit ids)."""
     c = await DagctxClient.spawn(database)

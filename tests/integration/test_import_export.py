@@ -20,6 +20,12 @@ from dagctx.transcripts import parse_path
 
 from conftest import corpus_dir
 
+
+@pytest.fixture(autouse=True)
+def _one_daemon(module_shared_daemon: Path) -> None:
+    """This module's clients share one daemon, as a user's do (each test its own database)."""
+
+
 CORPUS = corpus_dir()
 pytestmark = pytest.mark.corpus
 

@@ -8,36 +8,16 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from dagctx.client import DagctxClient, RpcError
 from dagctx.protocol import memory_messages as mem
+from memory_support import client, write  # noqa: F401 - the fixture is used by name
 
 pytestmark = [pytest.mark.slow]
-
-
-@pytest_asyncio.fixture
-async def client(database: str) -> AsyncIterator[DagctxClient]:
-    c = await DagctxClient.spawn(database)
-    try:
-        yield c
-    finally:
-        await c.close()
-
-
-def write(ws: Path, rel: str, text: str | bytes) -> Path:
-    p = ws / rel
-    p.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(text, bytes):
-        p.write_bytes(text)
-    else:
-        p.write_text(text, encoding="utf-8")
-    return p
 
 
 async def index(c: DagctxClient, ws: Path, **options: Any) -> mem.MemoryIndexResult:
@@ -175,12 +155,14 @@ async def test_bad_input_is_refused_or_skipped_with_a_note(client: DagctxClient,
     (ws / "memory/latin1.md").write_bytes("caf\xe9 notes about the release train\n".encode("latin-1"))
     write(ws, "memory/blob.md", b"PK\x03\x04\x00\x00binary release train")
     os.symlink(outside, ws / "memory" / "link.md")
+    write(tmp_path, "outdir/secret.md", "secret folder outside the workspace\n")
+    os.symlink(tmp_path / "outdir", ws / "memory" / "linked")  # a folder: not entered, a note
     with open(ws / "memory" / "huge.md", "wb") as f:
         f.truncate(3 << 30)  # sparse: 3 GB on paper, nothing read
     res = await index(client, ws)
     kinds = {s.path: s.kind for s in res.skipped}
     assert kinds == {"memory/latin1.md": "notUtf8", "memory/blob.md": "binary", "memory/link.md": "symlinkOutside",
-                     "memory/huge.md": "tooLarge"}
+                     "memory/huge.md": "tooLarge", "memory/linked": "symlinkOutside"}
     assert not res.complete and res.files == 1 and all(s.note.startswith(s.path) for s in res.skipped)
     # the file that turned bad lost its old chunks: the index never claims what it no longer holds
     assert [h.path for h in (await search(client, ws, "release train")).hits] == ["MEMORY.md"]
@@ -210,6 +192,13 @@ async def test_bad_input_is_refused_or_skipped_with_a_note(client: DagctxClient,
         assert err.kind == kind, (params, err.message)
     err = await error_of(client.request("memory/search", {"query": "x"}))
     assert err.kind == "InvalidParams" and "workspace" in err.message
+    # a workspace whose memory/ is a symlink out of it: MEMORY.md indexed, never complete
+    ws2 = tmp_path / "ws2"
+    write(ws2, "MEMORY.md", "the second workspace\n")
+    os.symlink(tmp_path / "outdir", ws2 / "memory")
+    res = await index(client, ws2)
+    assert [(s.path, s.kind) for s in res.skipped] == [("memory", "symlinkOutside")] and not res.complete
+    assert res.files == 1 and (await search(client, ws2, "secret")).hits == []
     # still serving
     assert (await status(client, ws)).files[0].path == "MEMORY.md"
 
@@ -256,6 +245,24 @@ def test_the_memory_commands(tmp_path: Path) -> None:
     assert p.returncode == 0 and p.stdout == "The staging database lives on port 5433.\n"
     p = cli("get", "--standalone", "--workspace", str(ws), "--path", "../etc/passwd")
     assert p.returncode == 1 and "WorkspaceEscape" in p.stdout + p.stderr
+    # the session index in `memory status`: an imported session waits, a search indexes it
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts" / "sharegpt" / "fx.jsonl"
+    imp = subprocess.run([sys.executable, "-P", "-m", "dagctx.cli", "--db", db, "import", "--standalone", str(fixture)],
+                         capture_output=True, text=True, timeout=90, env=env)
+    assert imp.returncode == 0, imp.stderr
+    p = cli("status", "--standalone", "--workspace", str(ws), "--json")
+    waiting = json.loads(p.stdout)["sessions"]
+    assert (waiting["sessions"], waiting["upToDate"]) == (0, False) and waiting["pending"] >= 1, waiting
+    p = cli("status", "--standalone", "--workspace", str(ws))
+    assert p.returncode == 0 and "sessions: 0 indexed" in p.stdout, p.stdout
+    assert f"{waiting['pending']} session(s) written since" in p.stdout, p.stdout
+    p = cli("search", "--standalone", "--workspace", str(ws), "--sources", "sessions", "--json", "anything at all")
+    assert p.returncode == 0, p.stderr
+    p = cli("status", "--standalone", "--workspace", str(ws), "--json")
+    ss = json.loads(p.stdout)["sessions"]
+    assert (ss["sessions"], ss["pending"], ss["upToDate"]) == (waiting["pending"], 0, True) and ss["chunks"] > 0, ss
+    p = cli("status", "--standalone", "--workspace", str(ws))
+    assert f"sessions: {ss['sessions']} indexed" in p.stdout and "up to date" in p.stdout, p.stdout
     write(ws, "memory/bad.md", b"\xff\xfe bad")
     p = cli("index", "--standalone", "--workspace", str(ws))
     assert p.returncode == 3 and "notUtf8" in p.stdout + p.stderr

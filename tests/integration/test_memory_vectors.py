@@ -10,15 +10,16 @@ import hashlib
 import json
 import socket
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from dagctx.client import DagctxClient, RpcError
+from memory_support import client  # noqa: F401 - the fixture is used by name
+from memory_support import workspace as make_workspace
 
 pytestmark = [pytest.mark.slow]
 pytest.importorskip("wordllama", reason="the local embedding model ships in the wordllama package (dagctx[embed])")
@@ -26,23 +27,13 @@ pytest.importorskip("wordllama", reason="the local embedding model ships in the 
 PARAPHRASE = "We settled on least-recently-used for evicting entries from the store, capped at 256 MiB."
 
 
-@pytest_asyncio.fixture
-async def client(database: str) -> AsyncIterator[DagctxClient]:
-    c = await DagctxClient.spawn(database)
-    try:
-        yield c
-    finally:
-        await c.close()
-
-
 def workspace(tmp_path: Path) -> Path:
-    ws = tmp_path / "ws"
-    (ws / "memory").mkdir(parents=True)
-    (ws / "MEMORY.md").write_text("# Memory\n\nThe user prefers tabs over spaces.\n")
-    (ws / "memory" / "store.md").write_text(f"# Store\n\n{PARAPHRASE}\n")
-    (ws / "memory" / "deploy.md").write_text("# Deploy\n\nDeploys go out on Tuesdays after the freeze.\n")
-    (ws / "memory" / "infra.md").write_text("# Infra\n\nEverything runs on kubernetes since March.\n")
-    return ws
+    return make_workspace(tmp_path, {
+        "MEMORY.md": "# Memory\n\nThe user prefers tabs over spaces.\n",
+        "memory/store.md": f"# Store\n\n{PARAPHRASE}\n",
+        "memory/deploy.md": "# Deploy\n\nDeploys go out on Tuesdays after the freeze.\n",
+        "memory/infra.md": "# Infra\n\nEverything runs on kubernetes since March.\n",
+    })
 
 
 class EmbeddingStub:
@@ -283,3 +274,61 @@ async def test_sessions_are_indexed_incrementally_and_searched_hybrid(client: Da
     with pytest.raises(RpcError) as err:
         await client.request("memory/search", {**base, "sessionId": s2.session_id})
     assert err.value.kind == "SessionNotFound"
+
+
+async def test_the_session_index_catches_up_without_listing_and_shows_in_status(client: DagctxClient,
+                                                                               tmp_path: Path) -> None:
+    """The session index is brought up to date from the ledger's marker (SPEC §5.1): nothing is
+    read when no session changed, only the written sessions when some did, every session only
+    for a first index or a deletion; ``memory/status`` shows the index and the counts."""
+    ws = workspace(tmp_path)
+    sessions = []
+    for i in range(4):
+        s = await client.session_create(f"s{i}")
+        await client.append(s.session_id, "user", input=f"note {i}: the staging database is on port 543{i}",
+                            predecessor=s.head)
+        sessions.append(s)
+
+    async def st() -> Any:
+        return (await client.request("memory/status", {"workspace": str(ws)})).sessions
+
+    before = await st()
+    assert (before.sessions, before.chunks, before.pending, before.up_to_date, before.checks) == (0, 0, 4, False, 0)
+    base = {"workspace": str(ws), "sources": ["sessions"], "maxResults": 10}
+    r = await client.request("memory/search", {**base, "query": "staging database port"})
+    assert {h.session_id for h in r.hits} == {s.session_id for s in sessions}
+    first = await st()
+    assert (first.sessions, first.pending, first.up_to_date) == (4, 0, True)
+    assert first.chunks >= 4 and first.vectors == first.chunks and first.vectors_missing == 0
+    assert (first.checks, first.unchanged, first.listings, first.sessions_read) == (1, 0, 1, 4)
+    assert first.indexed_at is not None
+    # nothing changed: nothing read, however many searches
+    for _ in range(3):
+        await client.request("memory/search", {**base, "query": "staging database port"})
+    same = await st()
+    assert (same.checks, same.unchanged, same.listings, same.sessions_read) == (4, 3, 1, 4)
+    assert same.chunks == first.chunks and same.up_to_date
+    # one session written: status says so, the next search reads it alone and finds its node
+    n = await client.append(sessions[2].session_id, "llm", output="the wombat replica lags by a minute",
+                            predecessor=sessions[2].head)
+    waiting = await st()
+    assert (waiting.pending, waiting.up_to_date) == (1, False)
+    r = await client.request("memory/search", {**base, "query": "wombat replica"})
+    assert [h.node_id for h in r.hits][:1] == [n.node.id]
+    after = await st()
+    assert (after.checks, after.unchanged, after.listings, after.sessions_read) == (5, 3, 1, 5)
+    assert after.up_to_date and after.chunks > first.chunks
+    # a new session: found, read alone
+    s5 = await client.session_create("new")
+    m = await client.append(s5.session_id, "user", input="the quokka cluster moved to rack nine", predecessor=s5.head)
+    r = await client.request("memory/search", {**base, "query": "quokka cluster"})
+    assert [h.node_id for h in r.hits][:1] == [m.node.id]
+    new = await st()
+    assert (new.sessions, new.listings, new.sessions_read) == (5, 1, 6)
+    # a deletion: every session compared once, the deleted one's chunks gone
+    await client.session_delete(sessions[0].session_id)
+    r = await client.request("memory/search", {**base, "query": "staging database port"})
+    assert sessions[0].session_id not in {h.session_id for h in r.hits} and r.hits
+    gone = await st()
+    assert (gone.sessions, gone.listings, gone.sessions_read, gone.up_to_date) == (4, 2, 6, True)
+    assert gone.chunks < new.chunks

@@ -22,6 +22,12 @@ from dagctx.protocol import messages as m
 
 from rawdb import RawDb
 
+
+@pytest.fixture(autouse=True)
+def _one_daemon(module_shared_daemon: Path) -> None:
+    """This module's clients share one daemon, as a user's do (each test its own database)."""
+
+
 SMALL = {"small-model": {"contextWindow": 8_000, "maxOutput": 1_000}}
 
 

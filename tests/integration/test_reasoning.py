@@ -22,6 +22,12 @@ from dagctx.protocol.nodes import Call
 
 from rawdb import RawDb
 
+
+@pytest.fixture(autouse=True)
+def _one_daemon(module_shared_daemon: Path) -> None:
+    """This module's clients share one daemon, as a user's do (each test its own database)."""
+
+
 CLAUDE = "claude-code/general-tool-calls.jsonl"
 
 

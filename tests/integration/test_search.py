@@ -11,6 +11,12 @@ import pytest_asyncio
 from dagctx.client import DagctxClient, RpcError
 from dagctx.protocol import messages as m
 
+
+@pytest.fixture(autouse=True)
+def _one_daemon(module_shared_daemon: Path) -> None:
+    """This module's clients share one daemon, as a user's do (each test its own database)."""
+
+
 LONG_FILLER = " ".join(
     f"{w}" for w in ("the quick brown fox jumps over the lazy dog while the build runs slowly " * 25).split()
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,20 @@ def _tree(path: Path) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"))
 
 
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement of ``body`` and of the blocks nested in it (functions, classes, if,
+    loops, try, with, match): an import is a statement, so this finds each one without
+    visiting the expressions that make up most of a tree."""
+    for node in body:
+        yield node
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list):
+                yield from _statements(block)
+        for part in getattr(node, "handlers", ()) or getattr(node, "cases", ()):
+            yield from _statements(part.body)
+
+
 @functools.cache
 def _import_statements(path: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """Every import of a file as ``(module, names)``: ``import a.b`` is ``("a.b", ())``,
@@ -78,7 +93,7 @@ def _import_statements(path: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
     module = _module_of(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out: list[tuple[str, tuple[str, ...]]] = []
-    for node in ast.walk(_tree(path)):
+    for node in _statements(_tree(path).body):
         if isinstance(node, ast.Import):
             out.extend((a.name, ()) for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -287,3 +302,54 @@ def test_no_module_of_ours_imports_itself_back() -> None:
 def test_the_circle_detector_sees_a_circle() -> None:
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_import_reader_sees_imports_in_every_block() -> None:
+    """``_statements`` reaches an import wherever a statement may stand."""
+    source = """
+import a
+def f():
+    import b
+    class C:
+        import c
+async def g():
+    async with x:
+        import d
+    async for y in z:
+        import e
+    else:
+        import f
+if t:
+    import g
+elif u:
+    import h
+else:
+    import i
+while v:
+    import j
+else:
+    import k
+for w in q:
+    import l
+try:
+    import m
+except E:
+    import n
+else:
+    import o
+finally:
+    import p
+try:
+    pass
+except* E:
+    import q
+with r:
+    import r
+match s:
+    case 1:
+        import s
+"""
+    tree = ast.parse(source)
+    found = sorted(a.name for n in _statements(tree.body) if isinstance(n, ast.Import) for a in n.names)
+    assert found == sorted(a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names)
+    assert found == list("abcdefghijklmnopqrs")

@@ -61,6 +61,15 @@ async def cmd_memory(args: argparse.Namespace) -> int:
             console.print(f"[yellow]skipped[/yellow] ({s.kind}) {escape(s.note)}")
         if res.indexed_at is None:
             console.print("never indexed: run `dagctx memory index`")
+        if res.embedding:
+            console.print(f"vectors ({escape(res.embedding)}): {res.vectors} of {res.chunks} chunks")
+        ss = res.sessions
+        state = "up to date" if ss.up_to_date else f"{ss.pending} session(s) written since (the next search "\
+            "over sessions indexes them)"
+        console.print(f"sessions: {ss.sessions} indexed, {ss.chunks} chunks, {ss.vectors} with vectors "
+                      f"({ss.vectors_missing} waiting); {state}")
+        console.print(f"session catch-ups by this daemon: {ss.checks} asked, {ss.unchanged} found nothing "
+                      f"changed, {ss.listings} compared every session, {ss.sessions_read} session(s) read")
         return 0
     if isinstance(res, mem.MemorySearchResult):
         table = Table(title=f"{len(res.hits)} hits ({escape(res.expression)})")

@@ -117,7 +117,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--overlap-tokens", type=int, default=80)
     q.add_argument("--force", action="store_true", help="re-chunk every file")
     json_flag(q, "memory/index's result (exit 3 when a file was skipped)")
-    q = msub.add_parser("status", help="the indexed memory files")
+    q = msub.add_parser("status", help="the indexed memory files and the session index")
     common(q)
     json_flag(q, "memory/status's result")
     q = msub.add_parser("search", help="keyword search over memory chunks (and sessions)")

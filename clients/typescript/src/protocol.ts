@@ -796,6 +796,35 @@ export interface MemorySearchResult {
   notes?: string[];
 }
 
+/**
+ * The session index (SPEC §5.1, sessions as a source): what it holds, what waits, and
+ * what this daemon's catch-ups of it did (counts since the daemon started).
+ */
+export interface MemorySessionsStatus {
+  /** @default 0 */
+  sessions?: number;
+  /** @default 0 */
+  chunks?: number;
+  /** @default 0 */
+  vectors?: number;
+  /** @default 0 */
+  vectorsMissing?: number;
+  /** @default 0 */
+  pending?: number;
+  /** @default false */
+  upToDate?: boolean;
+  /** @default null */
+  indexedAt?: number | null;
+  /** @default 0 */
+  checks?: number;
+  /** @default 0 */
+  unchanged?: number;
+  /** @default 0 */
+  listings?: number;
+  /** @default 0 */
+  sessionsRead?: number;
+}
+
 /** A file that was found but not indexed, and why. */
 export interface MemorySkip {
   path: string;
@@ -829,6 +858,11 @@ export interface MemoryStatusResult {
   indexedAt?: number | null;
   /** @default false */
   complete?: boolean;
+  /** @default null */
+  embedding?: string | null;
+  /** @default 0 */
+  vectors?: number;
+  sessions?: MemorySessionsStatus;
 }
 
 /**
@@ -1653,7 +1687,7 @@ export interface Methods {
   "search/query": { params: SearchParams; result: SearchResult };
   /** Index a workspace's memory files (MEMORY.md, memory/**\/*.md, extra paths) incrementally. */
   "memory/index": { params: MemoryIndexParams; result: MemoryIndexResult };
-  /** The indexed memory files of a workspace. */
+  /** The indexed memory files of a workspace, and the session index (what it holds, what waits, what this daemon's catch-ups did). */
   "memory/status": { params: MemoryStatusParams; result: MemoryStatusResult };
   /** Hybrid search over memory chunks (and session nodes): keyword and vector candidates, vectorWeight·vector + textWeight·text, with decay and MMR. */
   "memory/search": { params: MemorySearchParams; result: MemorySearchResult };

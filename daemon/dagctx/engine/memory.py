@@ -83,10 +83,12 @@ async def _embed_missing(engine: Host, index: MemoryIndex, ws: str, e: emb.Embed
 
     key = model_key(e)
     done = 0
+    after = ""
     while limit is None or done < limit:
-        todo = index.missing_vectors(ws, key, EMBED_BATCH if limit is None else min(EMBED_BATCH, limit - done))
+        todo = index.missing_vectors(ws, key, EMBED_BATCH if limit is None else min(EMBED_BATCH, limit - done), after)
         if not todo:
             return done, None
+        after = todo[-1][0]
         try:
             vecs = await engine.offload(lambda: e.embed([t for _, t in todo]))
         except DagctxError as err:
@@ -185,9 +187,21 @@ def _walk_md(root: str, rel_dir: str, found: list[str], skipped: list[mem.Memory
                 continue
             if e.is_dir(follow_symlinks=False):
                 subdirs.append(rel)
+            elif e.is_symlink() and e.is_dir():
+                skipped.append(_linked_folder(root, rel))
             elif e.name.lower().endswith(".md") and (e.is_file(follow_symlinks=False) or e.is_symlink()):
                 found.append(rel)
         stack.extend(reversed(subdirs))
+
+
+def _linked_folder(root: str, rel: str) -> mem.MemorySkip:
+    """The note of a symlinked folder: never entered (SPEC §5.1)."""
+    real = os.path.realpath(os.path.join(root, rel))
+    if os.path.commonpath([real, root]) != root:
+        return mem.MemorySkip(path=rel, kind="symlinkOutside",
+                              note=f"{rel}: a symlink to a folder outside the workspace; not entered")
+    return mem.MemorySkip(path=rel, kind="notRegular", note=f"{rel}: a symlinked folder; not entered — "
+                          "name the folder it points to (options.extraPaths) instead")
 
 
 def _candidates(root: str, opts: mem.MemoryIndexOptions) -> tuple[list[tuple[str, str]], list[mem.MemorySkip]]:
@@ -213,7 +227,9 @@ def _candidates(root: str, opts: mem.MemoryIndexOptions) -> tuple[list[tuple[str
     if os.path.lexists(os.path.join(root, "MEMORY.md")):
         add("MEMORY.md", "memory")
     found: list[str] = []
-    if os.path.isdir(os.path.join(root, "memory")) and not os.path.islink(os.path.join(root, "memory")):
+    if os.path.islink(os.path.join(root, "memory")) and os.path.isdir(os.path.join(root, "memory")):
+        skipped.append(_linked_folder(root, "memory"))
+    elif os.path.isdir(os.path.join(root, "memory")):
         _walk_md(root, "memory", found, skipped)
     for rel in found:
         add(rel, "memory")
@@ -310,12 +326,38 @@ def memory_status(engine: Host, p: mem.MemoryStatusParams) -> mem.MemoryStatusRe
     files = index.files(ws)
     run = index.run(ws)
     skipped = _skips_dec.decode(run[1]) if run else []
+    embedder = emb.local_embedder()
+    key = model_key(embedder) if embedder is not None else None
     return mem.MemoryStatusResult(
         workspace=ws,
         files=[mem.MemoryFileInfo(path=f.path, source=f.source, hash=f.hash, mtime=f.mtime, size=f.size,  # type: ignore[arg-type]
                                   chunks=f.chunks) for f in files],
         chunks=index.chunk_count(ws), skipped=skipped, indexed_at=run[0] if run else None,
-        complete=run is not None and not skipped)
+        complete=run is not None and not skipped, embedding=key,
+        vectors=index.vector_count(ws, key) if key is not None else 0,
+        sessions=_sessions_status(engine, index, key))
+
+
+def _sessions_status(engine: Host, index: MemoryIndex, key: str | None) -> mem.MemorySessionsStatus:
+    """The session index as ``memory/status`` shows it (reads only: it brings nothing up to date)."""
+    run = index.run(ms.SESSIONS_KEY)
+    last = ms.marker_of(run)
+    now = index.sessions_marker()
+    fresh = last == now or (last is None and now[0] == 0)
+    if fresh:
+        pending = 0
+    elif last is None:
+        pending = now[0]
+    else:
+        pending = index.sessions_after(last[1])
+    chunks = index.chunk_count(ms.SESSIONS_KEY)
+    vectors = index.vector_count(ms.SESSIONS_KEY, key) if key is not None else 0
+    c = ms.counters(str(getattr(engine, "database_key", "")))
+    return mem.MemorySessionsStatus(
+        sessions=index.file_count(ms.SESSIONS_KEY), chunks=chunks, vectors=vectors,
+        vectors_missing=chunks - vectors if key is not None else 0, pending=pending, up_to_date=fresh,
+        indexed_at=run[0] if run else None, checks=c.checks, unchanged=c.unchanged, listings=c.listings,
+        sessions_read=c.sessions_read)
 
 
 def _vectors(engine: Host, index: MemoryIndex, ws: str, key: str) -> mv.VectorIndex:
@@ -408,7 +450,7 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
                 ts, vs = c.get("text", 0.0), c.get("vec")
                 hits.append(mem.MemoryHit(
                     source="memory", score=tw * ts + vw * (vs or 0.0), text_score=ts,
-                    snippet=fts.snippet(row.text, terms), text=row.text[:HIT_TEXT_CHARS], chunk_id=row.id,
+                    snippet="", text=row.text[:HIT_TEXT_CHARS], chunk_id=row.id,
                     path=row.path, start_line=row.start_line, end_line=row.end_line, time=row.mtime, vector_score=vs))
         if sessions:
             svi = _vectors(engine, index, ms.SESSIONS_KEY, key) if key is not None else None
@@ -422,7 +464,7 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
                 ts, vs = c.get("text", 0.0), c.get("vec")
                 hits.append(mem.MemoryHit(
                     source="sessions", score=tw * ts + vw * (vs or 0.0), text_score=ts,
-                    snippet=fts.snippet(row.text, terms), text=row.text[:HIT_TEXT_CHARS], session_id=sid,
+                    snippet="", text=row.text[:HIT_TEXT_CHARS], session_id=sid,
                     node_id=nid, start_line=row.start_line, end_line=row.end_line, time=row.mtime, vector_score=vs))
         if p.temporal_decay is not None:
             now = time.time()
@@ -433,12 +475,14 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
         hits.sort(key=lambda h: (-h.score, h.path or "", h.start_line or 0, h.session_id or "", h.node_id or ""))
         if p.mmr is not None:
             hits = mt.mmr(hits, lambda h: h.score, lambda h: h.text, p.mmr.lambda_, p.max_results)
-        return mem.MemorySearchResult(hits=hits[: p.max_results], mode=mode, expression=expr, keywords=words,
+        # snippets of the answered hits only (a candidate's costs a regex pass per term)
+        hits = [msgspec.structs.replace(h, snippet=fts.snippet(h.text, terms)) for h in hits[: p.max_results]]
+        return mem.MemorySearchResult(hits=hits, mode=mode, expression=expr, keywords=words,
                                       embedding=key if embedder is not None else None, notes=notes)
 
     if not sessions:
         return finish()
-    plan = ms.plan(engine.store, index)
+    plan = ms.plan(engine.store, index, ms.counters(str(getattr(engine, "database_key", ""))))
 
     async def bring_up_to_date() -> mem.MemorySearchResult:
         """The session index caught up (SPEC §5.1: sessions), then the search."""

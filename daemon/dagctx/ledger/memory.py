@@ -61,6 +61,36 @@ class MemoryIndex:
         with self.store.lock:
             return self._rows().search(workspace, expression, limit, under)
 
+    def sessions_marker(self) -> tuple[int, float]:
+        """(how many sessions, the newest ``updated_at``): one aggregate row."""
+        self.store.ensure_file()
+        with self.store.lock:
+            return self._rows().sessions_marker()
+
+    def sessions_since(self, since: float) -> list[tuple[str, float, int]]:
+        """(id, updated_at, node_count) of the sessions written at or after ``since``."""
+        with self.store.lock:
+            return self._rows().sessions_since(since)
+
+    def sessions_all(self) -> list[tuple[str, float, int]]:
+        with self.store.lock:
+            return self._rows().sessions_all()
+
+    def sessions_after(self, since: float) -> int:
+        with self.store.lock:
+            return self._rows().sessions_after(since)
+
+    def files_named(self, workspace: str, paths: Sequence[str]) -> list[MemoryFileRow]:
+        if not paths:
+            return []
+        self.store.ensure_file()
+        with self.store.lock:
+            return self._rows().files_named(workspace, list(paths))
+
+    def file_count(self, workspace: str) -> int:
+        with self.store.lock:
+            return self._rows().file_count(workspace)
+
     def vectors(self, workspace: str, model: str) -> list[tuple[str, bytes]]:
         """Every chunk's vector of ``model`` (``provider:model``), in the index's order."""
         self.store.ensure_file()
@@ -71,11 +101,12 @@ class MemoryIndex:
         with self.store.lock:
             return self._rows().vector_count(workspace, model)
 
-    def missing_vectors(self, workspace: str, model: str, limit: int) -> list[tuple[str, str]]:
-        """(chunk id, text) of chunks without a vector of ``model``, at most ``limit``."""
+    def missing_vectors(self, workspace: str, model: str, limit: int, after: str = "") -> list[tuple[str, str]]:
+        """(chunk id, text) of chunks without a vector of ``model``, at most ``limit``, in id
+        order after ``after`` (the last id of the batch before: no batch rescans the ones done)."""
         self.store.ensure_file()
         with self.store.lock:
-            return self._rows().missing_vectors(workspace, model, limit)
+            return self._rows().missing_vectors(workspace, model, limit, after)
 
     def put_vectors(self, workspace: str, model: str, dim: int, rows: Sequence[tuple[str, bytes]]) -> None:
         """Store vectors (float32 bytes) of chunks, in one transaction."""
@@ -83,9 +114,12 @@ class MemoryIndex:
             self._rows().put_vectors(workspace, model, dim, rows)
 
     def apply_sessions(self, workspace: str, *, gone: Sequence[str], rows: Sequence[MemoryFileRow],
-                       chunks: Sequence[tuple[str, Sequence[MemoryChunkRow]]], indexed_at: float) -> None:
+                       chunks: Sequence[tuple[str, Sequence[MemoryChunkRow]]], indexed_at: float,
+                       marker: bytes = b"") -> None:
         """A sync of session chunks, in one transaction: the sessions ``gone`` lose everything,
-        each path of ``chunks`` gets exactly its chunks, ``rows`` are the sessions' marks."""
+        each path of ``chunks`` gets exactly its chunks, ``rows`` are the sessions' marks,
+        ``marker`` the sessions' state the index is now up to date with (the run row's
+        ``skipped`` field, which a workspace of files uses for its skips)."""
         with self.store._write_many((DERIVED_KEY,)):
             r = self._rows()
             for sid in gone:
@@ -94,7 +128,7 @@ class MemoryIndex:
                 r.replace_chunks(workspace, path, cs)
             for row in rows:
                 r.put_file(workspace, row, None)
-            r.put_run(workspace, indexed_at, b"")
+            r.put_run(workspace, indexed_at, marker)
 
     def apply(self, workspace: str, *, drop: Sequence[str], put: Sequence[FileUpdate],
               indexed_at: float, skipped: bytes) -> None:

@@ -125,6 +125,39 @@ class PostgresMemory:
             c.execute(f"DELETE FROM dagctx.memory_chunks WHERE workspace=%s AND {below}", (workspace, lo, hi))
             c.execute("DELETE FROM dagctx.memory_files WHERE workspace=%s AND path=%s", (workspace, prefix))
 
+    def sessions_marker(self) -> tuple[int, float]:
+        with self.b._conn("read the sessions") as c:
+            r = c.execute("SELECT count(*), coalesce(max(updated_at), 0) FROM dagctx.sessions").fetchone()
+        return int(r[0]), float(r[1])
+
+    def sessions_since(self, since: float) -> list[tuple[str, float, int]]:
+        with self.b._conn("read the sessions") as c:
+            rows = c.execute("SELECT id, updated_at, node_count FROM dagctx.sessions WHERE updated_at >= %s "
+                             "ORDER BY updated_at, id", (since,)).fetchall()
+        return [(r[0], float(r[1]), int(r[2])) for r in rows]
+
+    def sessions_all(self) -> list[tuple[str, float, int]]:
+        with self.b._conn("read the sessions") as c:
+            rows = c.execute("SELECT id, updated_at, node_count FROM dagctx.sessions ORDER BY id").fetchall()
+        return [(r[0], float(r[1]), int(r[2])) for r in rows]
+
+    def sessions_after(self, since: float) -> int:
+        with self.b._conn("read the sessions") as c:
+            return int(c.execute("SELECT count(*) FROM dagctx.sessions WHERE updated_at > %s",
+                                 (since,)).fetchone()[0])
+
+    def files_named(self, workspace: str, paths: Sequence[str]) -> list[MemoryFileRow]:
+        with self.b._conn("read the memory index") as c:
+            rows = c.execute(
+                "SELECT path, source, hash, mtime, size, lines, chunks FROM dagctx.memory_files WHERE workspace=%s "
+                "AND path = ANY(%s)", (workspace, list(paths))).fetchall()
+        return [MemoryFileRow(r[0], r[1], r[2], float(r[3]), int(r[4]), int(r[5]), int(r[6])) for r in rows]
+
+    def file_count(self, workspace: str) -> int:
+        with self.b._conn("read the memory index") as c:
+            return int(c.execute("SELECT count(*) FROM dagctx.memory_files WHERE workspace=%s",
+                                 (workspace,)).fetchone()[0])
+
     def put_run(self, workspace: str, indexed_at: float, skipped: bytes) -> None:
         with self.b._conn("write the memory index") as c:
             c.execute(
@@ -147,12 +180,13 @@ class PostgresMemory:
             return int(c.execute("SELECT count(*) FROM dagctx.memory_vectors WHERE workspace=%s AND model=%s",
                                  (workspace, model)).fetchone()[0])
 
-    def missing_vectors(self, workspace: str, model: str, limit: int) -> list[tuple[str, str]]:
+    def missing_vectors(self, workspace: str, model: str, limit: int, after: str = "") -> list[tuple[str, str]]:
+        # by the primary key (workspace, id) from the cursor: no sort of the workspace's chunks per batch
         with self.b._conn("read the memory index") as c:
             rows = c.execute(
-                "SELECT c.id, c.text FROM dagctx.memory_chunks c WHERE c.workspace=%s AND NOT EXISTS (SELECT 1 FROM "
-                "dagctx.memory_vectors v WHERE v.workspace=c.workspace AND v.chunk_id=c.id AND v.model=%s) "
-                "ORDER BY c.path, c.start_line, c.id LIMIT %s", (workspace, model, limit)).fetchall()
+                "SELECT c.id, c.text FROM dagctx.memory_chunks c WHERE c.workspace=%s AND c.id > %s AND NOT EXISTS "
+                "(SELECT 1 FROM dagctx.memory_vectors v WHERE v.workspace=c.workspace AND v.chunk_id=c.id AND "
+                "v.model=%s) ORDER BY c.id LIMIT %s", (workspace, after, model, limit)).fetchall()
         return [(r[0], r[1]) for r in rows]
 
     def put_vectors(self, workspace: str, model: str, dim: int, rows: Sequence[tuple[str, bytes]]) -> None:

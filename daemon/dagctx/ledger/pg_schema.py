@@ -146,10 +146,14 @@ MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
 
 #: Indexes every open makes sure of, whatever the version (they change no row, so an older
 #: dagctx reads the schema as before): session and node ids by prefix in byte order
-#: (SPEC §4.3), which the primary keys, in the database's collation, may not give.
+#: (SPEC §4.3), which the primary keys, in the database's collation, may not give; sessions
+#: by the time of their last write (memory search's session index catches up on the ones
+#: written since its mark, SPEC §5.1).
 INDEXES = (
     ("dagctx.sessions_id_c", 'CREATE INDEX IF NOT EXISTS sessions_id_c ON dagctx.sessions (id COLLATE "C")'),
     ("dagctx.nodes_id_c", 'CREATE INDEX IF NOT EXISTS nodes_id_c ON dagctx.nodes (id COLLATE "C")'),
+    ("dagctx.sessions_by_update",
+     "CREATE INDEX IF NOT EXISTS sessions_by_update ON dagctx.sessions (updated_at)"),
 )
 
 

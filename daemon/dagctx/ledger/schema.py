@@ -145,9 +145,11 @@ MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
 
 #: Indexes a writable open makes sure of, whatever the version (they change no row, so an
 #: older dagctx reads the file as before): node ids by prefix (SPEC §4.3; session ids
-#: have their primary key's).
+#: have their primary key's); sessions by the time of their last write (the session index
+#: of memory search catches up on the ones written since its mark, SPEC §5.1).
 INDEXES = (
     "CREATE INDEX IF NOT EXISTS nodes_by_id ON nodes(id)",
+    "CREATE INDEX IF NOT EXISTS sessions_by_update ON sessions(updated_at)",
 )
 
 

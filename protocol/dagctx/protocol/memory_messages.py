@@ -116,6 +116,33 @@ class MemoryFileInfo(_Result):
     chunks: int
 
 
+class MemorySessionsStatus(_Result):
+    """The session index (SPEC §5.1, sessions as a source): what it holds, what waits, and
+    what this daemon's catch-ups of it did (counts since the daemon started)."""
+
+    #: sessions indexed, and their chunks
+    sessions: int = 0
+    chunks: int = 0
+    #: chunks with a vector of ``embedding`` (of ``MemoryStatusResult``), and without one yet
+    #: (the next searches over sessions embed them)
+    vectors: int = 0
+    vectors_missing: int = 0
+    #: sessions written since the index was last brought up to date (all of them when it
+    #: never was): the next search over sessions reads them
+    pending: int = 0
+    #: the ledger's sessions are exactly what the index was last brought up to date with
+    up_to_date: bool = False
+    #: when the session index last changed (Unix seconds); null: never
+    indexed_at: float | None = None
+    #: this daemon's catch-ups: asked (one per search over sessions); found nothing changed
+    #: (nothing else read); compared every session (a first index, a session deleted);
+    #: sessions whose nodes were read
+    checks: int = 0
+    unchanged: int = 0
+    listings: int = 0
+    sessions_read: int = 0
+
+
 class MemoryStatusResult(_Result):
     workspace: str
     files: list[MemoryFileInfo]
@@ -126,6 +153,12 @@ class MemoryStatusResult(_Result):
     #: seconds); null: never indexed
     indexed_at: float | None = None
     complete: bool = False
+    #: ``provider:model`` of the default embedding (``local`` when installed; null: none)
+    #: whose vectors ``vectors`` counts
+    embedding: str | None = None
+    #: the workspace's chunks with a vector of ``embedding``
+    vectors: int = 0
+    sessions: MemorySessionsStatus = msgspec.field(default_factory=MemorySessionsStatus)
 
 
 class MemoryDecay(_Params):

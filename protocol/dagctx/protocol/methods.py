@@ -206,7 +206,9 @@ _ALL: list[MethodSpec] = [
          "`embeddingError` set and `complete` false (the files stay indexed). Nothing is written when the run "
          "is refused. Runs off the event loop.", offload=True),
     _req("memory/status", mem.MemoryStatusParams, mem.MemoryStatusResult,
-         "The indexed memory files of a workspace.", "InvalidParams (no workspace)", "Read-only."),
+         "The indexed memory files of a workspace, and the session index (what it holds, what waits, what "
+         "this daemon's catch-ups did).", "InvalidParams (no workspace)",
+         "Read-only: it brings nothing up to date (the marker check and counts only)."),
     _req("memory/search", mem.MemorySearchParams, mem.MemorySearchResult,
          "Hybrid search over memory chunks (and session nodes): keyword and vector candidates, "
          "vectorWeight·vector + textWeight·text, with decay and MMR.",
@@ -215,7 +217,8 @@ _ALL: list[MethodSpec] = [
          "of the wrong shape or dimension)",
          "Best first. A conversational query (no operators, quotes or parentheses) is reduced to "
          "its keywords, joined with OR; the vector side embeds the query as written. With sessions among the "
-         "sources it first brings the session chunks up to date (derived data: one transaction, then at most "
+         "sources it first brings the session chunks up to date (nothing read when the ledger's sessions "
+         "marker is unchanged; else the sessions written since; derived data: one transaction, then at most "
          "2,048 chunks embedded); otherwise read-only. Runs off the event loop.",
          offload=True),
     _req("memory/get", mem.MemoryGetParams, mem.MemoryGetResult,
