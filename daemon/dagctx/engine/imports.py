@@ -6,8 +6,9 @@ are kept aside in a private temporary file as they are read and read back one no
 time when derived and written, so tool results cost memory one at a time, not the
 session's. Not yet so for the rest (issue 19): user and model texts stay in the parsed
 transcript until it is written, the OpenClaw, OpenHands, ShareGPT and SWE-agent readers
-hold a file's records until it is parsed, and the write builds the session's graph (every
-text but the spilled outputs) in the store's cache. Each transcript is then written in one ledger transaction,
+hold a file's records until it is parsed. The write holds no text of the session: the
+ledger checks its rules against a skeleton graph it does not cache, and the nodes announced
+after it are read back from the database a page at a time. Each transcript is written in one ledger transaction,
 idempotently (keyed by the source session), so an interrupted import keeps what it
 committed and a rerun resumes. Progress goes to the client as ``$/progress`` when it
 gave a ``workDoneToken``.
@@ -193,6 +194,7 @@ async def _write(engine: Record, p: c.ImportParams, t: Transcript, path: str) ->
         ]
 
         def write(t: Transcript = t, derived: dict = derived, usage: list = usage) -> tuple[Any, bool]:
+            sizes: list[int] = []
             info, created = engine.store.import_session(
                 source_key=f"{t.format}:{t.source_key}",
                 title=p.title or safe_text(t.title),  # a title made from an undecodable file name
@@ -201,12 +203,14 @@ async def _write(engine: Record, p: c.ImportParams, t: Transcript, path: str) ->
                 metadata={"importedFrom": t.format, "source": path},
                 derived=derived,
                 usage=usage,
+                written=sizes,
             )
             if created:
                 engine.lifecycle("session_start", info.session_id)
-                # the same announcement and ingest hook as every other write (SPEC §1.5)
-                new_nodes = [n for n in engine.store.graph(info.session_id).by_seq if n.id != info.root_id]
-                engine.announce(info.session_id, new_nodes, info.head)
+                # the same announcement and ingest hook as every other write (SPEC §1.5), read
+                # back a page at a time: never the whole session's texts at once
+                for page in engine.store.written_nodes(info.session_id, sizes):
+                    engine.announce(info.session_id, page, info.head)
             return info, created
 
         # one transaction per transcript, off the event loop (SPEC §1.4)

@@ -219,6 +219,7 @@ class Appends(StoreBase):
         *,
         spawn_ok: bool = False,
         created_at: float | None = None,
+        skeleton: bool = False,
     ) -> AppendOutcome:
         node_id = inp.id if inp.id is not None else uuid.uuid4().hex
         rules.check_new_id(g, node_id)
@@ -256,7 +257,8 @@ class Appends(StoreBase):
         self.backend.insert_node(node_row)
         if spilled is not None:
             self.backend.put_blob(self._blob(row.id, node_id, spilled))
-        g.add(call)
+        # ``skeleton``: a graph only the rules read (an import's, never cached) keeps no texts
+        g.add(msgspec.structs.replace(call, input=None, output=None) if skeleton else call)
         g.nbytes += len(node_row.body)  # what a refresh would have decoded (the cache bound's weight)
         if moved:
             if call.predecessor == row.head:

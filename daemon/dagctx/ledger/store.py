@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -105,17 +105,26 @@ class Store(Appends):
         *,
         source_key: str,
         title: str,
-        nodes: Sequence[NodeInput],
+        nodes: Iterable[NodeInput],
         head: str | None,
         metadata: dict[str, Any] | None = None,
         derived: dict[str, NodeDerived] | None = None,
         usage: Sequence[UsageRow] = (),
+        written: list[int] | None = None,
     ) -> tuple[SessionInfo, bool]:
         """Create a session from an imported transcript in ONE transaction.
 
         Idempotent: a session with the same ``source_key`` is returned as it is
         (``created=False``). Spawn-branch roots are allowed here (an import replays
         spawns that already happened); every other rule of ``append`` applies.
+
+        ``nodes`` may be a generator that reads each node's body as it is written: the
+        rules are checked against a skeleton of the session (edges, roles, names and
+        metadata, no inputs or outputs) that is not cached, so memory is bounded by the
+        largest node, not the session (SPEC §9 ``session/import``); the next read loads
+        the graph from the database. ``written``, when given, is filled with the stored
+        body size of each node written, in revision order (revisions 2, 3, …), for
+        ``written_nodes``.
         """
         existing = self.find_by_source(source_key)
         if existing is not None:
@@ -126,14 +135,15 @@ class Store(Appends):
             g = SessionGraph(sid, row.root_id)
             g.add(root)
             g.rev = row.rev
-            self._graphs[sid] = g
-            self._graph_born[sid] = row.created_at
             for inp in nodes:
                 d = derived.get(inp.id) if derived and inp.id is not None else None
                 # An import replays history: a node keeps the time it happened at the source.
                 when = inp.metadata.get("timestamp")
-                self._append_locked(row, g, inp, False, d, spawn_ok=True,
+                before = g.nbytes
+                self._append_locked(row, g, inp, False, d, spawn_ok=True, skeleton=True,
                                     created_at=float(when) if isinstance(when, (int, float)) else None)
+                if written is not None:
+                    written.append(g.nbytes - before)
             if head is not None:
                 target = g.get(rules.resolve(row.root_id, head) or head)
                 rules.check_head_target(g, target)
@@ -143,6 +153,22 @@ class Store(Appends):
                     self.backend.put_usage(sid, u)
             self._finish(row, g)
         return self.get_session(sid), True
+
+    def written_nodes(self, session_id: str, sizes: Sequence[int],
+                      budget: int = 256 << 10) -> Iterator[list[Call]]:
+        """The nodes ``import_session`` wrote (``sizes`` as it filled ``written``), read
+        back in pages of at most ``budget`` stored bytes (or one node), oldest first: what
+        is announced after an import costs a page, never the session."""
+        k = 0  # nodes read so far; node k has revision k + 2 (the root has 1)
+        while k < len(sizes):
+            j, used = k, 0
+            while j < len(sizes) and (j == k or used + sizes[j] <= budget):
+                used += sizes[j]
+                j += 1
+            with self.lock:
+                page = [self._dec.decode(b) for b in self.backend.bodies_between(session_id, k + 1, j + 1)]
+            yield page
+            k = j
 
     def find_by_source(self, source_key: str) -> SessionInfo | None:
         self.ensure_file()
