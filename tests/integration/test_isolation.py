@@ -133,21 +133,38 @@ async def test_a_running_cold_render_cancelled_answers_request_cancelled_and_the
     try:
         big = (await a.import_path(str(src))).sessions[0].session_id
         small = await b.session_create("small")
-        for model, fmt in (("claude-sonnet-4", "anthropic"), ("gpt-4.1", "openai")):  # cold each time
+        # Each attempt is a render no earlier one warmed (another model or format). On a loaded
+        # machine a cold render can finish before it is seen running, or before the cancel reaches
+        # it; such an attempt proves nothing either way and the next one is tried. The test fails
+        # when no attempt of six is cancelled — what a daemon that ignores a running request's
+        # cancel does every time.
+        attempts = (("claude-sonnet-4", "anthropic"), ("gpt-4.1", "openai"), ("gpt-4o", "openai"),
+                    ("claude-opus-4", "anthropic"), ("gpt-4.1", "neutral"), ("claude-sonnet-4", "neutral"))
+        cancelled = 0
+        for model, fmt in attempts:
             rid, heavy = a.send_request("context/render", {"sessionId": big, "model": model, "aging": True,
                                                            "format": fmt})
             for _ in range(2000):  # until its worker runs it (a hang guard, not a duration)
                 if (await b.daemon_status()).queue.running >= 1 or heavy.done():
                     break
                 await asyncio.sleep(0.005)
-            assert not heavy.done(), "the cold render finished before it could be cancelled"
+            if heavy.done():
+                assert (await heavy).messages  # finished before it was seen running: a whole render
+                continue
             a.cancel(rid)
-            with pytest.raises(RpcError) as exc:
-                await asyncio.wait_for(heavy, 120)
-            assert exc.value.kind == "RequestCancelled"
+            try:
+                finished = await asyncio.wait_for(heavy, 120)
+            except RpcError as exc:
+                assert exc.kind == "RequestCancelled"
+                cancelled += 1
+            else:
+                assert finished.messages  # it finished before the cancel arrived
             # the daemon serves on: the same connection, another one, and the same render again
             assert (await a.session_list(limit=5)).total == 2
             assert (await b.history(small.session_id)).nodes == []
+            if cancelled == 2:
+                break
+        assert cancelled >= 1, "no running render of six was cancelled"
         again = await a.render(big, model="gpt-4.1", aging=True, format="openai")
         assert again.messages and a.process.returncode is None
     finally:

@@ -293,7 +293,9 @@ def test_estimate_of_long_texts_matches_the_regular_expressions() -> None:
         "\U0001f600", "\U00020000", "\U0003fffd", "\U0001b000", "\U0001b170", "\U0001d400", "\ud800", "\udc80",
     ])
 
-    @settings(derandomize=True, database=None, max_examples=150, deadline=None,
+    # 100 seeded draws reach every branch of both counts that 1,000 reach, and draw every
+    # entry of the alphabet (60 left three out)
+    @settings(derandomize=True, database=None, max_examples=100, deadline=None,
               suppress_health_check=list(HealthCheck))
     @given(parts=st.lists(alphabet, min_size=1, max_size=40), repeat=st.integers(13, 40))
     def run(parts: list[str], repeat: int) -> None:

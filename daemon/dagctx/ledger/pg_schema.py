@@ -154,6 +154,9 @@ INDEXES = (
     ("dagctx.nodes_id_c", 'CREATE INDEX IF NOT EXISTS nodes_id_c ON dagctx.nodes (id COLLATE "C")'),
     ("dagctx.sessions_by_update",
      "CREATE INDEX IF NOT EXISTS sessions_by_update ON dagctx.sessions (updated_at)"),
+    # a model's vectors counted without reading them (memory/index, memory/status)
+    ("dagctx.memory_vectors_by_model",
+     "CREATE INDEX IF NOT EXISTS memory_vectors_by_model ON dagctx.memory_vectors (workspace, model)"),
 )
 
 

@@ -146,10 +146,14 @@ MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
 #: Indexes a writable open makes sure of, whatever the version (they change no row, so an
 #: older dagctx reads the file as before): node ids by prefix (SPEC §4.3; session ids
 #: have their primary key's); sessions by the time of their last write (the session index
-#: of memory search catches up on the ones written since its mark, SPEC §5.1).
+#: of memory search catches up on the ones written since its mark, SPEC §5.1); memory
+#: vectors by workspace and model.
 INDEXES = (
     "CREATE INDEX IF NOT EXISTS nodes_by_id ON nodes(id)",
     "CREATE INDEX IF NOT EXISTS sessions_by_update ON sessions(updated_at)",
+    # a model's vectors counted without reading them (memory/index, memory/status): the
+    # table's rows hold the vectors, 2.4 s to count 100,000 of them, 0.1 s from this index
+    "CREATE INDEX IF NOT EXISTS memory_vectors_by_model ON memory_vectors(workspace, model)",
 )
 
 

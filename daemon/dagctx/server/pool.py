@@ -232,6 +232,11 @@ class FairPool:
         with self._cv:
             return sum(len(ln.queue) for ln in self._lanes.values()), self._running
 
+    def waiting(self, lane: Hashable) -> int:
+        """Jobs queued on ``lane`` behind the running one (a lock-free glance: a hint)."""
+        ln = self._lanes.get(lane)
+        return len(ln.queue) if ln is not None else 0
+
     def threads(self) -> int:
         return len(self._threads)
 

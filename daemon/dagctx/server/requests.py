@@ -221,7 +221,8 @@ class RequestRunner:
             try:
                 pool = self.pool
                 # the answers of a run of requests reach the loop with one wake-up (Hub.post)
-                cf = pool.submit(lane, lambda: ctx.run(self._call, msg_id, method, handler, params, direct),
+                cf = pool.submit(lane, lambda: ctx.run(self._call, msg_id, method, handler, params,
+                                                       (pool, lane) if direct else None),
                                  hold=False if background else _unfinished,
                                  on_done=lambda f: self.hub.post(self._ran, msg_id, method, params, pool, lane, f,
                                                                  done))
@@ -261,14 +262,17 @@ class RequestRunner:
         start()
 
     def _call(self, msg_id: Any, method: str, handler: Callable[[Any], Any], params: Any,
-              direct: bool = False) -> Any:
+              direct: tuple[FairPool, Any] | None = None) -> Any:
         """In a worker: the handler, and the framed answer when it finished here — written
-        to the client by this worker when ``direct`` and nothing may come before it."""
+        to the client by this worker when ``direct`` and nothing may come before it.
+        ``direct``: the (pool, lane) it ran in, when it may; not while more requests wait
+        in the lane — a pipelining client's answers then reach the loop together
+        (``Hub.post``) and are written in one pass, not one write and one wake-up each."""
         result = handler(params)
         if asyncio.iscoroutine(result):
             return result
         data = self._answer(msg_id, method, result)
-        if direct and self._send_now(msg_id, data):
+        if direct is not None and not direct[0].waiting(direct[1]) and self._send_now(msg_id, data):
             return _SENT
         return _Encoded(data)
 
