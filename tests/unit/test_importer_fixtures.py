@@ -107,16 +107,20 @@ def _spilled(path: Path, over: int) -> list[Transcript]:
     finally:
         SPILL_OVER.reset(token)
     kept = [n.id for t in got for n in t.nodes if isinstance(n.output, SpilledOutput)]
+    kept_inputs = [n.id for t in got for n in t.nodes if isinstance(n.input, SpilledOutput)]
+    kept_thinking = [n.id for t in got for n in t.nodes if isinstance(n.metadata.get("thinking"), SpilledOutput)]
     for t in got:
         t.nodes = [loaded(n) for n in t.nodes]
     got[0].counts["_kept"] = kept  # type: ignore[assignment]  # for the caller's check
+    got[0].counts["_kept_inputs"] = kept_inputs  # type: ignore[assignment]
+    got[0].counts["_kept_thinking"] = kept_thinking  # type: ignore[assignment]
     return got
 
 
 @pytest.mark.parametrize("rel", sorted(EXPECTED))
 def test_keeping_bodies_aside_changes_no_transcript(rel: str) -> None:
     """An import keeps every large node body (tool results, user and model texts joined
-    from their parts, summaries) on disk while it reads (its memory is bounded by the
+    from their parts, summaries, tool call inputs, thinking texts) on disk while it reads (its memory is bounded by the
     largest node): read back, every transcript is the one read in memory, and every body
     over the limit was kept aside, whatever its role."""
     import msgspec
@@ -126,6 +130,11 @@ def test_keeping_bodies_aside_changes_no_transcript(rel: str) -> None:
     kept = aside[0].counts.pop("_kept")
     big = [n.id for t in whole for n in t.nodes if n.output is not None and len(msgspec.json.encode(n.output)) > 8]
     assert kept == big
+    # tool call inputs and thinking texts too
+    assert aside[0].counts.pop("_kept_inputs") == [
+        n.id for t in whole for n in t.nodes if n.input is not None and len(msgspec.json.encode(n.input)) > 8]
+    assert aside[0].counts.pop("_kept_thinking") == [
+        n.id for t in whole for n in t.nodes if len(msgspec.json.encode(n.metadata.get("thinking"))) > 8]
     roles = {n.role for t in whole for n in t.nodes if n.id in set(kept)}
     assert {"user", "llm", "code"} <= roles, roles  # every fixture has each kind of body
     assert aside == whole

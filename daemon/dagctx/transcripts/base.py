@@ -107,10 +107,16 @@ def unspilled(value: Any) -> Any:
 
 
 def loaded(node: NodeInput) -> NodeInput:
-    """``node`` with a spilled output read back (a copy; ``node`` itself stays small)."""
+    """``node`` with its kept-aside output, input and ``metadata["thinking"]`` read back (a
+    copy; ``node`` itself stays small)."""
+    changes: dict[str, Any] = {}
     if isinstance(node.output, SpilledOutput):
-        return msgspec.structs.replace(node, output=node.output.load())
-    return node
+        changes["output"] = node.output.load()
+    if isinstance(node.input, SpilledOutput):
+        changes["input"] = node.input.load()
+    if isinstance(node.metadata.get("thinking"), SpilledOutput):
+        changes["metadata"] = {**node.metadata, "thinking": node.metadata["thinking"].load()}
+    return msgspec.structs.replace(node, **changes) if changes else node
 
 
 @dataclass

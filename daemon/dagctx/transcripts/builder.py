@@ -104,7 +104,11 @@ class Builder:
     def add(self, node: NodeInput, key: tuple | None = None) -> NodeInput:
         assert node.id is not None and node.id not in self.by_id, node.id
         if self._spill_over is not None:
-            node.output = self.keep(node.output)  # a large body waits on disk, not in memory
+            # a large body, tool call input or thinking text waits on disk, not in memory
+            node.output = self.keep(node.output)
+            node.input = self.keep(node.input)
+            if "thinking" in node.metadata:
+                node.metadata["thinking"] = self.keep(node.metadata["thinking"])
         self.nodes.append(node)
         self.by_id[node.id] = node
         self._keys[node.id] = key if key is not None else (len(self.nodes),)

@@ -484,7 +484,8 @@ class _Parser:
             if caller is None:
                 prompt = _plain_text(unspilled(node.output)).strip()
                 for c in task_calls:
-                    p = c.input.get("prompt") if isinstance(c.input, dict) else None
+                    args = unspilled(c.input)
+                    p = args.get("prompt") if isinstance(args, dict) else None
                     if c.id not in used and isinstance(p, str) and p.strip() == prompt and prompt:
                         caller, how = c.id, "prompt"
                         break
@@ -518,7 +519,7 @@ class _Parser:
             node.output = b.keep("\n\n".join(p for p in map(unspilled, parts) if p.strip()))
             think = self.thinking.get(nid)
             if think:
-                node.metadata["thinking"] = "\n\n".join(think)
+                node.metadata["thinking"] = b.keep("\n\n".join(think))
         for nid, u in self.raw_usage.items():
             b.set_usage(
                 nid,

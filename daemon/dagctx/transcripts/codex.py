@@ -146,7 +146,7 @@ class _Parser:
             self.b.by_id[nid].output = self.b.keep("\n\n".join(p for p in map(unspilled, parts) if p.strip()))
         for nid, parts in self.thinking.items():
             if parts:
-                self.b.by_id[nid].metadata["thinking"] = "\n\n".join(parts)
+                self.b.by_id[nid].metadata["thinking"] = self.b.keep("\n\n".join(parts))
         self.b.counts["messages"] = self.messages
         return self.b.finish(self.session_id or self.path.stem, self._title())
 

@@ -232,7 +232,7 @@ class _Parser:
                 node.metadata.setdefault("otherBlocks", []).append(bt)
         node.output = b.keep("\n\n".join(t for t in texts if t.strip()))
         if thinking:
-            node.metadata["thinking"] = "\n\n".join(thinking)
+            node.metadata["thinking"] = b.keep("\n\n".join(thinking))
         stop = msg.get("stopReason")
         if stop == "error":
             node.status = "error"
