@@ -6,10 +6,10 @@ line are streamed, every record is size-capped); every node body over ``SPILL_OV
 node was added) and the message contents of the lines Claude Code's and Codex's parsers
 hold for their tree walk are kept aside in a private temporary file as they are read and
 read back one at a time when parsed, derived and written, so bodies cost memory one at a
-time, not the session's. Not yet so (issue 19): bodies under the threshold, tool call
-inputs and thinking texts stay in the parsed transcript, and the OpenClaw, OpenHands,
-ShareGPT and SWE-agent readers hold a file's records until it is parsed (ARCHITECTURE.md
-says which). The write holds no text of the session: the
+time, not the session's (tool call inputs and ``metadata.thinking`` too). Not so
+(issue 19): bodies under the threshold and the rest of each node's metadata stay in the
+parsed transcript, and the whole-JSON files (a ShareGPT array, an OpenHands ``.json``, a
+SWE-agent ``.traj``) are decoded in one piece (ARCHITECTURE.md says what each reader holds). The write holds no text of the session: the
 ledger checks its rules against a skeleton graph it does not cache, and the nodes announced
 after it are read back from the database a page at a time. Each transcript is written in one ledger transaction,
 idempotently (keyed by the source session), so an interrupted import keeps what it
