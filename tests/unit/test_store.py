@@ -626,3 +626,40 @@ def test_cached_graphs_are_weighed_and_can_be_evicted(store: Store) -> None:
         assert other.cache_bytes() == nbytes
     finally:
         other.close()
+
+
+def test_an_import_is_written_through_a_skeleton_and_read_back_in_pages(store: Store) -> None:
+    """SPEC §9 session/import: the ledger checks an import's rules against a graph of its
+    edges without texts that it does not cache (memory bounded by the largest node), and
+    ``written_nodes`` reads the written nodes back in pages of at most ``budget`` stored
+    bytes (or one node), each once, in order, whole."""
+    texts = [f"{i} " + "x" * (40 * (i % 3)) for i in range(7)]
+    nodes = []
+    pred = "ROOT"
+    for i, text in enumerate(texts):
+        nodes.append(NodeInput(role="user" if i % 2 == 0 else "llm", id=f"n{i}", output=text, predecessor=pred,
+                               name="" if i % 2 == 0 else "m"))
+        pred = f"n{i}"
+    nodes.append(NodeInput(role="code", id="call", name="sh", input={"cmd": "ls"}, output="a" * 50, caller="n1"))
+    written: list[int] = []
+    info, created = store.import_session(source_key="test:1", title="t", nodes=(n for n in nodes), head="n6",
+                                         written=written)
+    sid = info.session_id
+    assert created and info.head == "n6" and len(written) == len(nodes) and min(written) > 0
+    assert sid not in {s for s, _, _ in store.cached_graphs()}  # nothing of it waits in memory
+    pages = list(store.written_nodes(sid, written, budget=250))
+    got = [n for page in pages for n in page]
+    assert [n.id for n in got] == [n.id for n in nodes]
+    assert [n.output for n in got] == [n.output for n in nodes] and got[-1].input == {"cmd": "ls"}
+    assert len(pages) > 2
+    k = 0
+    for page in pages:  # each page within the budget, or a single node
+        assert len(page) == 1 or sum(written[k:k + len(page)]) <= 250
+        k += len(page)
+    # the next read loads the session from the database, texts included
+    assert store.graph(sid).nodes["n4"].output == texts[4]
+    # the rules still apply to an import: a node after an unknown one writes nothing
+    bad = [NodeInput(role="user", id="b0", output="x", predecessor="ROOT"),
+           NodeInput(role="user", id="b1", output="y", predecessor="nope")]
+    raises("NodeNotFound", store.import_session, source_key="test:2", title="t", nodes=iter(bad), head=None)
+    assert store.find_by_source("test:2") is None
