@@ -1,6 +1,8 @@
 """Memory index and search through a real daemon (SPEC §5.1); ratios against baselines of the same run.
 
 Run: python bench/bench_memory.py [--files 2860] [--lines 400] [--db PATH-or-URL] [--queries 50] [--keep]
+     [--reuse FOLDER]   (a folder ``--keep`` printed: its workspaces and database, no build —
+                         the build numbers are then of re-indexing unchanged files)
 
 The defaults make about 100,000 chunks (35 per file); ``--files 20`` is a quick check.
 
@@ -91,12 +93,15 @@ async def main() -> int:
     ap.add_argument("--queries", type=int, default=50)
     ap.add_argument("--db", help="database (default: a temporary SQLite file)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (workspace and database)")
+    ap.add_argument("--reuse", help="a folder kept by --keep: search its index again (kept afterwards)")
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp())
+    tmp = Path(args.reuse) if args.reuse else Path(tempfile.mkdtemp())
+    args.keep = args.keep or bool(args.reuse)
     ws = tmp / "ws"
-    make_workspace(ws, args.files, args.lines)
     plain_ws = tmp / "ws-fts"
-    make_workspace(plain_ws, args.files, args.lines)
+    if not args.reuse:
+        make_workspace(ws, args.files, args.lines)
+        make_workspace(plain_ws, args.files, args.lines)
     c = await DagctxClient.spawn(args.db or str(tmp / "bench.db"), standalone=True)
     try:
         t0 = time.perf_counter()
@@ -113,7 +118,7 @@ async def main() -> int:
         t0 = time.perf_counter()
         same = await c.request("memory/index", {"workspace": str(ws)}, timeout=3600)
         t_same = time.perf_counter() - t0
-        (ws / "memory" / "note-0000.md").write_text("# Note 0\n\nedited: the zeppelin dashboard\n")
+        (ws / "memory" / "note-0000.md").write_text(f"# Note 0\n\nedited: the zeppelin dashboard {time.time()}\n")
         t0 = time.perf_counter()
         one = await c.request("memory/index", {"workspace": str(ws)}, timeout=3600)
         t_one = time.perf_counter() - t0

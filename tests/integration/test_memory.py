@@ -266,3 +266,26 @@ def test_the_memory_commands(tmp_path: Path) -> None:
     write(ws, "memory/bad.md", b"\xff\xfe bad")
     p = cli("index", "--standalone", "--workspace", str(ws))
     assert p.returncode == 3 and "notUtf8" in p.stdout + p.stderr
+
+
+async def test_a_rare_word_among_common_ones_finds_its_chunk_first(client: DagctxClient, tmp_path: Path) -> None:
+    """A conversational query runs as the OR of its keywords; on SQLite the chunks of a word
+    held by more than ``KEYWORD_BUDGET`` chunks are never ranked whole (SPEC §5.1): the rare
+    word's chunk — the last of 3,302, after every common word's — must still come first."""
+    ws = tmp_path / "ws"
+    common = ("deploy", "release", "pipeline")
+    lines = [f"we {common[i % 3]} on tuesday, note {i}" for i in range(3_300)]
+    lines += ["the zeppelin deploy waits for the hangar", "先跑迁移脚本 release"]
+    write(ws, "memory/ops.md", "\n".join(lines) + "\n")
+    done = await client.request("memory/index", {"workspace": str(ws), "embedding": {"provider": "none"},
+                                                 "options": {"chunkTokens": 16, "overlapTokens": 0}})
+    assert done.chunks >= 3_302 and done.complete
+    res = await search(client, ws, "how do we deploy the release pipeline for the zeppelin?", mode="fts")
+    assert res.keywords == ["deploy", "release", "pipeline", "zeppelin"]
+    assert res.hits[0].text == "the zeppelin deploy waits for the hangar", res.hits[:2]
+    assert len(res.hits) == 6 and all(any(w in h.text for w in common) for h in res.hits[1:])
+    cjk = await search(client, ws, "release 迁移脚本", mode="fts")
+    assert cjk.hits[0].text == "先跑迁移脚本 release", cjk.hits[:2]
+    # every word common: the hits hold them (drawn in index order, not ranked whole)
+    plain = await search(client, ws, "deploy release pipeline", mode="fts")
+    assert len(plain.hits) == 6 and all(any(w in h.text for w in common) for h in plain.hits)

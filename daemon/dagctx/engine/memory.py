@@ -423,7 +423,7 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
         """Keyword and vector candidates of one part of the index, each with both scores."""
         cands: dict[str, dict[str, Any]] = {}
         if use_text and mode != "vector":
-            for row, raw in index.search(wskey, expr, want, under):
+            for row, raw in index.search(wskey, expr, want, under, words):
                 cands[row.id] = {"row": row, "text": mt.keyword_score(raw, row.text, words)}
         if qv is not None and vi is not None and len(vi):
             for i, sim in vi.top(qv, want, p.min_vector_score, vi.rows_under(under) if under is not None else None):

@@ -54,12 +54,14 @@ class MemoryIndex:
         with self.store.lock:
             return {r.id: r for r in self._rows().chunks(workspace, list(chunk_ids))}
 
-    def search(self, workspace: str, expression: str, limit: int,
-               under: str | None = None) -> list[tuple[MemoryChunkRow, float]]:
-        """Keyword hits, best first; ``under``: only chunks whose path is below ``under/``."""
+    def search(self, workspace: str, expression: str, limit: int, under: str | None = None,
+               words: Sequence[str] = ()) -> list[tuple[MemoryChunkRow, float]]:
+        """Keyword hits, best first; ``under``: only chunks whose path is below ``under/``;
+        ``words``: the keywords of a conversational query whose ``OR`` ``expression`` is (a
+        backend may then bound the matches it ranks, SPEC §5.1)."""
         self.store.ensure_file()
         with self.store.lock:
-            return self._rows().search(workspace, expression, limit, under)
+            return self._rows().search(workspace, expression, limit, under, words)
 
     def sessions_marker(self) -> tuple[int, float]:
         """(how many sessions, the newest ``updated_at``): one aggregate row."""

@@ -47,8 +47,9 @@ class PostgresMemory:
                              (workspace, list(chunk_ids))).fetchall()
         return [chunk_row(r) for r in rows]
 
-    def search(self, workspace: str, expression: str, limit: int,
-               under: str | None = None) -> list[tuple[MemoryChunkRow, float]]:
+    def search(self, workspace: str, expression: str, limit: int, under: str | None = None,
+               words: Sequence[str] = ()) -> list[tuple[MemoryChunkRow, float]]:
+        # ``words`` unused: PostgreSQL ranks every match of the keywords' OR (ARCHITECTURE.md)
         q = pg_search.parse(fts.fts_query(expression))
         if q.exact is None or q.relaxed is None:
             return []

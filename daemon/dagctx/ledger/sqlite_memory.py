@@ -3,8 +3,10 @@ chunks, the same query syntax as ``search/query``. ``SqliteBackend.memory_rows()
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import time
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +15,14 @@ from dagctx.protocol.errors import DagctxError
 from . import search as fts
 from .backend import storage_error
 from .memory_rows import CHUNK_COLS, MemoryChunkRow, MemoryFileRow, chunk_row, under_range
+
+
+#: a conversational query's rarest keywords are ranked whole while their chunks add up to at
+#: most this many rows; the chunks holding only common keywords are drawn at most this many
+#: at a time (``SqliteMemory._keywords``; ARCHITECTURE.md has the numbers)
+KEYWORD_BUDGET = 1_000
+#: up to this many keywords, the chunks holding all of them, all but one and all but two are drawn first
+MAX_SUBSET_WORDS = 8
 
 
 class SqliteMemory:
@@ -56,9 +66,28 @@ class SqliteMemory:
                     f"({','.join('?' * len(part))})", (workspace, *part)).fetchall()]
         return out
 
-    def search(self, workspace: str, expression: str, limit: int,
-               under: str | None = None) -> list[tuple[MemoryChunkRow, float]]:
-        """Ranked inside the full-text index first (rowid and BM25 only, FTS5's own sort), then
+    def search(self, workspace: str, expression: str, limit: int, under: str | None = None,
+               words: Sequence[str] = ()) -> list[tuple[MemoryChunkRow, float]]:
+        """``words``: the keywords of a conversational query (``expression`` is their ``OR``),
+        searched rarest first with a bound on the rows ranked (``_keywords``); else ranked
+        as ``_ranked_raw`` says."""
+        if len(words) > 1:
+            try:
+                return self._keywords(workspace, list(words), limit, under, expression)
+            except sqlite3.DatabaseError as exc:
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise DagctxError("InvalidQuery", f"the search query {expression!r} is not valid full-text "
+                                      f"syntax ({exc})", path="query") from exc
+                raise storage_error("StorageCorrupt", f"cannot search memory: {exc}", self.b.location) from exc
+        return self._ranked(workspace, expression, limit, under)
+
+    def _ranked(self, workspace: str, expression: str, limit: int,
+                under: str | None = None) -> list[tuple[MemoryChunkRow, float]]:
+        # bm25 is lower-is-better; keep higher-is-better like search/query
+        return [(chunk_row(r[1:]), -float(s)) for r, s in self._ranked_raw(workspace, expression, limit, under)]
+
+    def _ranked_raw(self, workspace: str, expression: str, limit: int, under: str | None) -> list[tuple[Any, float]]:
+        """(rowid and chunk columns, bm25) best first. Ranked inside the full-text index first (rowid and BM25 only, FTS5's own sort), then
         the best rows' chunks read and kept when of this workspace (and below ``under``): the
         chunks' text is never carried through the sort of every match — half the time of a
         join sorted whole at 100,000 chunks (ARCHITECTURE.md). The index holds every
@@ -94,8 +123,98 @@ class SqliteMemory:
         except sqlite3.DatabaseError as exc:
             raise storage_error("StorageCorrupt", f"cannot search memory: {exc}", self.b.location) from exc
         rows.sort(key=lambda r: (score[r[0]], r[2], r[4]))
-        # bm25 is lower-is-better; keep higher-is-better like search/query
-        return [(chunk_row(r[1:]), -float(score[r[0]])) for r in rows[:limit]]
+        return [(r, score[r[0]]) for r in rows[:limit]]
+
+    def _doc_counts(self, words: Sequence[str]) -> list[int]:
+        """How many chunks (of every workspace) hold each word, from the full-text index's own
+        vocabulary (an ``fts5vocab`` table of this connection's temporary schema: nothing is
+        stored; a lookup reads one term's entry). The word is folded as the index's tokenizer
+        folds it (lower case, diacritics removed); 0 when absent."""
+        c = self._c()
+        try:
+            c.execute("SELECT 1 FROM temp.memory_vocab LIMIT 0")
+        except sqlite3.OperationalError:
+            c.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memory_vocab USING fts5vocab(main, memory_search, row)")
+        out = []
+        for w in words:
+            folded = "".join(ch for ch in unicodedata.normalize("NFD", w.lower()) if not unicodedata.combining(ch))
+            r = c.execute("SELECT doc FROM temp.memory_vocab WHERE term = ?", (folded,)).fetchone()
+            out.append(int(r[0]) if r else 0)
+        return out
+
+    def _keywords(self, workspace: str, words: list[str], limit: int, under: str | None,
+                  expression: str) -> list[tuple[MemoryChunkRow, float]]:
+        """The ``OR`` of a conversational query's keywords without ranking every chunk that holds
+        one common word (SPEC §5.1, keyword candidates; ARCHITECTURE.md has the numbers).
+
+        A keyword hit's score is dominated by the share of the query's words it holds, so the
+        candidates are drawn by that share, each draw ranked by BM25 over at most ``budget``
+        matches of this workspace (in index order; all of them when fewer): the chunks
+        holding every word, then those holding all but one, then all but two (of at least two); then every chunk holding one of
+        the rarest words (while their chunks add up to at most ``budget``: those that tell
+        chunks apart); then, while fewer than ``limit`` were found, chunks holding one of the
+        common words, rarest first. When every word is rare this is the ``OR`` ranked whole,
+        as before; a word held by many chunks is never ranked whole."""
+        budget = max(KEYWORD_BUDGET, 4 * limit)
+        dfs = self._doc_counts(words)
+        order = sorted(range(len(words)), key=lambda i: dfs[i])
+        live = [words[i] for i in order if dfs[i] > 0]
+        if sum(dfs) <= budget or not live:
+            return self._ranked(workspace, expression, limit, under)
+        rare: list[str] = []
+        total = 0
+        for i in order:  # words no chunk holds (0) first: they cost nothing
+            if total + dfs[i] > budget:
+                break
+            rare.append(words[i])
+            total += dfs[i]
+        below = "AND c.path >= ? AND c.path < ? " if under is not None else ""
+        span = under_range(under) if under is not None else ()
+        c = self._c()
+        found: dict[int, tuple[Any, float]] = {}
+
+        def draw(expr: str) -> None:
+            rows = c.execute(
+                f"SELECT r, s FROM (SELECT m.rowid AS r, bm25(memory_search, 1.0, 1.0) AS s FROM memory_search m "
+                f"CROSS JOIN memory_chunks c ON c.rowid = m.rowid WHERE memory_search MATCH ? AND c.workspace = ? "
+                f"{below}LIMIT ?) ORDER BY s LIMIT ?", (fts.fts_query(expr), workspace, *span, budget, limit)).fetchall()
+            for r, sc in self._rows_of([r for r in rows if r[0] not in found]):
+                found[r[0]] = (r, sc)
+
+        n = len(live)
+        if 1 < n <= MAX_SUBSET_WORDS:
+            draw(" AND ".join(live))
+            for k in (n - 1, n - 2):
+                if k >= 2:
+                    draw(" OR ".join("(" + " AND ".join(g) + ")" for g in itertools.combinations(live, k)))
+        if rare:
+            draw(" OR ".join(rare))
+        for w in live:
+            if len(found) >= limit:
+                break
+            if w not in rare:
+                draw(w)
+        low = [w.lower() for w in words]
+
+        def held(text: str) -> int:  # how many of the query's words a chunk holds (its coverage)
+            t = text.lower()
+            return sum(1 for w in low if w in t)
+
+        best = sorted(found.values(), key=lambda f: (-held(f[0][8]), f[1], f[0][2], f[0][4]))[:limit]
+        return [(chunk_row(r[1:]), -float(s)) for r, s in best]
+
+    def _rows_of(self, scored: Sequence[tuple[int, float]]) -> list[tuple[Any, float]]:
+        """((rowid, chunk columns…), score) of these scored rowids (already of the workspace)."""
+        c = self._c()
+        score = dict(scored)
+        ids = list(score)
+        out: list[Any] = []
+        for i in range(0, len(ids), 500):  # under SQLite's bound-parameter limit
+            part = ids[i:i + 500]
+            out += [(r, score[r[0]]) for r in c.execute(
+                f"SELECT c.rowid, {CHUNK_COLS} FROM memory_chunks c WHERE c.rowid IN ({','.join('?' * len(part))})",
+                part).fetchall()]
+        return out
 
     def drop_files(self, workspace: str, paths: Sequence[str]) -> None:
         c = self._c()
