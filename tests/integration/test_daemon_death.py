@@ -72,3 +72,39 @@ def test_the_cli_shows_the_daemon_stderr_when_it_cannot_start(tmp_path: Path) ->
     assert p.returncode == 1, p.stdout + p.stderr
     assert p.stdout.startswith("error: The daemon closed the connection (it exited with code 7); its last stderr lines")
     assert "sqlite3.DatabaseError: file is not a database" in p.stdout
+
+
+async def test_a_second_daemon_start_takes_attrs_generated_code_from_its_private_cache(tmp_path: Path) -> None:
+    """The code attrs generates for lsprotocol's classes is compiled by the first daemon
+    and read back by the next (server/code_cache.py): the second start compiles none of
+    it. The cache is private (a 0700 folder, a 0600 file), a corrupt one is rewritten,
+    and either daemon answers as usual."""
+    state = tmp_path / "state"
+    env = {**os.environ, "DAGCTX_STATE_DIR": str(state), "DAGCTX_LOG_FILE": str(state / "d.log")}
+    env.pop("DAGCTX_CODE_CACHE", None)
+
+    async def start_once() -> str:
+        c = await DagctxClient.spawn(tmp_path / "c.db", env=env)
+        await c.session_create("cached")
+        assert (await c.session_list()).total >= 1
+        assert await c.close() == 0
+        return [ln for ln in (state / "d.log").read_text(encoding="utf-8").splitlines() if "code cache:" in ln][-1]
+
+    first = await start_once()
+    cache_dir = state / "cache"
+    (cache_file,) = cache_dir.glob("attrs-code-*.marshal")
+    assert (cache_dir.stat().st_mode & 0o777) == 0o700 and (cache_file.stat().st_mode & 0o777) == 0o600
+    def counts(line: str) -> tuple[int, int]:  # (from the cache, compiled)
+        return int(line.split("code cache: ")[1].split()[0]), int(line.rsplit(", ", 1)[1].split()[0])
+
+    assert counts(first)[0] == 0 and counts(first)[1] > 100  # lsprotocol's classes, all compiled
+    total = counts(first)[1]
+    written = cache_file.stat().st_mtime_ns
+    hits, compiled = counts(await start_once())
+    # one of cattrs' generated functions names an object's address: it differs per process
+    assert hits + compiled == total and compiled <= 2
+    assert cache_file.stat().st_mtime_ns == written  # nearly all found: the file is not rewritten
+
+    cache_file.write_bytes(b"not a marshal file")
+    assert counts(await start_once()) == (0, total)
+    assert counts(await start_once())[0] >= total - 2  # rewritten whole

@@ -18,14 +18,18 @@ import os
 
 def run_stdio(*, database: str | None, max_frame_bytes: int, log_level: str) -> int:
     """Serve one client on stdin/stdout until ``exit`` or EOF; the process exit code."""
-    from dagctx.engine.config import DaemonConfig
+    from .code_cache import cached_imports
 
-    from .jsonrpc_server import serve
+    with cached_imports() as cache:
+        from dagctx.engine.config import DaemonConfig
+
+        from .jsonrpc_server import serve
     from .logfile import log_to_file
 
     log_to_file(log_level)
     log = logging.getLogger("dagctx.server")
     log.info("daemon started (pid %d, database %s)", os.getpid(), database or "from initialize or the default")
+    _log_cache(log, cache)
     code = serve(DaemonConfig(database=database, max_frame_bytes=max_frame_bytes, log_level=log_level))
     log.info("daemon exiting with code %d", code)
     return code
@@ -41,7 +45,16 @@ def run_forwarder(*, database: str | None, max_frame_bytes: int | None = None) -
 def run_daemon(*, socket_path: str, idle_timeout: float | None, max_queue_bytes: int | None,
                log_path: str | None, max_frame_cap: int | None = None) -> int:
     """Serve every client of this user on ``socket_path``; the exit code."""
-    from .unix_daemon import MAX_FRAME_CAP, MAX_QUEUE_BYTES, run_daemon as run
+    from .code_cache import cached_imports
 
+    with cached_imports() as cache:
+        from .unix_daemon import MAX_FRAME_CAP, MAX_QUEUE_BYTES, run_daemon as run
+    _log_cache(logging.getLogger("dagctx.server"), cache)
     return run(socket_path, idle_timeout=idle_timeout, max_queue_bytes=max_queue_bytes or MAX_QUEUE_BYTES,
                log_path=log_path, max_frame_cap=max_frame_cap or MAX_FRAME_CAP)
+
+
+def _log_cache(log: logging.Logger, cache) -> None:
+    """One line saying what the attrs code cache (``code_cache``) did at start."""
+    if cache is not None:
+        log.info("code cache: %d generated functions from %s, %d compiled", cache.hits, cache.path, cache.compiled)
