@@ -182,18 +182,18 @@ class SqliteMemory:
                 found[r[0]] = (r, sc)
 
         n = len(live)
+        draws = []
         if 1 < n <= MAX_SUBSET_WORDS:
-            draw(" AND ".join(live))
-            for k in (n - 1, n - 2):
-                if k >= 2:
-                    draw(" OR ".join("(" + " AND ".join(g) + ")" for g in itertools.combinations(live, k)))
+            draws.append(" AND ".join(live))
+            draws += [" OR ".join("(" + " AND ".join(g) + ")" for g in itertools.combinations(live, k))
+                      for k in (n - 1, n - 2) if k >= 2]
         if rare:
-            draw(" OR ".join(rare))
-        for w in live:
+            draws.append(" OR ".join(rare))
+        draws += [w for w in live if w not in rare]
+        for expr in draws:  # by the share of the words held, so the first ``limit`` found suffice
+            draw(expr)
             if len(found) >= limit:
                 break
-            if w not in rare:
-                draw(w)
         low = [w.lower() for w in words]
 
         def held(text: str) -> int:  # how many of the query's words a chunk holds (its coverage)
