@@ -152,9 +152,11 @@ class SqliteMemory:
         matches of this workspace (in index order; all of them when fewer): the chunks
         holding every word, then those holding all but one, then all but two (of at least two); then every chunk holding one of
         the rarest words (while their chunks add up to at most ``budget``: those that tell
-        chunks apart); then, while fewer than ``limit`` were found, chunks holding one of the
-        common words, rarest first. When every word is rare this is the ``OR`` ranked whole,
-        as before; a word held by many chunks is never ranked whole."""
+        chunks apart); then chunks holding one of the common words, rarest first — stopping
+        as soon as ``limit`` are found: a later draw's chunks hold a smaller share of the
+        words, so they would score lower. When the words' chunks add up to at most
+        ``budget`` this is the ``OR`` ranked whole, as before; a word held by many chunks is
+        never ranked whole."""
         budget = max(KEYWORD_BUDGET, 4 * limit)
         dfs = self._doc_counts(words)
         order = sorted(range(len(words)), key=lambda i: dfs[i])
