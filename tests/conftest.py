@@ -134,19 +134,6 @@ def short_tempdir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
 
 
-def daemon_pids(run: Path) -> list[int]:
-    """The shared daemons running from the runtime folder ``run`` (their pid files)."""
-    import json
-
-    pids = []
-    for f in (run / "dagctx").glob("*.pid") if (run / "dagctx").is_dir() else ():
-        try:
-            pids.append(int(json.loads(f.read_text())["pid"]))
-        except (ValueError, KeyError, OSError):
-            pass
-    return pids
-
-
 @pytest.fixture(scope="module")
 def module_shared_daemon() -> Iterator[Path]:
     """One shared daemon for a module's command lines, as a user's commands share theirs:
@@ -158,7 +145,7 @@ def module_shared_daemon() -> Iterator[Path]:
     import signal
     import subprocess
 
-    from daemon_stop import exited
+    from daemon_stop import daemon_pids, exited
 
     run = short_tempdir("dxm-")
     with pytest.MonkeyPatch.context() as mp:

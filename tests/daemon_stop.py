@@ -10,11 +10,24 @@ process state for someone else's, tells an exited daemon from a running one at o
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
+
+
+def daemon_pids(run: Path) -> list[int]:
+    """The shared daemons running from the runtime folder ``run`` (their pid files)."""
+    pids = []
+    for f in (run / "dagctx").glob("*.pid") if (run / "dagctx").is_dir() else ():
+        try:
+            pids.append(int(json.loads(f.read_text())["pid"]))
+        except (ValueError, KeyError, OSError):
+            pass
+    return pids
 
 
 def exited(pid: int) -> bool:

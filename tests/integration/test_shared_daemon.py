@@ -23,6 +23,7 @@ import pytest
 
 from dagctx.client import DagctxClient, RpcError
 from dagctx.protocol import codec, transport
+from daemon_stop import daemon_pids
 
 REPO = Path(__file__).resolve().parents[2]
 TS = REPO / "clients" / "typescript"
@@ -30,16 +31,6 @@ SERVE = [sys.executable, "-P", "-m", "dagctx.cli", "serve"]
 CLI = [sys.executable, "-P", "-m", "dagctx.cli"]
 
 pytestmark = pytest.mark.asyncio
-
-
-def _pids_in(run: Path) -> list[int]:
-    pids = []
-    for f in (run / "dagctx").glob("*.pid") if (run / "dagctx").is_dir() else ():
-        try:
-            pids.append(int(json.loads(f.read_text())["pid"]))
-        except (ValueError, KeyError, OSError):
-            pass
-    return pids
 
 
 def _alive(pid: int) -> bool:
@@ -75,7 +66,7 @@ def shared_env(tmp_path: Path, short_dir: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("DAGCTX_IDLE_TIMEOUT", "120")
     started: list[int] = []
     yield started
-    pids = set(_pids_in(run)) | set(started)
+    pids = set(daemon_pids(run)) | set(started)
     for pid in pids:
         try:
             os.kill(pid, signal.SIGTERM)
