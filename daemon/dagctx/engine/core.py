@@ -95,6 +95,9 @@ class EngineCore:
         #: runs heavy local work of async operations (compaction's planning, an import's
         #: write) where the server runs heavy views — off its event loop; None: inline
         self.heavy_runner: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None
+        #: queues work that outlives its request in the daemon's work pool (set by the server;
+        #: None in process: nothing is preloaded) — the memory vectors' background reads (SPEC §5.1)
+        self.background_runner: Callable[[Callable[[], None]], Any] | None = None
         #: True when the server runs every handler in a worker thread (SPEC §1.4): a big
         #: payload is then derived right there instead of hopping to another thread
         self.in_worker = False
@@ -165,6 +168,7 @@ class EngineCore:
                 "postgresql:// URL in initializationOptions.database or DAGCTX_DB",
                 path="initializationOptions.database",
             ) from exc
+        memory.preload(self)  # the memory vectors read in the background (SPEC §5.1)
         return m.InitializeResult(
             server_info=m.ServerInfo(name="dagctx", version=__version__),
             protocol_version=PROTOCOL_VERSION,

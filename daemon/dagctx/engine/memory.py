@@ -12,17 +12,21 @@ merged with the keyword candidates.
 from __future__ import annotations
 
 import codecs
+import contextvars
 import hashlib
 import os
 import stat
+import threading
 import time
 from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from dagctx.context import memory_text as mt
+from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context.workspace_files import open_beneath, read_capped, resolve_inside
 from dagctx.ledger.memory import FileUpdate, MemoryChunkRow, MemoryFileRow, MemoryIndex
 from dagctx.protocol import memory_messages as mem
@@ -44,6 +48,8 @@ MAX_FILES = 10_000
 HIT_TEXT_CHARS = 4_000
 #: chunks embedded per batch (each batch one write)
 EMBED_BATCH = 256
+#: where a hybrid search's vector side runs while its keyword side runs in the request's thread
+_SIDE = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dagctx-memory-vectors")
 
 
 def embedder_for(engine: Host, spec: mem.MemoryEmbedding | None, field: str) -> emb.Embedder | None:
@@ -308,6 +314,7 @@ def memory_index(engine: Host, p: mem.MemoryIndexParams) -> Awaitable[mem.Memory
             key = model_key(embedder)
             embedded, error = await _embed_missing(engine, index, ws, embedder)
             missing = chunks - index.vector_count(ws, key)
+            preload(engine, (ws, key))  # this generation's matrix, before the next search needs it
         return mem.MemoryIndexResult(
             workspace=ws, files=len(kept), reindexed=reindexed, unchanged=unchanged, removed=len(drop), chunks=chunks,
             skipped=skipped, complete=not skipped and missing == 0, embedding=key, embedded=embedded,
@@ -320,21 +327,42 @@ def _apply(index: MemoryIndex, ws: str, drop: list[str], put: list[FileUpdate], 
     index.apply(ws, drop=drop, put=put, indexed_at=now, skipped=skips)
 
 
+#: (database key, workspace) → (index generation, its files as ``memory/status`` answers them,
+#: its skips): the last few workspaces' status reads one row when nothing was written since
+_STATUS_FILES: dict[tuple[str, str], tuple[float, list[mem.MemoryFileInfo], list[mem.MemorySkip]]] = {}
+_STATUS_LOCK = threading.Lock()
+
+
 def memory_status(engine: Host, p: mem.MemoryStatusParams) -> mem.MemoryStatusResult:
+    """Reads the run row (the generation), the kept counts (SPEC §5.1: no row counted) and the
+    files — those only when the generation moved since this daemon last listed them."""
     ws = workspace_of(engine, p.workspace)
     index = MemoryIndex(engine.store)
-    files = index.files(ws)
     run = index.run(ws)
-    skipped = _skips_dec.decode(run[1]) if run else []
+    cache_key = (str(getattr(engine, "database_key", "")), ws)
+    with _STATUS_LOCK:
+        got = _STATUS_FILES.get(cache_key)
+    if run is not None and got is not None and got[0] == run[0]:
+        files, skipped = got[1], got[2]
+    else:
+        files = [mem.MemoryFileInfo(path=f.path, source=f.source, hash=f.hash, mtime=f.mtime, size=f.size,  # type: ignore[arg-type]
+                                    chunks=f.chunks) for f in index.files(ws)]
+        skipped = _skips_dec.decode(run[1]) if run else []
+        if run is not None:
+            with _STATUS_LOCK:
+                _STATUS_FILES.pop(cache_key, None)
+                _STATUS_FILES[cache_key] = (run[0], files, skipped)
+                while len(_STATUS_FILES) > 16:
+                    _STATUS_FILES.pop(next(iter(_STATUS_FILES)))
     embedder = emb.local_embedder()
     key = model_key(embedder) if embedder is not None else None
     return mem.MemoryStatusResult(
         workspace=ws,
-        files=[mem.MemoryFileInfo(path=f.path, source=f.source, hash=f.hash, mtime=f.mtime, size=f.size,  # type: ignore[arg-type]
-                                  chunks=f.chunks) for f in files],
+        files=files,
         chunks=index.chunk_count(ws), skipped=skipped, indexed_at=run[0] if run else None,
         complete=run is not None and not skipped, embedding=key,
         vectors=index.vector_count(ws, key) if key is not None else 0,
+        vectors_loaded=key is not None and run is not None and mv.cached(cache_key + (key,), run[0]) is not None,
         sessions=_sessions_status(engine, index, key))
 
 
@@ -363,15 +391,56 @@ def _sessions_status(engine: Host, index: MemoryIndex, key: str | None) -> mem.M
 def _vectors(engine: Host, index: MemoryIndex, ws: str, key: str) -> mv.VectorIndex:
     """The workspace's vectors of ``key`` (``memory_vectors.VectorIndex``), read from the ledger
     only when the index changed since they were last read: every index write moves the
-    workspace's run stamp (``memory_runs.indexed_at``), one row read per query."""
+    workspace's run stamp (``memory_runs.indexed_at``), one row read per query. While the
+    daemon reads this generation in the background (``preload``), the search waits for that
+    read — cancellable (SPEC §5.1) — instead of reading the rows a second time."""
     run = index.run(ws)
     stamp = run[0] if run else None
     cache_key = (str(getattr(engine, "database_key", "")), ws, key)
     got = mv.cached(cache_key, stamp)
-    if got is None:
-        got = mv.VectorIndex.build(stamp, index.vectors(ws, key))
-        mv.keep(cache_key, got)
+    while got is None:
+        job = mv.start_load(cache_key, stamp, lambda: index.vectors(ws, key))
+        if job is not None:
+            job()
+        got = mv.wait_loading(cache_key, stamp, stop_if_cancelled) or mv.cached(cache_key, stamp)
+        if got is None and job is not None:  # the read failed (logged): read here, errors answered
+            got = mv.VectorIndex.build(stamp, index.vectors(ws, key))
+            mv.keep(cache_key, got)
     return got
+
+
+def preload(engine: Host, only: tuple[str, str] | None = None) -> None:
+    """Read vectors into the daemon's matrices in the background (the work pool, never the
+    loop; SPEC §5.1), so a search does not pay for it: when a database is first opened, the
+    ``MAX_INDEXES`` most recently indexed (workspace, model) sets that have vectors; after
+    an index run, ``only`` that workspace's new generation. Nothing without a server's
+    ``background_runner`` (in process)."""
+    submit = getattr(engine, "background_runner", None)
+    if submit is None:
+        return
+    db = str(engine.database_key)
+    if only is None and not mv.first_open(db):
+        return
+    index = MemoryIndex(engine.store)
+
+    def job() -> None:
+        try:
+            if only is not None:
+                run = index.run(only[0])
+                sets = [(only[0], only[1], run[0] if run else None)]
+            else:
+                sets = index.vector_sets()[: mv.MAX_INDEXES]
+            jobs = [mv.start_load((db, ws, model), stamp, lambda ws=ws, model=model: index.vectors(ws, model))
+                    for ws, model, stamp in sets]
+        except DagctxError:  # the database cannot be read now: searches read when they need them
+            return
+        if any(model.startswith("local:") for _, model, _ in sets):
+            emb.local_embedder()  # the local model's weights too: a query's embedding needs them
+        for load in jobs:
+            if load is not None:
+                load()
+
+    submit(job)
 
 
 def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchResult | Awaitable[mem.MemorySearchResult]:
@@ -419,14 +488,21 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
     wsum = p.vector_weight + p.text_weight
     vw, tw = (p.vector_weight / wsum, p.text_weight / wsum) if mode == "hybrid" else ((1.0, 0.0) if mode == "vector" else (0.0, 1.0))
 
-    def candidates(wskey: str, vi: mv.VectorIndex | None, qv: Any, under: str | None) -> dict[str, dict[str, Any]]:
-        """Keyword and vector candidates of one part of the index, each with both scores."""
+    def keyword_candidates(wskey: str, under: str | None) -> dict[str, dict[str, Any]]:
         cands: dict[str, dict[str, Any]] = {}
         if use_text and mode != "vector":
             for row, raw in index.search(wskey, expr, want, under, words):
                 cands[row.id] = {"row": row, "text": mt.keyword_score(raw, row.text, words)}
+        return cands
+
+    def add_vectors(cands: dict[str, dict[str, Any]], vi: mv.VectorIndex | None, qv: Any, under: str | None,
+                    top: list[tuple[int, float]] | None = None) -> dict[str, dict[str, Any]]:
+        """The vector side's candidates (``top``, when found already) added, and every
+        candidate's similarity."""
         if qv is not None and vi is not None and len(vi):
-            for i, sim in vi.top(qv, want, p.min_vector_score, vi.rows_under(under) if under is not None else None):
+            if top is None:
+                top = vi.top(qv, want, p.min_vector_score, vi.rows_under(under) if under is not None else None)
+            for i, sim in top:
                 cands.setdefault(vi.ids[i], {"text": 0.0})["vec"] = max(0.0, sim)
             for cid, c in cands.items():
                 if "vec" not in c:
@@ -435,13 +511,31 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
                         c["vec"] = max(0.0, sim)
         return cands
 
+    def vector_side() -> tuple[Any, list[tuple[int, float]] | None]:
+        """The query's vector, and the workspace's nearest rows."""
+        assert embedder is not None
+        qv = embedder.embed([p.query])[0]
+        if ws is None or vindex is None or not len(vindex):
+            return qv, None
+        return qv, vindex.top(qv, want, p.min_vector_score)
+
     def finish() -> mem.MemorySearchResult:
-        qv = None
+        qv, top, side = None, None, None
         if embedder is not None:
-            qv = embedder.embed([p.query])[0]
+            if mode == "hybrid" and ws is not None:
+                # the vector side beside the keyword side: both spend their time where the GIL
+                # is released (numpy's kernels, SQLite's steps), so they overlap (ARCHITECTURE.md)
+                side = _SIDE.submit(contextvars.copy_context().run, vector_side)
+            else:
+                qv, top = vector_side()
         hits: list[mem.MemoryHit] = []
         if ws is not None:
-            cands = candidates(ws, vindex, qv, None)
+            try:
+                cands = keyword_candidates(ws, None)
+            finally:
+                if side is not None:
+                    qv, top = side.result()
+            add_vectors(cands, vindex, qv, None, top)
             fetched = index.chunks(ws, [cid for cid, c in cands.items() if "row" not in c])
             for cid, c in cands.items():
                 row = c.get("row") or fetched.get(cid)
@@ -454,7 +548,7 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
                     path=row.path, start_line=row.start_line, end_line=row.end_line, time=row.mtime, vector_score=vs))
         if sessions:
             svi = _vectors(engine, index, ms.SESSIONS_KEY, key) if key is not None else None
-            cands = candidates(ms.SESSIONS_KEY, svi, qv, p.session_id)
+            cands = add_vectors(keyword_candidates(ms.SESSIONS_KEY, p.session_id), svi, qv, p.session_id)
             fetched = index.chunks(ms.SESSIONS_KEY, [cid for cid, c in cands.items() if "row" not in c])
             for cid, c in cands.items():
                 row = c.get("row") or fetched.get(cid)
