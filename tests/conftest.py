@@ -98,9 +98,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if Path(str(item.fspath)).is_relative_to(integration) or on_pg:
             item.add_marker(pytest.mark.slow)
     # The longest files first (a stable sort: every other file keeps its place): pytest-xdist's
-    # ``--dist loadfile`` hands out files in this order, so the two workers start on these and
-    # finish together on short files (in the full run of 2026-12-02 one worker spent its last 13.5
-    # minutes on the three OpenClaw files and finished 2.5 minutes after the other).
+    # ``--dist loadfile --no-loadscope-reorder`` (scripts/test.sh) hands out files in this order,
+    # so the two workers start on these and finish together on short files. Without
+    # ``--no-loadscope-reorder`` xdist re-sorts the files by their number of tests, most first,
+    # which sends these (one to five long tests each) out LAST: in the full runs of 2026-12-02
+    # one worker spent its last minutes on them alone while the other sat idle.
     rank = {name: k for k, name in enumerate(LONGEST_FILES)}
     items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))
 
