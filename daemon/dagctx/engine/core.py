@@ -169,7 +169,7 @@ class EngineCore:
                 "postgresql:// URL in initializationOptions.database or DAGCTX_DB",
                 path="initializationOptions.database",
             ) from exc
-        memory_search.preload(self)  # the memory vectors read in the background (SPEC §5.1)
+        memory.preload(self)  # the memory vectors read in the background (SPEC §5.1)
         return m.InitializeResult(
             server_info=m.ServerInfo(name="dagctx", version=__version__),
             protocol_version=PROTOCOL_VERSION,

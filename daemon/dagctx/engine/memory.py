@@ -308,8 +308,6 @@ def memory_index(engine: Host, p: mem.MemoryIndexParams) -> Awaitable[mem.Memory
             key = model_key(embedder)
             embedded, error = await _embed_missing(engine, index, ws, embedder)
             missing = chunks - index.vector_count(ws, key)
-            from .memory_search import preload  # it imports this module
-
             preload(engine, (ws, key))  # this generation's matrix, before the next search needs it
         return mem.MemoryIndexResult(
             workspace=ws, files=len(kept), reindexed=reindexed, unchanged=unchanged, removed=len(drop), chunks=chunks,
@@ -317,6 +315,15 @@ def memory_index(engine: Host, p: mem.MemoryIndexParams) -> Awaitable[mem.Memory
             vectors_missing=missing, embedding_error=error)
 
     return finish()
+
+
+def preload(engine: Host, only: tuple[str, str] | None = None) -> None:
+    """The vectors read in the daemon's work pool (``memory_vectors.preload``): when the
+    database is first opened, or ``only`` one workspace's new generation after an index run.
+    Nothing in process (no server, no ``background_runner``)."""
+    submit = getattr(engine, "background_runner", None)
+    if submit is not None:
+        mv.preload(submit, str(engine.database_key), MemoryIndex(engine.store), only)
 
 
 def _apply(index: MemoryIndex, ws: str, drop: list[str], put: list[FileUpdate], now: float, skips: bytes) -> None:

@@ -1,7 +1,7 @@
-"""``memory/search`` (SPEC §5.1): keyword and vector candidates merged, and the vectors the
-daemon holds for it — read in the background (``preload``: when a database is first opened
-and after each index run) so a search rarely pays for the read, and waited for (not read
-twice) when a search needs a generation being read. Split from ``memory.py`` (which indexes,
+"""``memory/search`` (SPEC §5.1): keyword and vector candidates merged over the vectors the
+daemon holds for it — read in the background (``memory_vectors.preload``: when a database is
+first opened and after each index run) so a search rarely pays for the read, and waited for
+(not read twice) when a search needs a generation being read. Split from ``memory.py`` (which indexes,
 answers status and get) by job.
 """
 
@@ -21,7 +21,6 @@ from dagctx.ledger.memory import MemoryIndex
 from dagctx.protocol import memory_messages as mem
 from dagctx.protocol.errors import DagctxError
 
-from . import embeddings as emb
 from . import memory_sessions as ms
 from . import memory_vectors as mv
 from .memory import _embed_missing, embedder_for, model_key, workspace_of
@@ -54,40 +53,6 @@ def _vectors(engine: Host, index: MemoryIndex, ws: str, key: str) -> mv.VectorIn
             got = mv.VectorIndex.build(stamp, index.vectors(ws, key))
             mv.keep(cache_key, got)
     return got
-
-
-def preload(engine: Host, only: tuple[str, str] | None = None) -> None:
-    """Read vectors into the daemon's matrices in the background (the work pool, never the
-    loop; SPEC §5.1), so a search does not pay for it: when a database is first opened, the
-    ``MAX_INDEXES`` most recently indexed (workspace, model) sets that have vectors; after
-    an index run, ``only`` that workspace's new generation. Nothing without a server's
-    ``background_runner`` (in process)."""
-    submit = getattr(engine, "background_runner", None)
-    if submit is None:
-        return
-    db = str(engine.database_key)
-    if only is None and not mv.first_open(db):
-        return
-    index = MemoryIndex(engine.store)
-
-    def job() -> None:
-        try:
-            if only is not None:
-                run = index.run(only[0])
-                sets = [(only[0], only[1], run[0] if run else None)]
-            else:
-                sets = index.vector_sets()[: mv.MAX_INDEXES]
-            jobs = [mv.start_load((db, ws, model), stamp, lambda ws=ws, model=model: index.vectors(ws, model))
-                    for ws, model, stamp in sets]
-        except DagctxError:  # the database cannot be read now: searches read when they need them
-            return
-        if any(model.startswith("local:") for _, model, _ in sets):
-            emb.local_embedder()  # the local model's weights too: a query's embedding needs them
-        for load in jobs:
-            if load is not None:
-                load()
-
-    submit(job)
 
 
 def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchResult | Awaitable[mem.MemorySearchResult]:

@@ -222,3 +222,37 @@ def forget(database_key: str) -> None:
         _OPENED.discard(database_key)
         for k in [k for k in _INDEXES if k[0] == database_key]:
             del _INDEXES[k]
+
+
+def preload(submit: Callable[[Callable[[], None]], Any], database_key: str, index: Any,
+            only: tuple[str, str] | None = None) -> None:
+    """Read vectors into matrices in the background (``submit``: the daemon's work pool, never
+    the loop; SPEC §5.1), so a search does not pay for it: when a database is first opened,
+    the ``MAX_INDEXES`` most recently indexed (workspace, model) sets that have vectors (and
+    the local model's weights); after an index run, ``only`` that workspace's new generation.
+    ``index``: the database's ``MemoryIndex``."""
+    from dagctx.protocol.errors import DagctxError
+
+    if only is None and not first_open(database_key):
+        return
+
+    def job() -> None:
+        try:
+            if only is not None:
+                run = index.run(only[0])
+                sets = [(only[0], only[1], run[0] if run else None)]
+            else:
+                sets = index.vector_sets()[:MAX_INDEXES]
+            jobs = [start_load((database_key, ws, model), stamp, lambda ws=ws, model=model: index.vectors(ws, model))
+                    for ws, model, stamp in sets]
+        except DagctxError:  # the database cannot be read now: searches read when they need them
+            return
+        if any(model.startswith("local:") for _, model, _ in sets):
+            from . import embeddings
+
+            embeddings.local_embedder()  # the local model's weights too: a query's embedding needs them
+        for load in jobs:
+            if load is not None:
+                load()
+
+    submit(job)
