@@ -92,8 +92,12 @@ fi
 # Two workers, a test file each at a time (module fixtures and the Hermes virtualenv build stay in
 # one process): most integration tests wait on subprocesses, so two workers roughly halve the wall
 # time on CI's 2 cores. DAGCTX_TEST_WORKERS=0 runs in one process.
+# --no-loadscope-reorder: the files go out in the order tests/conftest.py collects them, longest
+# first. xdist's default reorders them by how many tests each holds, most first, which sent the
+# longest files (one or two long tests each: Hermes's CLI, the OpenClaw gateway) out last, and one
+# worker ran them alone at the end while the other sat idle.
 workers=${DAGCTX_TEST_WORKERS:-2}
 if [ "$workers" = 0 ]; then
   exec "$PY" -m pytest -q "$@"
 fi
-exec "$PY" -m pytest -q -n "$workers" --dist loadfile "$@"
+exec "$PY" -m pytest -q -n "$workers" --dist loadfile --no-loadscope-reorder "$@"

@@ -38,6 +38,43 @@ def _cache_byte_code() -> None:
 _cache_byte_code()
 
 
+def _test_cache_dir(name: str) -> str:
+    """A folder of the tests' own cache (beside the byte code cache, never in the tree)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "dagctx-tests", name)
+
+
+_lsprotocol_imported = False
+
+
+def _import_lsprotocol_through_the_code_cache() -> None:
+    """Import ``lsprotocol.types`` the way a daemon start does (server/code_cache.py): the code
+    attrs generates for its 554 classes compiled once, read back on later runs (about half of
+    its 0.6 s import, which every run of the in-process tier paid). The cache file is the
+    tests' own; anything wrong with it and attrs compiles as it would anyway."""
+    global _lsprotocol_imported
+    if _lsprotocol_imported:
+        return
+    _lsprotocol_imported = True
+    if "lsprotocol.types" in sys.modules:
+        return
+    from dagctx.server.code_cache import FILE_NAME, cached_imports
+
+    folder = _test_cache_dir("attrs-code")
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    except OSError:
+        return
+    with cached_imports(os.path.join(folder, FILE_NAME)):
+        import lsprotocol.types  # noqa: F401
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> None:
+    """Before the first unit test module is imported (they import the server, hence lsprotocol)."""
+    if not _lsprotocol_imported and file_path.suffix == ".py" and file_path.is_relative_to(REPO / "tests" / "unit"):
+        _import_lsprotocol_through_the_code_cache()
+
+
 #: Where the shared transcript corpus is looked for when ``DAGCTX_CORPUS`` is not set.
 DEFAULT_CORPUS = REPO.parent / "shared" / "corpus"
 
@@ -87,6 +124,15 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection built (every module, class and test item: most of the objects a test
+    run holds) stays for the whole run: frozen, the collector's full passes no longer walk it
+    again and again while the tests allocate."""
+    import gc
+
+    gc.freeze()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tier the suite: everything under tests/integration drives real processes, and every test
     that needs the PostgreSQL server talks to one (both ``slow``); the rest is the in-process tier."""
@@ -98,9 +144,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if Path(str(item.fspath)).is_relative_to(integration) or on_pg:
             item.add_marker(pytest.mark.slow)
     # The longest files first (a stable sort: every other file keeps its place): pytest-xdist's
-    # ``--dist loadfile`` hands out files in this order, so the two workers start on these and
-    # finish together on short files (in the full run of 2026-12-02 one worker spent its last 13.5
-    # minutes on the three OpenClaw files and finished 2.5 minutes after the other).
+    # ``--dist loadfile --no-loadscope-reorder`` (scripts/test.sh) hands out files in this order,
+    # so the two workers start on these and finish together on short files. Without
+    # ``--no-loadscope-reorder`` xdist re-sorts the files by their number of tests, most first,
+    # which sends these (one to five long tests each) out LAST: in the full runs of 2026-12-02
+    # one worker spent its last minutes on them alone while the other sat idle.
     rank = {name: k for k, name in enumerate(LONGEST_FILES)}
     items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))
 

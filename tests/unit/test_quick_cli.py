@@ -16,14 +16,13 @@ from rich.console import Console
 from dagctx.cli import quick
 from dagctx.cli.cmd_sessions import sessions_table
 
-ASCII = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126, blacklist_characters="[]\\"),
-                max_size=70)
+ASCII = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=70)
 
 
 def rich_text(renderable: object, width: int, styled: bool) -> str:
     buf = io.StringIO()
     Console(file=buf, width=width, force_terminal=styled, color_system="standard" if styled else None,
-            soft_wrap=False).print(renderable)
+            soft_wrap=False, emoji=False).print(renderable)
     return buf.getvalue()
 
 
@@ -64,13 +63,17 @@ def test_it_steps_aside_where_rich_measures_or_reads_markup() -> None:
     assert quick.table("1 sessions in /x", [row], 140, 37) is None  # wide characters
     assert quick.table("1 sessions in /x[1]", [], 140, 37) is None  # markup in the title
     assert quick.table("1 sessions in /x", [["5f0c", "t", "1", "d", "h", "native"]], 60, 16) is None  # too narrow
-    # rich's markup reads "\\[" as "[" where its escape() leaves it (no tag follows)
-    for title in ("a \\[1] b", "x\\[y", "\\["):
-        assert quick.table("1 sessions in /x", [["5f0c", title, "1", "d", "h", "native"]], 140, 37) is None, title
-    assert quick.node_text("node 0 in s (0c8e)", [("role", "user"), ("name", "x\\[y")], [], 80) is None
-    assert quick.node_text("node 0 in s (0c8e)", [("role", "user")], [("output", "a \\[ b")], 80) is None
-    for shown in ("a \\[b] c", "a [b]", "a \\ b"):  # escape() doubles the backslash before a tag: drawn here
-        assert quick.node_text("node 0 in s (0c8e)", [("role", "user")], [("output", shown)], 80) is not None, shown
+
+    # backslashes, brackets and emoji codes print as stored on both paths (ui.escape, emoji=False)
+    for text in ("a \\[1] b", "x\\[y", "\\[", "ends \\", ":smile: :100:", "a \\[b] c", "a [b]", "a \\ b"):
+        rows = [["5f0c", text, "1", "d", "h", "native"]]
+        mine = quick.table("1 sessions in /x", rows, 140, 37)
+        assert mine is not None and text in mine, text
+        assert mine == rich_text(sessions_table("1 sessions in /x", rows, 140), 140, False)
+        shown = quick.node_text("node 0 in s (0c8e)", [("role", "user"), ("name", text)], [("output", text)], 80)
+        assert shown is not None and shown.count(text) == 2, text
+        assert shown == rich_show("node 0 in s (0c8e)", [("role", "user"), ("name", text)], [("output", text)], 80,
+                                  False)
 
 
 def test_the_more_line_equals_richs() -> None:
@@ -95,13 +98,12 @@ def test_only_its_own_arguments_take_the_quick_path() -> None:
 
 def rich_show(title: str, rows: list[tuple[str, str]], sections: list[tuple[str, str]], width: int,
               styled: bool) -> str:
-    from rich.markup import escape
-
     from dagctx.cli.cmd_sessions import node_table
+    from dagctx.cli.ui import escape
 
     buf = io.StringIO()
     console = Console(file=buf, width=width, force_terminal=styled, color_system="standard" if styled else None,
-                      soft_wrap=False)
+                      soft_wrap=False, emoji=False)
     console.print(node_table(title, rows))
     for label, text in sections:  # as cmd_show prints them
         console.print(f"[bold]{label}[/bold]")

@@ -13,12 +13,12 @@ def test_find_from_is_str_find() -> None:
     rng = random.Random(7)
     alphabet = "ab\n"
     for _ in range(3000):
-        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 400)))
+        text = "".join(rng.choices(alphabet, k=rng.randint(0, 400)))
         if text and rng.random() < 0.7:  # a body taken from the text, often long
             a = rng.randrange(len(text))
             body = text[a : a + rng.randint(1, 200)]
         else:
-            body = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 120)))
+            body = "".join(rng.choices(alphabet, k=rng.randint(1, 120)))
         pos = rng.randint(0, len(text))
         assert _find_from(text, body, pos) == text.find(body, pos), (text, body, pos)
 

@@ -105,9 +105,14 @@ def no_o200k(tmp_path: Path) -> TokenCounter:
 
 @pytest.fixture
 def clear_o200k_cache():
+    """No o200k encoder built before the test or kept after it. cl100k's (bundled, no cache
+    folder changes it) is put back: building it again costs about half a second each time."""
+    cl100k = tokens._cl100k()
     tokens.forget_encoders()
+    tokens._encoders[(tokens.CL100K, None)] = cl100k
     yield
     tokens.forget_encoders()
+    tokens._encoders[(tokens.CL100K, None)] = cl100k
 
 
 # ---------------------------------------------------------------- exact counts

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 import msgspec
-from rich.markup import escape
+from dagctx.cli.ui import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -165,7 +165,7 @@ async def cmd_stats(args: argparse.Namespace) -> int:
         return 0
     print_budget(stats, title=f"{escape(info.title)} — {len(prep.messages)} messages")
     for line in prep.decision_path:
-        console.print(f"  [dim]· {escape(line)}[/dim]")
+        console.print(f"  · {escape(line)}", style="dim")
     return 0
 
 

@@ -7,7 +7,7 @@ import argparse
 import os
 from typing import Any
 
-from rich.markup import escape
+from dagctx.cli.ui import escape
 
 from dagctx.cli.ui import connect, console, print_json, resolve_session
 
@@ -70,7 +70,7 @@ async def cmd_eval(args: argparse.Namespace) -> int:
         return stored
 
     def progress(text: str) -> None:
-        console.print(f"[dim]… {escape(text)}[/dim]", highlight=False)
+        console.print(f"… {escape(text)}", style="dim", highlight=False)
 
     doc = await ev.evaluate(cfg, sources_from=sources_from, progress=progress)
     for note in doc["notes"]:

@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 import msgspec
-from rich.markup import escape
+from dagctx.cli.ui import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 

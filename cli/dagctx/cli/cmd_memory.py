@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from rich.markup import escape
+from dagctx.cli.ui import escape
 from rich.table import Table
 
 from dagctx.protocol import memory_messages as mem

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 import msgspec
-from rich.markup import escape
+from dagctx.cli.ui import escape
 from rich.table import Table
 
 from dagctx.client import DagctxClient, RpcError
@@ -28,7 +28,7 @@ async def cmd_sessions(args: argparse.Namespace) -> int:
         print_json(res)
         return 0
     what = f" from {args.source}" if args.source else ""
-    rows = [[s.session_id, escape(s.title), str(s.node_count), when(s.updated_at), short(s.head), source_of(s)]
+    rows = [[s.session_id, s.title, str(s.node_count), when(s.updated_at), short(s.head), source_of(s)]
             for s in res.sessions]
     table = sessions_table(f"{res.total} sessions{what} in {db}", rows, console.width)
     console.print(table)
@@ -38,8 +38,9 @@ async def cmd_sessions(args: argparse.Namespace) -> int:
 
 
 def sessions_table(title: str, rows: list[list[str]], width: int) -> Table:
-    """The ``sessions`` table (cli/quick.py draws the same one without rich)."""
-    table = Table(title=title)
+    """The ``sessions`` table (cli/quick.py draws the same one without rich); ``title`` and
+    ``rows`` are text, printed as they are."""
+    table = Table(title=escape(title))
     table.add_column("session", min_width=36)
     table.add_column("title", overflow="ellipsis", max_width=max(16, width - 103), no_wrap=True)
     table.add_column("nodes", justify="right")
@@ -47,7 +48,7 @@ def sessions_table(title: str, rows: list[list[str]], width: int) -> Table:
     table.add_column("head")
     table.add_column("from")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*map(escape, row))
     return table
 
 
@@ -66,7 +67,7 @@ async def cmd_delete(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"sessionId": info.session_id, "title": info.title, "nodesRemoved": res.nodes_removed})
         return 0
-    console.print(f"Deleted session {info.session_id} {escape(info.title)!r} ({res.nodes_removed} nodes).")
+    console.print(f"Deleted session {info.session_id} {escape(repr(info.title))} ({res.nodes_removed} nodes).")
     return 0
 
 

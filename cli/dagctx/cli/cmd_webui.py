@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rich.markup import escape
+from dagctx.cli.ui import escape
 
 from dagctx.cli.ui import connect, console
 

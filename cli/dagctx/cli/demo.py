@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from rich.markup import escape
+from dagctx.cli.ui import escape
 from rich.panel import Panel
 from rich.rule import Rule
 from rich.table import Table
@@ -237,7 +237,7 @@ async def run_demo(args: argparse.Namespace) -> int:
             f"tokensFreedByAging={prep.tokens_freed_by_aging}, referencesProtected={prep.references_protected}"
         )
         for line in prep.decision_path:
-            console.print(f"  [dim]· {escape(line)}[/dim]")
+            console.print(f"  · {escape(line)}", style="dim")
 
         _section(f"4. Compaction (context/compact) — summaries by the {STAND_IN_LABEL}")
         before = r2

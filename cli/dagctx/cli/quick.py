@@ -244,8 +244,6 @@ def table(title: str, rows: list[list[str]], width: int, title_max: int, *, styl
         return None
     if "[" in title:
         return None  # rich reads a title as markup
-    if any(_escaped_bracket(c) for r in rows for c in r):
-        return None  # rich would drop a backslash there
     # the title column cuts with an ellipsis at its maximum width (cli/cmd_sessions.py)
     rows = [[c if i != 1 or len(c) <= title_max else c[: title_max - 1] + "…" for i, c in enumerate(r)]
             for r in rows]
@@ -331,10 +329,6 @@ def run(argv: list[str]) -> int | None:
 #: characters whose width this path knows is one cell (besides printable ASCII): the
 #: printable Latin-1 letters and signs, and the common punctuation of U+2010–U+2027
 _ONE_CELL = frozenset(chr(c) for c in [*range(0xA1, 0x100), *range(0x2010, 0x2028)] if c != 0xAD)
-#: characters of rich's emoji names besides letters and digits
-_EMOJI_CHARS = frozenset("!#&()*+-._’")
-#: rich's emoji names without a letter
-_EMOJI_BARE = frozenset({"100", "1234", "+1", "__1", "-1"})
 
 
 def _print_json(document: object) -> int:
@@ -379,37 +373,10 @@ def parse_show(argv: list[str]) -> dict[str, object] | None:
     return out if out["ref"] is not None else None
 
 
-def _emoji_like(text: str) -> bool:
-    """Whether ``text`` may hold a ``:name:`` that rich would replace by an emoji (a
-    superset: every pair of neighbouring colons around a name of emoji characters)."""
-    if text.count(":") < 2:
-        return False
-    colons = [i for i, ch in enumerate(text) if ch == ":"]
-    for a, b in zip(colons, colons[1:]):
-        name = text[a + 1:b]
-        if name and all(ch.isalnum() or ch in _EMOJI_CHARS for ch in name) and (
-                any(ch.isalpha() for ch in name) or name in _EMOJI_BARE):
-            return True
-    return False
-
-
 def _cells_plain(text: str) -> bool:
-    """A table cell or title this path measures exactly: one line of one-cell characters,
-    nothing rich would turn into an emoji."""
-    return (all((ch.isascii() and ch.isprintable()) or ch in _ONE_CELL for ch in text) and not _emoji_like(text)
-            and not text.endswith("\\")  # rich's escape() adds a backslash there
-            and not _escaped_bracket(text))
-
-
-#: what rich's ``escape()`` escapes: a ``[`` that opens something shaped like a tag
-_RICH_TAG = re.compile(r"\[[a-z#/@][^[]*?]")
-
-
-def _escaped_bracket(text: str) -> bool:
-    """Whether rich would print ``text`` with a backslash fewer: its ``escape()`` leaves a
-    backslash before a ``[`` that opens no tag alone, and the markup then reads that ``\\[``
-    as an escaped ``[`` (``x\\[y`` prints ``x[y``)."""
-    return any(not _RICH_TAG.match(text, m.end() - 1) for m in re.finditer(r"\\\[", text))
+    """A table cell or title this path measures exactly: one line of one-cell characters
+    (the full command prints every character as stored: ``ui.escape``, no emoji codes)."""
+    return all((ch.isascii() and ch.isprintable()) or ch in _ONE_CELL for ch in text)
 
 
 def _json_exact(value: object) -> bool:
@@ -510,8 +477,7 @@ def node_text(title: str, rows: list[tuple[str, str]], sections: list[tuple[str,
     out.append("└" + "─" * a + "┴" + "─" * b + "┘")
     text = "\n".join(out) + "\n"
     for label, body in sections:
-        if body.endswith("\\") or _emoji_like(body) or _escaped_bracket(body) or any(
-                (ord(ch) < 32 and ch != "\n") or ch == "\x7f" for ch in body):
+        if any((ord(ch) < 32 and ch != "\n") or ch == "\x7f" for ch in body):
             return None
         if any(len(line) > width and line[-1:].isspace() for line in body.split("\n")):
             return None  # rich drops whitespace past the width of a long line
