@@ -439,21 +439,47 @@ async def test_an_import_is_streamed_its_memory_bounded_by_the_largest_node(shar
 
 def _texts_transcript(path: Path, fmt: str, count: int, chars: int, sid: str) -> None:
     """``count`` alternating user and model texts of ``chars`` characters, one chain, in
-    Claude Code's or OpenClaw's JSON Lines."""
+    ``fmt``: Claude Code's, Codex's or OpenClaw's JSON Lines, a ShareGPT JSON array, an
+    OpenHands event list (``.json``) or a SWE-agent trajectory (``.traj``, each step's
+    observation repeated in its ``trajectory`` as the real ones do)."""
     words = " ".join(f"w{k} src/mod_{k % 50}.py" for k in range(chars // 18))
+    texts = [f"{i} {words}"[:chars] for i in range(count)]
+    if fmt in ("sharegpt", "openhands", "swe-agent"):
+        if fmt == "sharegpt":
+            doc: Any = [{"id": sid, "conversations": [
+                {"from": "human" if i % 2 == 0 else "gpt", "value": t} for i, t in enumerate(texts)]}]
+        elif fmt == "openhands":
+            doc = {"instance_id": sid, "events": [
+                {"id": i, "timestamp": f"2026-04-05T08:{i // 60 % 60:02d}:{i % 60:02d}", "action": "message",
+                 "source": "user" if i % 2 == 0 else "agent", "args": {"content": t}} for i, t in enumerate(texts)]}
+        else:
+            doc = {"trajectory": [{"action": "echo", "observation": t, "thought": ""} for t in texts[1::2]],
+                   "history": [{"role": "user" if i % 2 == 0 else "assistant", "content": t}
+                               for i, t in enumerate(texts)],
+                   "info": {"instance": sid}, "replay_config": json.dumps({"agent": {"model": {"name": "m"}}})}
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+        return
     with open(path, "w", encoding="utf-8") as f:
         if fmt == "openclaw":
             f.write(json.dumps({"type": "session", "version": 3, "id": sid, "timestamp": "2026-04-03T07:00:00.000Z",
                                 "cwd": "/tmp"}) + "\n")
+        if fmt == "codex":
+            f.write(json.dumps({"timestamp": "2026-04-02T08:00:00.000Z", "type": "session_meta",
+                                "payload": {"id": sid, "timestamp": "2026-04-02T08:00:00.000Z", "cwd": "/tmp"}}) + "\n")
         parent = None
-        for i in range(count):
-            text = f"{i} {words}"[:chars]
+        for i, text in enumerate(texts):
             user = i % 2 == 0
-            if fmt == "openclaw":
+            if fmt == "codex":
+                rec: dict[str, Any] = {
+                    "timestamp": f"2026-04-02T08:{i // 60 % 60:02d}:{i % 60:02d}.000Z", "type": "response_item",
+                    "payload": {"type": "message", "role": "user" if user else "assistant",
+                                "content": [{"type": "input_text" if user else "output_text", "text": text}]}}
+            elif fmt == "openclaw":
                 msg: dict[str, Any] = {"role": "user", "content": text} if user else {
                     "role": "assistant", "content": [{"type": "text", "text": text}], "model": "m", "stopReason": "stop"}
-                rec: dict[str, Any] = {"type": "message", "id": f"e{i}", "parentId": parent,
-                                       "timestamp": f"2026-04-03T07:{i // 60 % 60:02d}:{i % 60:02d}.000Z", "message": msg}
+                rec = {"type": "message", "id": f"e{i}", "parentId": parent,
+                       "timestamp": f"2026-04-03T07:{i // 60 % 60:02d}:{i % 60:02d}.000Z", "message": msg}
                 parent = f"e{i}"
             else:
                 uid = f"00000000-0000-4000-8000-{i + 1:012d}"
@@ -466,26 +492,33 @@ def _texts_transcript(path: Path, fmt: str, count: int, chars: int, sid: str) ->
             f.write(json.dumps(rec) + "\n")
 
 
-async def test_an_import_of_many_texts_is_streamed_its_memory_bounded_by_the_largest_node(shared_env,
-                                                                                           tmp_path: Path) -> None:
+_SUFFIX = {"sharegpt": ".json", "openhands": ".json", "swe-agent": ".traj"}
+
+
+@pytest.mark.parametrize("formats", [("claude-code", "openclaw"), ("codex", "sharegpt"), ("openhands", "swe-agent")])
+async def test_an_import_of_many_texts_is_streamed_its_memory_bounded_by_the_largest_node(shared_env, tmp_path: Path,
+                                                                                           formats: tuple[str, str]) -> None:
     """SPEC §9 session/import: user and model texts are kept aside as they are read too
     (Claude Code's and OpenClaw's lines wait for their tree walk without their texts), the
     write checks its rules on a skeleton without texts, and what is announced after it is
     read back a page at a time. So importing 24 MB of 100 KB texts grows the daemon's peak RSS
     by a fixed part (the allocator's and the tokenizers' buffers: 4 MiB), each node's
     skeleton (ids, edges, metadata, token counts: under 8 KB) and a few times the largest
-    node — not by the session (before: by more than the session). High-water mark as above."""
+    node — not by the session (before: by more than the session). High-water mark as above.
+    Every format: Codex's lines too, and the formats that are one JSON document (a ShareGPT
+    array, an OpenHands event list, a SWE-agent trajectory), read an element at a time
+    (before: decoded whole, the file's text and its decoded tree at once)."""
     chars, count = 100_000, 240
     a = await spawn(tmp_path / "texts.db")
     try:
-        for fmt in ("claude-code", "openclaw"):
-            warm = tmp_path / f"warm-{fmt}.jsonl"
+        for fmt in formats:
+            warm = tmp_path / f"warm-{fmt}{_SUFFIX.get(fmt, '.jsonl')}"
             _texts_transcript(warm, fmt, 30, chars, f"warm-{fmt}")  # SQLite's page cache is full too
             await a.import_path(str(warm), format=fmt)
         pid = (await a.daemon_status()).pid
         sessions = []
-        for fmt in ("claude-code", "openclaw"):
-            src = tmp_path / f"texts-{fmt}.jsonl"
+        for fmt in formats:
+            src = tmp_path / f"texts-{fmt}{_SUFFIX.get(fmt, '.jsonl')}"
             _texts_transcript(src, fmt, count, chars, f"texts-{fmt}")
             size = src.stat().st_size
             assert size > count * chars

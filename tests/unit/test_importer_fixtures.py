@@ -21,7 +21,9 @@ EXPECTED = {
     "codex/rollout-fx.jsonl": ("codex", 1, [1], [1], "codex-11"),
     "openclaw/fx-openclaw.jsonl": ("openclaw", 1, [1], [1], "e8"),
     "openhands/output.jsonl": ("openhands", 2, [1, 1], [0, 0], "oh-1-llm"),
+    "openhands/fx-events.json": ("openhands", 1, [1], [0], "oh-4"),
     "sharegpt/fx.jsonl": ("sharegpt", 2, [1, 0], [0, 0], "sg1-4"),
+    "sharegpt/fx-array.json": ("sharegpt", 2, [1, 0], [0, 0], "sg1-3"),
     "swe-agent/fx.traj": ("swe-agent", 1, [2], [0], "swe-4"),
 }
 
@@ -138,3 +140,99 @@ def test_keeping_bodies_aside_changes_no_transcript(rel: str) -> None:
     roles = {n.role for t in whole for n in t.nodes if n.id in set(kept)}
     assert {"user", "llm", "code"} <= roles, roles  # every fixture has each kind of body
     assert aside == whole
+
+
+#: the fixtures that are one JSON document (not JSON Lines): read a piece at a time
+WHOLE_JSON = sorted(rel for rel in EXPECTED if not rel.endswith(".jsonl"))
+
+
+def parse_streamed(path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int = 61) -> list[Transcript]:
+    """``parse_file`` with every JSON document streamed (``jsonstream.WHOLE_BELOW`` 0: no
+    conversation or file decoded whole, each element on its own) through a window of
+    ``chunk`` bytes, so strings, escapes and numbers are cut at every kind of place."""
+    from dagctx.transcripts import jsonstream
+
+    with monkeypatch.context() as m:
+        m.setattr(jsonstream, "WHOLE_BELOW", 0)
+        m.setattr(jsonstream, "_CHUNK", chunk)
+        assert detect_format(path) == detect_format_whole(path)
+        return parse_file(path)
+
+
+def detect_format_whole(path: Path) -> str:
+    from dagctx.transcripts import jsonstream
+
+    old = jsonstream.WHOLE_BELOW
+    jsonstream.WHOLE_BELOW = 1 << 62
+    try:
+        return detect_format(path)
+    finally:
+        jsonstream.WHOLE_BELOW = old
+
+
+def parse_whole(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Transcript]:
+    """``parse_file`` with every JSON document decoded in one piece (as before streaming)."""
+    from dagctx.transcripts import jsonstream
+
+    with monkeypatch.context() as m:
+        m.setattr(jsonstream, "WHOLE_BELOW", 1 << 62)
+        return parse_file(path)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 61, 1 << 20])
+@pytest.mark.parametrize("rel", WHOLE_JSON)
+def test_a_json_document_streamed_is_parsed_as_decoded_whole(rel: str, chunk: int,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC §9 import: a ShareGPT array, an OpenHands event list and a SWE-agent trajectory
+    are read an element at a time (memory bounded by the largest node); what they parse into
+    is exactly what the whole document decoded in one piece parses into, ids, texts, keys
+    (a ShareGPT conversation's is the digest of its re-encoding) and counts alike — and with
+    the bodies kept aside as an import keeps them."""
+    whole = parse_whole(FIXTURES / rel, monkeypatch)
+    assert whole and all(t.nodes for t in whole)
+    assert parse_streamed(FIXTURES / rel, monkeypatch, chunk) == whole
+    from dagctx.transcripts import jsonstream
+
+    with monkeypatch.context() as m:
+        m.setattr(jsonstream, "WHOLE_BELOW", 0)
+        m.setattr(jsonstream, "_CHUNK", chunk)
+        aside = _spilled(FIXTURES / rel, over=8)
+    for key in ("_kept", "_kept_inputs", "_kept_thinking"):
+        aside[0].counts.pop(key)
+    assert aside == whole
+
+
+def test_a_streamed_document_reports_what_it_cannot_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Streamed, an element over the record cap (``DAGCTX_IMPORT_MAX_LINE_BYTES``) is
+    skipped with its size and the rest is read; a document that breaks off, or has anything
+    after its value, is refused before anything of it is parsed, as when decoded whole."""
+    import json
+
+    from dagctx.transcripts import jsonstream
+
+    monkeypatch.setattr(jsonstream, "WHOLE_BELOW", 0)
+    monkeypatch.setenv("DAGCTX_IMPORT_MAX_LINE_BYTES", "4000")
+    big = "x" * 5000
+    conv = {"conversations": [{"from": "human", "value": "hello"}, {"from": "gpt", "value": big},
+                              {"from": "gpt", "value": "short"}]}
+    f = tmp_path / "chats.json"
+    f.write_text(json.dumps([conv, {"conversations": [{"from": "human", "value": "second"}]}]))
+    first, second = parse_file(f)
+    assert [n.output for n in first.nodes] == ["hello", "short"]
+    assert [s.reason for s in first.skipped] == [
+        "turn 1 of 5,028 bytes is over the 4,000-byte limit (DAGCTX_IMPORT_MAX_LINE_BYTES); not read"]
+    assert [n.output for n in second.nodes] == ["second"]
+    traj = tmp_path / "t.traj"
+    traj.write_text(json.dumps({"history": [{"role": "user", "content": "fix it"},
+                                            {"role": "assistant", "content": big}], "replay_config": "{}"}))
+    [t] = parse_file(traj)
+    assert [n.output for n in t.nodes] == ["fix it"] and "history[1] of 5," in t.skipped[0].reason
+    events = tmp_path / "events.json"
+    events.write_text(json.dumps([{"id": 0, "source": "user", "action": "message", "args": {"content": "hi"}},
+                                  {"id": 1, "source": "user", "action": "message", "args": {"content": big}}]))
+    [t] = parse_file(events)
+    assert [n.output for n in t.nodes] == ["hi"] and "event #1 of 5," in t.skipped[0].reason
+    for broken in (json.dumps([conv])[:-3], json.dumps([conv]) + " []"):
+        f.write_text(broken)
+        [t] = parse_file(f, format="sharegpt")
+        assert t.nodes == [] and len(t.skipped) == 1 and t.skipped[0].reason.startswith("not JSON: JSON is malformed")

@@ -719,3 +719,56 @@ def test_keeping_tool_results_aside_changes_no_transcript(rel: str) -> None:
     for t in aside:
         t.nodes = [loaded(n) for n in t.nodes]
     assert aside == list(parsed(rel))
+
+
+@needs_corpus
+@pytest.mark.parametrize("rel", [SWE, OPENHANDS])
+@pytest.mark.parametrize("chunk", [7, 1 << 20])
+def test_a_json_document_streamed_parses_as_decoded_whole(rel: str, chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The corpus's whole-JSON files (a SWE-agent trajectory, an OpenHands event list) read
+    an element at a time (SPEC §9 import: ``jsonstream``, nothing decoded whole, a window of
+    ``chunk`` bytes) parse into exactly what they parse into decoded in one piece, with and
+    without the bodies kept aside."""
+    from dagctx.transcripts import jsonstream
+    from dagctx.transcripts.base import loaded
+    from dagctx.transcripts.builder import SPILL_OVER
+
+    with monkeypatch.context() as m:
+        m.setattr(jsonstream, "WHOLE_BELOW", 1 << 62)
+        whole = parse_file(CORPUS / rel)
+    assert whole == list(parsed(rel)) and whole[0].nodes
+    with monkeypatch.context() as m:
+        m.setattr(jsonstream, "WHOLE_BELOW", 0)
+        m.setattr(jsonstream, "_CHUNK", chunk)
+        assert parse_file(CORPUS / rel) == whole
+        token = SPILL_OVER.set(512)
+        try:
+            aside = parse_file(CORPUS / rel)
+        finally:
+            SPILL_OVER.reset(token)
+    for t in aside:
+        t.nodes = [loaded(n) for n in t.nodes]
+    assert aside == whole
+
+
+@needs_corpus
+@pytest.mark.parametrize("rel", [GLAIVE, LONGEST])
+def test_a_sharegpt_array_streamed_parses_as_decoded_whole(rel: str, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The corpus's ShareGPT conversations as one JSON array (written to a temporary file for
+    this test) read a conversation and a turn at a time parse into what the array decoded
+    whole parses into — each conversation keyed by the digest of its re-encoding."""
+    from dagctx.transcripts import jsonstream
+
+    lines = [ln for ln in (CORPUS / rel).read_text(encoding="utf-8").splitlines() if ln.strip()]
+    arr = tmp_path / "array.json"
+    arr.write_text("[\n" + ",\n".join(lines) + "\n]\n", encoding="utf-8")
+    with monkeypatch.context() as m:
+        m.setattr(jsonstream, "WHOLE_BELOW", 1 << 62)
+        whole = parse_file(arr)
+    assert len(whole) == len(parsed(rel))
+    assert [[n.output for n in t.nodes] for t in whole] == [[n.output for n in t.nodes] for t in parsed(rel)]
+    with monkeypatch.context() as m:
+        m.setattr(jsonstream, "WHOLE_BELOW", 0)
+        m.setattr(jsonstream, "_CHUNK", 4093)
+        assert parse_file(arr) == whole

@@ -8,8 +8,9 @@ hold for their tree walk are kept aside in a private temporary file as they are 
 read back one at a time when parsed, derived and written, so bodies cost memory one at a
 time, not the session's (tool call inputs and ``metadata.thinking`` too). Not so
 (issue 19): bodies under the threshold and the rest of each node's metadata stay in the
-parsed transcript, and the whole-JSON files (a ShareGPT array, an OpenHands ``.json``, a
-SWE-agent ``.traj``) are decoded in one piece (ARCHITECTURE.md says what each reader holds). The write holds no text of the session: the
+parsed transcript; the whole-JSON files (a ShareGPT array, an OpenHands ``.json``, a
+SWE-agent ``.traj``) are read an element at a time (``transcripts/jsonstream.py``;
+ARCHITECTURE.md says what each reader holds). The write holds no text of the session: the
 ledger checks its rules against a skeleton graph it does not cache, and the nodes announced
 after it are read back from the database a page at a time. Each transcript is written in one ledger transaction,
 idempotently (keyed by the source session), so an interrupted import keeps what it

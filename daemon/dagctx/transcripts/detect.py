@@ -12,7 +12,8 @@ import msgspec
 
 from .base import Rank
 from .readers import readers
-from .reading import _BOM, RecordTooLarge, decode_json, iter_lines, load_json
+from .jsonstream import preview
+from .reading import _BOM, decode_json, iter_lines
 
 
 # --------------------------------------------------------------------------- detection
@@ -43,8 +44,8 @@ def detect_format(path: str | Path) -> str:
         first_chunk = fh.read(4096).removeprefix(_BOM).lstrip()
     if first_chunk[:1] == b"[" or (p.suffix == ".json" and first_chunk[:1] == b"{"):
         try:
-            fmt = _detect_json(load_json(p))
-        except (msgspec.DecodeError, RecordTooLarge, RecursionError):
+            fmt = _detect_json(preview(p))  # a large file is not read whole: its first items decide
+        except (msgspec.DecodeError, ValueError, RecursionError):
             fmt = None
         if fmt:
             return fmt

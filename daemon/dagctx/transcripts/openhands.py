@@ -44,7 +44,8 @@ from dagctx.protocol.context_messages import Skipped
 
 from .base import quote, Rank, Reader, ROOT, Transcript
 from .builder import Builder
-from .reading import _TOO_DEEP, decode_json, file_digest, iter_lines, load_json, text_digest, too_large
+from . import jsonstream
+from .reading import _TOO_DEEP, decode_json, file_digest, iter_lines, max_line_bytes, text_digest, too_large
 from .values import content_output, parse_arguments, scrub_block, text_of_blocks, to_epoch
 
 _BOM = b"\xef\xbb\xbf"
@@ -65,48 +66,55 @@ def _is_whole_json(path: Path) -> bool:
     return path.suffix != ".jsonl"
 
 
-def _events_of(data: Any) -> list[Any] | None:
-    """The event list of a whole-file document or of one output line, pairs flattened."""
-    if isinstance(data, list):
+def _events_of(data: Any) -> Iterator[Any] | None:
+    """The events of a whole-file document or of one output line, pairs flattened, one at a
+    time (a streamed document's events are decoded one by one: ``jsonstream``)."""
+    if jsonstream.is_array(data):
         events = data
-    elif isinstance(data, dict):
-        events = data.get("events") if isinstance(data.get("events"), list) else data.get("history")
     else:
+        obj = jsonstream.fields(data)
+        if obj is None:
+            return None
+        events = obj.get("events") if jsonstream.is_array(obj.get("events")) else obj.get("history")
+    if not jsonstream.is_array(events):
         return None
-    if not isinstance(events, list):
-        return None
-    flat: list[Any] = []
+    return _flat(jsonstream.elements(events))
+
+
+def _flat(events: Iterator[Any]) -> Iterator[Any]:
     for ev in events:
         if isinstance(ev, list) and all(isinstance(x, dict) or x is None for x in ev):
-            flat.extend(x for x in ev if x)  # an [action, observation] pair
+            yield from (x for x in ev if x)  # an [action, observation] pair
         else:
-            flat.append(ev)
-    return flat
+            yield ev
 
 
 def iter_parse(path: Path) -> Iterator[Transcript]:
-    """Each session in ``path``, one at a time (an output.jsonl is streamed line by line)."""
+    """Each session in ``path``, one at a time (an output.jsonl is streamed line by line, a
+    large event list an event at a time)."""
     if _is_whole_json(path):
-        try:
-            data = load_json(path)
-        except msgspec.DecodeError as exc:
-            if "trailing characters" not in str(exc):
+        with path.open("rb") as fh:
+            try:
+                data = jsonstream.open_document(fh, path.stat().st_size)
+            except msgspec.DecodeError as exc:
+                if "trailing characters" not in str(exc):
+                    b = Builder("openhands")
+                    b.skipped.append(Skipped(1, f"not JSON: {exc}"))
+                    yield b.finish(file_digest(path), None)
+                    return
+                data = None  # several objects: evaluation output without the .jsonl suffix
+            if data is not None:
+                events = _events_of(data)
                 b = Builder("openhands")
-                b.skipped.append(Skipped(1, f"not JSON: {exc}"))
-                yield b.finish(file_digest(path), None)
+                if events is None:
+                    b.skipped.append(Skipped(1, "no event list (expected a JSON array of events, or an object with "
+                                                "\"events\" or \"history\")"))
+                    yield b.finish(file_digest(path), None)
+                    return
+                obj = jsonstream.fields(data) if jsonstream.is_object(data) else None
+                title = obj.get("instance_id") if obj is not None else None
+                yield _Parser(b).run(events, file_digest(path), title if isinstance(title, str) else None)
                 return
-            data = None  # several objects: evaluation output without the .jsonl suffix
-        if data is not None:
-            events = _events_of(data)
-            b = Builder("openhands")
-            if events is None:
-                b.skipped.append(Skipped(1, "no event list (expected a JSON array of events, or an object with "
-                                            "\"events\" or \"history\")"))
-                yield b.finish(file_digest(path), None)
-                return
-            title = data.get("instance_id") if isinstance(data, dict) else None
-            yield _Parser(b).run(events, file_digest(path), title if isinstance(title, str) else None)
-            return
     yield from _iter_output_lines(path)
 
 
@@ -168,13 +176,19 @@ class _Parser:
         self.calls: dict[str, list[str]] = {}
         self.node_by_event: dict[Any, str] = {}
 
-    def run(self, events: list[Any], source_key: str, title: str | None = None) -> Transcript:
+    def run(self, events: Iterator[Any], source_key: str, title: str | None = None) -> Transcript:
+        i = -1
         for i, ev in enumerate(events):
+            if isinstance(ev, jsonstream.Unreadable):
+                why = (f"of {ev.size:,} bytes is over the {max_line_bytes():,}-byte limit "
+                       "(DAGCTX_IMPORT_MAX_LINE_BYTES); not read" if ev.size is not None else f"is not JSON: {ev.reason}")
+                self.b.skipped.append(Skipped(self.line or i + 1, f"event #{i} {why}"))
+                continue
             if not isinstance(ev, dict):
                 self.b.skipped.append(Skipped(self.line or i + 1, f"event #{i} is not an object"))
                 continue
             self._event(i, ev)
-        self.b.counts["messages"] = len(events)
+        self.b.counts["messages"] = i + 1
         return self.b.finish(source_key, title)
 
     def _event(self, i: int, ev: dict) -> None:

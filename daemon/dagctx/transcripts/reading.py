@@ -1,4 +1,5 @@
-"""Size-capped streaming reads of transcript files: lines, JSON Lines, whole JSON, digests.
+"""Size-capped streaming reads of transcript files: lines, JSON Lines, digests (one JSON
+document read a piece at a time: ``jsonstream.py``).
 
 A record longer than ``max_line_bytes()`` is reported by size, never read whole; a value
 nested deeper than the protocol's limit is refused before anything recurses into it.
@@ -25,7 +26,7 @@ from .base import quote
 
 _BOM = b"\xef\xbb\xbf"
 
-#: Default cap on one JSONL line, and on a whole ``.json``/``.traj`` file (one record):
+#: Default cap on one JSONL line, and on one element of a ``.json``/``.traj`` document:
 #: 16 MiB. Longer records are skipped with their size, so import memory stays bounded
 #: whatever the input (SPEC §9 import). ``DAGCTX_IMPORT_MAX_LINE_BYTES`` overrides it.
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -50,7 +51,7 @@ def max_line_bytes() -> int:
 
 
 class RecordTooLarge(ValueError):
-    """A whole-file JSON record over the cap (``max_line_bytes``)."""
+    """A JSON value over the cap (``max_line_bytes``), not decoded."""
 
 
 def iter_lines(path: Path, limit: int | None = None) -> Iterator[tuple[int, bytes | int]]:
@@ -157,17 +158,6 @@ def decode_json(data: bytes) -> Any:
     if too_deep(data):
         raise msgspec.DecodeError(_TOO_DEEP)
     return msgspec.json.decode(data)
-
-
-def load_json(path: Path) -> Any:
-    """A whole-file JSON document; ``RecordTooLarge`` over the record cap."""
-    size = path.stat().st_size
-    if size > max_line_bytes():
-        raise RecordTooLarge(f"{path.name} is {size:,} bytes, over the {max_line_bytes():,}-byte limit "
-                             "(DAGCTX_IMPORT_MAX_LINE_BYTES); not read")
-    with path.open("rb") as fh:
-        data = fh.read(max_line_bytes() + 1)
-    return decode_json(data.removeprefix(_BOM))
 
 
 def file_digest(path: Path) -> str:

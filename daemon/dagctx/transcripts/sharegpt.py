@@ -30,7 +30,8 @@ from dagctx.protocol.context_messages import Skipped
 
 from .base import quote, Rank, Reader, ROOT, Transcript
 from .builder import Builder
-from .reading import _TOO_DEEP, decode_json, file_digest, iter_lines, load_json, text_digest, too_large
+from . import jsonstream
+from .reading import _TOO_DEEP, decode_json, file_digest, iter_lines, max_line_bytes, text_digest, too_large
 from .values import parse_arguments
 
 _USER = frozenset({"human", "user"})
@@ -43,19 +44,23 @@ def parse(path: Path) -> list[Transcript]:
     return list(iter_parse(path))
 
 
-def _items(path: Path) -> Iterator[tuple[int, Any, bytes] | Skipped]:
+def _items(path: Path) -> Iterator[tuple[int, Any, bytes | None] | Skipped]:
     """``(line, conversation, source bytes)`` per conversation, or a ``Skipped``, streaming
-    JSONL line by line (a JSON array is one record, under the same size cap)."""
+    JSONL line by line. A JSON array is streamed a conversation at a time
+    (``jsonstream``): its source bytes are None (the key is the digest of the
+    conversation as re-encoded), and a large conversation is a ``Span`` whose turns are
+    decoded one at a time."""
     with path.open("rb") as fh:
         first = fh.read(64).removeprefix(b"\xef\xbb\xbf").lstrip()
     if first[:1] == b"[":
-        try:
-            data = load_json(path)
-        except msgspec.DecodeError as exc:
-            yield Skipped(1, f"not JSON: {exc}")
-            return
-        for i, conv in enumerate(data if isinstance(data, list) else []):
-            yield i + 1, conv, msgspec.json.encode(conv)
+        with path.open("rb") as fh:
+            try:
+                data = jsonstream.open_document(fh, path.stat().st_size)
+            except msgspec.DecodeError as exc:
+                yield Skipped(1, f"not JSON: {exc}")
+                return
+            for i, conv in enumerate(jsonstream.spans(data)):
+                yield i + 1, conv, None
         return
     for no, raw in iter_lines(path):
         if isinstance(raw, int):
@@ -90,10 +95,13 @@ def iter_parse(path: Path) -> Iterator[Transcript]:
             pending.append(item)
             continue
         no, conv, raw = item
-        if not isinstance(conv, dict):
+        if isinstance(conv, jsonstream.Unreadable):
+            pending.append(Skipped(no, f"conversation {_unreadable(conv)}"))
+            continue
+        if not jsonstream.is_object(conv):
             pending.append(Skipped(no, "conversation is not an object"))
             continue
-        key = text_digest(raw)
+        key = text_digest(raw) if raw is not None else jsonstream.digest(conv)
         keys[key] = keys.get(key, 0) + 1
         if keys[key] > 1:
             key = f"{key}#{keys[key]}"
@@ -117,15 +125,23 @@ def _with_skipped(t: Transcript, skipped: list[Skipped]) -> Transcript:
     return t
 
 
-def _turns(conv: dict) -> list[Any]:
+def _unreadable(u: jsonstream.Unreadable) -> str:
+    return f"of {u.size:,} bytes is over the {max_line_bytes():,}-byte limit (DAGCTX_IMPORT_MAX_LINE_BYTES); not read" \
+        if u.size is not None else f"is not JSON: {u.reason}"
+
+
+def _turns(conv: dict) -> Any:
+    """The turn list (a list, or a ``jsonstream.Span`` of a streamed conversation)."""
     for k in ("conversations", "messages", "conversation"):
-        if isinstance(conv.get(k), list):
+        if jsonstream.is_array(conv.get(k)):
             return conv[k]
     return []
 
 
 def _tools(conv: dict) -> Any:
     tools = conv.get("tools")
+    if isinstance(tools, jsonstream.Span):
+        tools = jsonstream.value(tools)
     if isinstance(tools, str):
         try:
             tools = msgspec.json.decode(tools)
@@ -134,7 +150,9 @@ def _tools(conv: dict) -> Any:
     return tools or None
 
 
-def _conversation(no: int, conv: dict, source_key: str) -> Transcript:
+def _conversation(no: int, conv: Any, source_key: str) -> Transcript:
+    conv = jsonstream.fields(conv)  # a streamed conversation: its members, the turns a Span
+    assert conv is not None
     b = Builder("sharegpt")
     tip = ROOT
     pending: list[str] = []
@@ -143,7 +161,11 @@ def _conversation(no: int, conv: dict, source_key: str) -> Transcript:
     turns = _turns(conv)
     if isinstance(conv.get("system"), str) and conv["system"]:
         b.system_prompt(f"sg{no}-system", conv["system"], key=(-1,))
-    for j, turn in enumerate(turns):
+    j = -1
+    for j, turn in enumerate(jsonstream.elements(turns)):
+        if isinstance(turn, jsonstream.Unreadable):
+            b.skipped.append(Skipped(no, f"turn {j} {_unreadable(turn)}"))
+            continue
         if not isinstance(turn, dict):
             b.skipped.append(Skipped(no, f"turn {j} is not an object"))
             continue
@@ -188,7 +210,7 @@ def _conversation(no: int, conv: dict, source_key: str) -> Transcript:
             b.attach_result(pending.pop(0), text)
         else:
             b.skipped.append(Skipped(no, f"turn {j}: unknown speaker {quote(who)}"))
-    b.counts["messages"] = len(turns)
+    b.counts["messages"] = j + 1
     return b.finish(source_key, None)
 
 

@@ -29,12 +29,18 @@ from dagctx.protocol.context_messages import Skipped
 
 from .base import quote, Rank, Reader, ROOT, Transcript
 from .builder import Builder
-from .reading import file_digest, load_json
+from . import jsonstream
+from .reading import file_digest, max_line_bytes
 from .values import content_output, parse_arguments, text_of_blocks
 
 
 def _model_name(data: dict) -> str | None:
     rc = data.get("replay_config")
+    if isinstance(rc, jsonstream.Span):
+        try:
+            rc = jsonstream.value(rc)
+        except (msgspec.DecodeError, ValueError):
+            return None
     if isinstance(rc, str):
         try:
             rc = msgspec.json.decode(rc)
@@ -59,24 +65,38 @@ def _text(content: Any) -> Any:
 
 
 def parse(path: Path) -> Transcript:
+    with path.open("rb") as fh:
+        return _parse(path, fh)
+
+
+def _parse(path: Path, fh: Any) -> Transcript:
+    """The trajectory of ``fh``: a large file is streamed (``jsonstream``), its messages
+    decoded one at a time."""
     b = Builder("swe-agent")
     try:
-        data = load_json(path)
+        data = jsonstream.fields(jsonstream.open_document(fh, path.stat().st_size))
     except msgspec.DecodeError as exc:
         b.skipped.append(Skipped(1, f"not JSON: {exc}"))
         return b.finish(file_digest(path), path.stem)
-    if not isinstance(data, dict):
+    if data is None:
         b.skipped.append(Skipped(1, "not a trajectory object"))
         return b.finish(file_digest(path), path.stem)
     history = data.get("history")
-    if not isinstance(history, list):
+    if not jsonstream.is_array(history):
         traj = data.get("trajectory")
-        last = traj[-1] if isinstance(traj, list) and traj and isinstance(traj[-1], dict) else {}
-        history = last.get("messages") if isinstance(last.get("messages"), list) else []
+        last = jsonstream.fields(jsonstream.last(traj)) if jsonstream.is_array(traj) else None
+        last = last or {}
+        history = last.get("messages") if jsonstream.is_array(last.get("messages")) else []
     model = _model_name(data)
     tip = ROOT
     calls: dict[str, list[str]] = {}
-    for i, m in enumerate(history):
+    i = -1
+    for i, m in enumerate(jsonstream.elements(history)):
+        if isinstance(m, jsonstream.Unreadable):
+            why = (f"of {m.size:,} bytes is over the {max_line_bytes():,}-byte limit (DAGCTX_IMPORT_MAX_LINE_BYTES); "
+                   "not read" if m.size is not None else f"is not JSON: {m.reason}")
+            b.skipped.append(Skipped(i + 1, f"history[{i}] {why}"))
+            continue
         if not isinstance(m, dict):
             b.skipped.append(Skipped(i + 1, f"history[{i}] is not an object"))
             continue
@@ -123,7 +143,7 @@ def parse(path: Path) -> Transcript:
                 b.attach_result(target, output)
         else:
             b.skipped.append(Skipped(i + 1, f"history[{i}]: unknown role {quote(role)}"))
-    b.counts["messages"] = len(history)
+    b.counts["messages"] = i + 1
     return b.finish(file_digest(path), path.stem)
 
 
