@@ -862,6 +862,8 @@ export interface MemoryStatusResult {
   embedding?: string | null;
   /** @default 0 */
   vectors?: number;
+  /** @default false */
+  vectorsLoaded?: boolean;
   sessions?: MemorySessionsStatus;
 }
 
@@ -1049,6 +1051,8 @@ export interface PrepareParams {
   reasoning?: "all" | "none" | "provider";
   /** @default 60 */
   reductionTimeoutSeconds?: number;
+  /** @default null */
+  promptCache?: "cold" | "warm" | null;
   /** @default null */
   workDoneToken?: number | string | null;
 }
