@@ -50,19 +50,19 @@ def _export(store: Store, sid: str, head: str, all_branches: bool, paged: bool, 
         graph, sizes = store.skeleton(sid, budget=budget)
         exp = ClaudeCodeExport(SimpleNamespace(store=store), info, graph, head, emit, all_branches=all_branches,
                                sizes=sizes)
-        import dagctx.engine.exports as ex
+        import dagctx.ledger.store as st
 
-        real = ex._Pages.__init__
+        real = st.NodePages.__init__
 
         def small(self, *a, **kw):  # pages of a few hundred bytes: many pages for a small session
             kw["budget"] = budget
             real(self, *a, **kw)
 
-        ex._Pages.__init__ = small  # type: ignore[method-assign]
+        st.NodePages.__init__ = small  # type: ignore[method-assign]
         try:
             exp.build()
         finally:
-            ex._Pages.__init__ = real  # type: ignore[method-assign]
+            st.NodePages.__init__ = real  # type: ignore[method-assign]
     else:
         exp = ClaudeCodeExport(SimpleNamespace(store=store), info, store.graph(sid), head, emit,
                                all_branches=all_branches)

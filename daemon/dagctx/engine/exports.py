@@ -76,7 +76,7 @@ from dagctx.ledger import SessionGraph
 from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context.summary_choice import summary_applies
 from dagctx.ledger.graph import is_spawn_root, is_summary
-from dagctx.ledger.store import pages_of
+from dagctx.ledger.store import NodePages
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.messages import SessionInfo
@@ -255,8 +255,8 @@ class ClaudeCodeExport:
             "dagctxSource": {"sessionId": self.info.session_id, "head": self.head,
                              "branches": "all" if self.all_branches else "head"},
         })
-        whole = _Pages(self.store, self.info.session_id, [i for n, _ in plan for i in self._ids_of(n)],
-                       self.sizes) if self.sizes is not None else None
+        whole = NodePages(self.store, self.info.session_id, [i for n, _ in plan for i in self._ids_of(n)],
+                          self.sizes) if self.sizes is not None else None
         for node, agent in plan:
             group = whole.take(self._ids_of(node)) if whole is not None else None
             self._conversation_node(node, agent, group)
@@ -563,29 +563,6 @@ class ClaudeCodeExport:
             message={"role": "user", "content": text}, isCompactSummary=True, isVisibleInTranscriptOnly=True,
         )
         return s.id
-
-
-class _Pages:
-    """Nodes read whole in the order an export writes them, a page of at most ``budget``
-    stored bytes (or one node) at a time (``Store.nodes_of``): ``take`` hands out the nodes
-    of one conversation node's lines, and a page is read only when they are not yet in."""
-
-    def __init__(self, store: Any, session_id: str, order: list[str], sizes: dict[str, int],
-                 budget: int = 256 << 10) -> None:
-        self.store, self.session_id = store, session_id
-        self.pages = pages_of([(i, sizes.get(i, 0)) for i in order], budget)
-        self.buf: dict[str, Call] = {}
-
-    def take(self, ids: list[str]) -> dict[str, Call]:
-        missing = [i for i in ids if i not in self.buf]
-        while missing:
-            page = next(self.pages, None)
-            if page is None:  # not in the order (it cannot be): read what is left directly
-                self.buf.update(self.store.nodes_of(self.session_id, missing))
-                break
-            self.buf.update(self.store.nodes_of(self.session_id, page))
-            missing = [i for i in missing if i not in self.buf]
-        return {i: self.buf.pop(i) for i in ids if i in self.buf}
 
 
 def _agent_of(node: Call) -> str | None:

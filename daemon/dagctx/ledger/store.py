@@ -75,6 +75,30 @@ def pages_of(sizes: Sequence[tuple[str, int]], budget: int, most: int = 500) -> 
         yield page
 
 
+class NodePages:
+    """Nodes read whole in a given order (an export's, SPEC §9), a page of at most ``budget``
+    stored bytes (or one node) at a time (``Store.nodes_of``; ``sizes`` from
+    ``Store.skeleton``): ``take`` hands out the nodes asked for, and a page is read only
+    when they are not yet in."""
+
+    def __init__(self, store: Store, session_id: str, order: Sequence[str], sizes: dict[str, int],
+                 budget: int = 256 << 10) -> None:
+        self.store, self.session_id = store, session_id
+        self.pages = pages_of([(i, sizes.get(i, 0)) for i in order], budget)
+        self.buf: dict[str, Call] = {}
+
+    def take(self, ids: Sequence[str]) -> dict[str, Call]:
+        missing = [i for i in ids if i not in self.buf]
+        while missing:
+            page = next(self.pages, None)
+            if page is None:  # not in the order (it cannot be): read what is left directly
+                self.buf.update(self.store.nodes_of(self.session_id, missing))
+                break
+            self.buf.update(self.store.nodes_of(self.session_id, page))
+            missing = [i for i in missing if i not in self.buf]
+        return {i: self.buf.pop(i) for i in ids if i in self.buf}
+
+
 class Store(Appends):
     """The record of every session in one database (a SQLite file or a PostgreSQL URL).
 
