@@ -23,6 +23,11 @@ from test_compaction_daemon import BIG, Sampler, chat, spawn
 pytestmark = pytest.mark.asyncio
 
 
+@pytest.fixture(autouse=True)
+def _one_daemon(module_shared_daemon: Path) -> None:
+    """This module's clients share one daemon, as a user's do (each test its own database)."""
+
+
 async def test_compacting_a_fork_never_changes_main(db_path: Path) -> None:
     sampler = Sampler()
     c = await spawn(db_path, sampler)

@@ -15,7 +15,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from dagctx.client import DagctxClient
+import pytest
+
+from dagctx.client import DagctxClient, RpcError
 from dagctx.protocol import context_messages as pc
 
 LARGE, SMALL = "wide-64k", "narrow-8k"
@@ -31,19 +33,20 @@ async def spawn(db: Path, **options: Any) -> DagctxClient:
     return await DagctxClient.spawn(db, initialization_options={"models": MODELS, **options})
 
 
-async def loop(c: DagctxClient, model: str, words: int, *, until: Any, limit: int = 80) -> list[pc.PrepareResult]:
-    return (await loop_in(c, model, words, until=until, limit=limit))[1]
+async def loop(c: DagctxClient, model: str, words: int, *, until: Any, limit: int = 80,
+               **prepare: Any) -> list[pc.PrepareResult]:
+    return (await loop_in(c, model, words, until=until, limit=limit, **prepare))[1]
 
 
 async def loop_in(c: DagctxClient, model: str, words: int, *, until: Any,
-                  limit: int = 80) -> tuple[str, list[pc.PrepareResult]]:
+                  limit: int = 80, **prepare: Any) -> tuple[str, list[pc.PrepareResult]]:
     """Prepare → answer (with the renderId) → next user message, until ``until(result)``."""
     s = await c.session_create("economy")
     sid = s.session_id
     head = (await c.append(sid, "user", output=message(0, words), predecessor=s.head)).node.id
     out: list[pc.PrepareResult] = []
     for i in range(1, limit):
-        p = await c.prepare(sid, model=model, format="anthropic", prompt_mode="none")
+        p = await c.prepare(sid, model=model, format="anthropic", prompt_mode="none", **prepare)
         out.append(p)
         if until(p):
             return sid, out
@@ -112,3 +115,29 @@ async def test_a_cold_cache_brings_the_compaction_forward(tmp_path: Path) -> Non
     finally:
         await warm.close()
         await cold.close()
+
+
+async def test_the_clients_word_on_its_prompt_cache_decides_over_the_daemons_clock(tmp_path: Path) -> None:
+    """``promptCache`` (SPEC §7): a client that knows its provider's cache expired (a replay
+    of recorded times appends in seconds what took hours) says ``cold`` and the daemon
+    treats the cache as cold although its clock saw no pause; ``warm`` keeps the rewrite in
+    the reckoning although the daemon's lifetime of 0 s says every cache is cold."""
+    c = await spawn(tmp_path / "default.db")
+    zero = await spawn(tmp_path / "zero.db", promptCacheTtlSeconds=0)
+    try:
+        w = await loop(c, LARGE, 150, until=lambda p: p.recommend_compaction)
+        k = await loop(c, LARGE, 150, until=lambda p: p.recommend_compaction, prompt_cache="cold")
+        assert len(k) < len(w)
+        assert any("the prompt cache has gone cold" in x for x in k[-1].decision_path)
+        z = await loop(zero, LARGE, 150, until=lambda p: p.recommend_compaction, prompt_cache="warm")
+        assert len(z) == len(w)
+        assert not any("gone cold" in x for p in z for x in p.decision_path)
+        assert [p.messages for p in z] == [p.messages for p in w]
+        # a bad value is refused with the field named
+        sid = (await c.session_list()).sessions[0].session_id
+        with pytest.raises(RpcError) as err:
+            await c.request("context/prepare", {"sessionId": sid, "promptCache": "tepid"})
+        assert err.value.kind == "InvalidParams" and "promptCache" in err.value.message, err.value
+    finally:
+        await c.close()
+        await zero.close()

@@ -12,6 +12,11 @@ from dagctx.client import RpcError
 from dagctx.context.formats import check_pairs
 
 
+@pytest.fixture(autouse=True)
+def _one_daemon(module_shared_daemon: Path) -> None:
+    """This module's clients share one daemon, as a user's do (each test its own database)."""
+
+
 async def _turns(c, sid: str, head: str, n: int, *, tool: bool = True, model: str = "gpt-4",
                  prepare: bool = True) -> str:
     for i in range(n):

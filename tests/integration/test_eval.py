@@ -135,6 +135,10 @@ class CC:
     def user(self, text: str) -> str:
         return self.add({"type": "user", "message": {"role": "user", "content": text}})
 
+    def pause(self, seconds: float) -> None:
+        """The next line comes ``seconds`` later (beyond 300 s the prompt cache has expired)."""
+        self.t += seconds
+
     def call(self, n: int, name: str, args: dict[str, Any], result: str, text: str = "") -> None:
         blocks = ([{"type": "text", "text": text}] if text else []) + [
             {"type": "tool_use", "id": f"toolu_{n:04d}", "name": name, "input": args}]
@@ -172,7 +176,10 @@ async def test_aging_removes_identifiers_that_are_found_again_and_regretted(tmp_
     """Two large results age out of the requests (turn distance 4); the identifier in the middle
     of the first (soft trim keeps head and tail) is used again later: one regret (M6), every
     removed identifier found again through the protocol (M1), the aging boundary breaks the
-    cache where the first aged result sits (M5), every request replays (M7)."""
+    cache where the first aged result sits (M5), every request replays (M7). The user pauses
+    ten minutes before turns 4 and 5: the replay tells the daemon its prompt cache is cold
+    then (``promptCache``), so each aging is made at once rather than held back until it
+    pays for a cache rewrite (SPEC §8)."""
     cc = CC()
     cc.user("start with the first file")
     cc.call(1, "Read", {"file_path": "src/alpha.py"}, filler(60) + "\nkiwi_mango_77 = 5\n" + filler(60), "reading")
@@ -181,6 +188,8 @@ async def test_aging_removes_identifiers_that_are_found_again_and_regretted(tmp_
     cc.call(2, "Read", {"file_path": "src/beta.py"}, filler(60, "nulla") + "\ngrape_melon_88 = 6\n" + filler(60, "nulla"))
     cc.reply(2, "read it too")
     for k in range(3, 7):
+        if k >= 5:
+            cc.pause(600)
         cc.user(f"step {k}")
         cc.call(k, "Bash", {"command": "true"}, "done")
         cc.reply(k, "ok")

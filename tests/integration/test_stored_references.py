@@ -23,6 +23,12 @@ from rawdb import RawDb
 
 pytestmark = pytest.mark.asyncio
 
+
+@pytest.fixture(autouse=True)
+def _one_daemon(module_shared_daemon: Path) -> None:
+    """This module's clients share one daemon, as a user's do (each test its own database);
+    the fresh daemon and the other process that two tests need run standalone."""
+
 MODEL = "gpt-4"
 AGING = {"minAgeSeconds": 0, "keepRecentTurns": 2, "minTokens": 200, "hardClearAfterTurns": 4}
 
@@ -129,7 +135,7 @@ async def test_the_citation_gate_reads_the_stored_list(database: str) -> None:
     with RawDb(database) as raw:
         raw.execute("UPDATE nodes SET refs=? WHERE session_id=? AND id=?",
                     (msgspec.msgpack.encode([]), sid, tools[1]))
-    c = await DagctxClient.spawn(database, initialization_options={"aging": AGING})
+    c = await DagctxClient.spawn(database, initialization_options={"aging": AGING}, standalone=True)
     try:
         r = await c.render(sid, model=MODEL)
         assert tools[1] in r.manifest["agingKinds"]

@@ -18,6 +18,11 @@ from test_turn_reduction_daemon import MODELS, SMALL, Sampler, endpoint_condense
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
 
+@pytest.fixture(autouse=True)
+def _one_daemon(module_shared_daemon: Path) -> None:
+    """This module's clients share one daemon, as a user's do (each test its own database)."""
+
+
 def host(identity: str, **limits: Any) -> dict[str, Any]:
     return {"sampling": {"completion": {"identity": identity, **limits}}}
 

@@ -84,3 +84,20 @@ def test_aged_results_a_new_summary_folds_in_are_the_compaction_not_aging() -> N
     assert cb.causes(prev, {**cur, "agedText": {"r2": "[cleared]"}}) == ["compaction", "aging"]
     # without a new summary, a result that stops being aged is aging
     assert cb.causes(prev, {**prev, "agedText": {"r2": "[aged]"}}) == ["aging"]
+
+
+def test_an_aging_change_pays_once_the_reads_since_the_last_break_cover_its_rewrite() -> None:
+    """SPEC §8, aging and the prompt cache: 8,000 tokens freed, 30,000 rewritten after the
+    first changed result. The rewrite costs (1.25 − 0.1) × 30,000 = 34,500; each request
+    since the last break read the 8,000 at 0.1× = 800: it pays from the 44th request on
+    (43 × 800 = 34,400 < 34,500 ≤ 44 × 800 = 35,200)."""
+    assert not ce.aging_economy(8_000, 30_000, 43).pays
+    e = ce.aging_economy(8_000, 30_000, 44)
+    assert e.pays and e.carried == 35_200 and e.cost == 34_500
+    assert e.as_dict() == {"carried": 35_200, "cost": 34_500, "freed": 8_000, "rewrite": 30_000,
+                           "requests": 44, "cold": False}
+    # a cold cache has nothing to rewrite: any change that frees tokens is made at once
+    assert ce.aging_economy(8_000, 30_000, 0, cold=True).pays
+    # a change that frees nothing never pays while the cache is warm
+    assert not ce.aging_economy(0, 10, 10**6).pays
+    assert not ce.aging_economy(-50, 10, 10**6).pays

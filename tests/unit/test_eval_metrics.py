@@ -68,16 +68,22 @@ def test_a_cold_cache_reads_nothing() -> None:
     assert econ["rows"][1]["cacheRead"] == 0 and econ["rows"][1]["cacheWrite"] == 2 * (100 + cm.FRAMING)
 
 
-def test_break_causes_come_from_the_manifests() -> None:
-    base = {"summaryId": None, "agingBoundary": 3, "agedText": {}, "turnReduction": None}
-    assert cm.break_causes(base, {**base, "summaryId": "s1"}, "p", "p") == ["compaction"]
-    assert cm.break_causes(base, {**base, "agingBoundary": 9}, "p", "p") == ["aging"]
-    assert cm.break_causes(base, base, "p", "q") == ["system prompt"]
-    cp = {**base, "turnReduction": {"results": {}, "checkpoint": {"id": "c1"}}}
-    assert cm.break_causes(base, cp, "p", "p") == ["checkpoint"]
-    red = {**base, "turnReduction": {"results": {"n1": "k1"}, "checkpoint": None}}
-    assert cm.break_causes(red, base, "p", "p") == ["reduction"]
-    assert cm.break_causes(base, red, "p", "p") == ["reduction"]  # a result reduced that was sent whole
+def test_break_causes_are_the_daemons_the_bytes_decide_the_break() -> None:
+    """M5 names a break's causes as the daemon reported them (``cacheBreak``), but only the
+    bytes say whether there was one; a break the daemon did not report is ``unreported``."""
+    assert cm.break_causes(["compaction", "aging"], "p", "p") == ["compaction", "aging"]
+    assert cm.break_causes([], "p", "p") == ["unreported"]
+    assert cm.break_causes(None, "p", "q") == ["systemPrompt"] and cm.break_causes(None, "p", "p") == ["other"]
+    a, b = words(50), words(60)
+    seq = [cm.Sent(0.0, None, [msg("user", a), msg("user", a)], causes=[]),
+           cm.Sent(1.0, None, [msg("user", a), msg("user", b)], causes=["checkpoint"]),
+           cm.Sent(2.0, None, [msg("user", a), msg("user", b), msg("user", a)], causes=["aging"]),
+           cm.Sent(3.0, None, [msg("user", b)], causes=[])]
+    econ = cm.economics(seq, COUNTER)
+    # the aging the daemon named at request 2 broke nothing: the bytes extend request 1
+    assert [b["index"] for b in econ["breaks"]] == [1, 3]
+    assert econ["breaks"][0]["causes"] == ["checkpoint"] and econ["breaks"][1]["causes"] == ["unreported"]
+    assert econ["byCause"]["checkpoint"]["invalidated"] == 50 + cm.FRAMING
 
 
 def test_an_overshoot_is_caught() -> None:
@@ -130,11 +136,14 @@ def test_the_stand_in_is_labelled_deterministic_and_short() -> None:
     assert "zebra_quartz" in summarizer.summarize(retry, 1000) and "424242" in summarizer.summarize(retry, 1000)
 
 
-def test_dropped_reasoning_is_named_as_the_cause() -> None:
+def test_dropped_reasoning_breaks_at_its_message() -> None:
+    """A new user turn that no longer sends a thinking block breaks the prefix at that
+    message (the bytes say where); the cause is the daemon's word for it."""
     think = {"role": "assistant", "content": [{"type": "thinking", "thinking": words(40), "signature": "s"},
                                               {"type": "text", "text": words(10)}]}
     plain = {"role": "assistant", "content": [{"type": "text", "text": words(10)}]}
-    seq = [cm.Sent(0.0, None, [msg("user", words(5)), think]),
-           cm.Sent(1.0, None, [msg("user", words(5)), plain, msg("user", words(5))])]
+    seq = [cm.Sent(0.0, None, [msg("user", words(5)), think], causes=[]),
+           cm.Sent(1.0, None, [msg("user", words(5)), plain, msg("user", words(5))], causes=["reasoning"])]
     (brk,) = cm.economics(seq, COUNTER)["breaks"]
     assert brk["cause"] == "reasoning" and brk["atUnit"] == 1
+    assert brk["invalidated"] == COUNTER.unit(cm.canon(think), think)  # the whole dropped message

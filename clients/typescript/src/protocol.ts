@@ -1050,6 +1050,8 @@ export interface PrepareParams {
   /** @default 60 */
   reductionTimeoutSeconds?: number;
   /** @default null */
+  promptCache?: "cold" | "warm" | null;
+  /** @default null */
   workDoneToken?: number | string | null;
 }
 

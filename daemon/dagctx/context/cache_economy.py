@@ -79,4 +79,42 @@ def compaction_economy(previous: Iterable[int], tokens: int, after: int, *, cold
     return CompactionEconomy(pays, round(carried, 1), round(cost, 1), after, len(sizes), cold)
 
 
-__all__ = ["MIN_GAIN", "SUMMARIZER_PRICE", "CompactionEconomy", "compaction_economy"]
+@dataclass(frozen=True, slots=True)
+class AgingEconomy:
+    """The numbers of the aging rule, for the decision path and the manifest."""
+
+    pays: bool
+    #: what the requests since the last cache break read of what the change removes (cache-read price)
+    carried: float
+    #: the rewrite of everything after the first changed result
+    cost: float
+    #: tokens the change removes
+    freed: int
+    #: tokens written again after the first changed result
+    rewrite: int
+    #: requests counted (since the branch's last cache break)
+    requests: int
+    cold: bool = False
+
+    def as_dict(self) -> dict[str, object]:
+        return {"carried": self.carried, "cost": self.cost, "freed": self.freed, "rewrite": self.rewrite,
+                "requests": self.requests, "cold": self.cold}
+
+
+def aging_economy(freed: int, rewrite: int, requests: int, *, cold: bool = False) -> AgingEconomy:
+    """Whether changing which old tool results are aged pays for the cache break it causes
+    (SPEC §8, aging and the prompt cache) — compaction's rule (``compaction_economy``) for
+    aging: the ``requests`` since the branch's last cache break each read the ``freed``
+    tokens the change removes (``carried``, at the cache-read price); the change rewrites
+    ``rewrite`` tokens, everything after the first changed result (``cost``, the write
+    price less the read it replaces). It pays once ``carried ≥ cost``; while the cache is
+    ``cold`` it always does (nothing cached to rewrite). A change that frees nothing
+    never pays."""
+    carried = READ_PRICE * max(0, freed) * max(0, requests)
+    cost = 0.0 if cold else (WRITE_PRICE - READ_PRICE) * max(0, rewrite)
+    pays = cold or (freed > 0 and carried >= cost)
+    return AgingEconomy(pays, round(carried, 1), round(cost, 1), freed, rewrite, requests, cold)
+
+
+__all__ = ["MIN_GAIN", "SUMMARIZER_PRICE", "AgingEconomy", "CompactionEconomy", "aging_economy",
+           "compaction_economy"]

@@ -77,6 +77,7 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import SUMMARY_MARKER, SUMMARY_NAME, Call
 
 from .aging import owner_chain_id
+from .artifact_trail import trail_files, with_trail
 from .cancel import stop_if_cancelled
 from .content import covers_of
 from .summary_choice import is_chain_member
@@ -320,9 +321,11 @@ def summary_node_input(
     ``output`` carries the marker exactly once; ``reads`` are the ids whose content
     the summarizer saw; ``metadata.covers_ids`` the real covered chain ids;
     ``metadata.stats`` whatever the engine measured (tokens before/after, retention,
-    trigger, duration…). No id, seq or time: the ledger assigns them.
+    trigger, duration…). No id, seq or time: the ledger assigns them. The body ends
+    with the artifact trail of the summarized part (``artifact_trail``: the files it
+    changed, the previous summary's included), whatever the summarizer wrote.
     """
-    body = strip_marker(text)
+    body = with_trail(strip_marker(text), trail_files(plan.input_items))
     meta: dict[str, Any] = {
         "covers_ids": list(plan.covered_ids),
         # the head this summary was made for: which heads use it (SPEC §8)

@@ -231,8 +231,13 @@ class ContextEngine:
 
     # ------------------------------------------------------------ one build
 
-    def build(self, p: c.PrepareParams, reductions: Reductions, *, remember: bool = True) -> Built:
-        """Build the request of ``p`` with ``reductions`` applied; check the protected part."""
+    def build(self, p: c.PrepareParams, reductions: Reductions, *, remember: bool = True,
+              force_aging: bool = False) -> Built:
+        """Build the request of ``p`` with ``reductions`` applied; check the protected part.
+
+        Aging changes that do not pay for their cache break wait (SPEC §8, aging and the
+        prompt cache) unless ``force_aging``: a request that does not fit its limit, or
+        reaches the 70 % of compaction, with aging held back is built again with it."""
         setup = self.setup(p)
         host = self.host
         store = host.store
@@ -277,8 +282,18 @@ class ContextEngine:
                  if system_node else "not stored (nothing to store)")
         path.append(f"system prompt ({p.prompt_mode}): {len(system_text):,} chars, {where}")
         hooks = setup.hooks
+        ttl = host.options.prompt_cache_ttl_seconds
+        ttl = DEFAULT_CACHE_TTL if ttl is None else ttl
         aged, aging_stats = views.aging_for(p.session_id, head, info, enabled=self.aging, ager=self.ager,
-                                            frame=p.frame)
+                                            frame=p.frame, defer=not (force_aging or reductions),
+                                            cold=cache_cold(graph, head, p.prompt_cache, time.time(), ttl))
+        deferred = aging_stats.get("deferred")
+        if deferred:
+            path.append(
+                f"aging held back: changing {deferred['results']} old tool results would free "
+                f"{deferred['freed']:,} tokens, which the {deferred['requests']} requests since the last cache "
+                f"break read for {deferred['carried']:,.0f} base-input tokens; the break costs "
+                f"{deferred['cost']:,.0f} (rewriting {deferred['rewrite']:,})")
         if aging_stats.get("toolResultsAged"):
             path.append(
                 f"aging: {aging_stats['toolResultsAged']} old tool results shrunk, "
@@ -349,10 +364,13 @@ class ContextEngine:
         scale = (b.input_used / estimate) if estimate > 0 else 1.0
         unreduced = msgspec.structs.replace(b, input_used=b.input_used + round(saved * scale))
         full, needs = budget.thresholds(unreduced)
-        ttl = host.options.prompt_cache_ttl_seconds
+        if deferred and (full or not tr.fits(b)):
+            # the budget needs the aging held back: build the request with it
+            views.forget(r.record.render_id)
+            return self.build(p, reductions, remember=remember, force_aging=True)
         economy = compaction_economy_of(graph, head, r, info, unreduced.input_used,
                                         fixed=system_tokens + tools_tokens + hook_tokens,
-                                        now=time.time(), ttl=DEFAULT_CACHE_TTL if ttl is None else ttl)
+                                        now=time.time(), ttl=ttl, cache=p.prompt_cache)
         # SPEC §7, compaction signals: at 70 % the budget leaves no choice; below it, a
         # compaction is recommended once it pays for the cache rewrite it causes
         recommend = full or economy.pays
@@ -418,12 +436,29 @@ def requests_since_compaction(graph: Any, head: str, summary_id: str | None) -> 
     return out, last
 
 
+def cache_cold(graph: Any, head: str, said: str | None, now: float, ttl: float) -> bool:
+    """Whether the provider's prompt cache has expired for the branch of ``head`` (SPEC §7):
+    the client's word (``promptCache``) when it gives one, else the branch's previous
+    request answered longer ago than ``ttl``."""
+    last = None
+    for node in reversed(graph.chain(head)):
+        if node.role == "llm" and node.caller is None:
+            last = node.created_at
+            break
+    if last is None:
+        return False
+    if said is not None:
+        return said == "cold"
+    return now - last > ttl
+
+
 def compaction_economy_of(graph: Any, head: str, r: Any, info: Any, tokens: int, *,
-                          fixed: int, now: float, ttl: float) -> cache_economy.CompactionEconomy:
+                          fixed: int, now: float, ttl: float, cache: str | None = None) -> cache_economy.CompactionEconomy:
     """Whether compacting the branch before this request pays (SPEC §7): what is left after
     a compaction is the fixed part, a summary (half the summarizer's answer cap, or the
     active summary's size) and the kept tail (the keep-tail target, or the current user
-    turn when larger: it always stays verbatim)."""
+    turn when larger: it always stays verbatim). ``cache``: the client's word on its
+    prompt cache (``context/prepare``'s ``promptCache``), over the daemon's clock."""
     view = r.view
     summary_tokens = sampling.summary_limits(info.context_window, info.max_output)[0] // 2
     turn_nodes = {it.node_id for it in view.items if it.turn == view.turn_count and it.kind != "summary"}
@@ -436,6 +471,8 @@ def compaction_economy_of(graph: Any, head: str, r: Any, info: Any, tokens: int,
     after = fixed + summary_tokens + max(compaction_plan.keep_target(info.context_window), turn_tokens)
     previous, last = ([], None) if view.frame is not None else requests_since_compaction(graph, head, view.summary_id)
     cold = last is not None and now - last > ttl
+    if cache is not None and last is not None:
+        cold = cache == "cold"
     return cache_economy.compaction_economy(previous, tokens, after, cold=cold)
 
 

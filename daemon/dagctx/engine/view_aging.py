@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from dagctx.context import aging
+from dagctx.context import aging, cache_economy
 from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context.models import ModelInfo
 from dagctx.context.render import age_view, render_view, with_system_prompt
@@ -50,13 +50,20 @@ class AgingPlans(TokenAccounting):
         return out
 
     def aging_for(self, session_id: str, head: str, model: ModelInfo, *, enabled: bool = True,
-                  ager: Any = None, frame: str | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+                  ager: Any = None, frame: str | None = None, defer: bool = False,
+                  cold: bool = False) -> tuple[dict[str, str], dict[str, Any]]:
         """Which old tool results render shrunk on this branch, and why.
 
         Deterministic: "now" is the start of the head's turn (its newest user node), and
         the boundary is a function of the branch's committed turns, so within one turn
         every render shows the same aged prefix (prompt-cache stable) and replay can
         rebuild the same decisions from the data.
+
+        ``defer`` (``context/prepare``, SPEC §8 aging and the prompt cache): a change to
+        what the branch's previous request showed aged, which breaks the prompt cache, is
+        made only when it pays for the rewrite (``cache_economy.aging_economy``) or the
+        cache is ``cold``; else the previous request's aged texts stay, and the stats say
+        ``deferred``. The caller forces the plan (``defer=False``) when the budget needs it.
         """
         if not enabled or frame is not None:
             return {}, {}
@@ -64,7 +71,8 @@ class AgingPlans(TokenAccounting):
         graph = self.e.store.graph(session_id)
         tokenizer = model.tokenizer or self.e.counter.tokenizer_for(model.name)
         cache = self.node_tokens(graph, tokenizer)
-        key = (session_id, tokenizer, model.context_window, policy)
+        defer = defer and ager is None
+        key = (session_id, tokenizer, model.context_window, policy, defer, cold and defer)
         reuse = self._reuse_aging(graph, head, key, policy, model, cache)
         if reuse is not None:
             return reuse
@@ -108,9 +116,86 @@ class AgingPlans(TokenAccounting):
         stats["longTurnCap"] = long[1] if long is not None else None
         if long_manifest is not None:
             stats["manifest"]["agingLongTurn"] = long_manifest
+        if defer:
+            kept = self._deferred(graph, head, view, plan, token_of, count, cold, tokenizer)
+            if kept is not None:
+                aged_now, kinds, prev, economy = kept
+                freed = sum(max(0, token_of(n) - count(t)) for n, t in aged_now.items())
+                stats.update(toolResultsAged=len(aged_now), tokensFreedByAging=freed, deferred=economy)
+                stats["manifest"] = {**plan.manifest(), "agingBoundary": prev.get("agingBoundary"),
+                                     "agingKinds": kinds, "agingDeferred": economy}
+                if isinstance(prev.get("agingLongTurn"), dict):
+                    stats["manifest"]["agingLongTurn"] = prev["agingLongTurn"]
+                else:
+                    stats["manifest"].pop("agingLongTurn", None)
+                plan.aged.clear()
+                plan.aged.update(aged_now)
         self._aging_cache[key] = CachedAging(key, Snapshot.of(graph, view.chain), _turn_node(graph, view.chain),
                                              dict(plan.aged), stats)
         return dict(plan.aged), stats
+
+    def _deferred(self, graph: SessionGraph, head: str, view: View, plan: Any, token_of: Any, count: Any,
+                  cold: bool, tokenizer: str) -> tuple[dict[str, str], dict[str, str], dict[str, Any],
+                                                        dict[str, Any]] | None:
+        """The previous request's aging, kept because the plan's change to it does not pay
+        for its cache break (SPEC §8): ``(aged, kinds, previous manifest, the rule's
+        numbers)``; None when the plan applies (nothing it changes was sent before, a new
+        summary rewrites everything after it anyway, a result is shown whole again — a
+        later message cites it —, the change pays, or the cache is cold)."""
+        got = previous_requests(graph, head)
+        if got is None:
+            return None
+        prev_id, prev, since = got
+        if prev.get("summaryId") != view.summary_id or prev.get("agingPolicyVersion") is None:
+            return None
+        reduced = set(((prev.get("turnReduction") or {}).get("results") or {}))
+        prev_aged = {k: v for k, v in (prev.get("agedText") or {}).items()
+                     if k not in reduced and isinstance(v, str)}
+        prev_kinds = {k: v for k, v in (prev.get("agingKinds") or {}).items() if k in prev_aged}
+        prev_seq = graph.nodes[prev_id].seq
+        first: int | None = None
+        changed: list[str] = []
+        seen: set[str] = set()
+        for idx, it in enumerate(view.items):
+            nid = it.node_id
+            node = graph.nodes.get(nid)
+            if nid in seen or node is None or node.role != "code" or node.seq >= prev_seq:
+                continue
+            seen.add(nid)
+            if plan.aged.get(nid) != prev_aged.get(nid):
+                if nid not in plan.aged:
+                    return None  # shown whole again: what the model cites is not held back
+                changed.append(nid)
+                if first is None:
+                    first = idx
+        if first is None:
+            return None
+        freed = 0
+        for nid in changed:
+            before = count(prev_aged[nid]) if nid in prev_aged else token_of(nid)
+            freed += before - count(plan.aged[nid])
+        rewrite = 0
+        tail: set[str] = set()
+        for it in view.items[first:]:
+            if it.node_id in tail or it.node_id not in graph.nodes:
+                continue
+            tail.add(it.node_id)
+            tin, tout = self.counts_of(graph, it.node_id, tokenizer)
+            rewrite += tin + tout
+            if it.node_id in plan.aged:
+                rewrite -= max(0, token_of(it.node_id) - count(plan.aged[it.node_id]))
+        economy = cache_economy.aging_economy(freed, rewrite, since, cold=cold)
+        if economy.pays:
+            return None
+        aged = {nid: prev_aged[nid] for nid in seen if nid in prev_aged}
+        kinds = {nid: prev_kinds[nid] for nid in aged if nid in prev_kinds}
+        for nid, text in plan.aged.items():
+            node = graph.nodes.get(nid)
+            if nid not in seen and node is not None and node.seq >= prev_seq:
+                aged[nid] = text  # a result newer than the previous request (its cap): no break
+                if nid in plan.kinds:
+                    kinds[nid] = plan.kinds[nid]
+        return aged, kinds, prev, {**economy.as_dict(), "results": len(changed)}
 
     @staticmethod
     def _age_long_turn(graph: SessionGraph, view: View, plan: Any, policy: Any, long: tuple[int, int, str],
@@ -179,6 +264,45 @@ class AgingPlans(TokenAccounting):
             manifest = {**manifest, "agingLongTurn": {**manifest["agingLongTurn"], "steps": long[0]}}
             stats = {**stats, "manifest": manifest}
         return dict(cached.aged), stats
+
+
+def _same_cache(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two consecutive requests' manifests record the same decisions that decide
+    a prompt-cache prefix (summary, aged texts, checkpoint, summarized results)."""
+    ta, tb = a.get("turnReduction") or {}, b.get("turnReduction") or {}
+    return (a.get("summaryId") == b.get("summaryId") and a.get("agedText") == b.get("agedText")
+            and (ta.get("checkpoint") or {}).get("id") == (tb.get("checkpoint") or {}).get("id")
+            and a.get("systemNode") == b.get("systemNode"))
+
+
+def previous_requests(graph: SessionGraph, head: str) -> tuple[str, dict[str, Any], int] | None:
+    """The branch's previous top-level request (its llm node id and ``renderManifest``)
+    and how many requests *before the current user turn* were handed out since the
+    branch's last cache break by a decision (``_same_cache``); None when the branch has
+    none. Counting only earlier turns keeps the answer the same for every request of a
+    turn: aging changes at user-turn boundaries, whichever request asks (SPEC §8)."""
+    prev: tuple[str, dict[str, Any]] | None = None
+    since = 0
+    last: dict[str, Any] | None = None
+    in_turn = True
+    for node in reversed(graph.chain(head)):
+        if node.role == "user" and node.caller is None and not node.metadata.get("spawn_branch_root"):
+            in_turn = False
+            continue
+        if node.role != "llm" or node.caller is not None:
+            continue
+        man = node.metadata.get("renderManifest")
+        if not isinstance(man, dict) or man.get("frame") is not None:
+            continue
+        if prev is None:
+            prev = (node.id, man)
+        if in_turn:
+            continue
+        if last is not None and not _same_cache(man, last):
+            break
+        since += 1
+        last = man
+    return None if prev is None else (prev[0], prev[1], since)
 
 
 def _turn_node(graph: SessionGraph, chain: list[str]) -> str | None:

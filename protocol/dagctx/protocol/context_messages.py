@@ -210,6 +210,11 @@ class PrepareParams(_Params):
     reasoning: ReasoningMode = "provider"
     #: seconds reduction within the turn may take in all (at most 60, SPEC §8)
     reduction_timeout_seconds: float = 60.0
+    #: what the client knows of its provider's prompt cache for this request (SPEC §7,
+    #: compaction signals): ``cold`` (expired: e.g. the previous call's usage read nothing
+    #: from the cache, or a replay of recorded times), ``warm``; null: the daemon judges
+    #: by its clock and ``promptCacheTtlSeconds``
+    prompt_cache: Literal["warm", "cold"] | None = None
     work_done_token: Int64 | str | None = None
 
 

@@ -101,6 +101,9 @@ class Sent:
     messages: Sequence[Any]
     manifest: dict[str, Any] | None = None
     served: bool = True
+    #: the causes the daemon named for this request's cache break (``cacheBreak.causes``;
+    #: [] when it reported none); None for a baseline's request, which no daemon made
+    causes: list[str] | None = None
 
 
 def units_of(sent: Sent) -> list[Any]:
@@ -108,16 +111,6 @@ def units_of(sent: Sent) -> list[Any]:
 
 
 _REASONING = frozenset({"thinking", "redacted_thinking", "reasoning"})
-
-
-def _without_reasoning(unit: Any) -> Any:
-    """A message without its reasoning blocks (a new user turn drops the older ones, SPEC §6)."""
-    if isinstance(unit, dict) and isinstance(unit.get("content"), list):
-        return {**unit, "content": [b for b in unit["content"]
-                                    if not (isinstance(b, dict) and b.get("type") in _REASONING)]}
-    if isinstance(unit, dict) and "reasoning_content" in unit:
-        return {k: v for k, v in unit.items() if k != "reasoning_content"}
-    return unit
 
 
 def _common_bytes(a: bytes, b: bytes) -> int:
@@ -128,35 +121,16 @@ def _common_bytes(a: bytes, b: bytes) -> int:
     return i
 
 
-def break_causes(prev: dict[str, Any] | None, cur: dict[str, Any] | None, prev_sys: str | None,
-                 cur_sys: str | None) -> list[str]:
-    """Why a request's prefix changed, from the manifests of both requests."""
-    causes: list[str] = []
-    if (prev_sys or "") != (cur_sys or ""):
-        causes.append("system prompt")
-    if prev is None or cur is None:
-        return causes or ["other"]
-    if prev.get("summaryId") != cur.get("summaryId"):
-        causes.append("compaction")
-    ptr, ctr = prev.get("turnReduction") or {}, cur.get("turnReduction") or {}
-    if (ptr.get("checkpoint") or {}).get("id") != (ctr.get("checkpoint") or {}).get("id"):
-        causes.append("checkpoint")
-    reduced_prev, reduced_cur = ptr.get("results") or {}, ctr.get("results") or {}
-    if reduced_prev != reduced_cur:
-        causes.append("reduction")
-    aged_prev = {k: v for k, v in (prev.get("agedText") or {}).items() if k not in reduced_prev}
-    aged_cur = {k: v for k, v in (cur.get("agedText") or {}).items() if k not in reduced_cur}
-    boundary_moved = prev.get("agingBoundary") != cur.get("agingBoundary")
-    if prev.get("summaryId") != cur.get("summaryId"):
-        # results a new summary folds in leave the request with it, and the boundary is
-        # recomputed on what is left: that is the compaction (which rewrites everything
-        # after the summary anyway), not aging
-        aged_prev = {k: v for k, v in aged_prev.items() if k in aged_cur}
-        aged_cur = {k: v for k, v in aged_cur.items() if k in aged_prev}
-        boundary_moved = False
-    if boundary_moved or prev.get("agingLongTurn") != cur.get("agingLongTurn") or aged_prev != aged_cur:
-        causes.append("aging")
-    return causes or ["other"]
+def break_causes(daemon: Sequence[str] | None, prev_sys: str | None, cur_sys: str | None) -> list[str]:
+    """Why a request's prefix changed: the causes the daemon named for it
+    (``context/prepare``'s ``cacheBreak``, SPEC §7 — read from the two requests' manifests
+    there), the bytes having shown a break here. A break the daemon did not report is
+    ``unreported`` (a disagreement between the two, counted by cause like any other); a
+    baseline's requests have no daemon: ``systemPrompt`` when the system prompt changed,
+    else ``other``."""
+    if daemon is None:
+        return ["systemPrompt"] if (prev_sys or "") != (cur_sys or "") else ["other"]
+    return list(daemon) or ["unreported"]
 
 
 def economics(seq: Sequence[Sent], counter: TokenCounter, *, ttl: float = DEFAULT_TTL,
@@ -167,7 +141,6 @@ def economics(seq: Sequence[Sent], counter: TokenCounter, *, ttl: float = DEFAUL
     prev_units: list[bytes] = []
     prev_tokens: list[int] = []
     prev: Sent | None = None
-    prev_units_raw: list[Any] = []
     tot = {"requests": 0, "served": 0, "tokens": 0, "cacheRead": 0, "cacheWrite": 0, "cost": 0.0, "uncached": 0}
     by_cause: dict[str, dict[str, float]] = {}
     for i, s in enumerate(seq):
@@ -198,9 +171,7 @@ def economics(seq: Sequence[Sent], counter: TokenCounter, *, ttl: float = DEFAUL
             row["share"] = round(total / window, 4)
             row["overshoot"] = max(0, total + out - window)
         if prev is not None and k < len(prev_units):
-            causes = break_causes(prev.manifest, s.manifest, prev.system, s.system)
-            if causes == ["other"] and k < len(units) and _without_reasoning(units[k]) == _without_reasoning(prev_units_raw[k]):
-                causes = ["reasoning"]
+            causes = break_causes(s.causes, prev.system, s.system)
             b = {"index": i, "atUnit": k, "invalidated": sum(prev_tokens) - prefix_tokens,
                  "rewritten": total - prefix_tokens, "warm": warm, "cause": causes[0], "causes": causes}
             breaks.append(b)
@@ -217,7 +188,7 @@ def economics(seq: Sequence[Sent], counter: TokenCounter, *, ttl: float = DEFAUL
         tot["cacheWrite"] += write
         tot["cost"] += cost
         tot["uncached"] += total
-        prev, prev_units, prev_tokens, prev_units_raw = s, data, tokens, units
+        prev, prev_units, prev_tokens = s, data, tokens
     tot["cost"] = round(tot["cost"], 2)
     tot["breaks"] = len(breaks)
     tot["costVsUncached"] = round(tot["cost"] / tot["uncached"], 4) if tot["uncached"] else None

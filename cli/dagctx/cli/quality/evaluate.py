@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dagctx.cli.mcp_tools import HistoryTools
@@ -44,6 +44,10 @@ class Config:
     max_sessions: int | None = None
     #: sessions replayed at once, each worker with its own scratch daemon and database
     jobs: int = 2
+    #: the scratch daemons' environment (None: this one's); ``bench/bench_quality.py
+    #: --baseline-src`` points PYTHONPATH at another checkout to replay its daemon's
+    #: decisions with this eval's measurements
+    daemon_env: dict[str, str] | None = None
 
 
 def summarizer_label(cfg: Config) -> str:
@@ -65,7 +69,7 @@ async def spawn_scratch(cfg: Config, folder: str) -> DagctxClient:
     elif cfg.summarizer != "structural":
         caps["sampling"] = {}
     client = await DagctxClient.spawn(os.path.join(folder, "eval.db"), standalone=True,
-                                      initialization_options=opts, capabilities=caps)
+                                      initialization_options=opts, capabilities=caps, env=cfg.daemon_env)
     client.keep_notifications = False
     if not cfg.endpoint and cfg.summarizer != "structural":
         async def answer(params: Any) -> Any:
@@ -135,11 +139,14 @@ async def evaluate_source(client: DagctxClient, src: rp.Source, cfg: Config, cou
         progress(f"{src.title[:40]}: replaying at {w.label}")
         clock = time.perf_counter()
         before = SAMPLED.of(client)
-        rep = await rp.replay(client, src, w, cfg.options, progress)
+        # the daemon hears the replayed times' cache state, as M5 counts it (SPEC §7)
+        opts = cfg.options if cfg.options.cache_ttl is not None else replace(cfg.options, cache_ttl=cfg.ttl)
+        rep = await rp.replay(client, src, w, opts, progress)
         after = SAMPLED.of(client)
         sampled = cm.summarizer_cost(after[0] - before[0], after[1] - before[1], after[2] - before[2])
         timing = {"replay": rep.seconds}
-        sent = [cm.Sent(r.at, r.system, r.messages, r.manifest, served=r.node_id is not None) for r in rep.requests]
+        sent = [cm.Sent(r.at, r.system, r.messages, r.manifest, served=r.node_id is not None,
+                        causes=list((r.cache_break or {}).get("causes") or [])) for r in rep.requests]
         econ = cm.economics(sent, counter, ttl=cfg.ttl, window=w.tokens, max_output=w.max_output)
         outs = [r.max_output_tokens or w.max_output for r in rep.requests]
         # the daemon's own prediction (``stablePrefix``, SPEC §6) against the measured prefix
@@ -196,6 +203,11 @@ async def evaluate_source(client: DagctxClient, src: rp.Source, cfg: Config, cou
             "seconds": {k: round(v, 2) for k, v in timing.items()},
             "series": {"dagctx": [row.get("tokens") for row in econ["rows"]],
                        "breaks": [row["index"] for row in econ["rows"] if row.get("break")],
+                       # per request: warm cache (source time since the previous one within the
+                       # lifetime), cost in base-input units, dagctx's and naive's
+                       "warm": [row.get("warm") for row in econ["rows"]],
+                       "cost": [row.get("cost") for row in econ["rows"]],
+                       "naiveCost": [row.get("cost") for row in nai["rows"]],
                        "unmanaged": [row.get("tokens") for row in none["rows"]],
                        "naive": [row.get("tokens") for row in nai["rows"]],
                        "limit": w.tokens - w.max_output},

@@ -103,6 +103,8 @@ class Request:
     reduction: dict[str, Any] | None = None
     compaction: dict[str, Any] | None = None
     refused: str | None = None
+    #: the prompt-cache break the daemon reported for this request (``cacheBreak``, SPEC §7)
+    cache_break: dict[str, Any] | None = None
 
 
 @dataclass
@@ -256,6 +258,11 @@ class Options:
     fallback: str = "none"
     #: ``context/compact``'s ``keepRecentTokens`` (default: the daemon's keep-tail target, SPEC §8)
     keep_recent_tokens: int | None = None
+    #: the provider's prompt-cache lifetime of the replayed times (M5's): each prepare tells
+    #: the daemon ``promptCache`` cold when the source's previous model call is longer ago
+    #: (SPEC §7) — the replay appends in seconds what took hours, so the daemon's own clock
+    #: would find every cache warm. None: say nothing.
+    cache_ttl: float | None = None
 
 
 Progress = Callable[[str], None]
@@ -273,11 +280,14 @@ async def replay(client: DagctxClient, src: Source, window: Window, opts: Option
     steps = _steps(src)
     calls = sum(1 for k, _ in steps if k == "call")
 
+    last_at: float | None = None
+    cache: str | None = None
+
     async def prepare(head: str) -> Any:
         return await client.prepare(sid, head=None if head == "ROOT" else head, model=window.model,
                                     format=opts.format, allow_compaction=opts.compaction == "auto",
                                     prompt_mode="minimal", reasoning=opts.reasoning,
-                                    reduction_timeout_seconds=opts.reduction_timeout)
+                                    reduction_timeout_seconds=opts.reduction_timeout, prompt_cache=cache)
 
     for kind, nodes in steps:
         if kind == "nodes":
@@ -290,6 +300,9 @@ async def replay(client: DagctxClient, src: Source, window: Window, opts: Option
         src_call = src.nodes[call.id]  # type: ignore[index]
         req = Request(index=len(requests), head=tip, node_id=None,
                       at=float(src_call.metadata.get("timestamp") or src_call.created_at))
+        cache = None
+        if opts.cache_ttl is not None and last_at is not None:
+            cache = "cold" if req.at - last_at > opts.cache_ttl else "warm"
         try:
             prep = await prepare(tip)
             if prep.recommend_compaction and opts.compaction == "recommended" and not nothing_to_fold and tip != "ROOT":
@@ -319,8 +332,10 @@ async def replay(client: DagctxClient, src: Source, window: Window, opts: Option
         req.max_output_tokens = prep.max_output_tokens
         req.stable_prefix = _plain(prep.stable_prefix) or {}
         req.reduction = _plain(prep.reduction)
+        req.cache_break = _plain(prep.cache_break)
         await client.append_batch(sid, [call], render_id=prep.render_id)
         req.node_id = call.id
+        last_at = req.at  # the cache holds what was sent: the previous served request
         requests.append(req)
         tip = call.id  # type: ignore[assignment]
         if progress is not None and (req.index % 10 == 0 or req.index == calls - 1):

@@ -1,0 +1,52 @@
+"""The artifact trail of a compaction summary (SPEC §8): which files the summarized tool
+calls changed, the previous summary's carried over, named on the summary's last line."""
+
+from __future__ import annotations
+
+import json
+
+from dagctx.context import artifact_trail as at
+from dagctx.context.view import Item
+
+PATCH = ("*** Begin Patch\n*** Update File: src/app.py\n@@\n-a\n+b\n*** Add File: docs/new.md\n+hi\n"
+         "*** Delete File: old/gone.txt\n*** End Patch")
+
+
+def call(name: str, args: object, n: int = 0) -> Item:
+    return Item(kind="tool_call", node_id=f"c{n}", role="assistant", seq=n, name=name, input=args)
+
+
+def test_which_calls_change_which_files() -> None:
+    assert at.changed_files("Edit", {"file_path": "/w/lib/a.ex", "old_string": "x", "new_string": "y"}) == ["/w/lib/a.ex"]
+    assert at.changed_files("Write", json.dumps({"file_path": "/w/config.exs", "content": "c"})) == ["/w/config.exs"]
+    assert at.changed_files("NotebookEdit", {"notebook_path": "n.ipynb"}) == ["n.ipynb"]
+    assert at.changed_files("str_replace_editor", {"command": "create", "path": "/repo/x.py"}) == ["/repo/x.py"]
+    # reading is not changing: a viewer command, a read tool, a search naming a path
+    assert at.changed_files("str_replace_editor", {"command": "view", "path": "/repo/x.py"}) == []
+    assert at.changed_files("Read", {"file_path": "/w/lib/a.ex"}) == []
+    assert at.changed_files("Grep", {"path": "/w", "pattern": "Edit"}) == []
+    # a patch names its files, under any tool, also inside a shell command's arguments
+    assert at.changed_files("apply_patch", {"input": PATCH}) == ["src/app.py", "docs/new.md", "old/gone.txt"]
+    assert at.changed_files("shell", {"command": ["apply_patch", PATCH]}) == ["src/app.py", "docs/new.md",
+                                                                              "old/gone.txt"]
+    assert at.changed_files("apply_patch", PATCH) == ["src/app.py", "docs/new.md", "old/gone.txt"]
+
+
+def test_the_trail_carries_the_previous_summarys_files_and_replaces_a_copied_line() -> None:
+    earlier = f"[summary]\nDid things.\n\n{at.TRAIL_PREFIX} a.py, b.py"
+    items = [Item(kind="summary", node_id="s", role="user", seq=1, text=earlier),
+             call("Edit", {"file_path": "c.py"}, 2), call("Write", {"file_path": "a.py"}, 3),
+             call("Read", {"file_path": "z.py"}, 4)]
+    files = at.trail_files(items)
+    assert files == ["a.py", "b.py", "c.py"]
+    body = at.with_trail(f"What happened.\n{at.TRAIL_PREFIX} a.py", files)
+    assert body == f"What happened.\n\n{at.TRAIL_PREFIX} a.py, b.py, c.py"
+    assert at.previous_trail(body) == files
+    # nothing changed: the summary is left as written
+    assert at.with_trail("Just chat.", []) == "Just chat."
+
+
+def test_at_most_max_files_the_most_recent_kept() -> None:
+    items = [call("Write", {"file_path": f"f{k}.txt"}, k) for k in range(at.MAX_FILES + 5)]
+    files = at.trail_files(items)
+    assert len(files) == at.MAX_FILES and files[0] == "f5.txt" and files[-1] == f"f{at.MAX_FILES + 4}.txt"
