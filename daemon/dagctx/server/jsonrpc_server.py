@@ -91,6 +91,7 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         self.engine.connection_id = self.connection_id
         self.engine.on_change = self._changed
         self.engine.heavy_runner = self._run_heavy
+        self.engine.background_runner = lambda fn: self.hub.pool.submit(("memory-vectors",), fn)
         self.engine.in_worker = True  # handlers run in the pool: no hop of their own
         self.engine.subscribed = set()
         self.connected_at = time.time()
