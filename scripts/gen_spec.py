@@ -135,6 +135,11 @@ async def _examples() -> dict[str, tuple[Any, Any]]:
     (ws / "MEMORY.md").write_text("# Decisions\n\nThe cache eviction policy is LRU with a five minute TTL.\n")
     (ws / "memory" / "deploys.md").write_text("Deploys go through the blue green pipeline.\n")
     await call("memory/index", mem.MemoryIndexParams(workspace=str(ws)))
+    for _ in range(600):  # the daemon reads the new vectors in the background (SPEC §5.1): the example waits
+        st = await client.request("memory/status", mem.MemoryStatusParams(workspace=str(ws)))
+        if st.vectors_loaded or not st.vectors:
+            break
+        await asyncio.sleep(0.05)
     await call("memory/status", mem.MemoryStatusParams(workspace=str(ws)))
     found = await call("memory/search", mem.MemorySearchParams(
         query="what did we decide about cache eviction?", workspace=str(ws), max_results=2,

@@ -289,3 +289,92 @@ async def test_a_rare_word_among_common_ones_finds_its_chunk_first(client: Dagct
     # every word common: the hits hold them (drawn in index order, not ranked whole)
     plain = await search(client, ws, "deploy release pipeline", mode="fts")
     assert len(plain.hits) == 6 and all(any(w in h.text for w in common) for h in plain.hits)
+
+
+async def test_a_rare_word_outranks_common_ones_alike_on_both_backends(pg_url: str, tmp_path: Path) -> None:
+    """Both backends weigh a conversational query's keywords by how many chunks hold them
+    (SQLite: FTS5's vocabulary and BM25; PostgreSQL: ``memory_terms``, kept by the schema's
+    triggers, and the same BM25 — SPEC §5.1): a chunk holding only the rare word of the query
+    outranks the chunks holding only its common word, and the two backends answer the same
+    hits in the same order with the same scores — when the common word's chunks are drawn
+    (more than ``KEYWORD_BUDGET``) and when the ``OR`` is ranked whole. The kept counts follow
+    every insert and delete (``memory/status``)."""
+    big = [f"we deploy on tuesday, note {i}" for i in range(1_400)]
+    big.insert(900, "the zeppelin waits in the hangar")
+    small = [f"we deploy on tuesday, note {i}" for i in range(40)]
+    small.insert(30, "the zeppelin waits in the hangar")
+    answers: dict[str, list[list[tuple[Any, ...]]]] = {}
+    for name, db in (("sqlite", str(tmp_path / "dagctx.db")), ("postgresql", pg_url)):
+        c = await DagctxClient.spawn(db)
+        try:
+            got = []
+            for label, lines in (("big", big), ("small", small)):
+                ws = tmp_path / f"{name}-{label}"
+                write(ws, "memory/ops.md", "\n".join(lines) + "\n")
+                write(ws, "memory/extra.md", "a note about the hangar doors\n")
+                done = await c.request("memory/index", {"workspace": str(ws), "embedding": {"provider": "none"},
+                                                        "options": {"chunkTokens": 16, "overlapTokens": 0}})
+                res = await search(c, ws, "when does the zeppelin deploy?", mode="fts", maxResults=8)
+                assert res.keywords == ["zeppelin", "deploy"]
+                assert res.hits[0].text == "the zeppelin waits in the hangar", (name, label, res.hits[:3])
+                assert len(res.hits) == 8 and all("deploy" in h.text for h in res.hits[1:]), (name, label)
+                assert res.hits[0].text_score > 2 * res.hits[1].text_score, (name, label, res.hits[:2])
+                got.append([(h.path, h.start_line, h.text, h.text_score) for h in res.hits])
+                st = await status(c, ws)
+                assert (st.chunks, len(st.files)) == (done.chunks, 2) and st.chunks == sum(f.chunks for f in st.files)
+                (ws / "memory" / "extra.md").unlink()
+                again = await c.request("memory/index", {"workspace": str(ws), "embedding": {"provider": "none"},
+                                                         "options": {"chunkTokens": 16, "overlapTokens": 0}})
+                st = await status(c, ws)
+                assert (st.chunks, len(st.files), again.removed) == (done.chunks - 1, 1, 1), st
+            answers[name] = got
+        finally:
+            await c.close()
+    for sq, pg in zip(answers["sqlite"], answers["postgresql"]):
+        assert [h[:3] for h in sq] == [h[:3] for h in pg]
+        assert [h[3] for h in sq] == pytest.approx([h[3] for h in pg], rel=1e-6)
+
+
+async def test_a_version_4_memory_index_gets_its_counts_and_terms(database: str, tmp_path: Path) -> None:
+    """Schema version 5 (SPEC §5.1) fills the kept counts — and on PostgreSQL each lexeme's
+    chunk count — from the rows a version-4 database holds; the triggers then keep them."""
+    from rawdb import RawDb
+
+    ws = tmp_path / "ws"
+    write(ws, "MEMORY.md", "The zeppelin waits in the hangar.\n")
+    write(ws, "memory/ops.md", "".join(f"we deploy on tuesday, note {i}\n" for i in range(40)))
+    opts = {"workspace": str(ws), "embedding": {"provider": "none"}, "options": {"chunkTokens": 16, "overlapTokens": 0}}
+    c = await DagctxClient.spawn(database)
+    try:
+        done = await c.request("memory/index", opts)
+    finally:
+        await c.close()
+    with RawDb(database) as raw:  # the database as version 4 left it
+        if raw.pg:
+            raw.execute("DROP TABLE dagctx.memory_counts, dagctx.memory_terms")
+            for name in ("memory_chunks_added", "memory_chunks_removed", "memory_files_added", "memory_files_removed",
+                         "memory_vectors_added", "memory_vectors_removed"):
+                raw.execute(f"DROP FUNCTION dagctx.{name}() CASCADE")
+        else:
+            for name in ("memory_chunks_added", "memory_chunks_removed", "memory_files_added", "memory_files_removed",
+                         "memory_vectors_added", "memory_vectors_removed"):
+                raw.execute(f"DROP TRIGGER {name}")
+            raw.execute("DROP TABLE memory_counts")
+        raw.execute("UPDATE meta SET value='4' WHERE key='schema_version'")
+    c = await DagctxClient.spawn(database)
+    try:
+        st = await status(c, ws)
+        assert (st.chunks, len(st.files)) == (done.chunks, 2) and done.chunks > 2
+        res = await search(c, ws, "when does the zeppelin deploy?", mode="fts")
+        assert res.hits[0].path == "MEMORY.md" and res.hits[0].text_score > 2 * res.hits[1].text_score
+        write(ws, "memory/ops.md", "we deploy on friday\n")
+        again = await c.request("memory/index", opts)
+        assert (await status(c, ws)).chunks == again.chunks == 2
+    finally:
+        await c.close()
+    with RawDb(database) as raw:
+        assert raw.execute("SELECT value FROM meta WHERE key='schema_version'") == [("5",)]
+        if raw.pg:
+            terms = dict(raw.execute("SELECT term, chunks FROM dagctx.memory_terms WHERE term IN "
+                                     "('zeppelin', 'deploy', 'tuesday', 'friday')"))
+            assert terms == {"zeppelin": 1, "deploy": 1, "tuesday": 0, "friday": 1}, terms

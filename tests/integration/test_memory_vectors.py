@@ -332,3 +332,46 @@ async def test_the_session_index_catches_up_without_listing_and_shows_in_status(
     gone = await st()
     assert (gone.sessions, gone.listings, gone.sessions_read, gone.up_to_date) == (4, 2, 6, True)
     assert gone.chunks < new.chunks
+
+
+async def test_vectors_are_read_in_the_background_at_start_and_after_an_index(database: str, tmp_path: Path) -> None:
+    """SPEC §5.1: a daemon reads the vectors of the indexed workspaces into its matrices in
+    the background when it opens the database, and a workspace's new generation after each
+    index run — before any search asks (``vectorsLoaded`` in ``memory/status``); a search
+    asking first waits for that read and answers hybrid. Another daemon's index run is
+    seen by the generation stamp: the matrix is read again."""
+    import asyncio
+
+    ws = workspace(tmp_path)
+
+    async def loaded(c: DagctxClient) -> bool:
+        for _ in range(600):  # polls while the pool reads; no duration is asserted
+            st = await c.request("memory/status", {"workspace": str(ws)})
+            if st.vectors_loaded:
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
+    c = await DagctxClient.spawn(database)
+    try:
+        done = await c.request("memory/index", {"workspace": str(ws)})
+        assert done.embedded == done.chunks > 0
+        assert await loaded(c)  # after the index run, no search asked
+        st = await c.request("memory/status", {"workspace": str(ws)})
+        assert (st.vectors, st.vectors_loaded) == (done.chunks, True)
+    finally:
+        await c.close()
+    c = await DagctxClient.spawn(database)
+    other = await DagctxClient.spawn(database)
+    try:
+        assert await loaded(c)  # read when the daemon opened the database
+        (ws / "memory" / "more.md").write_text("# More\n\nThe cache holds 256 MiB at most.\n")
+        await other.request("memory/index", {"workspace": str(ws)})  # a write this daemon did not see
+        res = await c.request("memory/search", {"workspace": str(ws), "query": "what do we evict from the store",
+                                                "mode": "hybrid"})
+        assert res.mode == "hybrid" and res.hits[0].path == "memory/store.md", res.hits[:2]
+        st = await c.request("memory/status", {"workspace": str(ws)})
+        assert (st.vectors, st.vectors_loaded) == (done.chunks + 1, True)
+    finally:
+        await other.close()
+        await c.close()

@@ -15,6 +15,7 @@ import pytest
 
 from dagctx.client import DagctxClient, RpcError
 from dagctx.context.aging import stored_references
+from dagctx.ledger.schema import SCHEMA_VERSION
 from dagctx.ledger.search import CJK_RUN
 
 from rawdb import RawDb
@@ -49,7 +50,7 @@ async def test_a_version_1_database_is_migrated_and_ages_the_same(database: str)
         again = await c.prepare(sid, model=MODEL)
         assert again.references_protected == prepared.references_protected == 1
         with RawDb(database) as raw:
-            assert raw.execute("SELECT value FROM meta WHERE key='schema_version'") == [("4",)]
+            assert raw.execute("SELECT value FROM meta WHERE key='schema_version'") == [(str(SCHEMA_VERSION),)]
         # what the first plan mined is kept for the next daemon; the session did not change
         assert all(stored(database, sid, t) == stored_references(result(i)) for i, t in enumerate(tools))
         with RawDb(database) as raw:
@@ -85,7 +86,7 @@ async def test_version_2_reindexes_latin_words_glued_to_cjk(tmp_path: Path) -> N
     finally:
         await c.close()
     with RawDb(db) as raw:
-        assert raw.execute("SELECT value FROM meta WHERE key='schema_version'") == [("4",)]
+        assert raw.execute("SELECT value FROM meta WHERE key='schema_version'") == [(str(SCHEMA_VERSION),)]
 
 
 async def test_a_database_from_a_newer_dagctx_is_refused_and_left_alone(database: str) -> None:

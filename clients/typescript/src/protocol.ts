@@ -862,6 +862,8 @@ export interface MemoryStatusResult {
   embedding?: string | null;
   /** @default 0 */
   vectors?: number;
+  /** @default false */
+  vectorsLoaded?: boolean;
   sessions?: MemorySessionsStatus;
 }
 

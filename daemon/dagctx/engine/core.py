@@ -37,7 +37,8 @@ from dagctx.protocol.methods import CLIENT_REQUESTS, PROTOCOL_VERSION, SERVER_NO
 
 from dagctx.context.turn_reduction import Reductions
 
-from . import compaction_pipeline, exports, imports, ledger_ops, memory, migration, summary_sources, turn_reduction
+from . import (compaction_pipeline, exports, imports, ledger_ops, memory, memory_search, migration, summary_sources,
+               turn_reduction)
 from .config import (
     SEARCH_CAPABILITY,
     DaemonConfig,
@@ -95,6 +96,9 @@ class EngineCore:
         #: runs heavy local work of async operations (compaction's planning, an import's
         #: write) where the server runs heavy views — off its event loop; None: inline
         self.heavy_runner: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None
+        #: queues work that outlives its request in the daemon's work pool (set by the server;
+        #: None in process: nothing is preloaded) — the memory vectors' background reads (SPEC §5.1)
+        self.background_runner: Callable[[Callable[[], None]], Any] | None = None
         #: True when the server runs every handler in a worker thread (SPEC §1.4): a big
         #: payload is then derived right there instead of hopping to another thread
         self.in_worker = False
@@ -165,6 +169,7 @@ class EngineCore:
                 "postgresql:// URL in initializationOptions.database or DAGCTX_DB",
                 path="initializationOptions.database",
             ) from exc
+        memory.preload(self)  # the memory vectors read in the background (SPEC §5.1)
         return m.InitializeResult(
             server_info=m.ServerInfo(name="dagctx", version=__version__),
             protocol_version=PROTOCOL_VERSION,
@@ -510,7 +515,7 @@ class EngineCore:
             "database/migrate": lambda p: migration.database_migrate(self, p),
             "memory/index": lambda p: memory.memory_index(self, p),
             "memory/status": lambda p: memory.memory_status(self, p),
-            "memory/search": lambda p: memory.memory_search(self, p),
+            "memory/search": lambda p: memory_search.memory_search(self, p),
             "memory/get": lambda p: memory.memory_get(self, p),
         }
 

@@ -1,4 +1,5 @@
-"""``memory/index``, ``memory/status``, ``memory/search``, ``memory/get`` (SPEC §5.1).
+"""``memory/index``, ``memory/status``, ``memory/get`` (SPEC §5.1); ``memory/search`` is in
+``memory_search.py``.
 
 Files are read here, under the workspace's confinement (``open_beneath``: no symlink
 followed out of it, no hard-linked file), chunked by ``context.memory_text`` and written
@@ -15,6 +16,7 @@ import codecs
 import hashlib
 import os
 import stat
+import threading
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -40,8 +42,6 @@ _skips_dec = msgspec.msgpack.Decoder(list[mem.MemorySkip])
 
 #: files found below memory/ and extra folders beyond this many are not indexed (a note says so)
 MAX_FILES = 10_000
-#: a search hit's ``text`` is capped at this many characters
-HIT_TEXT_CHARS = 4_000
 #: chunks embedded per batch (each batch one write)
 EMBED_BATCH = 256
 
@@ -308,6 +308,7 @@ def memory_index(engine: Host, p: mem.MemoryIndexParams) -> Awaitable[mem.Memory
             key = model_key(embedder)
             embedded, error = await _embed_missing(engine, index, ws, embedder)
             missing = chunks - index.vector_count(ws, key)
+            preload(engine, (ws, key))  # this generation's matrix, before the next search needs it
         return mem.MemoryIndexResult(
             workspace=ws, files=len(kept), reindexed=reindexed, unchanged=unchanged, removed=len(drop), chunks=chunks,
             skipped=skipped, complete=not skipped and missing == 0, embedding=key, embedded=embedded,
@@ -316,25 +317,55 @@ def memory_index(engine: Host, p: mem.MemoryIndexParams) -> Awaitable[mem.Memory
     return finish()
 
 
+def preload(engine: Host, only: tuple[str, str] | None = None) -> None:
+    """The vectors read in the daemon's work pool (``memory_vectors.preload``): when the
+    database is first opened, or ``only`` one workspace's new generation after an index run.
+    Nothing in process (no server, no ``background_runner``)."""
+    submit = getattr(engine, "background_runner", None)
+    if submit is not None:
+        mv.preload(submit, str(engine.database_key), MemoryIndex(engine.store), only)
+
+
 def _apply(index: MemoryIndex, ws: str, drop: list[str], put: list[FileUpdate], now: float, skips: bytes) -> None:
     index.apply(ws, drop=drop, put=put, indexed_at=now, skipped=skips)
 
 
+#: (database key, workspace) → (index generation, its files as ``memory/status`` answers them,
+#: its skips): the last few workspaces' status reads one row when nothing was written since
+_STATUS_FILES: dict[tuple[str, str], tuple[float, list[mem.MemoryFileInfo], list[mem.MemorySkip]]] = {}
+_STATUS_LOCK = threading.Lock()
+
+
 def memory_status(engine: Host, p: mem.MemoryStatusParams) -> mem.MemoryStatusResult:
+    """Reads the run row (the generation), the kept counts (SPEC §5.1: no row counted) and the
+    files — those only when the generation moved since this daemon last listed them."""
     ws = workspace_of(engine, p.workspace)
     index = MemoryIndex(engine.store)
-    files = index.files(ws)
     run = index.run(ws)
-    skipped = _skips_dec.decode(run[1]) if run else []
+    cache_key = (str(getattr(engine, "database_key", "")), ws)
+    with _STATUS_LOCK:
+        got = _STATUS_FILES.get(cache_key)
+    if run is not None and got is not None and got[0] == run[0]:
+        files, skipped = got[1], got[2]
+    else:
+        files = [mem.MemoryFileInfo(path=f.path, source=f.source, hash=f.hash, mtime=f.mtime, size=f.size,  # type: ignore[arg-type]
+                                    chunks=f.chunks) for f in index.files(ws)]
+        skipped = _skips_dec.decode(run[1]) if run else []
+        if run is not None:
+            with _STATUS_LOCK:
+                _STATUS_FILES.pop(cache_key, None)
+                _STATUS_FILES[cache_key] = (run[0], files, skipped)
+                while len(_STATUS_FILES) > 16:
+                    _STATUS_FILES.pop(next(iter(_STATUS_FILES)))
     embedder = emb.local_embedder()
     key = model_key(embedder) if embedder is not None else None
     return mem.MemoryStatusResult(
         workspace=ws,
-        files=[mem.MemoryFileInfo(path=f.path, source=f.source, hash=f.hash, mtime=f.mtime, size=f.size,  # type: ignore[arg-type]
-                                  chunks=f.chunks) for f in files],
+        files=files,
         chunks=index.chunk_count(ws), skipped=skipped, indexed_at=run[0] if run else None,
         complete=run is not None and not skipped, embedding=key,
         vectors=index.vector_count(ws, key) if key is not None else 0,
+        vectors_loaded=key is not None and run is not None and mv.cached(cache_key + (key,), run[0]) is not None,
         sessions=_sessions_status(engine, index, key))
 
 
@@ -358,158 +389,6 @@ def _sessions_status(engine: Host, index: MemoryIndex, key: str | None) -> mem.M
         vectors_missing=chunks - vectors if key is not None else 0, pending=pending, up_to_date=fresh,
         indexed_at=run[0] if run else None, checks=c.checks, unchanged=c.unchanged, listings=c.listings,
         sessions_read=c.sessions_read)
-
-
-def _vectors(engine: Host, index: MemoryIndex, ws: str, key: str) -> mv.VectorIndex:
-    """The workspace's vectors of ``key`` (``memory_vectors.VectorIndex``), read from the ledger
-    only when the index changed since they were last read: every index write moves the
-    workspace's run stamp (``memory_runs.indexed_at``), one row read per query."""
-    run = index.run(ws)
-    stamp = run[0] if run else None
-    cache_key = (str(getattr(engine, "database_key", "")), ws, key)
-    got = mv.cached(cache_key, stamp)
-    if got is None:
-        got = mv.VectorIndex.build(stamp, index.vectors(ws, key))
-        mv.keep(cache_key, got)
-    return got
-
-
-def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchResult | Awaitable[mem.MemorySearchResult]:
-    """Runs off the event loop (``methods.py``: offload), the query's embedding too. With
-    ``sessions`` among the sources, the session index is brought up to date first
-    (``memory_sessions``: its write on the database's writer, then the search offloaded)."""
-    from dagctx.ledger import search as fts
-
-    if p.vector_weight + p.text_weight <= 0:
-        raise DagctxError("InvalidParams", "vectorWeight and textWeight are both 0; give one a positive weight",
-                          path="vectorWeight")
-    expr, words = mt.expression(p.query)
-    want = p.max_results * (p.candidate_multiplier if p.mmr is None else max(p.candidate_multiplier, 4))
-    terms = words or fts.query_terms(p.query)
-    notes: list[str] = []
-    ws = workspace_of(engine, p.workspace) if "memory" in p.sources else None
-    index = MemoryIndex(engine.store)
-    embedder = None
-    if p.mode != "fts":
-        embedder = embedder_for(engine, p.embedding, "embedding")
-        if embedder is None:
-            if p.mode in ("hybrid", "vector"):
-                raise DagctxError("EmbeddingUnavailable", f"mode {p.mode!r} needs an embedding provider; none is "
-                                  "installed (pip install 'dagctx[embed]') or embedding.provider is 'none'",
-                                  path="mode")
-            notes.append("no embedding provider (pip install 'dagctx[embed]'): keyword search only")
-    key = model_key(embedder) if embedder is not None else None
-    sessions = "sessions" in p.sources
-    if sessions and p.session_id is not None:
-        engine.store.get_session(p.session_id)  # SessionNotFound
-    vindex: mv.VectorIndex | None = None
-    if embedder is not None and ws is not None:
-        vindex = _vectors(engine, index, ws, key or "")
-        if not len(vindex):
-            notes.append(f"no vectors of {key} in this workspace's index: run memory/index")
-            if p.mode == "auto" and not sessions:
-                embedder = None
-    use_text = p.mode in ("auto", "hybrid", "fts") and bool(expr)
-    if embedder is None:
-        mode = "fts"
-    elif p.mode == "vector" or not use_text:
-        mode = "vector"
-    else:
-        mode = "hybrid"
-    wsum = p.vector_weight + p.text_weight
-    vw, tw = (p.vector_weight / wsum, p.text_weight / wsum) if mode == "hybrid" else ((1.0, 0.0) if mode == "vector" else (0.0, 1.0))
-
-    def candidates(wskey: str, vi: mv.VectorIndex | None, qv: Any, under: str | None) -> dict[str, dict[str, Any]]:
-        """Keyword and vector candidates of one part of the index, each with both scores."""
-        cands: dict[str, dict[str, Any]] = {}
-        if use_text and mode != "vector":
-            for row, raw in index.search(wskey, expr, want, under, words):
-                cands[row.id] = {"row": row, "text": mt.keyword_score(raw, row.text, words)}
-        if qv is not None and vi is not None and len(vi):
-            for i, sim in vi.top(qv, want, p.min_vector_score, vi.rows_under(under) if under is not None else None):
-                cands.setdefault(vi.ids[i], {"text": 0.0})["vec"] = max(0.0, sim)
-            for cid, c in cands.items():
-                if "vec" not in c:
-                    sim = vi.similarity(cid, qv)
-                    if sim is not None:
-                        c["vec"] = max(0.0, sim)
-        return cands
-
-    def finish() -> mem.MemorySearchResult:
-        qv = None
-        if embedder is not None:
-            qv = embedder.embed([p.query])[0]
-        hits: list[mem.MemoryHit] = []
-        if ws is not None:
-            cands = candidates(ws, vindex, qv, None)
-            fetched = index.chunks(ws, [cid for cid, c in cands.items() if "row" not in c])
-            for cid, c in cands.items():
-                row = c.get("row") or fetched.get(cid)
-                if row is None:
-                    continue
-                ts, vs = c.get("text", 0.0), c.get("vec")
-                hits.append(mem.MemoryHit(
-                    source="memory", score=tw * ts + vw * (vs or 0.0), text_score=ts,
-                    snippet="", text=row.text[:HIT_TEXT_CHARS], chunk_id=row.id,
-                    path=row.path, start_line=row.start_line, end_line=row.end_line, time=row.mtime, vector_score=vs))
-        if sessions:
-            svi = _vectors(engine, index, ms.SESSIONS_KEY, key) if key is not None else None
-            cands = candidates(ms.SESSIONS_KEY, svi, qv, p.session_id)
-            fetched = index.chunks(ms.SESSIONS_KEY, [cid for cid, c in cands.items() if "row" not in c])
-            for cid, c in cands.items():
-                row = c.get("row") or fetched.get(cid)
-                if row is None:
-                    continue
-                sid, nid = ms.split_path(row.path)
-                ts, vs = c.get("text", 0.0), c.get("vec")
-                hits.append(mem.MemoryHit(
-                    source="sessions", score=tw * ts + vw * (vs or 0.0), text_score=ts,
-                    snippet="", text=row.text[:HIT_TEXT_CHARS], session_id=sid,
-                    node_id=nid, start_line=row.start_line, end_line=row.end_line, time=row.mtime, vector_score=vs))
-        if p.temporal_decay is not None:
-            now = time.time()
-            hl = p.temporal_decay.half_life_days
-            hits = [msgspec.structs.replace(h, score=mt.decay(h.score, now - (h.time if h.time is not None else now), hl))
-                    for h in hits]
-        hits = [h for h in hits if h.score >= p.min_score]
-        hits.sort(key=lambda h: (-h.score, h.path or "", h.start_line or 0, h.session_id or "", h.node_id or ""))
-        if p.mmr is not None:
-            hits = mt.mmr(hits, lambda h: h.score, lambda h: h.text, p.mmr.lambda_, p.max_results)
-        # snippets of the answered hits only (a candidate's costs a regex pass per term)
-        hits = [msgspec.structs.replace(h, snippet=fts.snippet(h.text, terms)) for h in hits[: p.max_results]]
-        return mem.MemorySearchResult(hits=hits, mode=mode, expression=expr, keywords=words,
-                                      embedding=key if embedder is not None else None, notes=notes)
-
-    if not sessions:
-        return finish()
-    plan = ms.plan(engine.store, index, ms.counters(str(getattr(engine, "database_key", ""))))
-
-    async def bring_up_to_date() -> mem.MemorySearchResult:
-        """The session index caught up (SPEC §5.1: sessions), then the search."""
-        if plan:
-            try:
-                await engine.write(ms.apply, index, plan)
-            except DagctxError as err:
-                if err.kind != "StorageReadOnly":
-                    raise
-                notes.append("the database is read-only: sessions' new nodes are not indexed")
-            else:
-                nodes = sum(len(u.nodes) for u in plan.updates)
-                if nodes or plan.gone:
-                    notes.append(f"sessions indexed now: {nodes} node(s) of {len(plan.updates)} session(s)"
-                                 + (f", {len(plan.gone)} deleted session(s) dropped" if plan.gone else ""))
-        if embedder is not None and key is not None:
-            done, error = await _embed_missing(engine, index, ms.SESSIONS_KEY, embedder, ms.EMBED_PER_SEARCH)
-            if error:
-                notes.append(f"session chunks not embedded ({error}): found by keywords only")
-            elif done >= ms.EMBED_PER_SEARCH:
-                left = index.chunk_count(ms.SESSIONS_KEY) - index.vector_count(ms.SESSIONS_KEY, key)
-                if left > 0:
-                    notes.append(f"{left} session chunk(s) not embedded yet (the next searches embed them, "
-                                 f"{ms.EMBED_PER_SEARCH} each): found by keywords only until then")
-        return await engine.offload(finish)
-
-    return bring_up_to_date()
 
 
 def memory_get(engine: Host, p: mem.MemoryGetParams) -> mem.MemoryGetResult:

@@ -14,8 +14,9 @@ numpy is imported here only: keyword search works without ``dagctx[embed]``.
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ POOL_PER_RESULT = 32
 MAX_INDEXES = 8
 _INDEXES: dict[tuple[str, str, str], VectorIndex] = {}
 _LOCK = threading.Lock()
+log = logging.getLogger("dagctx.memory")
 
 
 def _sign_bits(np: Any, m: Any) -> list[Any]:
@@ -135,16 +137,122 @@ def cached(key: tuple[str, str, str], stamp: Any) -> VectorIndex | None:
         return got if got is not None and got.stamp == stamp else None
 
 
+def _newer(a: Any, b: Any) -> bool:
+    """Generation ``a`` is not older than ``b`` (stamps are run times; None: no run)."""
+    return b is None or (a is not None and a >= b)
+
+
 def keep(key: tuple[str, str, str], index: VectorIndex) -> None:
     with _LOCK:
+        old = _INDEXES.get(key)
+        if old is not None and not _newer(index.stamp, old.stamp):
+            return  # a slow read of an older generation finished after a newer one
         _INDEXES.pop(key, None)
         _INDEXES[key] = index
         while len(_INDEXES) > MAX_INDEXES:
             _INDEXES.pop(next(iter(_INDEXES)))
 
 
+#: (database key, workspace, model) → (generation, set when its read ended) while one is read
+_LOADING: dict[tuple[str, str, str], tuple[Any, threading.Event]] = {}
+#: databases whose vectors were preloaded (``first_open``); an index read for a database
+#: forgotten meanwhile is not kept
+_OPENED: set[str] = set()
+
+
+def first_open(database_key: str) -> bool:
+    """True once per database and process (until ``forget``): its vectors are to be preloaded."""
+    with _LOCK:
+        if database_key in _OPENED:
+            return False
+        _OPENED.add(database_key)
+        return True
+
+
+def start_load(key: tuple[str, str, str], stamp: Any,
+               read: Callable[[], Sequence[tuple[str, bytes]]]) -> Callable[[], None] | None:
+    """The job that reads generation ``stamp`` of ``key`` and keeps it — None when it is kept
+    already or being read (``wait_loading`` waits for that read). Registered at once, so a
+    search arriving before the job runs waits for it instead of reading the rows again."""
+    with _LOCK:
+        got = _INDEXES.get(key)
+        if got is not None and got.stamp == stamp:
+            return None
+        busy = _LOADING.get(key)
+        if busy is not None and busy[0] == stamp:
+            return None
+        done = threading.Event()
+        _LOADING[key] = (stamp, done)
+
+    def job() -> None:
+        try:
+            index = VectorIndex.build(stamp, read())
+            with _LOCK:
+                opened = key[0] in _OPENED or not key[0]
+            if opened:
+                keep(key, index)
+        except Exception:  # a database closed or failing meanwhile: the next search reads again
+            log.warning("reading the memory vectors of %s failed", key[1], exc_info=True)
+        finally:
+            with _LOCK:
+                if _LOADING.get(key, (None, None))[1] is done:
+                    del _LOADING[key]
+            done.set()
+
+    return job
+
+
+def wait_loading(key: tuple[str, str, str], stamp: Any,
+                 check: Callable[[], None] | None = None) -> VectorIndex | None:
+    """The index of generation ``stamp`` once a read of it in flight ended (``check`` is called
+    every 50 ms while waiting: a cancelled request stops waiting); None when none is in flight."""
+    with _LOCK:
+        busy = _LOADING.get(key)
+    if busy is None or busy[0] != stamp:
+        return None
+    while not busy[1].wait(0.05):
+        if check is not None:
+            check()
+    return cached(key, stamp)
+
+
 def forget(database_key: str) -> None:
     """Drop every index of one database (the daemon closed it)."""
     with _LOCK:
+        _OPENED.discard(database_key)
         for k in [k for k in _INDEXES if k[0] == database_key]:
             del _INDEXES[k]
+
+
+def preload(submit: Callable[[Callable[[], None]], Any], database_key: str, index: Any,
+            only: tuple[str, str] | None = None) -> None:
+    """Read vectors into matrices in the background (``submit``: the daemon's work pool, never
+    the loop; SPEC §5.1), so a search does not pay for it: when a database is first opened,
+    the ``MAX_INDEXES`` most recently indexed (workspace, model) sets that have vectors (and
+    the local model's weights); after an index run, ``only`` that workspace's new generation.
+    ``index``: the database's ``MemoryIndex``."""
+    from dagctx.protocol.errors import DagctxError
+
+    if only is None and not first_open(database_key):
+        return
+
+    def job() -> None:
+        try:
+            if only is not None:
+                run = index.run(only[0])
+                sets = [(only[0], only[1], run[0] if run else None)]
+            else:
+                sets = index.vector_sets()[:MAX_INDEXES]
+            jobs = [start_load((database_key, ws, model), stamp, lambda ws=ws, model=model: index.vectors(ws, model))
+                    for ws, model, stamp in sets]
+        except DagctxError:  # the database cannot be read now: searches read when they need them
+            return
+        if any(model.startswith("local:") for _, model, _ in sets):
+            from . import embeddings
+
+            embeddings.local_embedder()  # the local model's weights too: a query's embedding needs them
+        for load in jobs:
+            if load is not None:
+                load()
+
+    submit(job)

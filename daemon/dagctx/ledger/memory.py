@@ -99,6 +99,13 @@ class MemoryIndex:
         with self.store.lock:
             return self._rows().vectors(workspace, model)
 
+    def vector_sets(self) -> list[tuple[str, str, float]]:
+        """(workspace, model, index generation) of every set of vectors, newest index first
+        (from the kept counts: no vector row read)."""
+        self.store.ensure_file()
+        with self.store.lock:
+            return self._rows().vector_sets()
+
     def vector_count(self, workspace: str, model: str) -> int:
         with self.store.lock:
             return self._rows().vector_count(workspace, model)

@@ -11,9 +11,19 @@ not at all.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+
+#: a conversational query's rarest keywords are ranked whole while their chunks add up to at
+#: most this many rows; the chunks holding only common keywords are drawn at most this many
+#: at a time (``keyword_draws``; ARCHITECTURE.md has the numbers)
+KEYWORD_BUDGET = 1_000
+#: up to this many keywords, the chunks holding all of them, all but one and all but two are drawn first
+MAX_SUBSET_WORDS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +64,8 @@ class MemoryRows(Protocol):
     # vectors (schema version 4): one per chunk and embedding model (``provider:model``), float32 bytes
     def vectors(self, workspace: str, model: str) -> list[tuple[str, bytes]]: ...
     def vector_count(self, workspace: str, model: str) -> int: ...
+    #: (workspace, model, run stamp) of the kept vector counts above 0, newest run first
+    def vector_sets(self) -> list[tuple[str, str, float]]: ...
     #: in chunk id order, after ``after`` (a cursor: each batch starts where the last ended, an index range)
     def missing_vectors(self, workspace: str, model: str, limit: int, after: str = "") -> list[tuple[str, str]]: ...
     def put_vectors(self, workspace: str, model: str, dim: int, rows: Sequence[tuple[str, bytes]]) -> None: ...
@@ -84,3 +96,53 @@ CHUNK_COLS = "c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.mtime,
 
 def chunk_row(r: Sequence[Any]) -> MemoryChunkRow:
     return MemoryChunkRow(r[0], r[1], r[2], int(r[3]), int(r[4]), r[5], float(r[6]), r[7])
+
+
+def keyword_draws(words: Sequence[str], dfs: Sequence[int], budget: int) -> list[str] | None:
+    """The draws of a conversational query's candidates (SPEC §5.1; both backends run them, each
+    draw ranked by BM25 over at most ``budget`` of its matches), given each keyword's chunk
+    count ``dfs`` (the backend's vocabulary: SQLite's FTS5 ``fts5vocab``, PostgreSQL's
+    ``memory_terms``). None: the keywords' chunks add up to at most ``budget`` (or none is
+    held), so their ``OR`` is ranked whole.
+
+    A keyword hit's score is dominated by the share of the query's words it holds, so the
+    draws go by that share: the chunks holding every word, then those holding all but one,
+    then all but two (of at least two); then every chunk holding one of the rarest words
+    (while their chunks add up to at most ``budget``: those that tell chunks apart); then
+    chunks holding one of the common words, rarest first. The caller stops as soon as it
+    has its candidates: a later draw's chunks hold a smaller share of the words, so they
+    would score lower; a word held by many chunks is never ranked whole."""
+    order = sorted(range(len(words)), key=lambda i: dfs[i])
+    live = [words[i] for i in order if dfs[i] > 0]
+    if sum(dfs) <= budget or not live:
+        return None
+    rare: list[str] = []
+    total = 0
+    for i in order:  # words no chunk holds (0) first: they cost nothing
+        if total + dfs[i] > budget:
+            break
+        rare.append(words[i])
+        total += dfs[i]
+    n = len(live)
+    draws = []
+    if 1 < n <= MAX_SUBSET_WORDS:
+        draws.append(" AND ".join(live))
+        draws += [" OR ".join("(" + " AND ".join(g) + ")" for g in itertools.combinations(live, k))
+                  for k in (n - 1, n - 2) if k >= 2]
+    if rare:
+        draws.append(" OR ".join(rare))
+    draws += [w for w in live if w not in rare]
+    return draws
+
+
+def by_share(found: Sequence[T], words: Sequence[str], text: Callable[[T], str],
+             key: Callable[[T], Any]) -> list[T]:
+    """The drawn candidates ordered by how many of the query's words each holds (its
+    coverage, what dominates its score), then by ``key`` (the backend's rank, path, line)."""
+    low = [w.lower() for w in words]
+
+    def held(f: T) -> int:
+        t = text(f).lower()
+        return sum(1 for w in low if w in t)
+
+    return sorted(found, key=lambda f: (-held(f), key(f)))

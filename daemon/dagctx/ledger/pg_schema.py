@@ -15,7 +15,7 @@ from typing import Any
 
 from .schema import refuse_newer
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: advisory lock key that serialises migrations ("dagctx" as an int)
 MIGRATION_LOCK = 0x646167637478
@@ -142,7 +142,49 @@ CREATE TABLE IF NOT EXISTS dagctx.memory_vectors(
 )
 """
 
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
+#: advisory lock key every write of the memory index takes first (in its counting triggers), so
+#: the shared count rows below are updated by one transaction at a time: no two writers lock
+#: them in different orders ("dagmem" as an int)
+MEMORY_LOCK = 0x6461676D656D
+
+#: Version 5 (SPEC §5.1): what ``schema.py``'s version 5 counts (chunks, files and a model's
+#: vectors per workspace, for ``memory/status``) and the chunks' tokens (``:tokens``: their
+#: positions, for BM25's mean length), and ``memory_terms``: how many chunks (of every
+#: workspace) hold each lexeme — the twin of SQLite's FTS5 vocabulary, which the keyword search
+#: weighs a query's words by. Statement triggers with transition tables keep both in the
+#: writing transaction (one upsert per lexeme per statement, in lexeme order). Filled from the
+#: rows already there (``ts_stat`` counts the documents holding each lexeme).
+_V5 = f"""
+CREATE TABLE IF NOT EXISTS dagctx.memory_counts(
+  workspace TEXT NOT NULL,
+  what TEXT NOT NULL,
+  n BIGINT NOT NULL,
+  PRIMARY KEY(workspace, what)
+);
+CREATE TABLE IF NOT EXISTS dagctx.memory_terms(
+  term TEXT PRIMARY KEY,
+  chunks BIGINT NOT NULL
+);
+INSERT INTO dagctx.memory_counts(workspace, what, n) SELECT workspace, ':chunks', count(*) FROM dagctx.memory_chunks GROUP BY workspace ON CONFLICT DO NOTHING;
+INSERT INTO dagctx.memory_counts(workspace, what, n) SELECT workspace, ':files', count(*) FROM dagctx.memory_files GROUP BY workspace ON CONFLICT DO NOTHING;
+INSERT INTO dagctx.memory_counts(workspace, what, n) SELECT workspace, model, count(*) FROM dagctx.memory_vectors GROUP BY workspace, model ON CONFLICT DO NOTHING;
+INSERT INTO dagctx.memory_terms(term, chunks) SELECT word, ndoc FROM ts_stat('SELECT search_vec FROM dagctx.memory_chunks') ON CONFLICT DO NOTHING;
+INSERT INTO dagctx.memory_counts(workspace, what, n) SELECT workspace, ':tokens', sum((SELECT coalesce(sum(cardinality(t.positions)), 0) FROM unnest(c.search_vec) t)) FROM dagctx.memory_chunks c GROUP BY workspace ON CONFLICT DO NOTHING;
+CREATE OR REPLACE FUNCTION dagctx.memory_chunks_added() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_advisory_xact_lock({MEMORY_LOCK}); INSERT INTO dagctx.memory_counts AS m(workspace, what, n) SELECT workspace, ':chunks', count(*) FROM added GROUP BY workspace ORDER BY workspace ON CONFLICT(workspace, what) DO UPDATE SET n = m.n + excluded.n; INSERT INTO dagctx.memory_counts AS m(workspace, what, n) SELECT workspace, ':tokens', sum((SELECT coalesce(sum(cardinality(t.positions)), 0) FROM unnest(added.search_vec) t)) FROM added GROUP BY workspace ORDER BY workspace ON CONFLICT(workspace, what) DO UPDATE SET n = m.n + excluded.n; INSERT INTO dagctx.memory_terms AS m(term, chunks) SELECT t.lexeme, count(*) FROM added, unnest(added.search_vec) t GROUP BY t.lexeme ORDER BY t.lexeme ON CONFLICT(term) DO UPDATE SET chunks = m.chunks + excluded.chunks; RETURN NULL; END $$;
+CREATE OR REPLACE FUNCTION dagctx.memory_chunks_removed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_advisory_xact_lock({MEMORY_LOCK}); UPDATE dagctx.memory_counts m SET n = m.n - g.n FROM (SELECT workspace, count(*) AS n FROM removed GROUP BY workspace) g WHERE m.workspace = g.workspace AND m.what = ':chunks'; UPDATE dagctx.memory_counts m SET n = m.n - g.n FROM (SELECT workspace, sum((SELECT coalesce(sum(cardinality(t.positions)), 0) FROM unnest(removed.search_vec) t)) AS n FROM removed GROUP BY workspace) g WHERE m.workspace = g.workspace AND m.what = ':tokens'; UPDATE dagctx.memory_terms m SET chunks = m.chunks - g.n FROM (SELECT t.lexeme, count(*) AS n FROM removed, unnest(removed.search_vec) t GROUP BY t.lexeme) g WHERE m.term = g.lexeme; RETURN NULL; END $$;
+CREATE OR REPLACE FUNCTION dagctx.memory_files_added() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_advisory_xact_lock({MEMORY_LOCK}); INSERT INTO dagctx.memory_counts AS m(workspace, what, n) SELECT workspace, ':files', count(*) FROM added GROUP BY workspace ORDER BY workspace ON CONFLICT(workspace, what) DO UPDATE SET n = m.n + excluded.n; RETURN NULL; END $$;
+CREATE OR REPLACE FUNCTION dagctx.memory_files_removed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_advisory_xact_lock({MEMORY_LOCK}); UPDATE dagctx.memory_counts m SET n = m.n - g.n FROM (SELECT workspace, count(*) AS n FROM removed GROUP BY workspace) g WHERE m.workspace = g.workspace AND m.what = ':files'; RETURN NULL; END $$;
+CREATE OR REPLACE FUNCTION dagctx.memory_vectors_added() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_advisory_xact_lock({MEMORY_LOCK}); INSERT INTO dagctx.memory_counts AS m(workspace, what, n) SELECT workspace, model, count(*) FROM added GROUP BY workspace, model ORDER BY workspace, model ON CONFLICT(workspace, what) DO UPDATE SET n = m.n + excluded.n; RETURN NULL; END $$;
+CREATE OR REPLACE FUNCTION dagctx.memory_vectors_removed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_advisory_xact_lock({MEMORY_LOCK}); UPDATE dagctx.memory_counts m SET n = m.n - g.n FROM (SELECT workspace, model, count(*) AS n FROM removed GROUP BY workspace, model) g WHERE m.workspace = g.workspace AND m.what = g.model; RETURN NULL; END $$;
+CREATE OR REPLACE TRIGGER memory_chunks_added AFTER INSERT ON dagctx.memory_chunks REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION dagctx.memory_chunks_added();
+CREATE OR REPLACE TRIGGER memory_chunks_removed AFTER DELETE ON dagctx.memory_chunks REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION dagctx.memory_chunks_removed();
+CREATE OR REPLACE TRIGGER memory_files_added AFTER INSERT ON dagctx.memory_files REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION dagctx.memory_files_added();
+CREATE OR REPLACE TRIGGER memory_files_removed AFTER DELETE ON dagctx.memory_files REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION dagctx.memory_files_removed();
+CREATE OR REPLACE TRIGGER memory_vectors_added AFTER INSERT ON dagctx.memory_vectors REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION dagctx.memory_vectors_added();
+CREATE OR REPLACE TRIGGER memory_vectors_removed AFTER DELETE ON dagctx.memory_vectors REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION dagctx.memory_vectors_removed()
+"""
+
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
 
 #: Indexes every open makes sure of, whatever the version (they change no row, so an older
 #: dagctx reads the schema as before): session and node ids by prefix in byte order

@@ -19,7 +19,7 @@ from dagctx.protocol.version import __version__
 
 from .search import cjk_grams
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -140,8 +140,31 @@ CREATE TABLE IF NOT EXISTS memory_vectors(
 ) WITHOUT ROWID
 """
 
+#: Version 5 (SPEC §5.1): how many chunks, files and vectors (per model) each workspace's memory
+#: index holds, kept by triggers in the transaction of every insert and delete (``memory/status``
+#: reads them instead of counting 100,000 rows). What a model's vectors count is ``what`` = the
+#: model (``provider:model``); ``:chunks`` and ``:files`` are the other two (no model starts with
+#: ``:``). Filled from the rows already there.
+_V5 = """
+CREATE TABLE IF NOT EXISTS memory_counts(
+  workspace TEXT NOT NULL,
+  what TEXT NOT NULL,
+  n INTEGER NOT NULL,
+  PRIMARY KEY(workspace, what)
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO memory_counts(workspace, what, n) SELECT workspace, ':chunks', count(*) FROM memory_chunks GROUP BY workspace;
+INSERT OR IGNORE INTO memory_counts(workspace, what, n) SELECT workspace, ':files', count(*) FROM memory_files GROUP BY workspace;
+INSERT OR IGNORE INTO memory_counts(workspace, what, n) SELECT workspace, model, count(*) FROM memory_vectors GROUP BY workspace, model;
+CREATE TRIGGER IF NOT EXISTS memory_chunks_added AFTER INSERT ON memory_chunks BEGIN INSERT INTO memory_counts(workspace, what, n) VALUES(new.workspace, ':chunks', 1) ON CONFLICT(workspace, what) DO UPDATE SET n = n + 1; END;
+CREATE TRIGGER IF NOT EXISTS memory_chunks_removed AFTER DELETE ON memory_chunks BEGIN UPDATE memory_counts SET n = n - 1 WHERE workspace = old.workspace AND what = ':chunks'; END;
+CREATE TRIGGER IF NOT EXISTS memory_files_added AFTER INSERT ON memory_files BEGIN INSERT INTO memory_counts(workspace, what, n) VALUES(new.workspace, ':files', 1) ON CONFLICT(workspace, what) DO UPDATE SET n = n + 1; END;
+CREATE TRIGGER IF NOT EXISTS memory_files_removed AFTER DELETE ON memory_files BEGIN UPDATE memory_counts SET n = n - 1 WHERE workspace = old.workspace AND what = ':files'; END;
+CREATE TRIGGER IF NOT EXISTS memory_vectors_added AFTER INSERT ON memory_vectors BEGIN INSERT INTO memory_counts(workspace, what, n) VALUES(new.workspace, new.model, 1) ON CONFLICT(workspace, what) DO UPDATE SET n = n + 1; END;
+CREATE TRIGGER IF NOT EXISTS memory_vectors_removed AFTER DELETE ON memory_vectors BEGIN UPDATE memory_counts SET n = n - 1 WHERE workspace = old.workspace AND what = old.model; END
+"""
+
 #: version → script that brings version-1 to version.
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
 
 #: Indexes a writable open makes sure of, whatever the version (they change no row, so an
 #: older dagctx reads the file as before): node ids by prefix (SPEC §4.3; session ids

@@ -3,7 +3,6 @@ chunks, the same query syntax as ``search/query``. ``SqliteBackend.memory_rows()
 
 from __future__ import annotations
 
-import itertools
 import sqlite3
 import time
 import unicodedata
@@ -14,15 +13,8 @@ from dagctx.protocol.errors import DagctxError
 
 from . import search as fts
 from .backend import storage_error
-from .memory_rows import CHUNK_COLS, MemoryChunkRow, MemoryFileRow, chunk_row, under_range
-
-
-#: a conversational query's rarest keywords are ranked whole while their chunks add up to at
-#: most this many rows; the chunks holding only common keywords are drawn at most this many
-#: at a time (``SqliteMemory._keywords``; ARCHITECTURE.md has the numbers)
-KEYWORD_BUDGET = 1_000
-#: up to this many keywords, the chunks holding all of them, all but one and all but two are drawn first
-MAX_SUBSET_WORDS = 8
+from .memory_rows import (CHUNK_COLS, KEYWORD_BUDGET, MemoryChunkRow, MemoryFileRow, by_share, chunk_row,
+                          keyword_draws, under_range)
 
 
 class SqliteMemory:
@@ -45,10 +37,15 @@ class SqliteMemory:
                                   (workspace,)).fetchone()
         return None if r is None else (float(r[0]), bytes(r[1]))
 
-    def chunk_count(self, workspace: str) -> int:
+    def _count(self, workspace: str, what: str) -> int:
+        """A count the schema's triggers keep (``memory_counts``, version 5): one row read."""
         with self.b._faults("read the memory index"):
-            return int(self._c().execute("SELECT count(*) FROM memory_chunks WHERE workspace=?",
-                                         (workspace,)).fetchone()[0])
+            r = self._c().execute("SELECT n FROM memory_counts WHERE workspace=? AND what=?",
+                                  (workspace, what)).fetchone()
+        return int(r[0]) if r else 0
+
+    def chunk_count(self, workspace: str) -> int:
+        return self._count(workspace, ":chunks")
 
     def chunk(self, workspace: str, chunk_id: str) -> MemoryChunkRow | None:
         with self.b._faults("read the memory index"):
@@ -145,31 +142,14 @@ class SqliteMemory:
     def _keywords(self, workspace: str, words: list[str], limit: int, under: str | None,
                   expression: str) -> list[tuple[MemoryChunkRow, float]]:
         """The ``OR`` of a conversational query's keywords without ranking every chunk that holds
-        one common word (SPEC §5.1, keyword candidates; ARCHITECTURE.md has the numbers).
-
-        A keyword hit's score is dominated by the share of the query's words it holds, so the
-        candidates are drawn by that share, each draw ranked by BM25 over at most ``budget``
-        matches of this workspace (in index order; all of them when fewer): the chunks
-        holding every word, then those holding all but one, then all but two (of at least two); then every chunk holding one of
-        the rarest words (while their chunks add up to at most ``budget``: those that tell
-        chunks apart); then chunks holding one of the common words, rarest first — stopping
-        as soon as ``limit`` are found: a later draw's chunks hold a smaller share of the
-        words, so they would score lower. When the words' chunks add up to at most
-        ``budget`` this is the ``OR`` ranked whole, as before; a word held by many chunks is
-        never ranked whole."""
+        one common word (SPEC §5.1, keyword candidates; ARCHITECTURE.md has the numbers): the
+        draws ``keyword_draws`` plans, each ranked by BM25 over at most ``budget`` matches of
+        this workspace (in index order; all of them when fewer), stopping as soon as ``limit``
+        are found."""
         budget = max(KEYWORD_BUDGET, 4 * limit)
-        dfs = self._doc_counts(words)
-        order = sorted(range(len(words)), key=lambda i: dfs[i])
-        live = [words[i] for i in order if dfs[i] > 0]
-        if sum(dfs) <= budget or not live:
+        draws = keyword_draws(words, self._doc_counts(words), budget)
+        if draws is None:
             return self._ranked(workspace, expression, limit, under)
-        rare: list[str] = []
-        total = 0
-        for i in order:  # words no chunk holds (0) first: they cost nothing
-            if total + dfs[i] > budget:
-                break
-            rare.append(words[i])
-            total += dfs[i]
         below = "AND c.path >= ? AND c.path < ? " if under is not None else ""
         span = under_range(under) if under is not None else ()
         c = self._c()
@@ -183,26 +163,11 @@ class SqliteMemory:
             for r, sc in self._rows_of([r for r in rows if r[0] not in found]):
                 found[r[0]] = (r, sc)
 
-        n = len(live)
-        draws = []
-        if 1 < n <= MAX_SUBSET_WORDS:
-            draws.append(" AND ".join(live))
-            draws += [" OR ".join("(" + " AND ".join(g) + ")" for g in itertools.combinations(live, k))
-                      for k in (n - 1, n - 2) if k >= 2]
-        if rare:
-            draws.append(" OR ".join(rare))
-        draws += [w for w in live if w not in rare]
         for expr in draws:  # by the share of the words held, so the first ``limit`` found suffice
             draw(expr)
             if len(found) >= limit:
                 break
-        low = [w.lower() for w in words]
-
-        def held(text: str) -> int:  # how many of the query's words a chunk holds (its coverage)
-            t = text.lower()
-            return sum(1 for w in low if w in t)
-
-        best = sorted(found.values(), key=lambda f: (-held(f[0][8]), f[1], f[0][2], f[0][4]))[:limit]
+        best = by_share(list(found.values()), words, lambda f: f[0][8], lambda f: (f[1], f[0][2], f[0][4]))[:limit]
         return [(chunk_row(r[1:]), -float(s)) for r, s in best]
 
     def _rows_of(self, scored: Sequence[tuple[int, float]]) -> list[tuple[Any, float]]:
@@ -298,9 +263,7 @@ class SqliteMemory:
         return out
 
     def file_count(self, workspace: str) -> int:
-        with self.b._faults("read the memory index"):
-            return int(self._c().execute("SELECT count(*) FROM memory_files WHERE workspace=?",
-                                         (workspace,)).fetchone()[0])
+        return self._count(workspace, ":files")
 
     def put_run(self, workspace: str, indexed_at: float, skipped: bytes) -> None:
         self._c().execute(
@@ -312,16 +275,23 @@ class SqliteMemory:
 
     def vectors(self, workspace: str, model: str) -> list[tuple[str, bytes]]:
         with self.b._faults("read the memory index"):
+            # in the primary key's order: no join, no sort (a vector's chunk is there: both
+            # leave in the same transaction)
             rows = self._c().execute(
-                "SELECT v.chunk_id, v.vec FROM memory_vectors v JOIN memory_chunks c "
-                "ON c.workspace = v.workspace AND c.id = v.chunk_id WHERE v.workspace=? AND v.model=? "
-                "ORDER BY c.rowid", (workspace, model)).fetchall()
+                "SELECT chunk_id, vec FROM memory_vectors WHERE workspace=? AND model=? ORDER BY chunk_id",
+                (workspace, model)).fetchall()
         return [(r[0], bytes(r[1])) for r in rows]
 
     def vector_count(self, workspace: str, model: str) -> int:
+        return self._count(workspace, model)
+
+    def vector_sets(self) -> list[tuple[str, str, float]]:
         with self.b._faults("read the memory index"):
-            return int(self._c().execute("SELECT count(*) FROM memory_vectors WHERE workspace=? AND model=?",
-                                         (workspace, model)).fetchone()[0])
+            rows = self._c().execute(
+                "SELECT k.workspace, k.what, r.indexed_at FROM memory_counts k JOIN memory_runs r "
+                "ON r.workspace = k.workspace WHERE k.what NOT LIKE ':%' AND k.n > 0 "
+                "ORDER BY r.indexed_at DESC").fetchall()
+        return [(r[0], r[1], float(r[2])) for r in rows]
 
     def missing_vectors(self, workspace: str, model: str, limit: int, after: str = "") -> list[tuple[str, str]]:
         # by the (workspace, id) index from the cursor: no sort of the workspace's chunks per batch

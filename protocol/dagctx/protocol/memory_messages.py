@@ -158,6 +158,10 @@ class MemoryStatusResult(_Result):
     embedding: str | None = None
     #: the workspace's chunks with a vector of ``embedding``
     vectors: int = 0
+    #: whether this daemon holds those vectors in memory, ready for search (read in the
+    #: background when the database is opened and after each index run; a search asking
+    #: before waits for that read)
+    vectors_loaded: bool = False
     sessions: MemorySessionsStatus = msgspec.field(default_factory=MemorySessionsStatus)
 
 

@@ -11,4 +11,4 @@ __version__ = "0.1.0"
 PROTOCOL_VERSION = "1.0"
 
 #: The ledger's schema version; a test keeps it equal to ``dagctx.ledger.schema``'s.
-LEDGER_SCHEMA_VERSION = 4
+LEDGER_SCHEMA_VERSION = 5
