@@ -9,7 +9,8 @@ and the ratio. Records over the size cap (``DAGCTX_IMPORT_MAX_LINE_BYTES``, defa
 16 MiB) are skipped by size, so the peak should stay near the idle baseline whatever N
 is (SPEC §9 ``session/import``; goal ≤ 300 MB). Linux only (reads /proc).
 
-Then (3) sessions of M MiB of 100 KB user and model texts (Claude Code, OpenClaw) and of
+Then (3) sessions of M MiB of 100 KB user and model texts (Claude Code, OpenClaw, Codex, a
+ShareGPT array, an OpenHands event list, a SWE-agent trajectory) and of
 3 MB tool results (Claude Code): the daemon's peak RSS growth during the import (its
 high-water mark reset just before, ``/proc/PID/clear_refs``) divided by the largest node,
 the bound SPEC §9 sets for an import. With ``--baseline-src DIR`` (a checkout of another
@@ -23,11 +24,16 @@ import argparse
 import asyncio
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from dagctx.client import DagctxClient, RpcError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
+from test_isolation import _SUFFIX, _texts_transcript  # noqa: E402
 
 
 def peak_kib(pid: int) -> int:
@@ -140,6 +146,14 @@ def write_results_claude_code(path: Path, mib: int, chars: int, sid: str = "benc
     return len(body) + 8
 
 
+def texts_in(fmt: str) -> Any:
+    """A writer of ``fmt`` sessions of 100 KB user and model texts (the tests' own)."""
+    def make(path: Path, mib: int, chars: int, sid: str = "bench") -> int:
+        _texts_transcript(path, fmt, max(2, (mib << 20) // chars), chars, f"{sid}-{fmt}")
+        return chars
+    return make
+
+
 def _kib(pid: int, field: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -149,10 +163,11 @@ def _kib(pid: int, field: str) -> int:
 
 async def growth(db: Path, warm: Path, path: Path, fmt: str, src: str | None) -> tuple[int, float]:
     """Peak RSS growth (bytes) of a fresh daemon importing ``path`` after ``warm``."""
-    env = None
+    # the code before streaming whole JSON documents refused one over the record cap
+    env = {**os.environ, "DAGCTX_IMPORT_MAX_LINE_BYTES": str(1 << 30)}
     if src is not None:
         roots = [os.path.join(src, r) for r in ("protocol", "daemon", "cli", "clients/python")]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(roots)}
+        env["PYTHONPATH"] = os.pathsep.join(roots)
     client = await DagctxClient.spawn(db, standalone=True, env=env)
     try:
         assert client.process is not None
@@ -169,16 +184,23 @@ async def growth(db: Path, warm: Path, path: Path, fmt: str, src: str | None) ->
         await client.close()
 
 
-async def bounds(folder: Path, mib: int, baseline: str | None) -> None:
+async def bounds(folder: Path, mib: int, baseline: str | None, only: list[str] | None = None) -> None:
     cases = [
         ("claude-code, 100 KB texts", write_texts_claude_code, "claude-code", mib, 100_000),
         ("openclaw, 100 KB texts", write_texts_openclaw, "openclaw", mib, 100_000),
         ("claude-code, 3 MB tool results", write_results_claude_code, "claude-code", mib, 3_000_000),
+        ("codex, 100 KB texts", texts_in("codex"), "codex", mib, 100_000),
+        ("sharegpt array, 100 KB texts", texts_in("sharegpt"), "sharegpt", mib, 100_000),
+        ("openhands .json, 100 KB texts", texts_in("openhands"), "openhands", mib, 100_000),
+        ("swe-agent .traj, 100 KB texts", texts_in("swe-agent"), "swe-agent", mib, 100_000),
     ]
     for label, make, fmt, size, chars in cases:
-        path = folder / f"{fmt}-{chars}.jsonl"
+        if only and fmt not in only:
+            continue
+        suffix = _SUFFIX.get(fmt, ".jsonl")
+        path = folder / f"{fmt}-{chars}{suffix}"
         largest = make(path, size, chars)
-        warm = folder / f"warm-{fmt}-{chars}.jsonl"
+        warm = folder / f"warm-{fmt}-{chars}{suffix}"
         make(warm, 1, chars, "warm")
         total = path.stat().st_size
         row = f"{label:32s} {total / 2**20:6.1f} MiB file, largest node {largest / 2**20:5.2f} MiB:"
@@ -196,10 +218,11 @@ async def main() -> None:
     ap.add_argument("--texts-mib", type=int, default=48, help="size of the large sessions in MiB (default 48)")
     ap.add_argument("--baseline-src", default=None, help="a checkout whose daemon is the 'before' of the bounds")
     ap.add_argument("--bounds-only", action="store_true", help="only the large sessions' bounds")
+    ap.add_argument("--formats", default=None, help="comma-separated formats of the bounds (default: all)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        await bounds(folder, args.texts_mib, args.baseline_src)
+        await bounds(folder, args.texts_mib, args.baseline_src, args.formats.split(",") if args.formats else None)
         if args.bounds_only:
             return
         cases = []

@@ -78,7 +78,15 @@ async def main() -> None:
     ap.add_argument("--heavy-turns", type=int, default=2_500, help="turns of the session rendered cold")
     ap.add_argument("--storage-timeout", type=float, default=3.0)
     ap.add_argument("--cancels", type=int, default=8, help="cancels of a running cold render, spread out (≤ 8)")
+    ap.add_argument("--ticker", default=None, metavar="PREFIX",
+                    help="every process this run starts (the daemon too) writes the gaps over 50 ms of a 5 ms "
+                         "ticker thread to PREFIX.<pid>.gaps, and every thread's stack to PREFIX.<pid>.stacks when "
+                         "a tick is 100 ms late (bench/_ticker/sitecustomize.py): is a stall the daemon's own?")
     args = ap.parse_args()
+    if args.ticker:
+        os.environ["DAGCTX_BENCH_TICKER"] = os.path.abspath(args.ticker)
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            [str(HERE / "_ticker")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     tmp = Path(tempfile.mkdtemp(prefix="dagctx-bench-iso-"))
     os.environ["XDG_RUNTIME_DIR"] = str(tmp / "run")
     os.environ["DAGCTX_STATE_DIR"] = str(tmp / "state")

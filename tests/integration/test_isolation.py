@@ -541,6 +541,72 @@ async def test_an_import_of_many_texts_is_streamed_its_memory_bounded_by_the_lar
         await a.close()
 
 
+async def test_an_export_of_many_texts_reads_the_session_a_page_at_a_time(shared_env, tmp_path: Path) -> None:
+    """SPEC §9 session/export: the export walks the session's skeleton (edges and metadata,
+    no texts; never cached) and reads each node whole, a page at a time, only for its own
+    lines — so exporting 24 MB of 100 KB user and model texts (texts the ledger keeps in
+    the nodes, not aside) grows the daemon's peak RSS by a fixed part, each node's skeleton
+    and a few times the largest node, not by the session (before: the whole session graph,
+    cached), and caches no graph of it. The file reads back as the same session."""
+    chars, count = 100_000, 240
+    a = await spawn(tmp_path / "export.db")
+    try:
+        src = tmp_path / "texts.jsonl"
+        _texts_transcript(src, "claude-code", count, chars, "export-texts")
+        sid = (await a.import_path(str(src), format="claude-code")).sessions[0].session_id
+        warm = tmp_path / "warm.jsonl"  # the code paths are warm, and SQLite's page cache is full
+        await a.request("session/export", {"sessionId": sid, "path": str(warm)})
+        pid = (await a.daemon_status()).pid
+        before = _proc_kib(pid, "VmRSS")
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        out = tmp_path / "export.jsonl"
+        await a.request("session/export", {"sessionId": sid, "path": str(out)})
+        grown = (_proc_kib(pid, "VmHWM") - before) * 1024
+        size = out.stat().st_size
+        assert size > count * chars and out.read_bytes() == warm.read_bytes()
+        bound = 4 * 2**20 + 8192 * count + 10 * chars
+        assert grown < bound < size / 3, f"the export grew the daemon by {grown:,} bytes for a {size:,}-byte file"
+        status = await a.daemon_status()
+        assert status.caches and all(cache.sessions == 0 for cache in status.caches), status.caches
+        again = await a.import_path(str(out))
+        assert again.sessions[0].session_id == sid and not again.sessions[0].created
+    finally:
+        await a.close()
+
+
+async def test_an_import_announced_to_an_observing_client_waits_for_it_a_page_at_a_time(shared_env,
+                                                                                        tmp_path: Path) -> None:
+    """SPEC §9 session/import, §1.5: a client that observes its writes (``observeNodes``)
+    hears ``node/didAppend`` for every node an import wrote, in order, whole; the import
+    reads them back a page at a time and sends the next page only once the client was sent
+    this one and has read most of it — so the announcement of 24 MB of 100 KB texts grows
+    the daemon's peak RSS by a page, not by the session queued for the client."""
+    chars, count = 100_000, 240
+    a = await spawn(tmp_path / "observe.db", initialization_options={"observeNodes": True})
+    try:
+        warm = tmp_path / "warm.jsonl"
+        _texts_transcript(warm, "claude-code", 30, chars, "observe-warm")
+        await a.import_path(str(warm), format="claude-code")
+        pid = (await a.daemon_status()).pid
+        src = tmp_path / "texts.jsonl"
+        _texts_transcript(src, "claude-code", count, chars, "observe-texts")
+        size = src.stat().st_size
+        before = _proc_kib(pid, "VmRSS")
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        res = await a.import_path(str(src), format="claude-code")
+        grown = (_proc_kib(pid, "VmHWM") - before) * 1024
+        sid = res.sessions[0].session_id
+        await a.daemon_status()  # a request after the import: every notification before it has arrived
+        heard = [p.node for meth, p in a.notifications if meth == "node/didAppend" and p.session_id == sid]
+        hist = await a.request("session/history", {"sessionId": sid, "limit": count})
+        assert [n.id for n in heard] == [n.id for n in hist.nodes] and len(heard) == count
+        assert all(len(n.output) == chars for n in heard)
+        bound = 4 * 2**20 + 8192 * count + 10 * chars
+        assert grown < bound < size / 3, f"the import grew the daemon by {grown:,} bytes for a {size:,}-byte transcript"
+    finally:
+        await a.close()
+
+
 async def test_the_tokenizers_are_built_at_a_quiet_moment_not_by_a_request(shared_env, tmp_path: Path) -> None:
     """Building a tokenizer's encoder holds the interpreter lock throughout (tiktoken's
     constructor), so the shared daemon builds them in a thread of its own at its first

@@ -76,6 +76,7 @@ from dagctx.ledger import SessionGraph
 from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context.summary_choice import summary_applies
 from dagctx.ledger.graph import is_spawn_root, is_summary
+from dagctx.ledger.store import NodePages
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.messages import SessionInfo
@@ -99,7 +100,12 @@ def session_export(engine: Host, p: c.ExportParams) -> c.ExportResult:
     not by the session (SPEC §9 ``session/export``)."""
     store = engine.store
     info = store.get_session(p.session_id)
-    graph = store.graph(p.session_id)
+    sizes: dict[str, int] = {}
+    if p.format == "claude-code":
+        # the session's skeleton, never cached; each node is read whole for its own lines
+        graph, sizes = store.skeleton(p.session_id, tick=stop_if_cancelled)
+    else:
+        graph = store.graph(p.session_id)
     head = p.head or info.head
     if head == ROOT_SENTINEL:
         head = graph.root_id
@@ -121,7 +127,8 @@ def session_export(engine: Host, p: c.ExportParams) -> c.ExportResult:
                 write(b"\n")
                 stop_if_cancelled()  # between lines: a cancelled export stops within one node
 
-            return ClaudeCodeExport(engine, info, graph, head, emit, all_branches=p.branches == "all").build()
+            return ClaudeCodeExport(engine, info, graph, head, emit, all_branches=p.branches == "all",
+                                    sizes=sizes).build()
 
         if path is None:
             parts: list[bytes] = []
@@ -204,8 +211,13 @@ class ClaudeCodeExport:
     """Builds the JSONL objects of one branch (see the module docstring)."""
 
     def __init__(self, engine: Host, info: SessionInfo, graph: SessionGraph, head: str,
-                 emit: Callable[[dict[str, Any]], None], all_branches: bool = False) -> None:
+                 emit: Callable[[dict[str, Any]], None], all_branches: bool = False,
+                 sizes: dict[str, int] | None = None) -> None:
         self.all_branches = all_branches
+        #: each node's stored size (``Store.skeleton``): ``graph`` is a skeleton and each
+        #: node is read whole, a page at a time, only for its own lines; None: ``graph``
+        #: holds the texts
+        self.sizes = sizes
         self.store = engine.store
         self.info = info
         self.g = graph
@@ -243,9 +255,26 @@ class ClaudeCodeExport:
             "dagctxSource": {"sessionId": self.info.session_id, "head": self.head,
                              "branches": "all" if self.all_branches else "head"},
         })
+        whole = NodePages(self.store, self.info.session_id, [i for n, _ in plan for i in self._ids_of(n)],
+                          self.sizes) if self.sizes is not None else None
         for node, agent in plan:
-            self._conversation_node(node, agent)
+            group = whole.take(self._ids_of(node)) if whole is not None else None
+            self._conversation_node(node, agent, group)
         return self.count
+
+    def _calls(self, node: Call) -> list[Call]:
+        """The tool calls an llm node made (its spawned subagents are branches, not calls)."""
+        g = self.g
+        return [g.nodes[k] for k in g.callees.get(node.id, ()) if g.nodes[k].role == "code"
+                and not is_spawn_root(g.nodes[k])]
+
+    def _ids_of(self, node: Call) -> list[str]:
+        """The nodes whose texts ``node``'s lines hold: itself, its calls, its summaries."""
+        ids = [node.id]
+        if node.role == "llm":
+            ids.extend(c.id for c in self._calls(node))
+        ids.extend(s.id for s in self.summaries_at.get(node.id, ()))
+        return ids
 
     def _emit(self, line: dict[str, Any]) -> None:
         self.emit(line)
@@ -353,7 +382,10 @@ class ClaudeCodeExport:
             return None
         return self.tail.get(pred)
 
-    def _conversation_node(self, node: Call, agent: str | None) -> None:
+    def _conversation_node(self, node: Call, agent: str | None, group: dict[str, Call] | None) -> None:
+        """``group``: ``node``, its calls and summaries read whole (None: the graph's own)."""
+        whole = (lambda n: group.get(n.id, n)) if group is not None else (lambda n: n)
+        node = whole(node)
         parent = self._parent_line(node)
         sidechain = agent is not None or node.metadata.get("source") == "subagent"
         if node.role == "user":
@@ -363,14 +395,14 @@ class ClaudeCodeExport:
             self._line("user", node.id, parent, self._ts(node), agent, sidechain, **fields)
             self.tail[node.id] = node.id
         elif node.role == "llm":
-            self.tail[node.id] = self._llm(node, parent, agent, sidechain)
+            self.tail[node.id] = self._llm(node, [whole(c) for c in self._calls(node)], parent, agent, sidechain)
         else:
             # A top-level function call has no Claude Code form: followers hang where it hung.
             self.tail[node.id] = parent
         for s in self.summaries_at.get(node.id, ()):
-            self.tail[node.id] = self._summary(s, node, agent, sidechain)
+            self.tail[node.id] = self._summary(whole(s), node, agent, sidechain)
 
-    def _llm(self, node: Call, parent: str | None, agent: str | None, sidechain: bool) -> str:
+    def _llm(self, node: Call, calls: list[Call], parent: str | None, agent: str | None, sidechain: bool) -> str:
         md = node.metadata
         first: list[Any] = []
         kept = [b for b in md.get("reasoning") or () if isinstance(b, dict) and b.get("type") in (
@@ -398,8 +430,6 @@ class ClaudeCodeExport:
         mid = md.get("messageId") if isinstance(md.get("messageId"), str) else None
         if mid is None and not self.faithful:
             mid = "msg_" + uuid.uuid5(EXPORT_NAMESPACE, node.id).hex
-        calls = [self.g.nodes[k] for k in self.g.callees.get(node.id, ()) if self.g.nodes[k].role == "code"
-                 and not is_spawn_root(self.g.nodes[k])]
         ts = self._ts(node)
 
         # line uuid → (blocks, timestamp, calls on the line), in writing order

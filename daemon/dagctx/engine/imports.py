@@ -213,8 +213,11 @@ async def _write(engine: Record, p: c.ImportParams, t: Transcript, path: str) ->
                 engine.lifecycle("session_start", info.session_id)
                 # the same announcement and ingest hook as every other write (SPEC §1.5), read
                 # back a page at a time: never the whole session's texts at once
+                drain = getattr(engine.peer, "drain", None)
                 for page in engine.store.written_nodes(info.session_id, sizes):
                     engine.announce(info.session_id, page, info.head)
+                    if drain is not None:
+                        drain()  # the client was sent this page before the next is read
             return info, created
 
         # one transaction per transcript, off the event loop (SPEC §1.4)

@@ -22,6 +22,11 @@ class Peer(Protocol):
     def can_sample(self) -> bool:
         """Whether the client declared it answers ``sampling/createMessage``."""
 
+    def drain(self) -> None:
+        """After many notifications (an import's announcement, a page at a time): wait
+        until the client has been sent them and has read most of them, so they do not
+        pile up in memory (SPEC §9 session/import)."""
+
 
 class NullPeer:
     """A peer that hears nothing and cannot sample (in-process use, tests)."""
@@ -37,4 +42,7 @@ class NullPeer:
         raise DagctxError("SamplingFailed", "no client is connected to answer " + method)
 
     def progress(self, token: int | str | None, value: dict[str, Any]) -> None:
+        return None
+
+    def drain(self) -> None:
         return None

@@ -346,6 +346,20 @@ class PostgresBackend:
             ).fetchall()
         return [r[0] for r in rows]
 
+    def body_sizes(self, session_id: str) -> list[tuple[str, int]]:
+        with self._conn("read nodes") as c:
+            rows = c.execute(
+                "SELECT id, octet_length(body) FROM dagctx.nodes WHERE session_id=%s ORDER BY seq", (session_id,),
+            ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    def bodies_of(self, session_id: str, ids: Sequence[str]) -> list[bytes]:
+        with self._conn("read nodes") as c:
+            rows = c.execute(
+                "SELECT body FROM dagctx.nodes WHERE session_id=%s AND id = ANY(%s)", (session_id, list(ids)),
+            ).fetchall()
+        return [r[0] for r in rows]
+
     def node_rows(self, session_id: str) -> list[NodeRow]:
         with self._conn("read nodes") as c:
             rows = c.execute(

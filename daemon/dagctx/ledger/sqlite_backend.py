@@ -199,6 +199,23 @@ class SqliteBackend(SqliteFile):
             ).fetchall()
         return [r[0] for r in rows]
 
+    def body_sizes(self, session_id: str) -> list[tuple[str, int]]:
+        with self._faults("read nodes"):
+            rows = self._c().execute(
+                "SELECT id, length(body) FROM nodes WHERE session_id=? ORDER BY seq", (session_id,)
+            ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    def bodies_of(self, session_id: str, ids: Sequence[str]) -> list[bytes]:
+        out: list[bytes] = []
+        with self._faults("read nodes"):
+            for k in range(0, len(ids), 500):  # within SQLite's limit on bound variables
+                part = list(ids[k:k + 500])
+                out.extend(r[0] for r in self._c().execute(
+                    f"SELECT body FROM nodes WHERE session_id=? AND id IN ({','.join('?' * len(part))})",
+                    (session_id, *part)))
+        return out
+
     def node_rows(self, session_id: str) -> list[NodeRow]:
         with self._faults("read nodes"):
             rows = self._c().execute(

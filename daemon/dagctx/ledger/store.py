@@ -48,6 +48,57 @@ from .store_base import DERIVED_KEY
 __all__ = ["Store"]
 
 
+#: what a skeleton graph (``Store.skeleton``) leaves out of a node's metadata: texts that
+#: ride beside its output
+SKELETON_DROPS = ("thinking", "reasoning")
+
+
+def skeletal(node: Call) -> Call:
+    """``node`` without its texts (``Store.skeleton``)."""
+    md = node.metadata
+    if any(k in md for k in SKELETON_DROPS):
+        md = {k: v for k, v in md.items() if k not in SKELETON_DROPS}
+    return msgspec.structs.replace(node, input=None, output=None, metadata=md)
+
+
+def pages_of(sizes: Sequence[tuple[str, int]], budget: int, most: int = 500) -> Iterator[list[str]]:
+    """The ids of ``(id, size)`` in runs of at most ``budget`` bytes (or one id) and ``most`` ids."""
+    page: list[str] = []
+    used = 0
+    for nid, size in sizes:
+        if page and (used + size > budget or len(page) >= most):
+            yield page
+            page, used = [], 0
+        page.append(nid)
+        used += size
+    if page:
+        yield page
+
+
+class NodePages:
+    """Nodes read whole in a given order (an export's, SPEC §9), a page of at most ``budget``
+    stored bytes (or one node) at a time (``Store.nodes_of``; ``sizes`` from
+    ``Store.skeleton``): ``take`` hands out the nodes asked for, and a page is read only
+    when they are not yet in."""
+
+    def __init__(self, store: Store, session_id: str, order: Sequence[str], sizes: dict[str, int],
+                 budget: int = 256 << 10) -> None:
+        self.store, self.session_id = store, session_id
+        self.pages = pages_of([(i, sizes.get(i, 0)) for i in order], budget)
+        self.buf: dict[str, Call] = {}
+
+    def take(self, ids: Sequence[str]) -> dict[str, Call]:
+        missing = [i for i in ids if i not in self.buf]
+        while missing:
+            page = next(self.pages, None)
+            if page is None:  # not in the order (it cannot be): read what is left directly
+                self.buf.update(self.store.nodes_of(self.session_id, missing))
+                break
+            self.buf.update(self.store.nodes_of(self.session_id, page))
+            missing = [i for i in missing if i not in self.buf]
+        return {i: self.buf.pop(i) for i in ids if i in self.buf}
+
+
 class Store(Appends):
     """The record of every session in one database (a SQLite file or a PostgreSQL URL).
 
@@ -169,6 +220,36 @@ class Store(Appends):
                 page = [self._dec.decode(b) for b in self.backend.bodies_between(session_id, k + 1, j + 1)]
             yield page
             k = j
+
+    def skeleton(self, session_id: str, budget: int = 256 << 10,
+                 tick: Callable[[], None] | None = None) -> tuple[SessionGraph, dict[str, int]]:
+        """The session's graph without its texts — no inputs or outputs, no
+        ``metadata.thinking``/``reasoning`` (``SKELETON_DROPS``) — read in pages of at most
+        ``budget`` stored bytes (or one node), in seq order, and never cached; and each
+        node's stored body size, for ``nodes_of`` pages. What streams a session out
+        (``session/export``) walks it and reads each node whole only for its own lines, so
+        its memory is bounded by the largest node, not the session (SPEC §9). The nodes are
+        the ones committed when it started, each as read (a node finished meanwhile is read
+        finished). ``tick`` runs between pages (a cancellation check)."""
+        with self.lock:
+            row = self._session_row(session_id)
+            sizes = self.backend.body_sizes(session_id)
+        g = SessionGraph(session_id, row.root_id)
+        for ids in pages_of(sizes, budget):
+            with self.lock:
+                bodies = self.backend.bodies_of(session_id, ids)
+            for node in sorted(map(self._dec.decode, bodies), key=lambda n: n.seq):
+                g.add(skeletal(node))
+            if tick is not None:
+                tick()
+        g.rev = row.rev
+        return g, dict(sizes)
+
+    def nodes_of(self, session_id: str, ids: Sequence[str]) -> dict[str, Call]:
+        """The nodes ``ids`` whole, as stored (one read; a page of ``skeleton``'s sizes)."""
+        with self.lock:
+            bodies = self.backend.bodies_of(session_id, ids)
+        return {n.id: n for n in map(self._dec.decode, bodies)}
 
     def find_by_source(self, source_key: str) -> SessionInfo | None:
         self.ensure_file()

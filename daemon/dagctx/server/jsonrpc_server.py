@@ -72,6 +72,11 @@ log = logging.getLogger("dagctx.server")
 #: ``code`` (SPEC §1.3); a stream that ends without it means the daemon died.
 CLOSING = "$/dagctx/closing"
 
+#: ``drain``: the client's unread output a bulk announcement may leave behind it, and how
+#: long it waits at most for a client that reads nothing
+DRAIN_BELOW = 1 << 20
+DRAIN_WAIT = 10.0
+
 
 class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
     """pygls protocol class whose wire handling is msgspec end to end."""
@@ -133,6 +138,10 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         self._owed: dict[Any, None] = {}
         #: notifications a worker thread posted to the loop, not written yet
         self._notes_posted = 0
+        #: told (under ``_out_lock``) when the posted notifications are all written (``drain``)
+        self._notes_written = threading.Condition(self._out_lock)
+        #: a ``drain`` waited ``DRAIN_WAIT`` in vain: the next ones do not wait until it caught up
+        self._drain_gave_up = False
 
     # ------------------------------------------------------------ Peer
 
@@ -182,6 +191,35 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         finally:
             with self._out_lock:
                 self._notes_posted -= 1
+                if not self._notes_posted:
+                    self._notes_written.notify_all()
+
+    def drain(self) -> None:
+        """From a worker announcing many nodes (an import, a page at a time): wait until the
+        notifications it posted are written and the client's unread output is at most
+        ``DRAIN_BELOW`` bytes, so what waits for the client is a page, never the session
+        (SPEC §9 session/import). A client that read nothing for ``DRAIN_WAIT`` seconds is
+        not waited for again until it has caught up (its output limit still applies, SPEC
+        §1.4): a worker of the pool is never held long by one client."""
+        if self.hub.on_loop():
+            return
+        buffered = getattr(self.writer, "buffered", None)
+        if self._drain_gave_up and buffered is not None and buffered() > DRAIN_BELOW:
+            return
+        self._drain_gave_up = False
+        deadline = time.monotonic() + DRAIN_WAIT
+        with self._out_lock:
+            while self._notes_posted and self.exit_code is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._drain_gave_up = True
+                    return
+                self._notes_written.wait(min(left, 0.1))
+        while buffered is not None and self.exit_code is None and buffered() > DRAIN_BELOW:
+            if time.monotonic() >= deadline:
+                self._drain_gave_up = True
+                return
+            time.sleep(0.01)  # the loop writes as the client reads; a worker thread waits
 
     def set_writer(self, writer: Any, include_headers: bool = True) -> None:  # type: ignore[override]
         """The client's output; a writer with ``write_now`` also takes finished answers

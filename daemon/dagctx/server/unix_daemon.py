@@ -80,6 +80,11 @@ class SocketWriter:
         if self.transport.get_write_buffer_size() > self.limit + len(data):
             self.on_overflow(self.transport.get_write_buffer_size())
 
+    def buffered(self) -> int:
+        """Bytes written to the client that it has not read yet (queued here or on the
+        transport)."""
+        return self.transport.get_write_buffer_size() + sum(map(len, self._rest))
+
     def write_now(self, data: bytes) -> bool:
         """From a worker, under the connection's output lock: True when ``data`` is written
         (or its unwritten end queued for the loop); False when the loop must write it."""
