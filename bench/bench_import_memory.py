@@ -32,7 +32,7 @@ from typing import Any
 
 from dagctx.client import DagctxClient, RpcError
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent / "tests" / d) for d in ("integration", ".")]
 from test_isolation import _SUFFIX, _texts_transcript  # noqa: E402
 
 

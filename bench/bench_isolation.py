@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests" / "integration"))
+sys.path[:0] = [str(HERE.parent / "tests" / d) for d in ("integration", ".")]
 
 from dagctx.client import DagctxClient, RpcError  # noqa: E402
 

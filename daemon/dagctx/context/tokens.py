@@ -412,15 +412,10 @@ def warm_up(cache_dir: str | None, quiet: Callable[[], bool]) -> list[str]:
     return built
 
 
-def _json_default(obj: Any) -> Any:
-    return str(obj)
-
-
 def _has_image(value: Any) -> bool:
     if isinstance(value, dict):
-        if value.get("type") in IMAGE_BLOCK_TYPES:
-            return True
-        return any(_has_image(v) for v in value.values() if isinstance(v, (dict, list)))
+        return value.get("type") in IMAGE_BLOCK_TYPES or any(
+            _has_image(v) for v in value.values() if isinstance(v, (dict, list)))
     if isinstance(value, list):
         return any(_has_image(v) for v in value if isinstance(v, (dict, list)))
     return False
@@ -458,6 +453,10 @@ class TokenCounter:
     def warm_up(self, quiet: Callable[[], bool]) -> list[str]:
         """Build this counter's encoders ahead of need (the module function ``warm_up``)."""
         return warm_up(self._cache_dir, quiet)
+
+    @property
+    def ready(self) -> bool:  # every encoder built: a count runs no tiktoken constructor (SPEC §1.4)
+        return (CL100K, None) in _encoders and (O200K, self._cache_dir) in _encoders
 
     @property
     def o200k_available(self) -> bool:
@@ -560,7 +559,7 @@ class TokenCounter:
             found = [0]
             value = _without_images(value, found)
             images = found[0]
-        text = msgspec.json.encode(value, enc_hook=_json_default).decode()
+        text = msgspec.json.encode(value, enc_hook=str).decode()
         return {tok: self.count(text, tok) + images * IMAGE_TOKENS for tok in tokenizers}
 
     def count_value(self, value: Any, tokenizer: str) -> int:
@@ -577,7 +576,7 @@ class TokenCounter:
             found = [0]
             value = _without_images(value, found)
             images = found[0]
-        text = msgspec.json.encode(value, enc_hook=_json_default).decode()
+        text = msgspec.json.encode(value, enc_hook=str).decode()
         return self.count(text, tokenizer) + images * IMAGE_TOKENS
 
     def message_overhead(self, tokenizer: str) -> int:
