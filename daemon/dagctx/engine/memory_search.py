@@ -7,10 +7,8 @@ answers status and get) by job.
 
 from __future__ import annotations
 
-import contextvars
 import time
 from collections.abc import Awaitable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -30,8 +28,6 @@ if TYPE_CHECKING:
 
 #: a search hit's ``text`` is capped at this many characters
 HIT_TEXT_CHARS = 4_000
-#: where a hybrid search's vector side runs while its keyword side runs in the request's thread
-_SIDE = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dagctx-memory-vectors")
 
 
 def _vectors(engine: Host, index: MemoryIndex, ws: str, key: str) -> mv.VectorIndex:
@@ -132,22 +128,12 @@ def memory_search(engine: Host, p: mem.MemorySearchParams) -> mem.MemorySearchRe
         return qv, vindex.top(qv, want, p.min_vector_score)
 
     def finish() -> mem.MemorySearchResult:
-        qv, top, side = None, None, None
-        if embedder is not None:
-            if mode == "hybrid" and ws is not None:
-                # the vector side beside the keyword side: both spend their time where the GIL
-                # is released (numpy's kernels, SQLite's steps), so they overlap (ARCHITECTURE.md)
-                side = _SIDE.submit(contextvars.copy_context().run, vector_side)
-            else:
-                qv, top = vector_side()
+        # the vector side in this thread, before the keyword side: run beside it in a thread of
+        # its own it was slower through the daemon on this 2-core machine (ARCHITECTURE.md)
+        qv, top = vector_side() if embedder is not None else (None, None)
         hits: list[mem.MemoryHit] = []
         if ws is not None:
-            try:
-                cands = keyword_candidates(ws, None)
-            finally:
-                if side is not None:
-                    qv, top = side.result()
-            add_vectors(cands, vindex, qv, None, top)
+            cands = add_vectors(keyword_candidates(ws, None), vindex, qv, None, top)
             fetched = index.chunks(ws, [cid for cid, c in cands.items() if "row" not in c])
             for cid, c in cands.items():
                 row = c.get("row") or fetched.get(cid)
