@@ -236,6 +236,17 @@ async def _updates_spills_and_deletes(c: DagctxClient) -> None:
     assert "spill" in big.node.metadata and "marimba" not in big.node.output
     found = await c.search("marimba_overflow_detected")
     assert hit_ids(found) == [big.node.id] and "[marimba_overflow_detected]" in found.hits[0].snippet
+    # A word at the start of a line inside a tool call's JSON input (``\n`` escaped when the
+    # input is encoded) is a word of its own: the call is found by it, as by any other word.
+    js = await c.append(sid, "code", name="js", caller=ids["zebra.llm"], output="{}",
+                        input={"title": "Open the page", "code": "await tab.goto(url);\nnodeRepl.write(JSON.stringify(t));"
+                               "\n\tpanelWidget.render()"})
+    assert hit_ids(await c.search('"nodeRepl.write"')) == [js.node.id]
+    assert hit_ids(await c.search("panelWidget.render")) == [js.node.id]
+    # an escaped backslash before an n is a backslash, not a newline: newt_folder stays whole
+    win = await c.append(sid, "code", name="dir", caller=ids["zebra.llm"], output="ok",
+                         input={"path": "C:\\newt_folder\\quokka_cfg"})
+    assert hit_ids(await c.search("newt_folder")) == [win.node.id]
     # Deleting a session removes its nodes from every search.
     await c.session_delete(idx.s2)
     assert {h.session_id for h in (await c.search("configuration")).hits} == {idx.s1}

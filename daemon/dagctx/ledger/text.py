@@ -6,6 +6,7 @@ to know how a node becomes text for search.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -13,6 +14,24 @@ import msgspec
 from dagctx.protocol.nodes import Call
 
 _json = msgspec.json.Encoder()
+
+# A JSON escape inside an encoded string: ``\\`` (kept as it is, so the ``n`` of an escaped
+# backslash is never read as a newline), a whitespace escape, or a ``\uXXXX`` control.
+_ESCAPE = re.compile(r"\\(\\|[nrtbf]|u[0-9a-fA-F]{4})")
+_UNESCAPED = {"n": "\n", "t": "\t"}
+
+
+def _json_text(value: Any) -> str:
+    """A value as JSON, with the whitespace escapes of its strings written as whitespace.
+
+    The ``unicode61`` tokenizer (and PostgreSQL's twin of it) splits on punctuation, not
+    on escape sequences: in ``"code": "x = 1;\\nnodeRepl.write(x)"`` the backslash is a
+    separator and ``nnodeRepl`` one token, so a search for ``nodeRepl.write`` missed a tool
+    call whose JSON input had it at the start of a line (SPEC §5: every word of a node is
+    found). The result is search text, not JSON to parse back.
+    """
+    return _ESCAPE.sub(lambda m: m.group(0) if m.group(1) == "\\" else _UNESCAPED.get(m.group(1), " "),
+                       _json.encode(value).decode())
 
 
 def value_text(value: Any) -> str:
@@ -31,11 +50,11 @@ def value_text(value: Any) -> str:
             elif block.get("type") in ("image", "image_url", "file"):
                 parts.append(f"[{block.get('type')}]")
             else:
-                parts.append(_json.encode(block).decode())
+                parts.append(_json_text(block))
         return "\n".join(parts)
     if isinstance(value, dict) and isinstance(value.get("text"), str) and len(value) <= 2:
         return value["text"]
-    return _json.encode(value).decode()
+    return _json_text(value)
 
 
 def node_text(node: Call) -> str:
