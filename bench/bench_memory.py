@@ -1,7 +1,7 @@
 """Memory index and search through a real daemon (SPEC §5.1); ratios against baselines of the same run.
 
 Run: python bench/bench_memory.py [--files 2860] [--lines 400] [--db PATH-or-URL] [--queries 50] [--keep]
-     [--reuse FOLDER]   (a folder ``--keep`` printed: its workspaces and database, no build —
+     [--reuse FOLDER [--search-only]]   (a folder ``--keep`` printed: its workspaces and database, no build —
                          the build numbers are then of re-indexing unchanged files)
 
 The defaults make about 100,000 chunks (35 per file); ``--files 20`` is a quick check.
@@ -97,6 +97,7 @@ async def main() -> int:
     ap.add_argument("--db", help="database (default: a temporary SQLite file)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (workspace and database)")
     ap.add_argument("--reuse", help="a folder kept by --keep: search its index again (kept afterwards)")
+    ap.add_argument("--search-only", action="store_true", help="with --reuse: no index runs, the searches only")
     args = ap.parse_args()
     tmp = Path(args.reuse) if args.reuse else Path(tempfile.mkdtemp())
     args.keep = args.keep or bool(args.reuse)
@@ -107,28 +108,31 @@ async def main() -> int:
         make_workspace(plain_ws, args.files, args.lines)
     c = await DagctxClient.spawn(args.db or str(tmp / "bench.db"), standalone=True)
     try:
-        t0 = time.perf_counter()
-        fts_only = await c.request("memory/index", {"workspace": str(plain_ws), "embedding": {"provider": "none"}},
-                                   timeout=3600)
-        t_fts = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        full = await c.request("memory/index", {"workspace": str(ws)}, timeout=3600)
-        t_full = time.perf_counter() - t0
-        print(f"build: FTS only {fts_only.chunks / t_fts:,.0f} chunks/s; with {full.embedding} vectors "
-              f"{full.chunks / t_full:,.0f} chunks/s ({t_full / t_fts:.1f}x the FTS-only time); "
-              f"{full.embedded} vectors ≈ {full.embedded * 256 * 4 / 2**20:.1f} MiB as float32 "
-              f"({256 * 4 * 100_000 / 2**20:.0f} MiB per 100k)")
-        t0 = time.perf_counter()
-        same = await c.request("memory/index", {"workspace": str(ws)}, timeout=3600)
-        t_same = time.perf_counter() - t0
-        (ws / "memory" / "note-0000.md").write_text(f"# Note 0\n\nedited: the zeppelin dashboard {time.time()}\n")
-        t0 = time.perf_counter()
-        one = await c.request("memory/index", {"workspace": str(ws)}, timeout=3600)
-        t_one = time.perf_counter() - t0
-        assert same.reindexed == 0 and one.reindexed == 1, (same, one)
-        print(f"index: {full.files} files, {full.chunks} chunks; full build {t_full:.2f} s "
-              f"({full.chunks / t_full:,.0f} chunks/s); unchanged re-index {t_same / t_full:.3f}x of it; "
-              f"one file changed {t_one / t_full:.3f}x of it")
+        if args.search_only and args.reuse:
+            full = await c.request("memory/status", {"workspace": str(ws)})
+        else:
+            t0 = time.perf_counter()
+            fts_only = await c.request("memory/index", {"workspace": str(plain_ws), "embedding": {"provider": "none"}},
+                                       timeout=3600)
+            t_fts = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            full = await c.request("memory/index", {"workspace": str(ws)}, timeout=3600)
+            t_full = time.perf_counter() - t0
+            print(f"build: FTS only {fts_only.chunks / t_fts:,.0f} chunks/s; with {full.embedding} vectors "
+                  f"{full.chunks / t_full:,.0f} chunks/s ({t_full / t_fts:.1f}x the FTS-only time); "
+                  f"{full.embedded} vectors ≈ {full.embedded * 256 * 4 / 2**20:.1f} MiB as float32 "
+                  f"({256 * 4 * 100_000 / 2**20:.0f} MiB per 100k)")
+            t0 = time.perf_counter()
+            same = await c.request("memory/index", {"workspace": str(ws)}, timeout=3600)
+            t_same = time.perf_counter() - t0
+            (ws / "memory" / "note-0000.md").write_text(f"# Note 0\n\nedited: the zeppelin dashboard {time.time()}\n")
+            t0 = time.perf_counter()
+            one = await c.request("memory/index", {"workspace": str(ws)}, timeout=3600)
+            t_one = time.perf_counter() - t0
+            assert same.reindexed == 0 and one.reindexed == 1, (same, one)
+            print(f"index: {full.files} files, {full.chunks} chunks; full build {t_full:.2f} s "
+                  f"({full.chunks / t_full:,.0f} chunks/s); unchanged re-index {t_same / t_full:.3f}x of it; "
+                  f"one file changed {t_one / t_full:.3f}x of it")
 
         async def timed(method: str, params: dict) -> list[float]:
             out = []

@@ -63,3 +63,46 @@ def test_the_cache_keeps_an_index_per_stamp_and_forgets_a_database() -> None:
     assert mv.cached(("db1", "/ws", "local:x"), "newer") is None
     mv.forget("db1")
     assert mv.cached(("db1", "/ws", "local:x"), "stamp") is None
+
+
+def test_vectors_are_read_by_pages_counted_as_kept_and_loaded_once(tmp_path, monkeypatch) -> None:
+    """A real SQLite store (SPEC §5.1): the vectors come back whole, in chunk id order, when read
+    a page per hold of the store's lock; the kept counts follow the writes (schema version 5);
+    a generation being read is registered, so a second reader waits for it instead of reading."""
+    import threading
+
+    from dagctx.ledger import Store
+    from dagctx.ledger import memory as lm
+
+    store = Store(tmp_path / "m.db")
+    index = lm.MemoryIndex(store)
+    chunks = [lm.MemoryChunkRow(f"id{i:02d}", "MEMORY.md", "memory", i + 1, i + 1, f"h{i}", 1.0, f"line {i}")
+              for i in range(10)]
+    row = lm.MemoryFileRow("MEMORY.md", "memory", "x", 1.0, 100, 10, 10)
+    index.apply("/ws", drop=[], put=[lm.FileUpdate(row, chunks)], indexed_at=1.0, skipped=b"")
+    m = unit_rows(10, 8)
+    index.put_vectors("/ws", "local:m", 8, [(c.id, m[i].tobytes()) for i, c in reversed(list(enumerate(chunks)))])
+    assert (index.chunk_count("/ws"), index.vector_count("/ws", "local:m"), index.file_count("/ws")) == (10, 10, 1)
+    monkeypatch.setattr(lm, "VECTOR_PAGE", 3)
+    got = index.vectors("/ws", "local:m")
+    assert [cid for cid, _ in got] == [c.id for c in chunks] and got[4][1] == m[4].tobytes()
+    stamp = index.run("/ws")[0]
+    assert [(ws, model) for ws, model, _ in index.vector_sets()] == [("/ws", "local:m")]
+
+    key = ("db-test", "/ws", "local:m")
+    assert mv.first_open("db-test") and not mv.first_open("db-test")  # an open database's reads are kept
+    job = mv.start_load(key, stamp, lambda: index.vectors("/ws", "local:m"))
+    assert job is not None and mv.start_load(key, stamp, lambda: []) is None  # registered: not read twice
+    seen: list[object] = []
+    waiter = threading.Thread(target=lambda: seen.append(mv.wait_loading(key, stamp)))
+    waiter.start()
+    job()
+    waiter.join(5)
+    assert len(seen) == 1 and len(seen[0]) == 10 and mv.cached(key, stamp) is seen[0]
+    assert mv.wait_loading(key, stamp) is None  # nothing in flight any more
+    mv.forget("db-test")
+
+    index.apply("/ws", drop=["MEMORY.md"], put=[], indexed_at=2.0, skipped=b"")
+    assert (index.chunk_count("/ws"), index.vector_count("/ws", "local:m"), index.file_count("/ws")) == (0, 0, 0)
+    assert index.vector_sets() == []
+    store.close()

@@ -12,6 +12,9 @@ from .store_base import DERIVED_KEY
 
 __all__ = ["FileUpdate", "MemoryChunkRow", "MemoryFileRow", "MemoryIndex"]
 
+#: vectors read per hold of the store's lock (``MemoryIndex.vectors``)
+VECTOR_PAGE = 4_096
+
 
 @dataclass(frozen=True, slots=True)
 class FileUpdate:
@@ -94,10 +97,17 @@ class MemoryIndex:
             return self._rows().file_count(workspace)
 
     def vectors(self, workspace: str, model: str) -> list[tuple[str, bytes]]:
-        """Every chunk's vector of ``model`` (``provider:model``), in the index's order."""
+        """Every chunk's vector of ``model`` (``provider:model``), in chunk id order — read
+        ``VECTOR_PAGE`` rows per hold of the store's lock, so a read of 100,000 vectors (seconds)
+        never holds every other request on the database back for all of it."""
         self.store.ensure_file()
-        with self.store.lock:
-            return self._rows().vectors(workspace, model)
+        out: list[tuple[str, bytes]] = []
+        while True:
+            with self.store.lock:
+                page = self._rows().vectors(workspace, model, out[-1][0] if out else "", VECTOR_PAGE)
+            out += page
+            if len(page) < VECTOR_PAGE:
+                return out
 
     def vector_sets(self) -> list[tuple[str, str, float]]:
         """(workspace, model, index generation) of every set of vectors, newest index first

@@ -237,13 +237,13 @@ class PostgresMemory:
 
     # ------------------------------------------------------------ vectors (schema version 4)
 
-    def vectors(self, workspace: str, model: str) -> list[tuple[str, bytes]]:
+    def vectors(self, workspace: str, model: str, after: str = "", limit: int = -1) -> list[tuple[str, bytes]]:
         with self.b._conn("read the memory index") as c:
-            # in the primary key's order: no join, no sort by path (a vector's chunk is there:
-            # both leave in the same transaction)
+            # in the primary key's order from a cursor: no join, no sort by path (a vector's
+            # chunk is there: both leave in the same transaction)
             rows = c.execute(
-                "SELECT chunk_id, vec FROM dagctx.memory_vectors WHERE workspace=%s AND model=%s "
-                "ORDER BY chunk_id", (workspace, model)).fetchall()
+                'SELECT chunk_id, vec FROM dagctx.memory_vectors WHERE workspace=%s AND model=%s AND chunk_id > %s '
+                'ORDER BY chunk_id LIMIT %s', (workspace, model, after, None if limit < 0 else limit)).fetchall()
         return [(r[0], bytes(r[1])) for r in rows]
 
     def vector_count(self, workspace: str, model: str) -> int:

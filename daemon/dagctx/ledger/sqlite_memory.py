@@ -273,13 +273,13 @@ class SqliteMemory:
 
     # ------------------------------------------------------------ vectors (schema version 4)
 
-    def vectors(self, workspace: str, model: str) -> list[tuple[str, bytes]]:
+    def vectors(self, workspace: str, model: str, after: str = "", limit: int = -1) -> list[tuple[str, bytes]]:
         with self.b._faults("read the memory index"):
-            # in the primary key's order: no join, no sort (a vector's chunk is there: both
-            # leave in the same transaction)
+            # in the primary key's order from a cursor: no join, no sort (a vector's chunk is
+            # there: both leave in the same transaction)
             rows = self._c().execute(
-                "SELECT chunk_id, vec FROM memory_vectors WHERE workspace=? AND model=? ORDER BY chunk_id",
-                (workspace, model)).fetchall()
+                "SELECT chunk_id, vec FROM memory_vectors WHERE workspace=? AND model=? AND chunk_id > ? "
+                "ORDER BY chunk_id LIMIT ?", (workspace, model, after, limit)).fetchall()
         return [(r[0], bytes(r[1])) for r in rows]
 
     def vector_count(self, workspace: str, model: str) -> int:
