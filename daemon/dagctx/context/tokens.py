@@ -412,10 +412,15 @@ def warm_up(cache_dir: str | None, quiet: Callable[[], bool]) -> list[str]:
     return built
 
 
+def _json_default(obj: Any) -> Any:
+    return str(obj)
+
+
 def _has_image(value: Any) -> bool:
     if isinstance(value, dict):
-        return value.get("type") in IMAGE_BLOCK_TYPES or any(
-            _has_image(v) for v in value.values() if isinstance(v, (dict, list)))
+        if value.get("type") in IMAGE_BLOCK_TYPES:
+            return True
+        return any(_has_image(v) for v in value.values() if isinstance(v, (dict, list)))
     if isinstance(value, list):
         return any(_has_image(v) for v in value if isinstance(v, (dict, list)))
     return False
@@ -453,10 +458,6 @@ class TokenCounter:
     def warm_up(self, quiet: Callable[[], bool]) -> list[str]:
         """Build this counter's encoders ahead of need (the module function ``warm_up``)."""
         return warm_up(self._cache_dir, quiet)
-
-    @property
-    def ready(self) -> bool:  # every encoder built: a count runs no tiktoken constructor (SPEC §1.4)
-        return (CL100K, None) in _encoders and (O200K, self._cache_dir) in _encoders
 
     @property
     def o200k_available(self) -> bool:
@@ -559,7 +560,7 @@ class TokenCounter:
             found = [0]
             value = _without_images(value, found)
             images = found[0]
-        text = msgspec.json.encode(value, enc_hook=str).decode()
+        text = msgspec.json.encode(value, enc_hook=_json_default).decode()
         return {tok: self.count(text, tok) + images * IMAGE_TOKENS for tok in tokenizers}
 
     def count_value(self, value: Any, tokenizer: str) -> int:
@@ -576,7 +577,7 @@ class TokenCounter:
             found = [0]
             value = _without_images(value, found)
             images = found[0]
-        text = msgspec.json.encode(value, enc_hook=str).decode()
+        text = msgspec.json.encode(value, enc_hook=_json_default).decode()
         return self.count(text, tokenizer) + images * IMAGE_TOKENS
 
     def message_overhead(self, tokenizer: str) -> int:

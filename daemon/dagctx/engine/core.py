@@ -320,10 +320,7 @@ class EngineCore:
         return self.db
 
     async def _derive(self, role: str, input: Any, output: Any, name: str = "") -> NodeDerived:
-        # a big payload, or a first count while the encoders are not built yet (a request
-        # before the daemon's first quiet moment), leaves the loop: every connection waits
-        # on a loop that holds the interpreter lock
-        if self._payload_is_big(input, output) or not self.counter.ready:
+        if self._payload_is_big(input, output):
             return await asyncio.to_thread(self.derive_node, role, input, output, name)
         return self.derive_node(role, input, output, name)
 
@@ -369,7 +366,7 @@ class EngineCore:
             raise DagctxError("InvalidParams", "nodes is empty: give at least one node", path="nodes")
         nodes = [self._with_render(p.session_id, p.render_id, n, "renderId") if p.render_id is not None
                  and n.role == "llm" else n for n in p.nodes]
-        if self._payload_is_big(*[n.input for n in nodes], *[n.output for n in nodes]) or not self.counter.ready:
+        if self._payload_is_big(*[n.input for n in nodes], *[n.output for n in nodes]):
             derived = await asyncio.to_thread(
                 lambda: [self.derive_node(n.role, n.input, n.output, n.name) for n in nodes])
         else:
