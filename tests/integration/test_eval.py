@@ -324,6 +324,30 @@ def test_a_codex_compaction_is_measured_and_the_structural_fallback_runs(tmp_pat
     assert w["requests"] == s["modelCalls"] == w["M7"]["identical"] == 3 and w["M4"]["maxOvershoot"] == 0
 
 
+async def test_an_identifier_a_request_checkpoint_removed_is_found_by_search(tmp_path: Path) -> None:
+    """One user turn of 24 browser steps outgrows a 16k window: a request checkpoint takes
+    the early steps out of the request. Each step's JSON input has an identifier of its own
+    at the start of a line of its code (``\\nprobeWriterK.flush``), which the checkpoint's
+    summary does not name; ``search_history`` finds each call again by it (top 10), as the
+    Codex rollout's ``nodeRepl.write`` at 32k (issue 23: the escaped newline glued an ``n``
+    to the word in the search index, and M1 lost them)."""
+    cc = CC()
+    cc.user("open every page and report its title")
+    for k in range(1, 25):
+        code = f"await tab.goto('http://localhost:5173/page_{k}');\nprobeWriter{k}.flush(JSON.stringify(await tab.title()));"
+        cc.call(k, "js", {"title": f"Open page {k}", "code": code}, filler(90))
+    cc.reply(25, "all pages opened")
+    doc = await evaluate_file(tmp_path, cc.write(tmp_path / "checkpoint.jsonl"), "16k")
+    (w,) = doc["sessions"][0]["windows"]
+    assert w["requests"] == 25 and w["reductions"] > 0 and w["M4"]["refused"] == 0 and w["M4"]["maxOvershoot"] == 0
+    m1 = w["M1"]
+    # only the checkpoint removed anything, and what it removed is each step's line-start identifier
+    assert set(m1["byMechanism"]) == {"checkpoint"} and m1["removed"] >= 5, m1
+    assert all(v == [1, 1] for v in m1["nodes"].values()) and len(m1["nodes"]) == m1["removed"], m1["nodes"]
+    assert m1["recall"] == 1.0 and m1["routes"]["search"] == m1["removed"], m1["lost"]
+    assert w["M7"]["identical"] == w["M7"]["requests"] == 25
+
+
 async def test_recovery_reads_an_identifier_cut_by_read_node_pages(tmp_path: Path) -> None:
     """``read_node`` pages an output by 20,000 characters; an identifier astride the cut is
     still recovered (the pages are read as one text), and only by reading both pages."""
