@@ -425,3 +425,22 @@ def test_long_texts_are_counted_in_pieces_exactly(no_o200k: TokenCounter) -> Non
     assert "".join(parts) == big and max(len(p) for p in parts) <= CHUNK_CHARS
     run = "x" * (3 * CHUNK_CHARS + 5)  # no space at all: cut hard, still whole
     assert "".join(_chunks(run)) == run
+
+
+def test_the_warm_up_does_not_parse_a_vocabulary_a_request_built_while_it_waited(
+        clear_o200k_cache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon's warm-up waits for a quiet moment before parsing each vocabulary; when a
+    request built that encoder meanwhile, parsing it again would only hold the interpreter
+    lock and ~12 MB of peak memory (the shared daemon's first import paid both)."""
+    cl100k = tokens._encoders.pop((tokens.CL100K, None))
+    parsed: list[str] = []
+    real_spec = tokens._spec
+    monkeypatch.setattr(tokens, "_spec", lambda key: parsed.append(key[0]) or real_spec(key))
+
+    def quiet() -> bool:  # while the warm-up waited, a request needed cl100k
+        tokens._encoders.setdefault((tokens.CL100K, None), cl100k)
+        return True
+
+    tokens.warm_up(str(tmp_path), quiet)  # an empty cache folder: no o200k to build
+    assert tokens.CL100K not in parsed
+    assert tokens._encoders[(tokens.CL100K, None)] is cl100k

@@ -396,10 +396,10 @@ def warm_up(cache_dir: str | None, quiet: Callable[[], bool]) -> list[str]:
     the lock throughout), so neither lands on a client that is waiting."""
     built = []
     for key in ((CL100K, None), (O200K, cache_dir)):
-        if key in _encoders:
-            continue
-        if not quiet():
+        if key not in _encoders and not quiet():
             return built
+        if key in _encoders:  # built, or built by a request while we waited: no parse (~12 MB, ~0.5 s of the lock)
+            continue
         spec = _spec(key)
         with _build_lock:
             if key in _encoders:
