@@ -708,17 +708,22 @@ def test_parse_path_reports_unknown_files(tmp_path: Path) -> None:
 def test_keeping_tool_results_aside_changes_no_transcript(rel: str) -> None:
     """What ``session/import`` parses (tool results over a limit kept in a temporary file
     as they are read, SPEC §9 import) is, read back, what is parsed in memory."""
+    assert parsed_aside(CORPUS / rel) == list(parsed(rel))
+
+
+def parsed_aside(path: Path) -> list:
+    """``path`` parsed with every tool result over 512 bytes kept aside, read back."""
     from dagctx.transcripts.base import loaded
     from dagctx.transcripts.builder import SPILL_OVER
 
     token = SPILL_OVER.set(512)
     try:
-        aside = parse_file(CORPUS / rel)
+        aside = parse_file(path)
     finally:
         SPILL_OVER.reset(token)
     for t in aside:
         t.nodes = [loaded(n) for n in t.nodes]
-    assert aside == list(parsed(rel))
+    return aside
 
 
 @needs_corpus
@@ -730,8 +735,6 @@ def test_a_json_document_streamed_parses_as_decoded_whole(rel: str, chunk: int, 
     ``chunk`` bytes) parse into exactly what they parse into decoded in one piece, with and
     without the bodies kept aside."""
     from dagctx.transcripts import jsonstream
-    from dagctx.transcripts.base import loaded
-    from dagctx.transcripts.builder import SPILL_OVER
 
     with monkeypatch.context() as m:
         m.setattr(jsonstream, "WHOLE_BELOW", 1 << 62)
@@ -741,14 +744,7 @@ def test_a_json_document_streamed_parses_as_decoded_whole(rel: str, chunk: int, 
         m.setattr(jsonstream, "WHOLE_BELOW", 0)
         m.setattr(jsonstream, "_CHUNK", chunk)
         assert parse_file(CORPUS / rel) == whole
-        token = SPILL_OVER.set(512)
-        try:
-            aside = parse_file(CORPUS / rel)
-        finally:
-            SPILL_OVER.reset(token)
-    for t in aside:
-        t.nodes = [loaded(n) for n in t.nodes]
-    assert aside == whole
+        assert parsed_aside(CORPUS / rel) == whole
 
 
 @needs_corpus
