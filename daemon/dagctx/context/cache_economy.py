@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from .cache_breaks import READ_PRICE, WRITE_PRICE
 
@@ -118,3 +119,13 @@ def aging_economy(freed: int, rewrite: int, requests: int, *, cold: bool = False
 
 __all__ = ["MIN_GAIN", "SUMMARIZER_PRICE", "AgingEconomy", "CompactionEconomy", "aging_economy",
            "compaction_economy"]
+
+
+def request_manifest(node: Any) -> dict[str, Any] | None:
+    """The ``renderManifest`` of a request the branch handed out (SPEC §8): a top-level llm
+    node's, not a frame's; None for any other node. The prompt-cache decisions (aging's
+    pay-off, compaction's) count these."""
+    if node.role != "llm" or node.caller is not None:
+        return None
+    man = node.metadata.get("renderManifest")
+    return man if isinstance(man, dict) and man.get("frame") is None else None

@@ -420,10 +420,8 @@ def requests_since_compaction(graph: Any, head: str, summary_id: str | None) -> 
     out: list[int] = []
     last: float | None = None
     for node in reversed(graph.chain(head)):
-        if node.role != "llm" or node.caller is not None:
-            continue
-        man = node.metadata.get("renderManifest")
-        if not isinstance(man, dict) or man.get("frame") is not None:
+        man = cache_economy.request_manifest(node)
+        if man is None:
             continue
         if last is None:
             last = node.created_at

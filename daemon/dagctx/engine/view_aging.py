@@ -289,10 +289,8 @@ def previous_requests(graph: SessionGraph, head: str) -> tuple[str, dict[str, An
         if node.role == "user" and node.caller is None and not node.metadata.get("spawn_branch_root"):
             in_turn = False
             continue
-        if node.role != "llm" or node.caller is not None:
-            continue
-        man = node.metadata.get("renderManifest")
-        if not isinstance(man, dict) or man.get("frame") is not None:
+        man = cache_economy.request_manifest(node)
+        if man is None:
             continue
         if prev is None:
             prev = (node.id, man)
