@@ -574,6 +574,39 @@ async def test_an_export_of_many_texts_reads_the_session_a_page_at_a_time(shared
         await a.close()
 
 
+async def test_an_openai_export_of_many_texts_is_written_a_segment_at_a_time(shared_env, tmp_path: Path) -> None:
+    """SPEC §9 session/export, ``openai``: the render is walked on the session's skeleton a
+    segment of turns at a time, and each message is encoded and written as it is made —
+    so exporting 24 MB of 100 KB texts grows the daemon's peak RSS by a fixed part, each
+    node's skeleton and a few times the largest node, not by the session (before: the
+    whole session graph cached, the whole message list, its encoding and its indented
+    copy), and caches no graph of it. The document is the render's, valid JSON."""
+    chars, count = 100_000, 240
+    a = await spawn(tmp_path / "export-openai.db")
+    try:
+        src = tmp_path / "texts.jsonl"
+        _texts_transcript(src, "claude-code", count, chars, "export-openai")
+        sid = (await a.import_path(str(src), format="claude-code")).sessions[0].session_id
+        warm = tmp_path / "warm.json"  # the code paths are warm, and SQLite's page cache is full
+        await a.request("session/export", {"sessionId": sid, "path": str(warm), "format": "openai"})
+        pid = (await a.daemon_status()).pid
+        before = _proc_kib(pid, "VmRSS")
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        out = tmp_path / "export.json"
+        res = await a.request("session/export", {"sessionId": sid, "path": str(out), "format": "openai"})
+        grown = (_proc_kib(pid, "VmHWM") - before) * 1024
+        size = out.stat().st_size
+        assert size > count * chars and out.read_bytes() == warm.read_bytes() and res.lines == count
+        doc = json.loads(out.read_bytes())
+        assert [(x["role"], len(x["content"])) for x in doc["messages"][:2]] == [("user", chars), ("assistant", chars)]
+        bound = 4 * 2**20 + 8192 * count + 10 * chars
+        assert grown < bound < size / 3, f"the export grew the daemon by {grown:,} bytes for a {size:,}-byte file"
+        status = await a.daemon_status()
+        assert status.caches and all(cache.sessions == 0 for cache in status.caches), status.caches
+    finally:
+        await a.close()
+
+
 async def test_an_import_announced_to_an_observing_client_waits_for_it_a_page_at_a_time(shared_env,
                                                                                         tmp_path: Path) -> None:
     """SPEC §9 session/import, §1.5: a client that observes its writes (``observeNodes``)

@@ -48,7 +48,8 @@ Known limits of the round trip (the importer's id scheme, not lost data):
   left out; code node ids become their ``toolCallId``.
 
 ``openai`` writes ``{"model", "messages"}``: ``context/render`` of the head in the OpenAI
-format (model = the newest llm node's model on the branch, else the daemon default).
+format (model = the newest llm node's model on the branch, else the daemon default),
+streamed a segment of turns at a time (``export_openai.py``).
 
 ``path``: written atomically (a temp file in the same folder, then a rename — or a hard
 link when the name must not exist yet, so no race can clobber a file). An existing file
@@ -82,6 +83,8 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.messages import SessionInfo
 from dagctx.protocol.nodes import ROOT_SENTINEL, Call
 
+from .export_openai import OpenAIExport
+
 if TYPE_CHECKING:
     from .ports import Host
 
@@ -94,18 +97,15 @@ _TOOL_ID_OK = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
 def session_export(engine: Host, p: c.ExportParams) -> c.ExportResult:
-    """In a worker of the pool, never on the event loop (SPEC §1.4). ``claude-code`` to a
-    ``path`` streams: each line is encoded and written as it is made, and a spilled tool
-    result is read back only for its own line, so memory is bounded by the largest node,
-    not by the session (SPEC §9 ``session/export``)."""
+    """In a worker of the pool, never on the event loop (SPEC §1.4). Both formats stream
+    from the session's skeleton: each line (claude-code) or message (openai,
+    ``export_openai``) is encoded and written as it is made, and nodes are read whole a page
+    at a time, so memory is bounded by the largest node (openai: turn), not by the session
+    (SPEC §9 ``session/export``)."""
     store = engine.store
     info = store.get_session(p.session_id)
-    sizes: dict[str, int] = {}
-    if p.format == "claude-code":
-        # the session's skeleton, never cached; each node is read whole for its own lines
-        graph, sizes = store.skeleton(p.session_id, tick=stop_if_cancelled)
-    else:
-        graph = store.graph(p.session_id)
+    # the session's skeleton, never cached; each node is read whole, a page at a time
+    graph, sizes = store.skeleton(p.session_id, tick=stop_if_cancelled)
     head = p.head or info.head
     if head == ROOT_SENTINEL:
         head = graph.root_id
@@ -120,8 +120,9 @@ def session_export(engine: Host, p: c.ExportParams) -> c.ExportResult:
             path="head",
         )
     path = None if p.path is None else os.path.abspath(engine.client_path(p.path))
+    produce: Callable[[Callable[[bytes], Any]], int]
     if p.format == "claude-code":
-        def claude_code(write: Callable[[bytes], Any]) -> int:
+        def produce(write: Callable[[bytes], Any]) -> int:
             def emit(line: dict[str, Any]) -> None:
                 write(_enc.encode(line))
                 write(b"\n")
@@ -129,26 +130,23 @@ def session_export(engine: Host, p: c.ExportParams) -> c.ExportResult:
 
             return ClaudeCodeExport(engine, info, graph, head, emit, all_branches=p.branches == "all",
                                     sizes=sizes).build()
+    else:
+        chain = graph.chain(head)
+        model = next(
+            (n.name for n in reversed(chain) if n.role == "llm" and n.name and n.name != UNKNOWN_MODEL),
+            None,
+        ) or engine.models.get(engine.options.default_model).name
+        del chain
 
-        if path is None:
-            parts: list[bytes] = []
-            count = claude_code(parts.append)
-            return c.ExportResult(format=p.format, lines=count, content=b"".join(parts).decode("utf-8"))
-        count = _write_atomic(path, claude_code, p.overwrite)
-        return c.ExportResult(format=p.format, lines=count, path=path)
-    chain = graph.chain(head)
-    model = next(
-        (n.name for n in reversed(chain) if n.role == "llm" and n.name and n.name != UNKNOWN_MODEL),
-        None,
-    )
-    r = engine.views.render(p.session_id, head=head, fmt="openai", model=model, remember=False)
-    doc = {"model": model or r.model.name, "messages": r.messages}
-    data = msgspec.json.format(_enc.encode(doc), indent=2) + b"\n"
-    del doc
+        def produce(write: Callable[[bytes], Any]) -> int:
+            return OpenAIExport(store, info.session_id, graph, sizes, head, model).write(write)
+
     if path is None:
-        return c.ExportResult(format=p.format, lines=len(r.messages), content=data.decode("utf-8"))
-    _write_atomic(path, lambda write: write(data), p.overwrite)
-    return c.ExportResult(format=p.format, lines=len(r.messages), path=path)
+        parts: list[bytes] = []
+        count = produce(parts.append)
+        return c.ExportResult(format=p.format, lines=count, content=b"".join(parts).decode("utf-8"))
+    count = _write_atomic(path, produce, p.overwrite)
+    return c.ExportResult(format=p.format, lines=count, path=path)
 
 
 def _exists_error(path: str) -> DagctxError:
