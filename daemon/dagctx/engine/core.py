@@ -264,20 +264,27 @@ class EngineCore:
             toks.append(O200K)
         return toks
 
-    def _count_stored(self, input: Any, stored: Any) -> dict[str, tuple[int, int]]:
-        """Tokens for every tokenizer; each value is serialized once for all of them."""
+    def _count_stored(self, input: Any, stored: Any,
+                      known: dict[str, tuple[int, int]] | None = None) -> dict[str, tuple[int, int]]:
+        """Tokens for every tokenizer (those in ``known`` taken from it); each value is
+        serialized once for all of them."""
         toks = self.tokenizers()
-        ins = self.counter.count_values(input, toks)
-        outs = self.counter.count_values(stored, toks)
-        return {tok: (ins[tok], outs[tok]) for tok in toks}
+        rest = [tok for tok in toks if not known or tok not in known]
+        ins = self.counter.count_values(input, rest)
+        outs = self.counter.count_values(stored, rest)
+        return {tok: (ins[tok], outs[tok]) if tok in ins else known[tok] for tok in toks}  # type: ignore[index]
 
-    def derive_node(self, role: str, input: Any, output: Any, name: str = "") -> NodeDerived:
+    def derive_node(self, role: str, input: Any, output: Any, name: str = "", *,
+                    known: dict[str, tuple[int, int]] | None = None) -> NodeDerived:
         """What the ledger keeps beside a node, computed once on what the store will keep
         (after spilling): token counts for every tokenizer, and for a tool result its
-        ranked references (SPEC §8), so no render re-tokenizes or re-mines old output."""
+        ranked references (SPEC §8), so no render re-tokenizes or re-mines old output.
+        ``known``: (input, output) counts the caller already took of these very values
+        for some tokenizers (a compaction's validation counted its summary), used when
+        nothing is spilled."""
         stored, _ = spill_output(output, self.store.spill, role=role, name=name)
         refs = aging.stored_references(stored) if role == "code" and stored is not None else None
-        return NodeDerived(tokens=self._count_stored(input, stored), refs=refs)
+        return NodeDerived(tokens=self._count_stored(input, stored, known if stored is output else None), refs=refs)
 
     @staticmethod
     def _payload_is_big(*values: Any) -> bool:

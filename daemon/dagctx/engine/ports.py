@@ -58,7 +58,8 @@ class Record(Protocol):
 
     def announce(self, session_id: str, nodes: list[Any], head: str) -> None: ...
 
-    def derive_node(self, role: str, input: Any, output: Any, name: str = "") -> NodeDerived: ...  # noqa: A002
+    def derive_node(self, role: str, input: Any, output: Any, name: str = "", *,  # noqa: A002
+                    known: dict[str, tuple[int, int]] | None = None) -> NodeDerived: ...
 
     def lifecycle(self, step: str, *args: Any) -> None: ...
 
