@@ -145,7 +145,7 @@ from .render_items import ItemWriter
 from .summary_choice import active_summary, is_chain_member, select_system_node, summary_candidates
 from .view import View
 
-__all__ = ["render_view"]
+__all__ = ["render_view", "system_text_of"]
 
 _INF = float("inf")
 
@@ -329,10 +329,17 @@ def _system_prompt(graph: SessionGraph, upto_seq: float, system_node_id: str | N
     system_id = sys_node.id if sys_node is not None else None
     if pending_system is not None:
         system_id, system_text = pending_system
-    elif sys_node is not None and sys_node.output is not None:
-        out = sys_node.output
-        system_text = out if isinstance(out, str) else blocks_text(message_blocks(out))
+    elif sys_node is not None:
+        system_text = system_text_of(sys_node)
     return system_text, system_id
+
+
+def system_text_of(node: Call) -> str | None:
+    """The text a system-prompt node gives a view (None: it has no output)."""
+    out = node.output
+    if out is None:
+        return None
+    return out if isinstance(out, str) else blocks_text(message_blocks(out))
 
 
 def with_system_prompt(view: View, graph: SessionGraph, system_node_id: str | None,

@@ -182,7 +182,7 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
                                          "percentage": int(i * 80 / len(stages))})
         text = summary_so_far
         # 4. validate against a candidate render with the summary applied
-        validation, node_input = await engine.offload(lambda: _validate(
+        validation, node_input, counted = await engine.offload(lambda: _validate(
             engine, graph, plan, text, head, aged, info, tokens_before, identifiers, max_chars,
             p.min_identifier_retention))
         if not validation.ok and validation.reason == summary_check.LOW_FIDELITY:
@@ -192,7 +192,7 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
             retry = summarizer_input.retry_messages(messages, validation.missing)
             sent.append(retry)
             text = await _sample(engine, p, system, retry, sinfo, max_tokens)
-            validation, node_input = await engine.offload(lambda: _validate(
+            validation, node_input, counted = await engine.offload(lambda: _validate(
                 engine, graph, plan, text, head, aged, info, tokens_before, identifiers, max_chars,
                 p.min_identifier_retention))
         retention = validation.retention
@@ -203,7 +203,7 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
         if p.fallback != "structural":
             return done(False, "failed", shown_before, shown_before, error=err.message)
         text = summary_check.structural_summary(plan)
-        validation, node_input = await engine.offload(lambda: _validate(
+        validation, node_input, counted = await engine.offload(lambda: _validate(
             engine, graph, plan, text, head, aged, info, tokens_before, [], None, 0.0))
         if not validation.ok:
             return done(False, validation.reason or "failed", shown_before, shown_before, error=_why(validation))
@@ -225,7 +225,9 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
         metadata={**node_input["metadata"], "trigger": p.trigger, "identifierRetention": retention,
                   "agingManifest": aging_stats.get("manifest")},
     )
-    derived = await engine.offload(lambda: engine.derive_node(node.role, node.input, node.output))
+    # the validation counted this very text under the model's tokenizer: not again
+    taken = {tokenizer: counted} if counted is not None and node.output is node_input["output"] else None
+    derived = await engine.offload(lambda: engine.derive_node(node.role, node.input, node.output, known=taken))
 
     def check_and_append() -> Any:
         # In the writer thread: the branch must not have changed while the summarizer ran,
@@ -242,6 +244,9 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
     engine.announce(sid, [out.node], out.head)
 
     def after_render() -> Any:
+        if derived.tokens and tokenizer in derived.tokens:
+            # what the store keeps for the summary: the render below needs not count it
+            views.node_tokens(store.graph(sid), tokenizer).setdefault(out.node.id, derived.tokens[tokenizer])
         aged_after, _ = views.aging_for(sid, head, info)
         return views.render(sid, head=head, fmt=p.format, model=info.name, aged=aged_after, remember=False)
 
@@ -297,7 +302,9 @@ async def _sample(engine: Host, p: c.CompactParams, system: str, messages: list[
 
 def _validate(engine: Host, graph: Any, plan: Any, text: str | None, head: str, aged: dict[str, str],
               info: Any, tokens_before: int, identifiers: list[str], max_chars: int | None,
-              min_retention: float) -> tuple[Any, dict[str, Any]]:
+              min_retention: float) -> tuple[Any, dict[str, Any], tuple[int, int] | None]:
+    """The verdict on ``text``, the summary node's fields, and the (input, output) tokens
+    the candidate render counted of that node under the model's tokenizer."""
     node_input = compaction_plan.summary_node_input(plan, text or "", model=info.name)
     candidate = compaction_plan.with_candidate(graph, node_input)
     view = render_view(candidate, head, aged=aged)
@@ -307,8 +314,8 @@ def _validate(engine: Host, graph: Any, plan: Any, text: str | None, head: str, 
     tokenizer = info.tokenizer or engine.counter.tokenizer_for(info.name)
     per = engine.views.count_messages(candidate, messages, node_ids, tokenizer, aged)
     cand_id = "summary_candidate"
-    # the candidate node has no stored count: count its text
-    engine.views.node_tokens(candidate, tokenizer).pop(cand_id, None)
+    # the candidate node has no stored count: its text was counted, and is not kept here
+    counted = engine.views.node_tokens(candidate, tokenizer).pop(cand_id, None)
     after = sum(per)
     validation = summary_check.validate_summary(
         text, plan, tokens_before=tokens_before, candidate_tokens_after=after, max_chars=max_chars,
@@ -320,7 +327,7 @@ def _validate(engine: Host, graph: Any, plan: Any, text: str | None, head: str, 
         "tokensBefore": tokens_before, "tokensAfter": after,
         "identifiersChecked": list(identifiers), "identifiersMissing": list(validation.missing),
     }
-    return validation, node_input
+    return validation, node_input, counted
 
 
 def _watch(graph: Any, ids: set[str], also: set[str]) -> dict[str, tuple[Any, Any, Any]]:

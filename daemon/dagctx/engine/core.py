@@ -102,6 +102,9 @@ class EngineCore:
         #: True when the server runs every handler in a worker thread (SPEC §1.4): a big
         #: payload is then derived right there instead of hopping to another thread
         self.in_worker = False
+        #: the largest answer the connection takes, in framed bytes (set by the server: the
+        #: connection's frame limit, SPEC §1.4); None in process: no limit
+        self.frame_limit: Callable[[], int] | None = None
         self.options = m.InitializationOptions()
         #: this connection's id, named as ``origin`` in notifications
         self.connection_id: str | None = None
@@ -202,6 +205,11 @@ class EngineCore:
             return fn()
         return await self.heavy_runner(fn)
 
+    def answer_limit(self) -> int | None:
+        """The most bytes one framed answer may hold (SPEC §1.4), None when unlimited: what
+        an answer built a piece at a time stops at (``ResponseTooLarge``)."""
+        return None if self.frame_limit is None else self.frame_limit()
+
     def client_path(self, path: str, field: str = "path") -> str:
         """A path the client named, as the client meant it: ``~`` expanded, and relative to
         the client's working directory (the shared daemon's own is ``/``). A path no file
@@ -256,20 +264,27 @@ class EngineCore:
             toks.append(O200K)
         return toks
 
-    def _count_stored(self, input: Any, stored: Any) -> dict[str, tuple[int, int]]:
-        """Tokens for every tokenizer; each value is serialized once for all of them."""
+    def _count_stored(self, input: Any, stored: Any,
+                      known: dict[str, tuple[int, int]] | None = None) -> dict[str, tuple[int, int]]:
+        """Tokens for every tokenizer (those in ``known`` taken from it); each value is
+        serialized once for all of them."""
         toks = self.tokenizers()
-        ins = self.counter.count_values(input, toks)
-        outs = self.counter.count_values(stored, toks)
-        return {tok: (ins[tok], outs[tok]) for tok in toks}
+        rest = [tok for tok in toks if not known or tok not in known]
+        ins = self.counter.count_values(input, rest)
+        outs = self.counter.count_values(stored, rest)
+        return {tok: (ins[tok], outs[tok]) if tok in ins else known[tok] for tok in toks}  # type: ignore[index]
 
-    def derive_node(self, role: str, input: Any, output: Any, name: str = "") -> NodeDerived:
+    def derive_node(self, role: str, input: Any, output: Any, name: str = "", *,
+                    known: dict[str, tuple[int, int]] | None = None) -> NodeDerived:
         """What the ledger keeps beside a node, computed once on what the store will keep
         (after spilling): token counts for every tokenizer, and for a tool result its
-        ranked references (SPEC §8), so no render re-tokenizes or re-mines old output."""
+        ranked references (SPEC §8), so no render re-tokenizes or re-mines old output.
+        ``known``: (input, output) counts the caller already took of these very values
+        for some tokenizers (a compaction's validation counted its summary), used when
+        nothing is spilled."""
         stored, _ = spill_output(output, self.store.spill, role=role, name=name)
         refs = aging.stored_references(stored) if role == "code" and stored is not None else None
-        return NodeDerived(tokens=self._count_stored(input, stored), refs=refs)
+        return NodeDerived(tokens=self._count_stored(input, stored, known if stored is output else None), refs=refs)
 
     @staticmethod
     def _payload_is_big(*values: Any) -> bool:

@@ -48,13 +48,15 @@ Known limits of the round trip (the importer's id scheme, not lost data):
   left out; code node ids become their ``toolCallId``.
 
 ``openai`` writes ``{"model", "messages"}``: ``context/render`` of the head in the OpenAI
-format (model = the newest llm node's model on the branch, else the daemon default).
+format (model = the newest llm node's model on the branch, else the daemon default),
+streamed a segment of turns at a time (``export_openai.py``).
 
 ``path``: written atomically (a temp file in the same folder, then a rename — or a hard
 link when the name must not exist yet, so no race can clobber a file). An existing file
 is refused unless ``overwrite: true`` (SPEC §9). A relative path is relative to the
-daemon's working directory. Without ``path`` the
-text is returned in ``content``. ``lines`` counts JSONL lines (claude-code) or messages
+client's working directory. Without ``path`` the
+text is returned in ``content``, refused (``ResponseTooLarge``) as soon as it grows past
+what the connection's answer may carry (``export_sinks.py``). ``lines`` counts JSONL lines (claude-code) or messages
 (openai).
 """
 
@@ -62,8 +64,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
-import tempfile
 import uuid
 from datetime import datetime, timezone
 from collections.abc import Callable
@@ -82,6 +82,9 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.messages import SessionInfo
 from dagctx.protocol.nodes import ROOT_SENTINEL, Call
 
+from .export_openai import OpenAIExport
+from .export_sinks import AnswerText, write_atomic
+
 if TYPE_CHECKING:
     from .ports import Host
 
@@ -94,18 +97,15 @@ _TOOL_ID_OK = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
 def session_export(engine: Host, p: c.ExportParams) -> c.ExportResult:
-    """In a worker of the pool, never on the event loop (SPEC §1.4). ``claude-code`` to a
-    ``path`` streams: each line is encoded and written as it is made, and a spilled tool
-    result is read back only for its own line, so memory is bounded by the largest node,
-    not by the session (SPEC §9 ``session/export``)."""
+    """In a worker of the pool, never on the event loop (SPEC §1.4). Both formats stream
+    from the session's skeleton: each line (claude-code) or message (openai,
+    ``export_openai``) is encoded and written as it is made, and nodes are read whole a page
+    at a time, so memory is bounded by the largest node (openai: turn), not by the session
+    (SPEC §9 ``session/export``)."""
     store = engine.store
     info = store.get_session(p.session_id)
-    sizes: dict[str, int] = {}
-    if p.format == "claude-code":
-        # the session's skeleton, never cached; each node is read whole for its own lines
-        graph, sizes = store.skeleton(p.session_id, tick=stop_if_cancelled)
-    else:
-        graph = store.graph(p.session_id)
+    # the session's skeleton, never cached; each node is read whole, a page at a time
+    graph, sizes = store.skeleton(p.session_id, tick=stop_if_cancelled)
     head = p.head or info.head
     if head == ROOT_SENTINEL:
         head = graph.root_id
@@ -120,8 +120,9 @@ def session_export(engine: Host, p: c.ExportParams) -> c.ExportResult:
             path="head",
         )
     path = None if p.path is None else os.path.abspath(engine.client_path(p.path))
+    produce: Callable[[Callable[[bytes], Any]], int]
     if p.format == "claude-code":
-        def claude_code(write: Callable[[bytes], Any]) -> int:
+        def produce(write: Callable[[bytes], Any]) -> int:
             def emit(line: dict[str, Any]) -> None:
                 write(_enc.encode(line))
                 write(b"\n")
@@ -129,74 +130,23 @@ def session_export(engine: Host, p: c.ExportParams) -> c.ExportResult:
 
             return ClaudeCodeExport(engine, info, graph, head, emit, all_branches=p.branches == "all",
                                     sizes=sizes).build()
+    else:
+        chain = graph.chain(head)
+        model = next(
+            (n.name for n in reversed(chain) if n.role == "llm" and n.name and n.name != UNKNOWN_MODEL),
+            None,
+        ) or engine.models.get(engine.options.default_model).name
+        del chain
 
-        if path is None:
-            parts: list[bytes] = []
-            count = claude_code(parts.append)
-            return c.ExportResult(format=p.format, lines=count, content=b"".join(parts).decode("utf-8"))
-        count = _write_atomic(path, claude_code, p.overwrite)
-        return c.ExportResult(format=p.format, lines=count, path=path)
-    chain = graph.chain(head)
-    model = next(
-        (n.name for n in reversed(chain) if n.role == "llm" and n.name and n.name != UNKNOWN_MODEL),
-        None,
-    )
-    r = engine.views.render(p.session_id, head=head, fmt="openai", model=model, remember=False)
-    doc = {"model": model or r.model.name, "messages": r.messages}
-    data = msgspec.json.format(_enc.encode(doc), indent=2) + b"\n"
-    del doc
+        def produce(write: Callable[[bytes], Any]) -> int:
+            return OpenAIExport(store, info.session_id, graph, sizes, head, model).write(write)
+
     if path is None:
-        return c.ExportResult(format=p.format, lines=len(r.messages), content=data.decode("utf-8"))
-    _write_atomic(path, lambda write: write(data), p.overwrite)
-    return c.ExportResult(format=p.format, lines=len(r.messages), path=path)
-
-
-def _exists_error(path: str) -> DagctxError:
-    return DagctxError("InvalidParams", f"{path!r} already exists; pass overwrite: true (dagctx export --force) to "
-                       "replace it, or choose another path", path="path")
-
-
-def _write_atomic(path: str, produce: Callable[[Callable[[bytes], Any]], int | None], overwrite: bool = False) -> int:
-    """Write what ``produce(write)`` writes to ``path`` whole or not at all (SPEC §9
-    ``session/export``): into a temp file beside it, then renamed (or linked) into place;
-    a failure or a cancellation midway leaves no file behind. Returns what ``produce`` did."""
-    if os.path.isdir(path):
-        raise DagctxError("InvalidParams", f"{path!r} is a folder; give a file path to export to", path="path")
-    folder = os.path.dirname(path)
-    if not os.path.isdir(folder):
-        raise DagctxError("InvalidParams", f"the folder {folder!r} does not exist; create it first", path="path")
-    exists = os.path.lexists(path)
-    if exists and not overwrite:
-        raise _exists_error(path)
-    if exists and not stat.S_ISREG(os.lstat(path).st_mode):
-        raise DagctxError("InvalidParams", f"{path!r} is not a regular file; export only replaces regular files",
-                          path="path")
-    try:
-        # An overwritten file keeps its permissions; a new one gets rw-r--r--.
-        mode = stat.S_IMODE(os.stat(path).st_mode) if exists else 0o644
-        fd, tmp = tempfile.mkstemp(prefix=".dagctx-export-", dir=folder)
-        try:
-            with os.fdopen(fd, "wb", buffering=1 << 16) as fh:
-                done = produce(fh.write)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, mode)
-            if overwrite:
-                os.replace(tmp, path)
-            else:
-                # link() fails when the name appeared meanwhile: never clobber a file.
-                try:
-                    os.link(tmp, path)
-                except FileExistsError:
-                    raise _exists_error(path) from None
-                os.unlink(tmp)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-    except OSError as exc:
-        raise DagctxError("InvalidParams", f"cannot write {path!r}: {exc.strerror or exc}", path="path") from exc
-    return done or 0
+        answer = AnswerText(engine.answer_limit(), p.format)
+        count = produce(answer.write)
+        return c.ExportResult(format=p.format, lines=count, content=answer.text())
+    count = write_atomic(path, produce, p.overwrite)
+    return c.ExportResult(format=p.format, lines=count, path=path)
 
 
 def iso_timestamp(ts: float) -> str:

@@ -77,7 +77,25 @@ class TokenAccounting:
         """A code node's ranked references (SPEC §8): stored at write time, read once per
         session and then only for nodes appended or finished since (by any process); a node
         without them (written before schema version 2) is mined once, kept in memory and
-        added to ``mined`` for ``keep_mined`` to store."""
+        added to ``mined`` for ``keep_mined`` to store. Read on the first question: a plan
+        whose results all stay (too young, too recent) never asks one."""
+        box: list[dict[str, list[str]]] = []
+
+        def refs_of(node_id: str) -> list[str]:
+            if not box:
+                box.append(self._stored_refs(graph))
+            cache = box[0]
+            got = cache.get(node_id)
+            if got is None:
+                got = cache[node_id] = [sys.intern(r) for r in aging.stored_references(graph.nodes[node_id].output)]
+                if mined is not None:
+                    mined[node_id] = got
+            return got
+
+        return refs_of
+
+    def _stored_refs(self, graph: SessionGraph) -> dict[str, list[str]]:
+        """The session's cached reference lists, brought up to date with ``graph``."""
         sid = graph.session_id
         store = self.e.store
         cache = self._refs.get(sid)
@@ -94,16 +112,7 @@ class TokenAccounting:
                     cache.pop(nid, None)
                 cache.update(_interned(store.reference_lists(sid, ids=list(dict.fromkeys(finished)))))
         self._refs_seen[sid] = (newest, len(graph.updates))
-
-        def refs_of(node_id: str) -> list[str]:
-            got = cache.get(node_id)
-            if got is None:
-                got = cache[node_id] = [sys.intern(r) for r in aging.stored_references(graph.nodes[node_id].output)]
-                if mined is not None:
-                    mined[node_id] = got
-            return got
-
-        return refs_of
+        return cache
 
     def keep_mined(self, session_id: str, mined: dict[str, list[str]]) -> None:
         """Store references mined during a plan, so the next daemon does not mine them again.

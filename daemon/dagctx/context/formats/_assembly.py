@@ -141,13 +141,29 @@ def reasoning_payload(message: dict[str, Any]) -> list[str]:
 def assemble(view: View, owners: frozenset[str] = frozenset()) -> tuple[list[Msg], list[str]]:
     """The view as neutral messages, pair-valid; the llm nodes in ``owners`` open their
     message with their reasoning blocks (``reasoning_owners``)."""
-    msgs: list[Msg] = []
-    repairs: list[str] = list(view.repairs)
-    used_ids: set[str] = set()
-    group: Group | None = None
+    a = Assembler(owners, list(view.repairs))
+    a.feed(view.items)
+    return a.finish(), a.repairs
 
-    def close() -> None:
-        nonlocal group
+
+class Assembler:
+    """``assemble`` an item at a time: ``feed`` items in view order, take the messages that
+    are final with ``ready`` (all but an assistant message whose tool calls may still
+    grow), ``finish`` after the last item. A tool call id is unique across everything fed
+    (SPEC §6, pair validity), so a view may be fed in pieces with the same result as whole
+    (a streamed export, SPEC §9)."""
+
+    __slots__ = ("owners", "repairs", "msgs", "used_ids", "group")
+
+    def __init__(self, owners: frozenset[str] = frozenset(), repairs: list[str] | None = None) -> None:
+        self.owners = owners
+        self.repairs: list[str] = [] if repairs is None else repairs
+        self.msgs: list[Msg] = []
+        self.used_ids: set[str] = set()
+        self.group: Group | None = None
+
+    def _close(self) -> None:
+        group = self.group
         if group is None:
             return
         if group.calls:
@@ -155,69 +171,86 @@ def assemble(view: View, owners: frozenset[str] = frozenset()) -> tuple[list[Msg
             for node_id, call_id in group.calls:
                 item = group.results.get(node_id)
                 if item is None:
-                    repairs.append(f"synthetic result for tool call {call_id} (node {node_id}): no result in the view")
+                    self.repairs.append(
+                        f"synthetic result for tool call {call_id} (node {node_id}): no result in the view")
                 tool.blocks.append(result_block(call_id, item))
                 tool.add_id(node_id)
-            msgs.append(tool)
-        group = None
+            self.msgs.append(tool)
+        self.group = None
 
-    def unique(call_id: str | None, node_id: str) -> str:
+    def _unique(self, call_id: str | None, node_id: str) -> str:
         base = call_id or f"call_{node_id}"
         cid = base
         n = 2
-        while cid in used_ids:
+        while cid in self.used_ids:
             cid = f"{base}_{n}"
             n += 1
         if cid != base:
-            repairs.append(f"duplicate tool call id {base} (node {node_id}) renamed to {cid}")
+            self.repairs.append(f"duplicate tool call id {base} (node {node_id}) renamed to {cid}")
         elif not call_id:
-            repairs.append(f"tool call node {node_id} had no call id; using {cid}")
-        used_ids.add(cid)
+            self.repairs.append(f"tool call node {node_id} had no call id; using {cid}")
+        self.used_ids.add(cid)
         return cid
 
-    for it in view.items:
-        stop_if_cancelled()  # SPEC §1.4: a cancelled render stops within one item
-        if it.kind == "tool_call":
-            if group is None or group.results_started or group.owner != it.owner:
-                close()
-                msg = Msg("assistant")
-                msg.add_id(it.owner)
-                msgs.append(msg)
-                group = Group(msg, it.owner)
-            cid = unique(it.tool_call_id, it.node_id)
-            group.calls.append((it.node_id, cid))
-            group.msg.blocks.append({"type": "tool_call", "id": cid, "name": it.name, "input": it.input})
-            group.msg.add_id(it.node_id)
-            continue
-        if it.kind == "tool_result":
-            match = None
-            if group is not None:
-                for node_id, cid in group.calls:
-                    if node_id == it.node_id and node_id not in group.results:
-                        match = node_id
-                        break
-                if match is None and it.tool_call_id:
-                    # a foreign view: match by the provider id
+    def feed(self, items: Sequence[Item]) -> None:
+        msgs = self.msgs
+        for it in items:
+            stop_if_cancelled()  # SPEC §1.4: a cancelled render stops within one item
+            group = self.group
+            if it.kind == "tool_call":
+                if group is None or group.results_started or group.owner != it.owner:
+                    self._close()
+                    msg = Msg("assistant")
+                    msg.add_id(it.owner)
+                    msgs.append(msg)
+                    group = self.group = Group(msg, it.owner)
+                cid = self._unique(it.tool_call_id, it.node_id)
+                group.calls.append((it.node_id, cid))
+                group.msg.blocks.append({"type": "tool_call", "id": cid, "name": it.name, "input": it.input})
+                group.msg.add_id(it.node_id)
+                continue
+            if it.kind == "tool_result":
+                match = None
+                if group is not None:
                     for node_id, cid in group.calls:
-                        if node_id not in group.results and cid == it.tool_call_id:
+                        if node_id == it.node_id and node_id not in group.results:
                             match = node_id
                             break
-            if group is None or match is None:
-                repairs.append(f"dropped orphan tool result {it.tool_call_id} (node {it.node_id}): its call is not right before it")
+                    if match is None and it.tool_call_id:
+                        # a foreign view: match by the provider id
+                        for node_id, cid in group.calls:
+                            if node_id not in group.results and cid == it.tool_call_id:
+                                match = node_id
+                                break
+                if group is None or match is None:
+                    self.repairs.append(f"dropped orphan tool result {it.tool_call_id} (node {it.node_id}): "
+                                        "its call is not right before it")
+                    continue
+                group.results[match] = it
+                group.results_started = True
                 continue
-            group.results[match] = it
-            group.results_started = True
-            continue
-        close()
-        role = "assistant" if it.role == "assistant" else "user"
-        lead = [dict(b) for b in it.reasoning] if it.node_id in owners and it.kind == "assistant" else []
-        msg = Msg(role, lead + [dict(b) for b in it.content], [])
-        msg.add_id(it.node_id)
-        msgs.append(msg)
-        if it.kind == "assistant":
-            group = Group(msg, it.node_id)
-    close()
-    return msgs, repairs
+            self._close()
+            role = "assistant" if it.role == "assistant" else "user"
+            lead = [dict(b) for b in it.reasoning] if it.node_id in self.owners and it.kind == "assistant" else []
+            msg = Msg(role, lead + [dict(b) for b in it.content], [])
+            msg.add_id(it.node_id)
+            msgs.append(msg)
+            if it.kind == "assistant":
+                self.group = Group(msg, it.node_id)
+
+    def ready(self) -> list[Msg]:
+        """The messages fed so far that nothing fed later can change, handed out once: every
+        one but the assistant message of an open tool call group (always the newest)."""
+        keep = 1 if self.group is not None else 0
+        out = self.msgs[: len(self.msgs) - keep]
+        del self.msgs[: len(out)]
+        return out
+
+    def finish(self) -> list[Msg]:
+        """After the last item: the messages not yet handed out, every group closed."""
+        self._close()
+        out, self.msgs = self.msgs, []
+        return out
 
 
 def json_object(text: str) -> dict[str, Any] | None:

@@ -1,0 +1,159 @@
+"""What one compaction or aging plan reuses within its request gives exactly what counting
+and reading afresh gives: the summary's token counts taken from its validation, the
+render after the write, reference lists read only when a plan asks for them."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from dagctx.context import aging
+from dagctx.context.references import extract_references
+from dagctx.engine.compaction_pipeline import compact
+from dagctx.engine.config import DaemonConfig
+from dagctx.engine.core import EngineCore
+from dagctx.engine.views import ContextService
+from dagctx.protocol import context_messages as c
+from dagctx.protocol import messages as m
+from dagctx.protocol.nodes import NodeInput
+
+MODEL = "gpt-4o"
+
+
+class Summarizer:
+    """A client that samples: answers with every identifier it was shown (passes the gate)."""
+
+    can_sample = True
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def notify(self, method: str, params: Any) -> None:
+        pass
+
+    def progress(self, token: Any, value: Any) -> None:
+        pass
+
+    async def request(self, method: str, params: Any, result_type: type, timeout: float | None = None) -> Any:
+        self.calls += 1
+        text = "\n".join(msg.content.text for msg in params.messages)
+        body = re.search(r"<(conversation|new-messages)>\n(.*?)\n</\1>", text, re.S)
+        refs = sorted(extract_references(body.group(2) if body else text))
+        return c.CreateMessageResult(content=c.SamplingContent(text="Summary. " + ", ".join(refs)), model="t")
+
+
+def _engine(path: Path, peer: Any = None, aging_opts: dict[str, Any] | None = None) -> EngineCore:
+    e = EngineCore(DaemonConfig(database=str(path)), peer=peer)
+    e.initialize(m.InitializeParams(initialization_options=m.InitializationOptions(
+        aging=None if aging_opts is None else msgspec.convert(aging_opts, m.AgingOptions))))
+    return e
+
+
+def _append(e: EngineCore, sid: str, **kw: Any) -> str:
+    return asyncio.run(e.node_append(m.NodeAppendParams(session_id=sid, node=NodeInput(**kw)))).node.id
+
+
+def _session(e: EngineCore, turns: int = 12) -> tuple[str, str]:
+    sid = e.store.create_session("reuse").session_id
+    head = e.store.head(sid)
+    for i in range(turns):
+        u = _append(e, sid, role="user", output=f"turn {i}: 修复 src/mod_{i}.py and check port 80{i:02d}",
+                    predecessor=head)
+        head = _append(e, sid, role="llm", name=MODEL, output=f"Reading src/mod_{i}.py for turn {i}.", predecessor=u)
+        body = "\n".join(f"def f_{i}_{k}(x): return x + {k}  # 结果 {k}" for k in range(120))
+        _append(e, sid, role="code", name="read_file", input={"path": f"src/mod_{i}.py"}, output=body,
+                caller=head, metadata={"toolCallId": f"call_{i}"})
+        head = _append(e, sid, role="llm", name=MODEL, output=f"Done with src/mod_{i}.py.", predecessor=head)
+    return sid, head
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[tuple[Path, str, str]]:
+    path = tmp_path / "c.db"
+    e = _engine(path)
+    sid, head = _session(e)
+    e.close()
+    yield path, sid, head
+
+
+def test_summary_counts_and_tokens_after_match_a_fresh_count(db: tuple[Path, str, str], tmp_path: Path) -> None:
+    path, sid, head = db
+    e = _engine(path, Summarizer())
+    res = asyncio.run(compact(e, c.CompactParams(session_id=sid, model=MODEL, keep_recent_tokens=800)))
+    assert res.ok and res.summary_id, res
+    e.close()
+    # what the store keeps for the summary is what counting its stored text gives, for
+    # every tokenizer (the model's one was taken from the validation's count)
+    fresh = _engine(path)
+    node = fresh.store.graph(sid).nodes[res.summary_id]
+    for tok in fresh.tokenizers():
+        stored = fresh.store.token_counts(sid, tok)[res.summary_id]
+        assert stored == (fresh.counter.count_value(node.input, tok), fresh.counter.count_value(node.output, tok))
+    # tokensAfter (the render after the write, the summary's count taken from the write)
+    # is the render of a daemon that counts it afresh
+    info = fresh.models.get(MODEL)
+    aged, _ = fresh.views.aging_for(sid, head, info)
+    tok = info.tokenizer or fresh.counter.tokenizer_for(MODEL)
+    fresh.views.node_tokens(fresh.store.graph(sid), tok).pop(res.summary_id)  # counted, not read
+    again = ContextService(fresh).render(sid, head=head, fmt="neutral", model=MODEL, aged=aged, remember=False)
+    assert res.tokens_after == again.total
+    fresh.close()
+
+
+def test_derive_with_known_counts_equals_counting(tmp_path: Path) -> None:
+    e = _engine(tmp_path / "d.db")
+    text = "[Previous conversation summary]\n" + " ".join(f"src/x_{k}.py 迁移" for k in range(500))
+    tok = e.counter.tokenizer_for(MODEL)
+    counted = e.derive_node("llm", None, text)
+    taken = e.derive_node("llm", None, text, known={tok: (0, e.counter.count(text, tok))})
+    assert taken == counted
+    # a spilled output is not the value the known counts were taken of: they are ignored
+    big = "line of output\n" * 20_000
+    wrong = e.derive_node("code", None, big, name="bash", known={tok: (0, 1)})
+    assert wrong == e.derive_node("code", None, big, name="bash")
+    assert wrong.tokens is not None and wrong.tokens[tok] != (0, 1)
+    e.close()
+
+
+def test_references_are_read_when_a_plan_asks_and_give_the_same_plan(db: tuple[Path, str, str],
+                                                                      tmp_path: Path) -> None:
+    path, sid, head = db
+    # every result is younger than a minute: no result passes the gates, nothing is read
+    young = _engine(path)
+    aged, _ = young.views.aging_for(sid, head, young.models.get(MODEL))
+    assert aged == {}
+    assert sid not in young.views._refs
+    young.close()
+    # with no age limit results age: the lists read lazily make the plan the stored lists make
+    copy = tmp_path / "old.db"
+    for ext in ("", "-wal", "-shm"):
+        if Path(f"{path}{ext}").exists():
+            shutil.copyfile(f"{path}{ext}", f"{copy}{ext}")
+    opts = {"minAgeSeconds": 0, "minTokens": 50, "keepRecentTurns": 2}
+    old = _engine(copy, aging_opts=opts)
+    info = old.models.get(MODEL)
+    aged, stats = old.views.aging_for(sid, head, info)
+    assert aged and sid in old.views._refs
+    graph = old.store.graph(sid)
+    from dagctx.context.render import render_view
+    from dagctx.engine.view_aging import _turn_start
+
+    view = render_view(graph, head)
+    policy = old.aging_policy
+    tok = info.tokenizer or old.counter.tokenizer_for(MODEL)
+    stored = old.store.reference_lists(sid)
+    plan = aging.plan_aging(
+        view, graph, now=_turn_start(graph, view, policy.turn_unit),
+        boundary_seq=aging.boundary_after_commit(view, graph, policy) or None, policy=policy,
+        token_of=lambda nid: old.views.counts_of(graph, nid, tok)[1], window=info.context_window,
+        count=lambda t: old.counter.count(t, tok), refs_of=stored.__getitem__)
+    assert dict(plan.aged) == aged
+    assert plan.stats.as_dict()["toolResultsAged"] == stats["toolResultsAged"]
+    old.close()
