@@ -3,9 +3,11 @@ chunks, the same query syntax as ``search/query``. ``SqliteBackend.memory_rows()
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import time
 import unicodedata
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +17,16 @@ from . import search as fts
 from .backend import storage_error
 from .memory_rows import (CHUNK_COLS, KEYWORD_BUDGET, MemoryChunkRow, MemoryFileRow, by_share, chunk_row,
                           keyword_draws, under_range)
+
+
+#: a search's keyword expressions as FTS5 expressions (``search.fts_query``, a pure function
+#: of the text): a conversational query's draws are the same few strings again and again
+_fts_query = functools.lru_cache(maxsize=1024)(fts.fts_query)
+#: the words' chunk counts a backend's connection read, while nothing was written since
+#: (``SqliteMemory._doc_counts``): backend → (connection, its data version, its changes), counts
+_DOC_COUNTS: weakref.WeakKeyDictionary[Any, tuple[tuple[int, int, int], dict[str, int]]] = weakref.WeakKeyDictionary()
+#: words whose counts are kept per backend (the oldest half dropped beyond it)
+DOC_COUNTS_KEPT = 4_096
 
 
 class SqliteMemory:
@@ -92,7 +104,7 @@ class SqliteMemory:
         larger page is ranked (sized by the share found)."""
         below = "AND c.path >= ? AND c.path < ? " if under is not None else ""
         span = under_range(under) if under is not None else ()
-        q = fts.fts_query(expression)
+        q = _fts_query(expression)
         c = self._c()
         page = max(64, 2 * limit)
         try:
@@ -125,18 +137,35 @@ class SqliteMemory:
     def _doc_counts(self, words: Sequence[str]) -> list[int]:
         """How many chunks (of every workspace) hold each word, from the full-text index's own
         vocabulary (an ``fts5vocab`` table of this connection's temporary schema: nothing is
-        stored; a lookup reads one term's entry). The word is folded as the index's tokenizer
-        folds it (lower case, diacritics removed); 0 when absent."""
+        stored; a lookup walks the term's whole list of chunks, ~0.1 ms per 2,000). The word is
+        folded as the index's tokenizer folds it (lower case, diacritics removed); 0 when absent.
+        Kept while the database is unchanged — the connection's ``data_version`` (moved by every
+        other connection's commit, the daemon's writer's too) and its own count of changes are
+        the same — so the common words of a conversation's queries are counted once per write,
+        not once per query."""
         c = self._c()
-        try:
-            c.execute("SELECT 1 FROM temp.memory_vocab LIMIT 0")
-        except sqlite3.OperationalError:
-            c.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memory_vocab USING fts5vocab(main, memory_search, row)")
+        version = (id(c), int(c.execute("PRAGMA data_version").fetchone()[0]), c.total_changes)
+        kept = _DOC_COUNTS.get(self.b)
+        if kept is None or kept[0] != version:
+            kept = (version, {})
+            _DOC_COUNTS[self.b] = kept
+        counts = kept[1]
         out = []
         for w in words:
             folded = "".join(ch for ch in unicodedata.normalize("NFD", w.lower()) if not unicodedata.combining(ch))
-            r = c.execute("SELECT doc FROM temp.memory_vocab WHERE term = ?", (folded,)).fetchone()
-            out.append(int(r[0]) if r else 0)
+            n = counts.get(folded)
+            if n is None:
+                try:
+                    r = c.execute("SELECT doc FROM temp.memory_vocab WHERE term = ?", (folded,)).fetchone()
+                except sqlite3.OperationalError:  # the connection's first: make its vocabulary table
+                    c.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memory_vocab USING fts5vocab(main, memory_search, row)")
+                    r = c.execute("SELECT doc FROM temp.memory_vocab WHERE term = ?", (folded,)).fetchone()
+                n = int(r[0]) if r else 0
+                if len(counts) >= DOC_COUNTS_KEPT:
+                    for old in list(counts)[: DOC_COUNTS_KEPT // 2]:
+                        del counts[old]
+                counts[folded] = n
+            out.append(n)
         return out
 
     def _keywords(self, workspace: str, words: list[str], limit: int, under: str | None,
@@ -159,7 +188,7 @@ class SqliteMemory:
             rows = c.execute(
                 f"SELECT r, s FROM (SELECT m.rowid AS r, bm25(memory_search, 1.0, 1.0) AS s FROM memory_search m "
                 f"CROSS JOIN memory_chunks c ON c.rowid = m.rowid WHERE memory_search MATCH ? AND c.workspace = ? "
-                f"{below}LIMIT ?) ORDER BY s LIMIT ?", (fts.fts_query(expr), workspace, *span, budget, limit)).fetchall()
+                f"{below}LIMIT ?) ORDER BY s LIMIT ?", (_fts_query(expr), workspace, *span, budget, limit)).fetchall()
             for r, sc in self._rows_of([r for r in rows if r[0] not in found]):
                 found[r[0]] = (r, sc)
 

@@ -16,8 +16,21 @@ import logging
 import os
 
 
+def one_blas_thread() -> None:
+    """numpy's BLAS (OpenBLAS) runs one thread in the daemon unless the environment says
+    otherwise: a memory search's matrix-vector product (``engine/memory_vectors.py``) is a
+    millisecond of work that two BLAS threads made 5x slower on a busy 2-core machine (their
+    hand-off and spinning, which also took a core from every other request; ARCHITECTURE.md),
+    and with one thread a row's similarity no longer depends on which thread's share of the
+    rows it fell in. Read when numpy is first imported, which the daemon does lazily: so
+    this runs first thing."""
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+
+
 def run_stdio(*, database: str | None, max_frame_bytes: int, log_level: str) -> int:
     """Serve one client on stdin/stdout until ``exit`` or EOF; the process exit code."""
+    one_blas_thread()
     from .code_cache import cached_imports
 
     with cached_imports() as cache:
@@ -45,6 +58,7 @@ def run_forwarder(*, database: str | None, max_frame_bytes: int | None = None) -
 def run_daemon(*, socket_path: str, idle_timeout: float | None, max_queue_bytes: int | None,
                log_path: str | None, max_frame_cap: int | None = None) -> int:
     """Serve every client of this user on ``socket_path``; the exit code."""
+    one_blas_thread()
     from .code_cache import cached_imports
 
     with cached_imports() as cache:
