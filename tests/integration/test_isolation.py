@@ -607,6 +607,48 @@ async def test_an_openai_export_of_many_texts_is_written_a_segment_at_a_time(sha
         await a.close()
 
 
+async def test_an_export_without_path_stops_at_the_frame_limit(shared_env, tmp_path: Path) -> None:
+    """SPEC §9 session/export, §1.4: without `path` the text is the answer's `content`, so
+    it is counted as the answer carries it while it is made; as soon as it could no longer
+    fit the connection's frame limit (here 500,000 bytes) the export stops and answers
+    `ResponseTooLarge`, saying to pass `path` — in both formats. So asking for a 24 MB
+    session's text grows the daemon by the frame limit, not the session (before: the whole
+    text was built, then refused by its size). A text that fits is answered whole, the
+    file's bytes, and the connection lives on."""
+    chars, count, limit = 100_000, 240, 500_000
+    a = await spawn(tmp_path / "answer.db", extra_args=["--max-frame-bytes", str(limit)])
+    try:
+        src = tmp_path / "texts.jsonl"
+        _texts_transcript(src, "claude-code", count, chars, "answer-texts")
+        sid = (await a.import_path(str(src), format="claude-code")).sessions[0].session_id
+        small = tmp_path / "small.jsonl"
+        _texts_transcript(small, "claude-code", 4, 1000, "answer-small")
+        small_sid = (await a.import_path(str(small), format="claude-code")).sessions[0].session_id
+        for fmt in ("claude-code", "openai"):  # warm: the code paths, SQLite's page cache
+            with pytest.raises(RpcError):
+                await a.request("session/export", {"sessionId": sid, "format": fmt})
+        pid = (await a.daemon_status()).pid
+        for fmt in ("claude-code", "openai"):
+            before = _proc_kib(pid, "VmRSS")
+            Path(f"/proc/{pid}/clear_refs").write_text("5")
+            with pytest.raises(RpcError) as exc:
+                await a.request("session/export", {"sessionId": sid, "format": fmt})
+            grown = (_proc_kib(pid, "VmHWM") - before) * 1024
+            bound = 4 * 2**20 + 8192 * count + 10 * chars + 4 * limit
+            assert grown < bound < count * chars / 2, f"{fmt}: the refused export grew the daemon by {grown:,} bytes"
+            err = exc.value
+            assert err.kind == "ResponseTooLarge" and "`path`" in err.message and "500,000" in err.message, err
+            details = err.data["details"]
+            assert details["limit"] == limit and limit - 1024 < details["bytes"] < limit + 3 * chars, details
+            out = tmp_path / f"small-{fmt}"
+            res = await a.request("session/export", {"sessionId": small_sid, "format": fmt})
+            await a.request("session/export", {"sessionId": small_sid, "format": fmt, "path": str(out)})
+            assert res.content.encode() == out.read_bytes() and res.lines >= 4
+        assert (await a.session_list()).sessions and a.process.returncode is None  # the connection lives on
+    finally:
+        await a.close()
+
+
 async def test_an_import_announced_to_an_observing_client_waits_for_it_a_page_at_a_time(shared_env,
                                                                                         tmp_path: Path) -> None:
     """SPEC §9 session/import, §1.5: a client that observes its writes (``observeNodes``)

@@ -253,3 +253,28 @@ def test_the_assembler_fed_in_pieces_is_assemble() -> None:
         got += a.ready()
     got += a.finish()
     assert got == whole and a.repairs == repairs and any("renamed" in x for x in repairs)
+
+
+def test_an_answer_text_counts_what_the_answer_carries() -> None:
+    """``AnswerText`` (an export without ``path``) counts each piece as the answer's JSON
+    string carries it, escapes included, and stops past the limit less the envelope's room,
+    dropping what it kept; without a limit (in process) it keeps everything."""
+    from dagctx.engine.export_sinks import ENVELOPE_ROOM, AnswerText
+    from dagctx.protocol.errors import DagctxError
+
+    a = AnswerText(5000, "openai")
+    piece = '"\n\x01'.encode() * 400 + "é".encode() * 100  # 1,400 raw bytes, 4,200 as a JSON string
+    with pytest.raises(DagctxError):
+        a.write(piece)
+    a = AnswerText(10_000, "openai")
+    a.write(piece)
+    assert a.size == 400 * (2 + 2 + 6) + 200 and a.text().encode() == piece
+    a = AnswerText(5000, "openai")
+    a.write(b'"' * ((5000 - ENVELOPE_ROOM) // 2))
+    with pytest.raises(DagctxError) as exc:
+        a.write(b"x")
+    assert exc.value.kind == "ResponseTooLarge" and "`path`" in exc.value.message and not a.parts
+    assert exc.value.details == {"bytes": 5000 - ENVELOPE_ROOM + 1, "limit": 5000}
+    b = AnswerText(None, "openai")
+    b.write(b"x" * 10**6)
+    assert b.size == 0 and b.text() == "x" * 10**6

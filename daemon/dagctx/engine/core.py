@@ -102,6 +102,9 @@ class EngineCore:
         #: True when the server runs every handler in a worker thread (SPEC §1.4): a big
         #: payload is then derived right there instead of hopping to another thread
         self.in_worker = False
+        #: the largest answer the connection takes, in framed bytes (set by the server: the
+        #: connection's frame limit, SPEC §1.4); None in process: no limit
+        self.frame_limit: Callable[[], int] | None = None
         self.options = m.InitializationOptions()
         #: this connection's id, named as ``origin`` in notifications
         self.connection_id: str | None = None
@@ -201,6 +204,11 @@ class EngineCore:
         if self.heavy_runner is None:
             return fn()
         return await self.heavy_runner(fn)
+
+    def answer_limit(self) -> int | None:
+        """The most bytes one framed answer may hold (SPEC §1.4), None when unlimited: what
+        an answer built a piece at a time stops at (``ResponseTooLarge``)."""
+        return None if self.frame_limit is None else self.frame_limit()
 
     def client_path(self, path: str, field: str = "path") -> str:
         """A path the client named, as the client meant it: ``~`` expanded, and relative to

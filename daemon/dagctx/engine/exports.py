@@ -54,8 +54,9 @@ streamed a segment of turns at a time (``export_openai.py``).
 ``path``: written atomically (a temp file in the same folder, then a rename — or a hard
 link when the name must not exist yet, so no race can clobber a file). An existing file
 is refused unless ``overwrite: true`` (SPEC §9). A relative path is relative to the
-daemon's working directory. Without ``path`` the
-text is returned in ``content``. ``lines`` counts JSONL lines (claude-code) or messages
+client's working directory. Without ``path`` the
+text is returned in ``content``, refused (``ResponseTooLarge``) as soon as it grows past
+what the connection's answer may carry (``export_sinks.py``). ``lines`` counts JSONL lines (claude-code) or messages
 (openai).
 """
 
@@ -63,8 +64,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
-import tempfile
 import uuid
 from datetime import datetime, timezone
 from collections.abc import Callable
@@ -84,6 +83,7 @@ from dagctx.protocol.messages import SessionInfo
 from dagctx.protocol.nodes import ROOT_SENTINEL, Call
 
 from .export_openai import OpenAIExport
+from .export_sinks import AnswerText, write_atomic
 
 if TYPE_CHECKING:
     from .ports import Host
@@ -142,59 +142,11 @@ def session_export(engine: Host, p: c.ExportParams) -> c.ExportResult:
             return OpenAIExport(store, info.session_id, graph, sizes, head, model).write(write)
 
     if path is None:
-        parts: list[bytes] = []
-        count = produce(parts.append)
-        return c.ExportResult(format=p.format, lines=count, content=b"".join(parts).decode("utf-8"))
-    count = _write_atomic(path, produce, p.overwrite)
+        answer = AnswerText(engine.answer_limit(), p.format)
+        count = produce(answer.write)
+        return c.ExportResult(format=p.format, lines=count, content=answer.text())
+    count = write_atomic(path, produce, p.overwrite)
     return c.ExportResult(format=p.format, lines=count, path=path)
-
-
-def _exists_error(path: str) -> DagctxError:
-    return DagctxError("InvalidParams", f"{path!r} already exists; pass overwrite: true (dagctx export --force) to "
-                       "replace it, or choose another path", path="path")
-
-
-def _write_atomic(path: str, produce: Callable[[Callable[[bytes], Any]], int | None], overwrite: bool = False) -> int:
-    """Write what ``produce(write)`` writes to ``path`` whole or not at all (SPEC §9
-    ``session/export``): into a temp file beside it, then renamed (or linked) into place;
-    a failure or a cancellation midway leaves no file behind. Returns what ``produce`` did."""
-    if os.path.isdir(path):
-        raise DagctxError("InvalidParams", f"{path!r} is a folder; give a file path to export to", path="path")
-    folder = os.path.dirname(path)
-    if not os.path.isdir(folder):
-        raise DagctxError("InvalidParams", f"the folder {folder!r} does not exist; create it first", path="path")
-    exists = os.path.lexists(path)
-    if exists and not overwrite:
-        raise _exists_error(path)
-    if exists and not stat.S_ISREG(os.lstat(path).st_mode):
-        raise DagctxError("InvalidParams", f"{path!r} is not a regular file; export only replaces regular files",
-                          path="path")
-    try:
-        # An overwritten file keeps its permissions; a new one gets rw-r--r--.
-        mode = stat.S_IMODE(os.stat(path).st_mode) if exists else 0o644
-        fd, tmp = tempfile.mkstemp(prefix=".dagctx-export-", dir=folder)
-        try:
-            with os.fdopen(fd, "wb", buffering=1 << 16) as fh:
-                done = produce(fh.write)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, mode)
-            if overwrite:
-                os.replace(tmp, path)
-            else:
-                # link() fails when the name appeared meanwhile: never clobber a file.
-                try:
-                    os.link(tmp, path)
-                except FileExistsError:
-                    raise _exists_error(path) from None
-                os.unlink(tmp)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-    except OSError as exc:
-        raise DagctxError("InvalidParams", f"cannot write {path!r}: {exc.strerror or exc}", path="path") from exc
-    return done or 0
 
 
 def iso_timestamp(ts: float) -> str:

@@ -7,7 +7,8 @@ tests/unit/test_layering.py keeps the import graph free of circles). A plugin co
 engine, a test or a bench can hand an operation anything that has the port's attributes.
 
 * ``Record``: the ledger as the engine writes it (the store, the write paths,
-  announcements, client paths and environment, heavy work off the event loop);
+  announcements, client paths and environment, heavy work off the event loop, how large
+  an answer may be);
 * ``Sampling``: what a summary source may ask (the peer, its declared capabilities, the
   connection's options and environment, the model table);
 * ``ViewHost``: what the views read (the record, models, token counter, aging policy);
@@ -63,6 +64,8 @@ class Record(Protocol):
     def lifecycle(self, step: str, *args: Any) -> None: ...
 
     def client_path(self, path: str, field: str = "path") -> str: ...
+
+    def answer_limit(self) -> int | None: ...
 
     def offload(self, fn: Callable[[], T]) -> Awaitable[T]: ...
 

@@ -93,6 +93,7 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         self.engine.heavy_runner = self._run_heavy
         self.engine.background_runner = lambda fn: self.hub.pool.submit(("memory-vectors",), fn)
         self.engine.in_worker = True  # handlers run in the pool: no hop of their own
+        self.engine.frame_limit = lambda: self.parser.max_frame_bytes  # read at each request: attach may change it
         self.engine.subscribed = set()
         self.connected_at = time.time()
         self.attach: m.AttachParams | None = None

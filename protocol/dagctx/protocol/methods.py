@@ -133,8 +133,10 @@ _ALL: list[MethodSpec] = [
          "rendered messages of the head (byte for byte the whole render's document). `path`: temp file + rename, "
          "never a partial file; both formats stream from the session's skeleton, `claude-code` line by line, "
          "`openai` a segment of turns at a time, each message written as it is made (memory bounded by the "
-         "largest node or turn, not the session). Runs off the event loop; `$/cancelRequest` stops it between "
-         "lines or messages and leaves no file."),
+         "largest node or turn, not the session). Without `path` the text is the answer's `content`: it stops as "
+         "soon as it passes what the connection's frame limit lets one answer carry (`ResponseTooLarge`: pass "
+         "`path`). Runs off the event loop; `$/cancelRequest` stops it between lines or messages and leaves no "
+         "file."),
     _req("session/subscribe", m.SessionRef, m.SubscribeResult, "Hear every change of a session, from any client.",
          "SessionNotFound",
          "From now on this connection gets node/didAppend, node/didUpdate and session/didChange for the session, "
