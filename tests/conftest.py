@@ -267,10 +267,36 @@ def pg_url(pg_server):
     pg_server.drop_database(url)
 
 
+@pytest.fixture(scope="session")
+def _migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file as ``Store`` leaves a new one: created, migrated to the current schema
+    and closed (no rows but the schema version), made once per run."""
+    from dagctx.ledger import Store
+
+    path = tmp_path_factory.mktemp("migrated") / "dagctx.db"
+    Store(path).close()
+    return path
+
+
+@pytest.fixture
+def fresh_sqlite(_migrated_sqlite: Path, tmp_path: Path) -> Path:
+    """A new SQLite database of the test's own, for in-process tests: a copy of the file a
+    new ``Store`` writes. Creating and migrating a file took 15-50 ms of file creation and
+    syncs (a third of the in-process store tests' time on a loaded disk); a copy, 2-4 ms.
+    Tests of creating or migrating a database open a path where none exists yet."""
+    path = tmp_path / "dagctx.db"
+    shutil.copyfile(_migrated_sqlite, path)
+    return path
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A database name for each backend: a SQLite file path, then a PostgreSQL URL."""
+    """A database name for each backend: a SQLite file path, then a PostgreSQL URL. The file
+    of an in-process test (tests/unit) is ``fresh_sqlite``; a test that drives the daemon
+    gets a path where no file is yet (the daemon creates it)."""
     if request.param == "sqlite":
+        if request.node.path.is_relative_to(REPO / "tests" / "unit"):
+            return str(request.getfixturevalue("fresh_sqlite"))
         return str(tmp_path / "dagctx.db")
     return request.getfixturevalue("pg_url")
 

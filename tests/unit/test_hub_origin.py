@@ -39,8 +39,8 @@ DB = "hub.db"
 
 
 @pytest.fixture
-def setup(tmp_path: Path):
-    store = Store(tmp_path / "hub.db")
+def setup(fresh_sqlite: Path):
+    store = Store(fresh_sqlite)
     hub = Hub()
     listener = Listener()
     sid = store.create_session("watched").session_id
@@ -62,9 +62,9 @@ def test_a_poll_between_commit_and_announcement_leaves_the_node_to_its_announcem
     assert listener.appends() == [(out.node.id, "c7")]  # told once
 
 
-def test_another_processs_write_is_found_by_the_poller_with_origin_null(setup, tmp_path: Path) -> None:
+def test_another_processs_write_is_found_by_the_poller_with_origin_null(setup, fresh_sqlite: Path) -> None:
     store, hub, listener, sid, w = setup
-    other = Store(tmp_path / "hub.db")  # another daemon on the same file
+    other = Store(fresh_sqlite)  # another daemon on the same file
     try:
         theirs = other.append(sid, NodeInput(role="user", input="theirs", predecessor=other.head(sid))).node
     finally:
@@ -78,9 +78,9 @@ def test_another_processs_write_is_found_by_the_poller_with_origin_null(setup, t
     assert listener.appends() == [(theirs.id, None), (mine.id, "c1")]
 
 
-def test_an_announcement_names_other_processes_nodes_it_finds_as_theirs(setup, tmp_path: Path) -> None:
+def test_an_announcement_names_other_processes_nodes_it_finds_as_theirs(setup, fresh_sqlite: Path) -> None:
     store, hub, listener, sid, w = setup
-    other = Store(tmp_path / "hub.db")
+    other = Store(fresh_sqlite)
     try:
         theirs = other.append(sid, NodeInput(role="user", input="theirs", predecessor=other.head(sid))).node
     finally:

@@ -17,8 +17,8 @@ from dagctx.protocol.nodes import NodeInput
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[EngineCore]:
-    e = EngineCore(DaemonConfig(database=str(tmp_path / "c.db")))
+def engine(fresh_sqlite: Path) -> Iterator[EngineCore]:
+    e = EngineCore(DaemonConfig(database=str(fresh_sqlite)))
     e.initialize(m.InitializeParams())
     yield e
     e.close()

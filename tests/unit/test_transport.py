@@ -54,6 +54,7 @@ def test_a_stale_socket_is_not_a_daemon(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert transport.try_connect(path) is None
 
 
+@pytest.mark.slow  # starts an interpreter
 def test_the_forwarder_imports_nothing_heavy() -> None:
     code = ("import sys; import dagctx.cli; from dagctx.server import forward; "
             "from dagctx.protocol import transport; "
