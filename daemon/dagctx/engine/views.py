@@ -191,7 +191,7 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
                 list(per_message), repairs, call_ids,
             )
         per_message = list(per_message)
-        system_tokens = self.e.counter.count(system or "", tokenizer) if system else 0
+        system_tokens = self.count_text(system, tokenizer) if system else 0  # long ones counted once
         # a format either puts the system prompt in the messages or returns it beside them
         system_in_messages = formats.get(fmt).leads_with_system(messages)
         if system_in_messages:
