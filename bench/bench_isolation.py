@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -42,6 +43,37 @@ db.execute("BEGIN IMMEDIATE")
 print("locked", flush=True)
 sys.stdin.read()
 db.execute("ROLLBACK")
+"""
+
+
+#: line makers of the appended texts: plain ASCII, Latin with accents, ASCII words with
+#: typographic dashes and quotes, CJK with ASCII paths
+TEXTS = {
+    "ascii": lambda k: f"line {k}: src/pkg/mod_{k % 97}.py ok\n",
+    "latin": lambda k: f"ligne {k} : déjà vérifié, çà et là — façade n°{k % 97} élève\n",
+    "dashes": lambda k: f"step {k} \u2014 \u201cbuild\u201d of mod_{k % 97} \u2013 ok \u2026 \u2018done\u2019\n",
+    "cjk": lambda k: f"第{k}行：编译 src/模块_{k % 97}.py 成功，日志已写入\n",
+}
+
+#: B in a process of its own: polls session/list until its stdin closes, then prints the latencies
+POLLER = """
+import asyncio, json, sys, threading, time
+from dagctx.client import DagctxClient
+async def main():
+    b = await DagctxClient.spawn(sys.argv[1])
+    done = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    threading.Thread(target=lambda: (sys.stdin.read(), loop.call_soon_threadsafe(done.set)), daemon=True).start()
+    await b.session_list(limit=5)
+    print("ready", flush=True)
+    lat = []
+    while not done.is_set():
+        t = time.perf_counter()
+        await b.session_list(limit=5)
+        lat.append(time.perf_counter() - t)
+    print(json.dumps(lat), flush=True)
+    await b.close()
+asyncio.run(main())
 """
 
 
@@ -75,6 +107,11 @@ async def main() -> None:
     ap.add_argument("--turns", type=int, default=60)
     ap.add_argument("--chars", type=int, default=150_000)
     ap.add_argument("--append-mb", type=int, default=50)
+    ap.add_argument("--append-texts", default="ascii,latin,dashes,cjk",
+                    help="texts appended (comma-separated): " + ", ".join(TEXTS) + "; while each is appended "
+                         "B polls session/list from a process of its own (the bench's own encode of 50 MB "
+                         "would otherwise hold B's interpreter lock, not the daemon's)")
+    ap.add_argument("--only-append", action="store_true", help="skip every phase but the appends")
     ap.add_argument("--heavy-turns", type=int, default=2_500, help="turns of the session rendered cold")
     ap.add_argument("--storage-timeout", type=float, default=3.0)
     ap.add_argument("--cancels", type=int, default=8, help="cancels of a running cold render, spread out (≤ 8)")
@@ -94,9 +131,10 @@ async def main() -> None:
     (tmp / "run").mkdir()
     db = tmp / "iso.db"
     src = tmp / "big.jsonl"
-    claude_code_transcript(src, turns=args.turns, result_chars=args.chars)
     heavy_src = tmp / "heavy.jsonl"
-    heavy_transcript(heavy_src, turns=args.heavy_turns)
+    if not args.only_append:
+        claude_code_transcript(src, turns=args.turns, result_chars=args.chars)
+        heavy_transcript(heavy_src, turns=args.heavy_turns)
     a = await DagctxClient.spawn(db)
     b = await DagctxClient.spawn(db)
     try:
@@ -115,6 +153,34 @@ async def main() -> None:
         row("idle: session/list", base, base)
         row("idle: 2-node render", base_r, base_r)
 
+        for kind in filter(None, args.append_texts.split(",") if args.append_mb else []):
+            s2 = await a.session_create("append")
+            u2 = await a.append(s2.session_id, "user", output="go", predecessor=s2.head)
+            l1 = await a.append(s2.session_id, "llm", name="gpt-4o", output="running", predecessor=u2.node.id)
+            make, parts, size, k = TEXTS[kind], [], 0, 0
+            while size < args.append_mb << 20:
+                parts.append(make(k))
+                size += len(parts[-1].encode())
+                k += 1
+            output = "".join(parts)
+            del parts
+            poller = subprocess.Popen([sys.executable, "-c", POLLER, str(db)], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True)
+            assert poller.stdout is not None and poller.stdout.readline().strip() == "ready"
+            t = time.perf_counter()
+            _, ap_ = a.send_request("node/append", {"sessionId": s2.session_id, "node": {
+                "role": "code", "name": "bash", "caller": l1.node.id, "output": output}})
+            await ap_  # no client timeout: a loaded machine may take minutes
+            took = time.perf_counter() - t
+            del output
+            out, _ = poller.communicate("", timeout=60)
+            lat = json.loads(out.strip().splitlines()[-1])
+            load = os.getloadavg()[0]
+            row(f"A appends {args.append_mb} MB {kind} (B own proc)", lat, base, took)
+            print(f"    load {load:.1f}")
+
+        if args.only_append:
+            return
         t = time.perf_counter()
         _, imp = a.send_request("session/import", {"path": str(src)})
         lat = await sample(imp, small)
@@ -176,19 +242,6 @@ async def main() -> None:
                   f"{pct(base_r, .5) * 1e3:.0f} ms")
             print("    each (ms):", " ".join(f"{x:.0f}" for x in answered_ms))
 
-        if args.append_mb:
-            s2 = await a.session_create("append")
-            u2 = await a.append(s2.session_id, "user", output="go", predecessor=s2.head)
-            l1 = await a.append(s2.session_id, "llm", name="gpt-4o", output="running", predecessor=u2.node.id)
-            output = "".join(f"line {k}: src/pkg/mod_{k % 97}.py ok\n"
-                             for k in range(args.append_mb * 33_000))[: args.append_mb << 20]
-            t = time.perf_counter()
-            _, ap_ = a.send_request("node/append", {"sessionId": s2.session_id, "node": {
-                "role": "code", "name": "bash", "caller": l1.node.id, "output": output}})
-            del output
-            lat = await sample(ap_, small)
-            await ap_
-            row(f"A appends {args.append_mb} MB", lat, base, time.perf_counter() - t)
 
         # a SQLite file another process holds locked: A's write waits (its storage timeout)
         locked = tmp / "locked.db"

@@ -98,3 +98,90 @@ def test_cjk_grams_in_pieces_are_the_whole_grams(text: str) -> None:
     for piece in range(1, len(text) + 2):  # every cut: after a space or newline, or none
         assert cjk_grams(text, piece) == whole, piece
     assert bool(whole) == ("迁" in text or "⺀" in text)  # the texts with CJK give grams
+
+
+SURROGATES = "a\ud800\udc00b\udfff\ud83d" + "é—中😀\x00" * 3
+
+
+@pytest.mark.parametrize("piece", [1, 2, 3, 5, 64])
+def test_utf8_in_pieces_is_the_whole_encoding(piece: int) -> None:
+    """``text.utf8`` (what the backends bind for a large text) gives the bytes of one
+    ``encode``: strict for SQLite, ``surrogatepass`` for PostgreSQL's BYTEA, where a lone
+    surrogate next to a cut is written as it is written whole."""
+    mixed = "".join(f"ligne {k} déjà — “q” 第{k}行 😀\x00\n" for k in range(50))
+    for text in (mixed, "plain ascii " * 20, ""):
+        assert t.utf8(text, piece=piece) == text.encode("utf-8")
+    assert t.utf8(SURROGATES, "surrogatepass", piece) == SURROGATES.encode("utf-8", "surrogatepass")
+    with pytest.raises(UnicodeEncodeError):
+        t.utf8(SURROGATES, piece=piece)  # as a str bind refuses it
+
+
+def test_a_large_non_ascii_text_is_stored_in_sqlite_as_the_same_text(fresh_sqlite, tmp_path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spilled non-ASCII output bound as UTF-8 bytes into ``CAST(? AS TEXT)`` is stored as
+    the very TEXT a ``str`` bind stores (type, bytes), reads back as the same ``str`` and is
+    found by search; the store compared binds every text as a ``str``."""
+    import shutil
+    import sqlite3
+
+    from dagctx.ledger import Store
+    from dagctx.ledger import sqlite_backend
+    from dagctx.protocol.nodes import NodeInput
+
+    output = "".join(f"ligne {k} : déjà vérifié — “build” 第{k}行编译成功 😀\x00\n" for k in range(2_000))
+    other = tmp_path / "str-bound.db"
+    shutil.copyfile(fresh_sqlite, other)
+    ids = {}
+    encoded: list[int] = []
+
+    def counted(text: str) -> bytes:
+        encoded.append(len(text))
+        return t.utf8(text)
+
+    monkeypatch.setattr(sqlite_backend, "utf8", counted)
+    for path, piece in ((fresh_sqlite, 64), (other, 1 << 40)):
+        monkeypatch.setattr(sqlite_backend, "PIECE", piece)  # 64: every text here is bound as bytes
+        encoded.clear()
+        store = Store(path)
+        try:
+            sid = store.create_session("t", session_id="s1").session_id
+            u = store.append(sid, NodeInput(role="user", input="go", predecessor=store.head(sid))).node
+            node = store.append(sid, NodeInput(role="code", name="bash", caller=u.id, output=output)).node
+            assert "spill" in node.metadata
+            assert store.full_output(sid, node) == output
+            hits = store.search("编译", session_id=sid)
+            assert [h.node_id for h in hits] == [node.id]
+            ids[path] = node.id
+            assert (len(encoded) >= 3) == (piece == 64), encoded  # the blob, the text, the grams
+        finally:
+            store.close()
+    rows = []
+    for path in (fresh_sqlite, other):
+        db = sqlite3.connect(path)
+        rows.append((
+            db.execute("SELECT typeof(data), hex(data) FROM blobs WHERE node_id=?", (ids[path],)).fetchone(),
+            db.execute("SELECT typeof(text), hex(text), typeof(grams), hex(grams) FROM search "
+                       "WHERE node_id=?", (ids[path],)).fetchone(),
+        ))
+        db.close()
+    assert rows[0] == rows[1]
+    assert rows[0][0][0] == rows[0][1][0] == rows[0][1][2] == "text"
+
+
+@pytest.mark.parametrize("piece", [1, 7, 64, 1000])
+def test_pg_tokens_and_document_vector_in_pieces_are_the_whole_ones(piece: int) -> None:
+    """PostgreSQL's tokens of a long text are split a piece at a time (cut after a space or
+    a newline) and its document vector reads them a piece at a time: the same tokens, the
+    same vector as whole (SPEC §1.4)."""
+    from dagctx.ledger import pg_search
+    from dagctx.ledger import search as fts
+
+    text = "".join(f"Ligne {k} déjà-vérifié — “Build” 第{k}行编译 😀 x{k % 7}\n  tail{k}" for k in range(3_000))
+    whole = pg_search.tokens(text, piece=1 << 40)
+    assert pg_search.tokens(text, piece=piece) == whole and len(whole) > 20_000
+    grams = fts.cjk_grams(text)
+    vec = pg_search.document_vector(text, grams, piece=1 << 40)
+    assert pg_search.document_vector(text, grams, piece=piece) == vec and not vec[1]  # a tail past the positions
+    short = text[:2_000]
+    assert pg_search.document_vector(short, fts.cjk_grams(short), piece=piece) == \
+        pg_search.document_vector(short, fts.cjk_grams(short), piece=1 << 40)

@@ -31,6 +31,7 @@ from .backend import BlobRow, NodeRow, SearchRow, SessionRow, UsageRow, decode_m
 from .memory_rows import MemoryRows
 from .pg_connection import DEFAULT_TIMEOUT, SCHEMA_GONE, connection_settings, fault_kind, redact, timed_connection
 from .pg_schema import migrate
+from .text import utf8
 
 try:  # an optional dependency: `pip install dagctx[postgres]`
     import psycopg
@@ -56,8 +57,9 @@ def prefix_sql(table: str, upper: bool, in_session: bool) -> str:
 
 
 def _b(text: str | None) -> bytes | None:
-    """Client text as stored (UTF-8 BYTEA: TEXT cannot hold NUL; see pg_schema)."""
-    return None if text is None else text.encode("utf-8", "surrogatepass")
+    """Client text as stored (UTF-8 BYTEA: TEXT cannot hold NUL; see pg_schema), a large
+    text encoded a piece at a time (``text.utf8``: the same bytes; SPEC §1.4)."""
+    return None if text is None else utf8(text, "surrogatepass")
 
 
 def _u(blob: bytes | None) -> str | None:
