@@ -223,3 +223,50 @@ def test_request_estimate_is_the_estimate_of_the_request(db: tuple[Path, str, st
             text = messages[0]["content"]["text"]
             assert summarizer_input.request_estimate(sub, t, **kw) == estimate_tokens(text)
     e.close()
+
+
+def test_owners_kept_per_graph_match_a_fresh_walk(db: tuple[Path, str, str]) -> None:
+    """The owners ``owner_cache`` keeps for a graph object are those a fresh walk finds,
+    after appends (new nodes under old ones) and after ``node/update``."""
+    from dagctx.context.render import render_view
+
+    path, sid, head = db
+    e = _engine(path)
+
+    def check() -> None:
+        graph = e.store.graph(sid)
+        view = render_view(graph, e.store.head(sid))
+        kept = aging.owner_cache(graph)
+        for it in view.items:
+            assert aging.owner_chain_id(graph, it.node_id, kept) == aging.owner_chain_id(graph, it.node_id)
+
+    check()
+    step = _append(e, sid, role="llm", name=MODEL, output="next step", predecessor=head)
+    running = _append(e, sid, role="code", name="bash", input={"cmd": "make"}, status="running", caller=step,
+                      metadata={"toolCallId": "c-run"})
+    inner = _append(e, sid, role="llm", name=MODEL, output="inner call", caller=running)
+    _append(e, sid, role="code", name="cat", input={"f": "x"}, output="x", caller=inner, metadata={"toolCallId": "i1"})
+    check()
+    asyncio.run(e.node_update(m.NodeUpdateParams(session_id=sid, node_id=running, status="completed", output="ok")))
+    check()
+    e.close()
+
+
+def test_candidate_graph_leaves_the_graph_as_it_was(db: tuple[Path, str, str]) -> None:
+    """``with_candidate`` shares the graph's child lists but never changes them, whatever
+    edges the candidate has."""
+    from dagctx.context import compaction_plan
+
+    path, sid, head = db
+    e = _engine(path)
+    graph = e.store.graph(sid)
+    before = ({k: list(v) for k, v in graph.conv_children.items()}, {k: list(v) for k, v in graph.callees.items()})
+    code = next(n for n in graph.by_seq if n.role == "code")
+    for node_input in ({"output": "S", "predecessor": head},
+                       {"name": "note", "output": "x", "predecessor": head, "caller": code.caller}):
+        cand = compaction_plan.with_candidate(graph, node_input)
+        assert "summary_candidate" in cand.nodes and "summary_candidate" not in graph.nodes
+        assert ({k: list(v) for k, v in graph.conv_children.items()},
+                {k: list(v) for k, v in graph.callees.items()}) == before
+    assert "summary_candidate" in cand.callees[code.caller] and "summary_candidate" in cand.conv_children[head]
+    e.close()
