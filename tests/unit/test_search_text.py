@@ -62,3 +62,39 @@ def test_a_large_node_text_is_built_in_pieces_and_is_the_whole_text(monkeypatch:
     assert node_text(node) == whole
     user = Call(id="u", seq=2, created_at=0.0, role="user", input=None, output=out * 3)
     assert node_text(user) == out * 3
+
+
+def _whole_grams(text: str) -> str:
+    """``search.cjk_grams`` as it was built before: each regular expression over the whole text."""
+    from dagctx.ledger.search import _TOKEN, CJK_RUN
+
+    if text.isascii() or CJK_RUN.search(text) is None:
+        return ""
+    parts: list[str] = []
+    for run in CJK_RUN.findall(text):
+        parts.extend(run)
+        parts.extend(run[i: i + 2] for i in range(len(run) - 1))
+    for token in _TOKEN.findall(text):
+        if CJK_RUN.search(token) and not CJK_RUN.fullmatch(token):
+            parts.extend(p for p in CJK_RUN.split(token) if p)
+    return " ".join(parts)
+
+
+GRAM_TEXTS = [
+    "我用Python编程 and 数据库迁移脚本\n迁移 src/a.py 数据x库_y迁移 ⺀⺁radicals・カタカナ・テスト",
+    "no cjk at all, only é and — “quotes”\nsecond line",
+    "数据库迁移脚本" * 9 + "Python" + "编程" * 5,  # one long token without a space
+    " 迁 \n移 a迁b \n\n ",
+    "ascii only, nothing to add",
+]
+
+
+@pytest.mark.parametrize("text", GRAM_TEXTS)
+def test_cjk_grams_in_pieces_are_the_whole_grams(text: str) -> None:
+    from dagctx.ledger.search import cjk_grams
+
+    whole = _whole_grams(text)
+    assert cjk_grams(text) == whole
+    for piece in range(1, len(text) + 2):  # every cut: after a space or newline, or none
+        assert cjk_grams(text, piece) == whole, piece
+    assert bool(whole) == ("迁" in text or "⺀" in text)  # the texts with CJK give grams
