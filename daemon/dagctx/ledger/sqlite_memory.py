@@ -225,6 +225,12 @@ class SqliteMemory:
                 "AND +c.workspace = ?", (*part, workspace)).fetchall()]
         return out
 
+    def warm(self, workspace: str) -> None:
+        """What a keyword search of the workspace keeps, read ahead (``MemoryIndex.warm``)."""
+        if not workspace.startswith(":"):
+            with self.b._faults("read the memory index"):
+                self._rowids(workspace)
+
     def _rowids(self, workspace: str) -> tuple[int, int, bool] | None:
         """The smallest and largest rowid of the workspace's chunks, and whether it holds every
         rowid between (None: no chunks). The full-text index holds every workspace's chunks
