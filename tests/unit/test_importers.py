@@ -110,6 +110,7 @@ def test_structure_of_every_transcript(rel: str) -> None:
         assert check_transcript(t) == [], rel
         ids = [n.id for n in t.nodes]
         assert len(ids) == len(set(ids))
+        nodes = by_id(t)
         seen: set[str] = set()
         for n in t.nodes:
             for ref in (n.caller, n.predecessor):
@@ -117,9 +118,9 @@ def test_structure_of_every_transcript(rel: str) -> None:
             if n.role in ("user", "llm") and n.caller is None:
                 assert n.predecessor is not None or n.name == SUMMARY_NAME
             if n.role == "code" and n.metadata.get("toolCallId") is not None:
-                assert by_id(t)[n.caller].role == "llm"
+                assert nodes[n.caller].role == "llm"
             for c in n.metadata.get("covers_ids", ()):
-                assert c in seen and by_id(t)[c].role in ("user", "llm")
+                assert c in seen and nodes[c].role in ("user", "llm")
             seen.add(n.id)
         assert t.counts["nodes"] == len(t.nodes)
         assert t.head is None or t.head in seen
