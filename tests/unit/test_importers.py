@@ -9,7 +9,6 @@ small JSONL strings written here.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections import Counter
 from pathlib import Path
@@ -27,7 +26,7 @@ from dagctx.transcripts import (
 from dagctx.protocol.context_messages import Usage
 from dagctx.protocol.nodes import SUMMARY_NAME, SYSTEM_PROMPT_NAME
 
-from conftest import DEFAULT_CORPUS, corpus_dir
+from conftest import DEFAULT_CORPUS, corpus_dir, parsed_file
 
 
 CORPUS = corpus_dir() or DEFAULT_CORPUS
@@ -47,9 +46,8 @@ LONGEST = "sharegpt-zh/sharegpt_zh_longest_330_turns.jsonl"
 ALL_FILES = [SUBAGENT_SESSION, COMPACT_SESSION, GENERAL, SHORT, CODEX, SWE, OPENHANDS, GLAIVE, LONGEST]
 
 
-@functools.lru_cache(maxsize=None)
 def parsed(rel: str) -> tuple[Transcript, ...]:
-    return tuple(parse_file(CORPUS / rel))
+    return parsed_file(CORPUS / rel)
 
 
 def one(rel: str) -> Transcript:
