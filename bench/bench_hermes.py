@@ -57,7 +57,7 @@ def one_run(py: Path) -> dict[str, list[float]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=int, default=1, help="runs of the six turns (default 1)")
+    ap.add_argument("--runs", type=int, default=1, help="runs of the CLI turns (default 1)")
     args = ap.parse_args()
     py = hermes_python()
     turns: dict[str, list[float]] = {}

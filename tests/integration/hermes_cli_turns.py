@@ -16,13 +16,15 @@ from chat_stub import ChatStub
 
 #: what the loopback model answers, turn by turn; the third turn calls dagctx's MCP tool
 #: through Hermes's own MCP client
+#: (four: a turn before the tool call has history, the call, a turn after it; each turn is a
+#: whole Hermes process, ~12 s of its start-up on a loaded machine)
 CLI_TURNS = ["Start: the parser handles token_1.", "Now the lexer, token_2.", "What did we say about quasar?",
-             "Rename token_4.", "Add a test for token_5.", "Summarize token_6."]
+             "Add a test for token_4."]
 
 
 def cli_script() -> list[dict]:
     out: list[dict] = []
-    for i in range(6):
+    for i in range(len(CLI_TURNS)):
         if i == 2:
             out.append({"content": "Searching the history.",
                         "tool_calls": [("mcp__dagctx__search_history", {"query": "quasar"})]})

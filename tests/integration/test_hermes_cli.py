@@ -18,12 +18,12 @@ from hermes_venv import hermes_python
 from dagctx.client import DagctxClient
 
 
-def test_hermes_cli_six_turns_with_dagctx_and_with_dagctx_unreachable(tmp_path: Path) -> None:
-    """Hermes's own CLI (``hermes chat -q``, a process per turn, ``--continue``) for 6 turns
+def test_hermes_cli_turns_with_dagctx_and_with_dagctx_unreachable(tmp_path: Path) -> None:
+    """Hermes's own CLI (``hermes chat -q``, a process per turn, ``--continue``) for 4 turns
     against a loopback model, two ways side by side, turn by turn: dagctx, and dagctx
     unreachable (its daemon command dies at once). Every turn completes each way; with dagctx
     every turn is recorded once; unreachable, the built-in compressor serves and Hermes logs
-    ONE warning for the 6 turns. Hermes's own MCP client reaches ``dagctx mcp`` (mcp 1.26) in
+    ONE warning for the 4 turns. Hermes's own MCP client reaches ``dagctx mcp`` (mcp 1.26) in
     every run."""
     py = hermes_python()
     mcp_db = tmp_path / "mcp.db"
@@ -73,7 +73,7 @@ def test_hermes_cli_six_turns_with_dagctx_and_with_dagctx_unreachable(tmp_path: 
             users = [n.output for n in hist if n.role == "user"]
             assert users == CLI_TURNS, "each turn recorded once, in order"
             replies = [n.output for n in hist if n.role == "llm" and n.output.startswith("Reply")]
-            assert replies == [f"Reply {i + 1}." for i in range(6)]
+            assert replies == [f"Reply {i + 1}." for i in range(len(CLI_TURNS))]
             # the MCP tool call is recorded like any other, completed with dagctx's answer
             hits = (await c.search("quasar", session_id=sessions[0].session_id, roles=["code"])).hits
             nodes = (await c.get_nodes(sessions[0].session_id, [h.node_id for h in hits])).nodes

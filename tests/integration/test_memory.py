@@ -21,6 +21,12 @@ from memory_support import client, write  # noqa: F401 - the fixture is used by 
 pytestmark = [pytest.mark.slow]
 
 
+@pytest.fixture(autouse=True)
+def _one_daemon(module_shared_daemon: Path) -> None:
+    """This module's clients and commands share one daemon, as a user's do (each test its own
+    database and workspace): the embedding model loads once, not once per test."""
+
+
 async def index(c: DagctxClient, ws: Path, **options: Any) -> mem.MemoryIndexResult:
     params: dict[str, Any] = {"workspace": str(ws)}
     force = options.pop("force", False)
@@ -228,6 +234,8 @@ async def test_conversational_and_cjk_queries_and_sessions(client: DagctxClient,
 
 
 def test_the_memory_commands(tmp_path: Path) -> None:
+    """`dagctx memory index|search|get|status` as a user runs them: the first standalone, the
+    rest through the module's shared daemon."""
     ws = tmp_path / "ws"
     write(ws, "MEMORY.md", "The staging database lives on port 5433.\n")
     db = str(tmp_path / "cli.db")
@@ -241,33 +249,33 @@ def test_the_memory_commands(tmp_path: Path) -> None:
     p = cli("index", "--standalone", "--workspace", str(ws), "--json")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["files"] == 1
-    p = cli("search", "--standalone", "--workspace", str(ws), "--json", "which port is staging on")
+    p = cli("search", "--workspace", str(ws), "--json", "which port is staging on")
     hit = json.loads(p.stdout)["hits"][0]
     assert hit["path"] == "MEMORY.md" and hit["startLine"] == 1
-    p = cli("get", "--standalone", "--workspace", str(ws), "--chunk", hit["chunkId"])
+    p = cli("get", "--workspace", str(ws), "--chunk", hit["chunkId"])
     assert p.returncode == 0 and p.stdout == "The staging database lives on port 5433.\n"
-    p = cli("get", "--standalone", "--workspace", str(ws), "--path", "../etc/passwd")
+    p = cli("get", "--workspace", str(ws), "--path", "../etc/passwd")
     assert p.returncode == 1 and "WorkspaceEscape" in p.stdout + p.stderr
     # the session index in `memory status`: an imported session waits, a search indexes it
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts" / "sharegpt" / "fx.jsonl"
-    imp = subprocess.run([sys.executable, "-P", "-m", "dagctx.cli", "--db", db, "import", "--standalone", str(fixture)],
+    imp = subprocess.run([sys.executable, "-P", "-m", "dagctx.cli", "--db", db, "import", str(fixture)],
                          capture_output=True, text=True, timeout=90, env=env)
     assert imp.returncode == 0, imp.stderr
-    p = cli("status", "--standalone", "--workspace", str(ws), "--json")
+    p = cli("status", "--workspace", str(ws), "--json")
     waiting = json.loads(p.stdout)["sessions"]
     assert (waiting["sessions"], waiting["upToDate"]) == (0, False) and waiting["pending"] >= 1, waiting
-    p = cli("status", "--standalone", "--workspace", str(ws))
+    p = cli("status", "--workspace", str(ws))
     assert p.returncode == 0 and "sessions: 0 indexed" in p.stdout, p.stdout
     assert f"{waiting['pending']} session(s) written since" in p.stdout, p.stdout
-    p = cli("search", "--standalone", "--workspace", str(ws), "--sources", "sessions", "--json", "anything at all")
+    p = cli("search", "--workspace", str(ws), "--sources", "sessions", "--json", "anything at all")
     assert p.returncode == 0, p.stderr
-    p = cli("status", "--standalone", "--workspace", str(ws), "--json")
+    p = cli("status", "--workspace", str(ws), "--json")
     ss = json.loads(p.stdout)["sessions"]
     assert (ss["sessions"], ss["pending"], ss["upToDate"]) == (waiting["pending"], 0, True) and ss["chunks"] > 0, ss
-    p = cli("status", "--standalone", "--workspace", str(ws))
+    p = cli("status", "--workspace", str(ws))
     assert f"sessions: {ss['sessions']} indexed" in p.stdout and "up to date" in p.stdout, p.stdout
     write(ws, "memory/bad.md", b"\xff\xfe bad")
-    p = cli("index", "--standalone", "--workspace", str(ws))
+    p = cli("index", "--workspace", str(ws))
     assert p.returncode == 3 and "notUtf8" in p.stdout + p.stderr
 
 
@@ -338,11 +346,14 @@ async def test_a_rare_word_outranks_common_ones_alike_on_both_backends(pg_url: s
         assert [h[3] for h in sq] == pytest.approx([h[3] for h in pg], rel=1e-6)
 
 
-async def test_a_version_4_memory_index_gets_its_counts_and_terms(database: str, tmp_path: Path) -> None:
+async def test_a_version_4_memory_index_gets_its_counts_and_terms(database: str, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Schema version 5 (SPEC §5.1) fills the kept counts — and on PostgreSQL each lexeme's
     chunk count — from the rows a version-4 database holds; the triggers then keep them."""
     from rawdb import RawDb
 
+    # a daemon of its own for each open: the database is rewritten as version 4 between them
+    monkeypatch.setenv("DAGCTX_STANDALONE", "1")
     ws = tmp_path / "ws"
     write(ws, "MEMORY.md", "The zeppelin waits in the hangar.\n")
     write(ws, "memory/ops.md", "".join(f"we deploy on tuesday, note {i}\n" for i in range(40)))

@@ -24,6 +24,12 @@ from memory_support import workspace as make_workspace
 pytestmark = [pytest.mark.slow]
 pytest.importorskip("wordllama", reason="the local embedding model ships in the wordllama package (dagctx[embed])")
 
+
+@pytest.fixture(autouse=True)
+def _one_daemon(module_shared_daemon: Path) -> None:
+    """This module's clients share one daemon, as a user's do (each test its own database and
+    workspace): the embedding model loads once, not once per test."""
+
 PARAPHRASE = "We settled on least-recently-used for evicting entries from the store, capped at 256 MiB."
 
 
@@ -334,7 +340,8 @@ async def test_the_session_index_catches_up_without_listing_and_shows_in_status(
     assert gone.chunks < new.chunks
 
 
-async def test_vectors_are_read_in_the_background_at_start_and_after_an_index(database: str, tmp_path: Path) -> None:
+async def test_vectors_are_read_in_the_background_at_start_and_after_an_index(database: str, tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """SPEC §5.1: a daemon reads the vectors of the indexed workspaces into its matrices in
     the background when it opens the database, and a workspace's new generation after each
     index run — before any search asks (``vectorsLoaded`` in ``memory/status``); a search
@@ -342,6 +349,7 @@ async def test_vectors_are_read_in_the_background_at_start_and_after_an_index(da
     seen by the generation stamp: the matrix is read again."""
     import asyncio
 
+    monkeypatch.setenv("DAGCTX_STANDALONE", "1")  # daemons of its own: what one reads when it opens
     ws = workspace(tmp_path)
 
     async def loaded(c: DagctxClient) -> bool:

@@ -157,3 +157,69 @@ def test_references_are_read_when_a_plan_asks_and_give_the_same_plan(db: tuple[P
     assert dict(plan.aged) == aged
     assert plan.stats.as_dict()["toolResultsAged"] == stats["toolResultsAged"]
     old.close()
+
+
+def test_a_plan_of_another_key_ages_the_walk_a_render_kept(db: tuple[Path, str, str]) -> None:
+    """A plan reuses the unaged walk of the branch the last render or plan made (same
+    nodes, same updates): the same decisions as a service that walks it afresh, and a
+    walk made before an append is never reused after it."""
+    path, sid, head = db
+    opts = {"minAgeSeconds": 0, "minTokens": 50, "keepRecentTurns": 2}
+    e = _engine(path, aging_opts=opts)
+    info = e.models.get(MODEL)
+    e.views.render(sid, head=head, fmt="openai", model=MODEL)  # keeps the unaged walk
+    for defer in (True, False):
+        kept = e.views.aging_for(sid, head, info, defer=defer)
+        fresh = ContextService(e).aging_for(sid, head, info, defer=defer)
+        assert kept == fresh
+    walked = e.views._unaged
+    new = _append(e, sid, role="user", output="one more turn about src/mod_1.py", predecessor=head)
+    after = e.views.aging_for(sid, new, info)
+    assert e.views._unaged is not walked
+    assert after == ContextService(e).aging_for(sid, new, info)
+    e.close()
+
+
+def test_trivial_whitespace_is_str_isspace() -> None:
+    """The fidelity gate's phrase test (a reference with whitespace is not an identifier)
+    reads whitespace exactly as ``str.isspace`` does, over every code point."""
+    import sys
+
+    from dagctx.context.references import _WHITESPACE
+
+    assert all((_WHITESPACE.search(ch) is not None) == ch.isspace() for ch in map(chr, range(sys.maxunicode + 1)))
+
+
+def test_request_estimate_is_the_estimate_of_the_request(db: tuple[Path, str, str]) -> None:
+    """Each staged request's size, summed from its entries' character classes, is
+    ``estimate_tokens`` of the text sent, in every mode of the request."""
+    from dataclasses import replace
+
+    from dagctx.context import compaction_plan, summarizer_input
+    from dagctx.context.tokens import estimate_tokens
+
+    path, sid, head = db
+    e = _engine(path)
+    graph = e.store.graph(sid)
+    from dagctx.context.render import render_view
+
+    view = render_view(graph, head)
+    plan = compaction_plan.select_cut(view, graph, lambda it: len(it.text) // 3 + 1, window=8000,
+                                      keep_recent_tokens=300)
+    assert plan is not None
+    t = summarizer_input.Transcript()
+    stages = summarizer_input.split_stages(plan, 900, estimate_tokens, t)
+    assert stages == summarizer_input.split_stages(plan, 900, estimate_tokens)  # the same stages
+    assert len(stages) > 2
+    owners = summarizer_input.stage_owners(plan)
+    plans = [plan, replace(plan, previous_summary_text="S 迁移 src/a.py", previous_summary_id="s1")]
+    plans += [summarizer_input.stage_plan(plan, items, index=i, total=len(stages), owner=owners,
+                                          previous_text=None if i == 1 else f"summary so far {i} 结果")
+              for i, items in enumerate(stages, 1)]
+    for sub in plans:
+        for kw in ({}, {"instructions": "focus on ports 端口", "max_chars": 4000}, {"update": False}):
+            _, messages = summarizer_input.summarizer_messages(sub, transcript=t, **kw)
+            assert messages == summarizer_input.summarizer_messages(sub, **kw)[1]
+            text = messages[0]["content"]["text"]
+            assert summarizer_input.request_estimate(sub, t, **kw) == estimate_tokens(text)
+    e.close()

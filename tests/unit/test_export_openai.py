@@ -41,12 +41,10 @@ def engine(database: str) -> Iterator[EngineCore]:
 
 
 def _whole(e: EngineCore, sid: str, head: str) -> tuple[bytes, int]:
-    """The export as it was made before it streamed: the whole render, formatted whole (a
-    fresh render, as the first export of a session is: an extension of a cached render of
-    another head does not rename a suffix's tool call id that the prefix used)."""
+    """The export as it was made before it streamed: the whole render, formatted whole."""
     chain = e.store.graph(sid).chain(head)
     model = next((n.name for n in reversed(chain) if n.role == "llm" and n.name and n.name != UNKNOWN_MODEL), None)
-    r = e.views.render(sid, head=head, fmt="openai", model=model, remember=False, use_cache=False)
+    r = e.views.render(sid, head=head, fmt="openai", model=model, remember=False)
     doc = {"model": model or r.model.name, "messages": r.messages}
     return msgspec.json.format(_enc.encode(doc), indent=2) + b"\n", len(r.messages)
 

@@ -135,3 +135,31 @@ def test_renders_of_one_branch_age_its_one_unaged_walk(engine: EngineCore, fmt: 
     assert got.messages == fresh.messages and got.view == fresh.view
     assert got.view == render_view(e.store.graph(sid), top, aged=aged)
     assert late in got.view.reads
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic", "neutral"])
+def test_an_extension_renames_a_call_id_the_cached_prefix_used(engine: EngineCore, fmt: str) -> None:
+    """A tool call id repeated on the branch (a provider that numbers calls per response,
+    a resumed Claude Code session replaying ids) is renamed in a full render (SPEC §6, pair
+    validity); extending a cached render by the next step renames it the same way, so the
+    list never carries one id twice (before: the suffix was assembled without the prefix's
+    ids, and OpenAI would reject the duplicate)."""
+    from dagctx.context import formats
+
+    e = engine
+    sid = e.store.create_session("dup").session_id
+    u = _append(e, sid, role="user", output="go", predecessor=e.store.head(sid))
+    head = _append(e, sid, role="llm", name="gpt-4o", output="step 0", predecessor=u)
+    _append(e, sid, role="code", name="bash", input={"cmd": "ls"}, output="a", caller=head,
+            metadata={"toolCallId": "call_0"})
+    e.views.render(sid, fmt=fmt, model="gpt-4o")  # cached
+    for k in range(1, 3):
+        hits = e.views.cache_hits
+        head = _append(e, sid, role="llm", name="gpt-4o", output=f"step {k}", predecessor=head)
+        _append(e, sid, role="code", name="bash", input={"cmd": "ls"}, output="b", caller=head,
+                metadata={"toolCallId": "call_0"})
+        _same(e, sid, fmt)
+        assert e.views.cache_hits > hits  # the render was an extension of the cached one
+        r = e.views.render(sid, fmt=fmt, model="gpt-4o")
+        assert formats.check_pairs(r.messages, fmt) == []
+        assert sum("renamed to call_0_" in x for x in r.manifest["repairs"]) == k

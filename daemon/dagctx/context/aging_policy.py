@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import msgspec
@@ -108,7 +109,10 @@ class AgingPolicy:
 
     def is_exempt(self, tool: str) -> bool:
         low = tool.lower()
-        return any(low == t.lower() for t in self.exempt_tools)
+        try:
+            return low in _lowered(self.exempt_tools)
+        except TypeError:  # a policy built with an unhashable collection
+            return any(low == t.lower() for t in self.exempt_tools)
 
     def as_dict(self) -> dict[str, Any]:
         """camelCase form for manifests and decision paths."""
@@ -251,3 +255,9 @@ def _pct(share: float) -> str:
 
 def cap_limit(policy: AgingPolicy, window: int) -> int:
     return max(1, math.floor(window * policy.max_single_result_share))
+
+
+@lru_cache(maxsize=64)
+def _lowered(tools: frozenset[str]) -> frozenset[str]:
+    """``tools`` in lower case (asked once per result of every aging plan)."""
+    return frozenset(t.lower() for t in tools)

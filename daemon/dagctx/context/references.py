@@ -471,8 +471,12 @@ def cited_later(result_text: str, later_texts: Sequence[str] | Iterable[str]) ->
 # ---------------------------------------------------------------- fidelity
 
 
+#: any character ``str.isspace`` calls whitespace (``\s`` of a str pattern is the same test)
+_WHITESPACE = re.compile(r"\s")
+
+
 def _trivial(ref: str) -> bool:
-    if any(c.isspace() for c in ref):
+    if _WHITESPACE.search(ref) is not None:
         return True  # a phrase in backticks, not an identifier
     low = ref.lower()
     if low in TRIVIAL_IDENTIFIERS or low in _STOPWORDS:
@@ -533,6 +537,13 @@ def distinctive_identifiers(texts: Iterable[str], top: int = 20,
             else:
                 total[ref] = n
                 first[ref] = (ti, pos[ref])
-    # trivial names are dropped once per distinct reference, after counting
-    ranked = sorted((r for r in total if not _trivial(r)), key=lambda r: (-total[r], first[r], r))
-    return ranked[: max(top, 0)]
+    # trivial names are dropped after counting, walking the ranking until ``top`` are found
+    out: list[str] = []
+    if top <= 0:
+        return out
+    for r in sorted(total, key=lambda r: (-total[r], first[r], r)):
+        if not _trivial(r):
+            out.append(r)
+            if len(out) == top:
+                break
+    return out

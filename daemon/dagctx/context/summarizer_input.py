@@ -15,15 +15,19 @@ from typing import Any
 from dagctx.protocol.errors import DagctxError
 
 from .cancel import stop_if_cancelled
+from .char_classes import CharClasses, add_classes, char_classes, estimate_of_classes
 from .compaction_plan import CutPlan, strip_marker
 from .content import json_text
+from .tokens import estimate_tokens
 from .view import Item
 
 __all__ = [
     "SECTIONS",
     "SUMMARIZER_SYSTEM_PROMPT",
+    "Transcript",
     "covered_in_input",
     "item_body",
+    "request_estimate",
     "retry_messages",
     "split_stages",
     "stage_owners",
@@ -129,8 +133,49 @@ def _item_header(item: Item) -> str:
 
 def transcript_entry(item: Item) -> str:
     """One item as a transcript entry: a bracketed header line, then its content."""
-    body = item_body(item)
+    return _entry(item, item_body(item))
+
+
+def _entry(item: Item, body: str) -> str:
     return f"{_item_header(item)}\n{body}" if body else _item_header(item)
+
+
+class Transcript:
+    """The bodies and transcript entries of one compaction's items, each built once and
+    measured once with the estimate (``char_classes``): staging, every stage's request,
+    its size check, the fidelity terms and the coverage check read the same entries.
+    Holds the items it was asked about, so an id is never reused while it is kept."""
+
+    __slots__ = ("_memo",)
+
+    def __init__(self) -> None:
+        self._memo: dict[int, list[Any]] = {}
+
+    def _get(self, item: Item) -> list[Any]:
+        got = self._memo.get(id(item))
+        if got is None or got[0] is not item:
+            body = item_body(item)
+            got = self._memo[id(item)] = [item, body, _entry(item, body), None]
+        return got
+
+    def body(self, item: Item) -> str:
+        """``item_body(item)``."""
+        return self._get(item)[1]
+
+    def entry(self, item: Item) -> str:
+        """``transcript_entry(item)``."""
+        return self._get(item)[2]
+
+    def classes(self, item: Item) -> CharClasses:
+        """``char_classes(transcript_entry(item))``."""
+        got = self._get(item)
+        if got[3] is None:
+            got[3] = char_classes(got[2])
+        return got[3]  # type: ignore[no-any-return]
+
+    def estimate(self, item: Item) -> int:
+        """``estimate_tokens(transcript_entry(item))``."""
+        return estimate_of_classes(self.classes(item))
 
 
 def summarizer_messages(
@@ -139,6 +184,7 @@ def summarizer_messages(
     instructions: str | None = None,
     update: bool | None = None,
     max_chars: int | None = None,
+    transcript: Transcript | None = None,
 ) -> tuple[str, list[dict[str, Any]]]:
     """``(systemPrompt, messages)`` for an MCP-style ``sampling/createMessage`` request.
 
@@ -146,15 +192,46 @@ def summarizer_messages(
     (default: whether the plan has a previous summary) puts the previous summary in
     ``<previous-summary>`` and asks for a merge; without update mode a previous summary
     is the first transcript entry. ``instructions`` (the user's ``/compact`` focus) are
-    appended; ``max_chars`` adds a length limit to the task.
+    appended; ``max_chars`` adds a length limit to the task. ``transcript``: the entries
+    built once for the whole compaction.
     """
+    entry = transcript_entry if transcript is None else transcript.entry
+    use_update = _use_update(plan, update)
+    entries = [entry(it) for it in plan.input_items if it.kind != "summary"]
+    if plan.previous_summary_text is not None and not use_update:
+        entries.insert(0, f"{_EARLIER}\n{plan.previous_summary_text}")
+    text = _request_text(plan, "\n\n".join(entries), use_update, instructions, max_chars)
+    return SUMMARIZER_SYSTEM_PROMPT, [{"role": "user", "content": {"type": "text", "text": text}}]
+
+
+def request_estimate(
+    plan: CutPlan,
+    transcript: Transcript,
+    *,
+    instructions: str | None = None,
+    update: bool | None = None,
+    max_chars: int | None = None,
+) -> int:
+    """``estimate_tokens`` of the text of ``summarizer_messages(plan, …)``'s message, from
+    the entries ``transcript`` measured and the words around them (``char_classes``)."""
+    use_update = _use_update(plan, update)
+    parts = [transcript.classes(it) for it in plan.input_items if it.kind != "summary"]
+    if plan.previous_summary_text is not None and not use_update:
+        parts.insert(0, char_classes(f"{_EARLIER}\n{plan.previous_summary_text}"))
+    around = char_classes(_request_text(plan, "", use_update, instructions, max_chars))
+    joins = (2 * max(0, len(parts) - 1), 0, 0, 0)  # the "\n\n" between entries
+    return estimate_of_classes(add_classes(around, joins, *parts))
+
+
+def _use_update(plan: CutPlan, update: bool | None) -> bool:
     prev = plan.previous_summary_text
-    if update is None:
-        update = prev is not None
-    use_update = bool(update) and prev is not None
-    entries = [transcript_entry(it) for it in plan.input_items if it.kind != "summary"]
-    if prev is not None and not use_update:
-        entries.insert(0, f"{_EARLIER}\n{prev}")
+    return bool(prev is not None if update is None else update) and prev is not None
+
+
+def _request_text(plan: CutPlan, transcript: str, use_update: bool, instructions: str | None,
+                  max_chars: int | None) -> str:
+    """The one message of a summary request around the joined ``transcript`` entries."""
+    prev = plan.previous_summary_text
     parts: list[str] = []
     if plan.stage is not None and plan.stage[1] > 1:
         i, total = plan.stage
@@ -165,14 +242,13 @@ def summarizer_messages(
     tag = "new-messages" if use_update else "conversation"
     if use_update:
         parts.append(f"<previous-summary>\n{prev}\n</previous-summary>")
-    parts.append(f"<{tag}>\n" + "\n\n".join(entries) + f"\n</{tag}>")
+    parts.append(f"<{tag}>\n" + transcript + f"\n</{tag}>")
     parts.append(_UPDATE_TASK if use_update else _FRESH_TASK)
     if instructions and instructions.strip():
         parts.append("Additional instructions from the user for this summary:\n" + instructions.strip())
     if max_chars is not None:
         parts.append(f"Keep the whole summary under {max_chars} characters.")
-    text = "\n\n".join(parts)
-    return SUMMARIZER_SYSTEM_PROMPT, [{"role": "user", "content": {"type": "text", "text": text}}]
+    return "\n\n".join(parts)
 
 
 def retry_messages(messages: Sequence[dict[str, Any]], missing: Sequence[str]) -> list[dict[str, Any]]:
@@ -221,7 +297,8 @@ def _with_body(item: Item, body: str) -> Item:
     return replace(item, text=body, content=[{"type": "text", "text": body}])
 
 
-def split_stages(plan: CutPlan, max_input_tokens: int, count: Callable[[str], int]) -> list[list[Item]]:
+def split_stages(plan: CutPlan, max_input_tokens: int, count: Callable[[str], int],
+                 transcript: Transcript | None = None) -> list[list[Item]]:
     """``plan.input_items`` in consecutive stages of at most ``max_input_tokens`` each.
 
     Counted on transcript entries (``transcript_entry``); the instructions around them
@@ -231,7 +308,9 @@ def split_stages(plan: CutPlan, max_input_tokens: int, count: Callable[[str], in
     ``(part k of n)``, one stage after another. The previous summary stays in the first
     stage whatever its size. Summarize stage 1 (update mode when there is a previous
     summary), then each next stage in update mode with the summary so far
-    (``stage_plan``); the last answer is the summary of the whole prefix.
+    (``stage_plan``); the last answer is the summary of the whole prefix. With ``count``
+    the estimate (``tokens.estimate_tokens``), a ``transcript`` measures each entry once
+    for staging and for the requests (``request_estimate``).
     """
     if max_input_tokens <= 0:
         raise DagctxError("InvalidParams", f"max_input_tokens must be positive, got {max_input_tokens}")
@@ -245,9 +324,10 @@ def split_stages(plan: CutPlan, max_input_tokens: int, count: Callable[[str], in
             stages.append(cur)
         cur, cur_tokens = [], 0
 
+    measure = transcript.estimate if transcript is not None and count is estimate_tokens else None
     for it in plan.input_items:
         stop_if_cancelled()  # each item is a tokenization
-        t = count(transcript_entry(it)) + 2
+        t = (count(transcript_entry(it)) if measure is None else measure(it)) + 2
         if it.kind == "summary":
             cur.append(it)
             cur_tokens += t
@@ -263,7 +343,7 @@ def split_stages(plan: CutPlan, max_input_tokens: int, count: Callable[[str], in
         pieces: list[list[str]] = []
         group: list[str] = []
         group_tokens = header_tokens
-        for seg in _segments(item_body(it)):
+        for seg in _segments(item_body(it) if transcript is None else transcript.body(it)):
             st = count(seg) + 1
             if group and group_tokens + st > max_input_tokens:
                 pieces.append(group)
@@ -355,7 +435,7 @@ def _find_from(text: str, body: str, pos: int) -> int:
     return text.find(body, pos)
 
 
-def summarized_ids(plan: CutPlan, messages_sent: Any) -> set[str]:
+def summarized_ids(plan: CutPlan, messages_sent: Any, transcript: Transcript | None = None) -> set[str]:
     """Node ids whose content was in ``messages_sent`` (one request's messages, or a list
     of several requests' messages for a staged summary).
 
@@ -366,10 +446,11 @@ def summarized_ids(plan: CutPlan, messages_sent: Any) -> set[str]:
     text was; covered nodes that render nothing always count.
     """
     joined = "\n".join(_message_texts(messages_sent))
+    body_of = item_body if transcript is None else transcript.body
     pos = 0
     found: list[bool] = []
     for it in plan.input_items:
-        body = item_body(it)
+        body = body_of(it)
         if not body:
             found.append(True)
             continue
@@ -396,6 +477,6 @@ def summarized_ids(plan: CutPlan, messages_sent: Any) -> set[str]:
     return out
 
 
-def covered_in_input(plan: CutPlan, messages_sent: Any) -> bool:
+def covered_in_input(plan: CutPlan, messages_sent: Any, transcript: Transcript | None = None) -> bool:
     """True when every covered chain node's content was in the summarizer input."""
-    return set(plan.covered_ids) <= summarized_ids(plan, messages_sent)
+    return set(plan.covered_ids) <= summarized_ids(plan, messages_sent, transcript)

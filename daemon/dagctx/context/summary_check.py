@@ -17,7 +17,7 @@ from typing import Any
 from .compaction_plan import CutPlan, strip_marker
 from .content import json_text
 from .references import distinctive_identifiers
-from .summarizer_input import item_body
+from .summarizer_input import Transcript, item_body
 
 __all__ = [
     "EMPTY",
@@ -109,13 +109,16 @@ _COMMON_WORDS = frozenset(
 )
 
 
-def fidelity_terms(plan: CutPlan, top: int = 20, *, min_identifiers: int = 5, fill_to: int = 10) -> list[str]:
+def fidelity_terms(plan: CutPlan, top: int = 20, *, min_identifiers: int = 5, fill_to: int = 10,
+                   transcript: Transcript | None = None) -> list[str]:
     """What the fidelity gate checks: the ``top`` most distinctive identifiers of the
     summarizer input (``references.distinctive_identifiers``). When fewer than
     ``min_identifiers`` exist (plain chat), the list is topped up to ``fill_to`` with the
     most frequent long English content words, so a non-answer ("I'm ready to help")
-    still fails. Text without either (e.g. Chinese prose) has no gate."""
-    texts = [item_body(it) for it in plan.input_items]
+    still fails. Text without either (e.g. Chinese prose) has no gate. ``transcript``:
+    the bodies built once for the whole compaction."""
+    body = item_body if transcript is None else transcript.body
+    texts = [body(it) for it in plan.input_items]
     idents = distinctive_identifiers(texts, top)
     if len(idents) >= min_identifiers:
         return idents

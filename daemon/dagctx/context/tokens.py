@@ -171,22 +171,20 @@ def estimate_tokens(text: str) -> int:
     if text.isascii():
         return math.ceil(n / ASCII_CHARS_PER_TOKEN)
     non_ascii, cjk, punct = _char_classes(text) if n >= SHORT_TEXT else _char_classes_re(text)
-    return math.ceil(
-        (cjk - punct) / CJK_CHARS_PER_TOKEN
-        + punct / CJK_PUNCT_CHARS_PER_TOKEN
-        + (n - non_ascii) / ASCII_CHARS_PER_TOKEN
-        + (non_ascii - cjk) / OTHER_CHARS_PER_TOKEN
-    )
+    return _estimate(n, non_ascii, cjk, punct)
 
 
-# The estimate's character classes are counted on the UTF-16 code units, split into
-# their high bytes (blocks of 256 code points) and low bytes: ``bytes.translate``
-# maps each to a flag byte, and a bitwise AND of two flag strings read as integers
-# (``int.bit_count``) counts the units whose high AND low byte fall in a range — all
-# at memory speed. The regular expressions above test every character (~50 ns each:
-# 90 ms for a 160k-character Chinese text; a summary request is checked in full before
-# it is sent). Exactly the same counts as ``_char_classes_re`` (tests/unit/test_tokens.py
-# compares every block of code points).
+def _estimate(n: int, non_ascii: int, cjk: int, punct: int) -> int:
+    return math.ceil((cjk - punct) / CJK_CHARS_PER_TOKEN + punct / CJK_PUNCT_CHARS_PER_TOKEN
+                     + (n - non_ascii) / ASCII_CHARS_PER_TOKEN + (non_ascii - cjk) / OTHER_CHARS_PER_TOKEN)
+
+
+# The estimate's character classes are counted on the UTF-16 code units, split into high
+# bytes (blocks of 256 code points) and low bytes: ``bytes.translate`` maps each to a flag
+# byte, and a bitwise AND of two flag strings read as integers (``int.bit_count``) counts
+# the units whose high AND low byte fall in a range, at memory speed (the regular
+# expressions above take ~50 ns a character). Exactly the counts of ``_char_classes_re``
+# (tests/unit/test_tokens.py compares every block of code points).
 #: below this many characters the regular expressions are the quicker way
 SHORT_TEXT = 128
 

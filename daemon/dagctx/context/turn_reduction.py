@@ -36,6 +36,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from .reduction_limits import (
@@ -137,11 +138,23 @@ def split_segments(text: str, max_tokens: int, count: Callable[[str], int]) -> l
 
 def summary_key(kind: str, content: str, config: Mapping[str, Any]) -> str:
     """The cache key of a summary: its kind, the exact content and the model configuration."""
-    h = hashlib.sha256()
-    h.update(json.dumps([REDUCTION_POLICY_VERSION, kind, dict(sorted(config.items()))], ensure_ascii=False).encode())
-    h.update(b"\0")
+    items = tuple(sorted(config.items()))
+    try:
+        h = _key_hasher(kind, items).copy()
+    except TypeError:  # a configuration value that cannot be a cache key itself
+        h = _key_hasher.__wrapped__(kind, items)
     h.update(content.encode("utf-8", "surrogatepass"))
     return h.hexdigest()[:40]
+
+
+@lru_cache(maxsize=64)
+def _key_hasher(kind: str, items: tuple[tuple[str, Any], ...]) -> Any:
+    """A hasher fed with what precedes the content in every key of this kind and
+    configuration (asked for every result and segment of a build)."""
+    h = hashlib.sha256()
+    h.update(json.dumps([REDUCTION_POLICY_VERSION, kind, dict(items)], ensure_ascii=False).encode())
+    h.update(b"\0")
+    return h
 
 
 def is_context_overflow(message: str) -> bool:

@@ -143,7 +143,10 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
     # under them by the caller edge (SPEC §8: any change is a conflict), and the kept node
     snapshot = _watch(graph, set(plan.covered_ids), also={plan.kept_from})
     known = set(graph.nodes)
-    identifiers = summary_check.fidelity_terms(plan)
+    # every item's body and transcript entry, built and measured once for the fidelity
+    # terms, the stages, each request's size check and the coverage check
+    transcript = summarizer_input.Transcript()
+    identifiers = summary_check.fidelity_terms(plan, transcript=transcript)
     max_chars = max(2000, int(plan.tokens_covered * 4 * 0.6))
     # 3. summarize (in stages when the prefix is too large for one call)
     # Stage sizes only need to be about right (each stage is half a window): the fast
@@ -162,7 +165,7 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
             f"one chunk of the conversation: its {max_tokens:,}-token answer and the {overhead:,}-token summary "
             "prompt leave no room for the transcript; nothing was sent or written. Configure a summarizer with a "
             "larger window"))
-    stages = summarizer_input.split_stages(plan, stage_budget, count)
+    stages = summarizer_input.split_stages(plan, stage_budget, count, transcript)
     sent: list[Any] = []
     text: str | None = None
     retention: float | None = None
@@ -175,9 +178,12 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
             sub = plan if len(stages) == 1 else summarizer_input.stage_plan(
                 plan, items, index=i, total=len(stages), previous_text=summary_so_far, owner=owners
             )
-            system, messages = summarizer_input.summarizer_messages(sub, instructions=p.instructions, max_chars=max_chars)
+            system, messages = summarizer_input.summarizer_messages(
+                sub, instructions=p.instructions, max_chars=max_chars, transcript=transcript)
             sent.append(messages)
-            summary_so_far = await _sample(engine, p, system, messages, sinfo, max_tokens)
+            size = summarizer_input.request_estimate(sub, transcript, instructions=p.instructions,
+                                                     max_chars=max_chars)
+            summary_so_far = await _sample(engine, p, system, messages, sinfo, max_tokens, size)
             engine.peer.progress(token, {"kind": "report", "message": f"stage {i}/{len(stages)}",
                                          "percentage": int(i * 80 / len(stages))})
         text = summary_so_far
@@ -188,7 +194,8 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
         if not validation.ok and validation.reason == summary_check.LOW_FIDELITY:
             # the retry repeats the last request (the whole prefix, or the last stage on
             # top of the summary so far), so it fits the summarizer as that one did
-            system, messages = summarizer_input.summarizer_messages(sub, instructions=p.instructions, max_chars=max_chars)
+            system, messages = summarizer_input.summarizer_messages(
+                sub, instructions=p.instructions, max_chars=max_chars, transcript=transcript)
             retry = summarizer_input.retry_messages(messages, validation.missing)
             sent.append(retry)
             text = await _sample(engine, p, system, retry, sinfo, max_tokens)
@@ -210,7 +217,7 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
     except asyncio.CancelledError:
         raise  # the server answers -32800; nothing was written
     # covered ⊆ summarized: refuse to write a summary of turns it never saw (defect 1)
-    if not summarizer_input.covered_in_input(plan, sent) and p.fallback != "structural":
+    if not summarizer_input.covered_in_input(plan, sent, transcript) and p.fallback != "structural":
         return done(False, "failed", shown_before, shown_before,
                     error="internal check failed: a covered turn was not in the summarizer input")
     # 5. write exactly one node
@@ -271,10 +278,12 @@ def _prompt_overhead(plan: Any, instructions: str | None, max_chars: int) -> int
 
 
 async def _sample(engine: Host, p: c.CompactParams, system: str, messages: list[dict[str, Any]], info: Any,
-                  max_tokens: int) -> str:
+                  max_tokens: int, size: int | None = None) -> str:
     """One completion with retries and backoff on transport failures; a request the
-    summarizer ``info`` cannot take is refused before it is sent."""
-    check_fits(system, [m["content"]["text"] for m in messages], max_tokens, info.context_window, info.name)
+    summarizer ``info`` cannot take is refused before it is sent (``size``: the estimate
+    of its one message's text, when the caller measured it already)."""
+    check_fits(system, [m["content"]["text"] for m in messages], max_tokens, info.context_window, info.name,
+               estimates=None if size is None else [size])
     params = c.CreateMessageParams(
         messages=[c.SamplingMessage(role=m["role"], content=c.SamplingContent(text=m["content"]["text"]))
                   for m in messages],

@@ -230,6 +230,7 @@ def preload(submit: Callable[[Callable[[], None]], Any], database_key: str, inde
     the loop; SPEC §5.1), so a search does not pay for it: when a database is first opened,
     the ``MAX_INDEXES`` most recently indexed (workspace, model) sets that have vectors (and
     the local model's weights); after an index run, ``only`` that workspace's new generation.
+    Then what the keyword side keeps of those workspaces (``MemoryIndex.warm``).
     ``index``: the database's ``MemoryIndex``."""
     from dagctx.protocol.errors import DagctxError
 
@@ -254,5 +255,10 @@ def preload(submit: Callable[[Callable[[], None]], Any], database_key: str, inde
         for load in jobs:
             if load is not None:
                 load()
+        for ws in dict.fromkeys(ws for ws, _, _ in sets):  # the keyword side's kept reads too
+            try:
+                index.warm(ws)
+            except DagctxError:
+                return
 
     submit(job)

@@ -67,6 +67,11 @@ class ReductionRun:
     seg_limit: int | None = None
     #: the model that writes the summaries (the session's unless another is configured)
     summarizer: Any = None
+    #: stored summaries by key as this build knows them (None: none stored), and the rows
+    #: it wrote and keeps in memory until its end (``turn_reduction``: one read of each
+    #: key, one write for the build)
+    known: dict[str, tuple[str, int, int] | None] = field(default_factory=dict)
+    unwritten: list[tuple[str, str, str, int, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.summarizer is None:
@@ -102,11 +107,12 @@ class ReductionRun:
         # sent, it is cut into smaller segments like a context-overflow answer
         cap, input_limit = summary_limits(self.summarizer.context_window, self.summarizer.max_output)
         max_tokens = max(64, min(max_tokens, cap))
-        if estimate_tokens(system) + estimate_tokens(user) + 8 > input_limit + (cap - max_tokens):
+        size = estimate_tokens(system) + estimate_tokens(user)
+        if size + 8 > input_limit + (cap - max_tokens):
             raise Overflow(f"the request does not fit the summarizer's window of "
                             f"{self.summarizer.context_window:,} tokens")
         self.report.summary_calls += 1
-        self.report.summary_input_tokens += estimate_tokens(system) + estimate_tokens(user)
+        self.report.summary_input_tokens += size
         params = c.CreateMessageParams(
             messages=[c.SamplingMessage(role="user", content=c.SamplingContent(text=user))],
             system_prompt=system,

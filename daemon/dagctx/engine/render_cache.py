@@ -72,6 +72,8 @@ class CachedRender:
     node_ids: list[list[str]]
     per_message: list[int]
     repairs: list[str]
+    #: every tool call id ``messages`` use: an extension renames a repeated one (SPEC §6)
+    call_ids: frozenset[str] = frozenset()
 
 
 def join_views(prefix: View, suffix: View, new_chain: list[str]) -> View:

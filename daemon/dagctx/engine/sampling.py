@@ -40,11 +40,14 @@ def summary_limits(window: int, max_output: int) -> tuple[int, int]:
     return max_tokens, window - max_tokens - margin
 
 
-def check_fits(system: str, texts: list[str], max_tokens: int, window: int, model: str) -> None:
-    """Refuse (``SamplingFailed``, nothing sent) a summary request its summarizer cannot take."""
+def check_fits(system: str, texts: list[str], max_tokens: int, window: int, model: str,
+               estimates: list[int] | None = None) -> None:
+    """Refuse (``SamplingFailed``, nothing sent) a summary request its summarizer cannot take.
+    ``estimates``: ``estimate_tokens`` of each of ``texts``, when the caller has them."""
     from dagctx.context.tokens import estimate_tokens
 
-    used = estimate_tokens(system) + sum(estimate_tokens(t) + 4 for t in texts)
+    sizes = [estimate_tokens(t) for t in texts] if estimates is None else estimates
+    used = estimate_tokens(system) + sum(e + 4 for e in sizes)
     if used + max_tokens > window:
         raise DagctxError(
             "SamplingFailed",

@@ -20,7 +20,8 @@ at most ``MAX_SUMMARY_CALLS`` calls and ``MAX_SECONDS`` per build, never through
 prepare (no recursion), metered in the report apart from the request. Each summary is
 kept in the ledger's derived table ``reduction_summaries`` under a hash of its content
 and the model configuration, so a later request (or another daemon) reuses it without
-a call. The ledger's nodes are never touched; the manifest names what was reduced.
+a call; a build reads each key once and stores what it wrote at its end, in one
+transaction. The ledger's nodes are never touched; the manifest names what was reduced.
 
 Architecture Invariant: no SQL and no JSON-RPC here; the only write is the derived
 summary cache, through the store's API.
@@ -110,12 +111,36 @@ def _plan(run: ReductionRun, base: Built) -> _Plan:
     return _Plan(base, shape, cands, keys, owners, eligible, blocked, texts, tr.task_text(view, shape, graph), newest)
 
 
+def _stored(run: ReductionRun, keys: list[str]) -> dict[str, tuple[str, int, int]]:
+    """The stored summaries of ``keys``: those this build wrote, else the ledger's — each
+    key read from the ledger once per build (what a build wrote, it reads from memory)."""
+    ask = [k for k in dict.fromkeys(keys) if k not in run.known]
+    if ask:
+        got = run.engine.store.reduction_summaries(ask)
+        for k in ask:
+            run.known[k] = got.get(k)
+    return {k: hit for k in keys if (hit := run.known.get(k)) is not None}
+
+
+def _keep(run: ReductionRun, rows: list[tuple[str, str, str, int, int]]) -> None:
+    """Summaries this build wrote: read from memory by the rest of the build, stored at its
+    end (``_flush``)."""
+    for key, _kind, text, tin, tout in rows:
+        run.known[key] = (text, tin, tout)
+    run.unwritten.extend(rows)
+
+
+def _flush(run: ReductionRun) -> None:
+    """Store what the build wrote, in one transaction (also after a failure or a cancel)."""
+    rows, run.unwritten = run.unwritten, []
+    run.engine.store.put_reduction_summaries(rows)
+
+
 async def _summarize_results(run: ReductionRun, plan: _Plan, chosen: list[tr.ResultCandidate], red: Reductions) -> None:
     """Summaries of ``chosen`` (stored ones reused, the others asked for and stored) into ``red``."""
-    e = run.engine
     keys = plan.keys
     todo = [x for x in chosen if x.node_id not in red.results and x.node_id not in run.failed]
-    cached = e.store.reduction_summaries([keys[x.node_id] for x in todo])
+    cached = _stored(run, [keys[x.node_id] for x in todo])
     run.planned += sum(1 for x in todo if keys[x.node_id] not in cached)
     sem = asyncio.Semaphore(tr.CONCURRENT_CALLS)
     fresh: list[tuple[str, str, str, int, int]] = []
@@ -152,7 +177,7 @@ async def _summarize_results(run: ReductionRun, plan: _Plan, chosen: list[tr.Res
     try:
         outcomes = await asyncio.gather(*(one(x) for x in todo))
     finally:
-        e.store.put_reduction_summaries(fresh)  # what succeeded is kept, even when cancelled
+        _keep(run, fresh)  # what succeeded is kept, even when cancelled
     for x, out in zip(todo, outcomes):
         if out is None:
             run.failed.add(x.node_id)
@@ -184,14 +209,18 @@ async def _checkpoint_segments(run: ReductionRun, plan: _Plan, steps: list[str],
                                cap: int, words: int) -> tuple[str, str, int] | None:
     """Summarize ``segments`` of ``steps`` rolling: (summary, key of the last, calls made),
     or None after a failure (recorded). A context overflow propagates (``Overflow``)."""
-    e = run.engine
     key = ""
     summary: str | None = None
     calls = 0
-    for lo, hi in segments:
-        body = "\n".join(plan.step_texts[st] for st in steps[lo:hi])
-        key = tr.summary_key("checkpoint", "\0".join((key, plan.task, body)), run.config)
-        hit = e.store.reduction_summaries([key]).get(key)
+    bodies: list[str] = []
+    keys: list[str] = []
+    for lo, hi in segments:  # each key names its segment and everything before it
+        bodies.append("\n".join(plan.step_texts[st] for st in steps[lo:hi]))
+        key = tr.summary_key("checkpoint", "\0".join((key, plan.task, bodies[-1])), run.config)
+        keys.append(key)
+    stored = _stored(run, keys)
+    for body, key in zip(bodies, keys):
+        hit = stored.get(key)
         if hit is not None:
             summary = hit[0]
             run.report.cache_hits += 1
@@ -216,8 +245,7 @@ async def _checkpoint_segments(run: ReductionRun, plan: _Plan, steps: list[str],
         if run.count(summary) >= max(1, run.count(body) + (run.count(prev) if prev else 0)):
             run.failures.append("checkpoint: notSmaller")
             return None
-        e.store.put_reduction_summaries([(key, "checkpoint", summary, estimate_tokens(body),
-                                          estimate_tokens(summary))])
+        _keep(run, [(key, "checkpoint", summary, estimate_tokens(body), estimate_tokens(summary))])
     if summary is None:
         return None
     return summary, key, calls
@@ -352,6 +380,7 @@ async def reduce(engine: Host, build: Callable[[Reductions], Built], *, session_
             final = None
         outcome = "within budget" if final is not None else "over budget"
     finally:
+        _flush(run)
         engine.peer.progress(token, {"kind": "end", "message": outcome})
     rep.failures = list(dict.fromkeys(run.failures))
     rep.duration_ms = round((time.monotonic() - started) * 1000, 1)

@@ -31,6 +31,17 @@ class AgingPlans(TokenAccounting):
     def keep_unaged(self, graph: SessionGraph, head: str, view: View) -> None:
         self._unaged = (graph, head, len(graph.by_seq), len(graph.updates), view)
 
+    def _unaged_walk(self, graph: SessionGraph, head: str) -> View | None:
+        """The last unaged walk of ``head``'s branch while the graph has the same nodes and
+        updates (a plan of another key — ``defer`` — or a render walked it), else None."""
+        got = self._unaged
+        if got is None:
+            return None
+        g, h, nodes, updates, view = got
+        if g is not graph or h != head or nodes != len(graph.by_seq) or updates != len(graph.updates):
+            return None
+        return view
+
     def planned_view(self, graph: SessionGraph, head: str, aged: dict[str, str], system_node_id: str | None = None,
                      pending_system: tuple[str, str] | None = None) -> View | None:
         """The view of ``head`` with ``aged`` and the system prompt applied, from the last
@@ -38,11 +49,8 @@ class AgingPlans(TokenAccounting):
         same nodes and updates (``render.age_view``); None when there is none. The walk is
         kept: the builds of one request (reduction within a turn) differ only in aging
         overlays, checkpoints and the system prompt."""
-        got = self._unaged
-        if got is None:
-            return None
-        g, h, nodes, updates, view = got
-        if g is not graph or h != head or nodes != len(graph.by_seq) or updates != len(graph.updates):
+        view = self._unaged_walk(graph, head)
+        if view is None:
             return None
         out = age_view(view, graph, aged)
         if out is not None and (system_node_id is not None or pending_system is not None):
@@ -77,9 +85,11 @@ class AgingPlans(TokenAccounting):
         if reuse is not None:
             return reuse
         stop_if_cancelled()
-        view = render_view(graph, head)
-        # the render that follows the plan ages this view instead of walking the branch again
-        self.keep_unaged(graph, head, view)
+        view = self._unaged_walk(graph, head)
+        if view is None:
+            view = render_view(graph, head)
+            # the render that follows the plan ages this view instead of walking the branch again
+            self.keep_unaged(graph, head, view)
         stop_if_cancelled()
         if not view.items:
             return {}, {}

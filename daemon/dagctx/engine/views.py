@@ -150,7 +150,7 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
         hit = (self._extend_cached(graph, h, key, aged_map, system_node_id, fmt, tokenizer, reasoning)
                if cacheable else None)
         if hit is not None:
-            view, system, messages, node_ids, per_message, repairs = hit
+            view, system, messages, node_ids, per_message, repairs, call_ids = hit
         else:
             view = None
             if frame is None and expose == "io" and before_seq is None and not exclude_summaries:
@@ -182,15 +182,16 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
             stop_if_cancelled()
             system, messages, node_ids = rendered
             repairs = list(rendered.repairs)
+            call_ids = rendered.call_ids
             per_message = self.count_messages(graph, messages, node_ids, tokenizer, aged_map, synthetic, fmt=fmt)
             self._add_reasoning_tokens(messages, per_message, tokenizer)
         if cacheable:
             self._cache[key] = CachedRender(
                 key, Snapshot.of(graph, view.chain), view, aged_map, system, messages, node_ids,
-                list(per_message), repairs,
+                list(per_message), repairs, call_ids,
             )
         per_message = list(per_message)
-        system_tokens = self.e.counter.count(system or "", tokenizer) if system else 0
+        system_tokens = self.count_text(system, tokenizer) if system else 0  # long ones counted once
         # a format either puts the system prompt in the messages or returns it beside them
         system_in_messages = formats.get(fmt).leads_with_system(messages)
         if system_in_messages:
@@ -249,7 +250,7 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
         self.cache_hits += 1
         if head == cached.view.head:
             return (cached.view, cached.system, cached.messages, cached.node_ids, cached.per_message,
-                    cached.repairs)
+                    cached.repairs, cached.call_ids)
         try:
             suffix = render_view(graph, head, expose_default=cached.view.expose_default,  # type: ignore[arg-type]
                                  aged=aged, system_node_id=system_node_id, start_after=cached.view.head)
@@ -260,14 +261,14 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
         if reasoning != "none" and (any(it.reasoning for it in suffix.items)
                                     or any(it.reasoning for it in cached.view.items)):
             return None  # which reasoning is sent depends on the whole branch (the current tool loop)
-        more = to_messages(suffix, fmt, include_system=False, reasoning=reasoning)
+        more = to_messages(suffix, fmt, include_system=False, reasoning=reasoning, used_call_ids=cached.call_ids)
         _, msgs, ids = more
         if msgs and cached.messages and not formats.get(fmt).can_stitch(cached.messages, suffix.items[0].role):
             return None
         per = self.count_messages(graph, msgs, ids, tokenizer, aged, fmt=fmt)
         view = join_views(cached.view, suffix, new_chain)
         return (view, cached.system, cached.messages + msgs, cached.node_ids + ids, cached.per_message + per,
-                cached.repairs + list(more.repairs))
+                cached.repairs + list(more.repairs), more.call_ids)
 
     def _stable_prefix(self, rec: RenderRecord) -> c.StablePrefix:
         """Leading messages byte-identical to the previous render of this branch."""

@@ -66,6 +66,17 @@ class MemoryIndex:
         with self.store.lock:
             return self._rows().search(workspace, expression, limit, under, words)
 
+    def warm(self, workspace: str) -> None:
+        """Read ahead what a keyword search of the workspace keeps between searches (SQLite: its
+        rowid range, ``SqliteMemory._rowids``; nothing on PostgreSQL), so the first search of an
+        index generation does not pay for it — called by the daemon's background reads."""
+        self.store.ensure_file()
+        with self.store.lock:
+            rows = self._rows()
+            warm = getattr(rows, "warm", None)
+            if warm is not None:
+                warm(workspace)
+
     def sessions_marker(self) -> tuple[int, float]:
         """(how many sessions, the newest ``updated_at``): one aggregate row."""
         self.store.ensure_file()

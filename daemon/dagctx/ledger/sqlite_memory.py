@@ -27,6 +27,9 @@ _fts_query = functools.lru_cache(maxsize=1024)(fts.fts_query)
 _DOC_COUNTS: weakref.WeakKeyDictionary[Any, tuple[tuple[int, int, int], dict[str, int]]] = weakref.WeakKeyDictionary()
 #: words whose counts are kept per backend (the oldest half dropped beyond it)
 DOC_COUNTS_KEPT = 4_096
+#: each workspace's rowid range (``SqliteMemory._rowids``) per backend: workspace → (run stamp, range)
+_ROWIDS: weakref.WeakKeyDictionary[Any, dict[str, tuple[float | None, tuple[int, int, bool] | None]]] = \
+    weakref.WeakKeyDictionary()
 
 
 class SqliteMemory:
@@ -101,7 +104,8 @@ class SqliteMemory:
         chunks' text is never carried through the sort of every match — half the time of a
         join sorted whole at 100,000 chunks (ARCHITECTURE.md). The index holds every
         workspace's chunks; while the best ``page`` hold fewer than ``limit`` of this one, a
-        larger page is ranked (sized by the share found)."""
+        larger page is ranked (sized by the share found). The rows are read by rowid (``+``:
+        ``_rows_of``)."""
         below = "AND c.path >= ? AND c.path < ? " if under is not None else ""
         span = under_range(under) if under is not None else ()
         q = _fts_query(expression)
@@ -118,7 +122,7 @@ class SqliteMemory:
                     part = ids[i:i + 500]
                     rows += c.execute(
                         f"SELECT c.rowid, {CHUNK_COLS} FROM memory_chunks c WHERE c.rowid IN "
-                        f"({','.join('?' * len(part))}) AND c.workspace = ? {below}", (*part, workspace, *span)).fetchall()
+                        f"({','.join('?' * len(part))}) AND +c.workspace = ? {below}", (*part, workspace, *span)).fetchall()
                 if len(rows) >= limit or len(top) < page:
                     break
                 page = max(page * 8, 2 * page * limit // max(1, len(rows)))
@@ -179,17 +183,23 @@ class SqliteMemory:
         draws = keyword_draws(words, self._doc_counts(words), budget)
         if draws is None:
             return self._ranked(workspace, expression, limit, under)
-        below = "AND c.path >= ? AND c.path < ? " if under is not None else ""
-        span = under_range(under) if under is not None else ()
         c = self._c()
+        rank = "SELECT r, s FROM (SELECT m.rowid AS r, bm25(memory_search, 1.0, 1.0) AS s FROM memory_search m "
+        rowids = self._rowids(workspace) if under is None and not workspace.startswith(":") else None
+        if rowids is not None and rowids[2]:  # every row in the range is this workspace's: no join
+            sql = rank + "WHERE memory_search MATCH ? AND m.rowid BETWEEN ? AND ? LIMIT ?) ORDER BY s LIMIT ?"
+            args: tuple[Any, ...] = (rowids[0], rowids[1])
+        else:
+            sql = (rank + "CROSS JOIN memory_chunks c ON c.rowid = m.rowid WHERE memory_search MATCH ? "
+                   + ("AND m.rowid BETWEEN ? AND ? " if rowids is not None else "") + "AND c.workspace = ? "
+                   + ("AND c.path >= ? AND c.path < ? " if under is not None else "") + "LIMIT ?) ORDER BY s LIMIT ?")
+            args = (*(rowids[:2] if rowids is not None else ()), workspace,
+                    *(under_range(under) if under is not None else ()))
         found: dict[int, tuple[Any, float]] = {}
 
         def draw(expr: str) -> None:
-            rows = c.execute(
-                f"SELECT r, s FROM (SELECT m.rowid AS r, bm25(memory_search, 1.0, 1.0) AS s FROM memory_search m "
-                f"CROSS JOIN memory_chunks c ON c.rowid = m.rowid WHERE memory_search MATCH ? AND c.workspace = ? "
-                f"{below}LIMIT ?) ORDER BY s LIMIT ?", (_fts_query(expr), workspace, *span, budget, limit)).fetchall()
-            for r, sc in self._rows_of([r for r in rows if r[0] not in found]):
+            rows = c.execute(sql, (_fts_query(expr), *args, budget, limit)).fetchall()
+            for r, sc in self._rows_of(workspace, [r for r in rows if r[0] not in found]):
                 found[r[0]] = (r, sc)
 
         for expr in draws:  # by the share of the words held, so the first ``limit`` found suffice
@@ -199,8 +209,11 @@ class SqliteMemory:
         best = by_share(list(found.values()), words, lambda f: f[0][8], lambda f: (f[1], f[0][2], f[0][4]))[:limit]
         return [(chunk_row(r[1:]), -float(s)) for r, s in best]
 
-    def _rows_of(self, scored: Sequence[tuple[int, float]]) -> list[tuple[Any, float]]:
-        """((rowid, chunk columns…), score) of these scored rowids (already of the workspace)."""
+    def _rows_of(self, workspace: str, scored: Sequence[tuple[int, float]]) -> list[tuple[Any, float]]:
+        """((rowid, chunk columns…), score) of these scored rowids that are the workspace's (all of
+        them but in a race with a write: the draws and this read are separate statements). The
+        ``+`` keeps the workspace a check of each row read by rowid: without it SQLite's planner
+        (no statistics) walks the workspace's entries of an index instead — 100,000 of them."""
         c = self._c()
         score = dict(scored)
         ids = list(score)
@@ -208,9 +221,40 @@ class SqliteMemory:
         for i in range(0, len(ids), 500):  # under SQLite's bound-parameter limit
             part = ids[i:i + 500]
             out += [(r, score[r[0]]) for r in c.execute(
-                f"SELECT c.rowid, {CHUNK_COLS} FROM memory_chunks c WHERE c.rowid IN ({','.join('?' * len(part))})",
-                part).fetchall()]
+                f"SELECT c.rowid, {CHUNK_COLS} FROM memory_chunks c WHERE c.rowid IN ({','.join('?' * len(part))}) "
+                "AND +c.workspace = ?", (*part, workspace)).fetchall()]
         return out
+
+    def warm(self, workspace: str) -> None:
+        """What a keyword search of the workspace keeps, read ahead (``MemoryIndex.warm``)."""
+        if not workspace.startswith(":"):
+            with self.b._faults("read the memory index"):
+                self._rowids(workspace)
+
+    def _rowids(self, workspace: str) -> tuple[int, int, bool] | None:
+        """The smallest and largest rowid of the workspace's chunks, and whether it holds every
+        rowid between (None: no chunks). The full-text index holds every workspace's chunks
+        under their chunks' rowids; a draw ranks only this range, so FTS5 skips the other
+        workspaces' matches outside it instead of joining each to its chunk to drop it, and joins
+        none when the range is the workspace's alone (an index run inserts a workspace's chunks
+        together). Same rows, same BM25 (its word counts are the whole index's either way);
+        ~25 % of the draws' time at 100k chunks in two workspaces (ARCHITECTURE.md). Read once per
+        index generation (the run row's stamp, which every write of the workspace's chunks
+        moves): an index walk of the workspace's chunks, ~40 ms at 100,000."""
+        c = self._c()
+        run = c.execute("SELECT indexed_at FROM memory_runs WHERE workspace=?", (workspace,)).fetchone()
+        stamp = None if run is None else float(run[0])
+        kept = _ROWIDS.setdefault(self.b, {})
+        got = kept.get(workspace)
+        if got is not None and got[0] == stamp:
+            return got[1]
+        lo, hi, n = c.execute("SELECT min(rowid), max(rowid), count(*) FROM memory_chunks WHERE workspace=?",
+                              (workspace,)).fetchone()
+        span = None if lo is None else (int(lo), int(hi), int(hi) - int(lo) + 1 == int(n))
+        if len(kept) >= 64:
+            kept.clear()
+        kept[workspace] = (stamp, span)
+        return span
 
     def drop_files(self, workspace: str, paths: Sequence[str]) -> None:
         c = self._c()

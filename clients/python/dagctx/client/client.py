@@ -331,7 +331,7 @@ class DagctxClient:
                     self._writer.close()
                 except (OSError, RuntimeError):
                     pass
-                self._read_task.cancel()
+                await self._end_reader()
             return None
         try:
             return await asyncio.wait_for(self.process.wait(), timeout)
@@ -339,9 +339,24 @@ class DagctxClient:
             self.process.kill()
             return await self.process.wait()
         finally:
-            self._read_task.cancel()
+            await self._end_reader()
             if self.stderr_tail is not None:
-                self.stderr_tail.cancel()
+                await self.stderr_tail.stop()
+
+    async def _end_reader(self) -> None:
+        """Cancel the reader task and let it finish (its ``finally`` says why the connection
+        ended): a task left pending when the caller's loop closes is reported by asyncio as
+        "Task was destroyed but it is pending", and a caller that checks for leftover tasks
+        would find it."""
+        task = self._read_task
+        if not task.done():
+            task.cancel()
+            try:
+                await asyncio.wait({task}, timeout=5.0)
+            except asyncio.CancelledError:
+                raise
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: never "exception was never retrieved"
 
     # ------------------------------------------------------------ typed methods
 

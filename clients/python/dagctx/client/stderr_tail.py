@@ -58,6 +58,11 @@ class StderrTail:
     def cancel(self) -> None:
         self._task.cancel()
 
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Cancel the drain and let it finish, so no task of it outlives the caller's loop."""
+        self._task.cancel()
+        await asyncio.wait({self._task}, timeout=timeout)
+
 
 def describe_exit(returncode: int | None, tail: StderrTail | None) -> str:
     """``the daemon closed the connection`` plus its exit code and last stderr lines."""

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from dagctx.context.view import View
@@ -42,9 +42,9 @@ from dagctx.context.view import View
 from ._assembly import reasoning_owners as _owners
 from ._assembly import (
     REASONING_TYPES,
+    Assembler,
     Rendered,
     RenderFormat,
-    assemble,
     reasoning_payload,
     reasoning_text,
 )
@@ -72,15 +72,20 @@ def get(name: str) -> RenderFormat:
 
 
 def to_messages(view: View, format: str = "neutral", *, include_system: bool = True,  # noqa: A002
-                reasoning: str = "provider") -> Rendered:
+                reasoning: str = "provider", used_call_ids: Collection[str] = ()) -> Rendered:
     """Provider messages for a view; see the module docstring. Never raises on data.
 
     ``reasoning`` (``provider`` | ``all`` | ``none``) picks the llm nodes whose reasoning
-    blocks are sent (``reasoning_owners``), first in their message."""
+    blocks are sent (``reasoning_owners``), first in their message. ``used_call_ids``: the
+    tool call ids of the messages these follow (a cached render being extended), renamed
+    away from like any repeated id, so the whole list's ids stay unique."""
     fmt = get(format)
-    msgs, repairs = assemble(view, _owners(view, fmt, reasoning))
-    messages, ids = fmt.build(view, msgs, repairs, include_system=include_system)
-    return Rendered(view.system, messages, ids, repairs)
+    a = Assembler(_owners(view, fmt, reasoning), list(view.repairs))
+    a.used_ids.update(used_call_ids)
+    a.feed(view.items)
+    msgs = a.finish()
+    messages, ids = fmt.build(view, msgs, a.repairs, include_system=include_system)
+    return Rendered(view.system, messages, ids, a.repairs, frozenset(a.used_ids))
 
 
 def reasoning_owners(view: View, format: str | RenderFormat, mode: str) -> frozenset[str]:  # noqa: A002

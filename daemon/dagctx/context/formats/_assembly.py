@@ -16,13 +16,17 @@ from dagctx.context.view import NO_RESULT, Item, View
 
 
 class Rendered(tuple):
-    """``(system, messages, node_ids)`` plus ``.repairs``; unpacks as a 3-tuple."""
+    """``(system, messages, node_ids)`` plus ``.repairs`` and ``.call_ids`` (every tool call
+    id the messages use, so a render extended later keeps them unique); unpacks as a 3-tuple."""
 
     repairs: list[str]
+    call_ids: frozenset[str]
 
-    def __new__(cls, system: str | None, messages: list[dict[str, Any]], node_ids: list[list[str]], repairs: list[str]):
+    def __new__(cls, system: str | None, messages: list[dict[str, Any]], node_ids: list[list[str]], repairs: list[str],
+                call_ids: frozenset[str] = frozenset()):
         self = super().__new__(cls, (system, messages, node_ids))
         self.repairs = repairs
+        self.call_ids = call_ids
         return self
 
     @property
