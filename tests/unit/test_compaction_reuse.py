@@ -74,12 +74,24 @@ def _session(e: EngineCore, turns: int = 12) -> tuple[str, str]:
     return sid, head
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[tuple[Path, str, str]]:
-    path = tmp_path / "c.db"
+@pytest.fixture(scope="module")
+def _built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    path = tmp_path_factory.mktemp("reuse") / "c.db"
     e = _engine(path)
     sid, head = _session(e)
     e.close()
+    return path, sid, head
+
+
+@pytest.fixture
+def db(_built: tuple[Path, str, str], tmp_path: Path) -> Iterator[tuple[Path, str, str]]:
+    """``_session``'s session in a database of the test's own: a copy of the files of one
+    built once per module (48 appends through the engine per test were most of this
+    module's setup)."""
+    built, sid, head = _built
+    path = tmp_path / "c.db"
+    for f in built.parent.iterdir():
+        shutil.copyfile(f, path.with_name(f.name))
     yield path, sid, head
 
 
