@@ -3,6 +3,7 @@ PostgreSQL server (``pgserver.py``) for the tests parametrized over both backend
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import shutil
@@ -84,6 +85,17 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> None:
 
 #: Where the shared transcript corpus is looked for when ``DAGCTX_CORPUS`` is not set.
 DEFAULT_CORPUS = REPO.parent / "shared" / "corpus"
+
+
+@functools.cache
+def parsed_file(path: Path) -> tuple:
+    """``parse_file(path)``, parsed once per test process for every test that reads the same
+    file (the importers' checks, the exports' imports of the corpus): the transcripts are
+    shared, so a test reads them and never changes them (one that must, parses its own;
+    test_importers' determinism check compares a fresh parse with these)."""
+    from dagctx.transcripts import parse_file
+
+    return tuple(parse_file(path))
 
 
 def corpus_dir() -> Path | None:

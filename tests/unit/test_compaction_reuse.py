@@ -74,12 +74,24 @@ def _session(e: EngineCore, turns: int = 12) -> tuple[str, str]:
     return sid, head
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[tuple[Path, str, str]]:
-    path = tmp_path / "c.db"
+@pytest.fixture(scope="module")
+def _built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    path = tmp_path_factory.mktemp("reuse") / "c.db"
     e = _engine(path)
     sid, head = _session(e)
     e.close()
+    return path, sid, head
+
+
+@pytest.fixture
+def db(_built: tuple[Path, str, str], tmp_path: Path) -> Iterator[tuple[Path, str, str]]:
+    """``_session``'s session in a database of the test's own: a copy of the files of one
+    built once per module (48 appends through the engine per test were most of this
+    module's setup)."""
+    built, sid, head = _built
+    path = tmp_path / "c.db"
+    for f in built.parent.iterdir():
+        shutil.copyfile(f, path.with_name(f.name))
     yield path, sid, head
 
 
@@ -222,4 +234,98 @@ def test_request_estimate_is_the_estimate_of_the_request(db: tuple[Path, str, st
             assert messages == summarizer_input.summarizer_messages(sub, **kw)[1]
             text = messages[0]["content"]["text"]
             assert summarizer_input.request_estimate(sub, t, **kw) == estimate_tokens(text)
+    e.close()
+
+
+def test_owners_kept_per_graph_match_a_fresh_walk(db: tuple[Path, str, str]) -> None:
+    """The owners ``owner_cache`` keeps for a graph object are those a fresh walk finds,
+    after appends (new nodes under old ones) and after ``node/update``."""
+    from dagctx.context.render import render_view
+
+    path, sid, head = db
+    e = _engine(path)
+
+    def check() -> None:
+        graph = e.store.graph(sid)
+        view = render_view(graph, e.store.head(sid))
+        kept = aging.owner_cache(graph)
+        for it in view.items:
+            assert aging.owner_chain_id(graph, it.node_id, kept) == aging.owner_chain_id(graph, it.node_id)
+
+    check()
+    step = _append(e, sid, role="llm", name=MODEL, output="next step", predecessor=head)
+    running = _append(e, sid, role="code", name="bash", input={"cmd": "make"}, status="running", caller=step,
+                      metadata={"toolCallId": "c-run"})
+    inner = _append(e, sid, role="llm", name=MODEL, output="inner call", caller=running)
+    _append(e, sid, role="code", name="cat", input={"f": "x"}, output="x", caller=inner, metadata={"toolCallId": "i1"})
+    check()
+    asyncio.run(e.node_update(m.NodeUpdateParams(session_id=sid, node_id=running, status="completed", output="ok")))
+    check()
+    e.close()
+
+
+def test_candidate_graph_leaves_the_graph_as_it_was(db: tuple[Path, str, str]) -> None:
+    """``with_candidate`` shares the graph's child lists but never changes them, whatever
+    edges the candidate has."""
+    from dagctx.context import compaction_plan
+
+    path, sid, head = db
+    e = _engine(path)
+    graph = e.store.graph(sid)
+    before = ({k: list(v) for k, v in graph.conv_children.items()}, {k: list(v) for k, v in graph.callees.items()})
+    code = next(n for n in graph.by_seq if n.role == "code")
+    for node_input in ({"output": "S", "predecessor": head},
+                       {"name": "note", "output": "x", "predecessor": head, "caller": code.caller}):
+        cand = compaction_plan.with_candidate(graph, node_input)
+        assert "summary_candidate" in cand.nodes and "summary_candidate" not in graph.nodes
+        assert ({k: list(v) for k, v in graph.conv_children.items()},
+                {k: list(v) for k, v in graph.callees.items()}) == before
+    assert "summary_candidate" in cand.callees[code.caller] and "summary_candidate" in cand.conv_children[head]
+    e.close()
+
+
+def test_coverage_check_finds_what_a_plain_search_finds(db: tuple[Path, str, str]) -> None:
+    """The coverage check (searches after the previous item first, segment after segment)
+    answers what "its body, or every line segment of it, occurs anywhere in the sent
+    text" answers, whatever stages were sent, in whatever order."""
+    import random
+
+    from dagctx.context import compaction_plan, summarizer_input
+    from dagctx.context.render import render_view
+    from dagctx.context.tokens import estimate_tokens
+
+    path, sid, head = db
+    e = _engine(path)
+    graph = e.store.graph(sid)
+    plan = compaction_plan.select_cut(render_view(graph, head), graph, lambda it: len(it.text) // 3 + 1,
+                                      window=8000, keep_recent_tokens=300)
+    assert plan is not None
+    stages = summarizer_input.split_stages(plan, 400, estimate_tokens)  # results split into parts
+    assert any(len(st) == 1 and "(part 1 of" in summarizer_input.item_body(st[0]) for st in stages)
+    owners = summarizer_input.stage_owners(plan)
+    sent = [summarizer_input.summarizer_messages(summarizer_input.stage_plan(
+        plan, items, index=i, total=len(stages), owner=owners, previous_text=None if i == 1 else "so far"))[1]
+        for i, items in enumerate(stages, 1)]
+
+    def plain(messages: list[Any]) -> list[bool]:
+        joined = "\n".join(m["content"]["text"] for req in messages for m in req)
+        out = []
+        for it in plan.input_items:
+            body = summarizer_input.item_body(it)
+            out.append(not body or body in joined or all(
+                seg in joined for seg in summarizer_input._segments(body) if seg.strip()))
+        return out
+
+    rng = random.Random(3)
+    for trial in range(30):
+        some = list(sent) if trial == 0 else rng.sample(sent, rng.randint(0, len(sent)))
+        expect = plain(some)
+        got = summarizer_input.summarized_ids(plan, some)
+        for it, ok in zip(plan.input_items, expect):
+            if not ok:
+                assert it.node_id not in got or it.node_id in plan.empty_ids
+        assert summarizer_input.covered_in_input(plan, some) == (
+            set(plan.covered_ids) <= summarizer_input.summarized_ids(plan, some, summarizer_input.Transcript()))
+        if all(expect):
+            assert summarizer_input.covered_in_input(plan, some)
     e.close()

@@ -24,10 +24,9 @@ from dagctx.ledger.graph import is_summary
 from dagctx.protocol import context_messages as c
 from dagctx.protocol import messages as m
 from dagctx.protocol.nodes import SUMMARY_MARKER, SUMMARY_NAME, SYSTEM_PROMPT_NAME, NodeInput
-from dagctx.transcripts import parse_file
 from dagctx.transcripts.base import UNKNOWN_MODEL, loaded
 
-from conftest import require_corpus
+from conftest import parsed_file, require_corpus
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts"
 _enc = msgspec.json.Encoder()
@@ -93,7 +92,7 @@ def _same(e: EngineCore, sid: str, heads: list[str], budget: int = 300) -> int:
 
 def _import(e: EngineCore, path: Path) -> list[str]:
     sids = []
-    for k, t in enumerate(parse_file(path)):
+    for k, t in enumerate(parsed_file(path)):
         info, created = e.store.import_session(source_key=f"{t.format}:{t.source_key}:{k}", title=t.title,
                                                nodes=(loaded(n) for n in t.nodes), head=t.head,
                                                metadata={"importedFrom": t.format})

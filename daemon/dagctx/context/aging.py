@@ -93,6 +93,7 @@ Architecture Invariant: pure functions, no I/O, no clock (``now`` is a parameter
 from __future__ import annotations
 
 import math
+import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 
@@ -212,6 +213,19 @@ def _message_ordinals(items: list[Item]) -> list[int]:
     return out
 
 
+_OWNERS: weakref.WeakKeyDictionary[SessionGraph, tuple[int, dict[str, str]]] = weakref.WeakKeyDictionary()
+
+
+def owner_cache(graph: SessionGraph) -> dict[str, str]:
+    """``owner_chain_id``'s cache for every walk of this graph object: a node's owner
+    follows from its own caller edges, which appending never changes (the caller exists
+    first); a node replaced by ``node/update`` starts it afresh."""
+    got = _OWNERS.get(graph)
+    if got is None or got[0] != len(graph.updates):
+        got = _OWNERS[graph] = (len(graph.updates), {})
+    return got[1]
+
+
 def owner_chain_id(graph: SessionGraph, node_id: str, cache: dict[str, str] | None = None) -> str:
     """The chain node whose turn part renders ``node_id``: follow ``caller`` up to a chain
     member (a summary or an unknown id is its own owner)."""
@@ -259,7 +273,7 @@ def turn_numbers(view: View, graph: SessionGraph, unit: str = "user") -> tuple[l
         if node.role == "llm":
             n += 1
         steps[node.id] = n
-    cache: dict[str, str] = {}
+    cache = owner_cache(graph)
     out: list[int] = []
     for it in view.items:
         if it.kind == "summary":

@@ -76,7 +76,7 @@ from dagctx.ledger.graph import SessionGraph
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import SUMMARY_MARKER, SUMMARY_NAME, Call
 
-from .aging import owner_chain_id
+from .aging import owner_cache, owner_chain_id
 from .artifact_trail import trail_files, with_trail
 from .cancel import stop_if_cancelled
 from .content import covers_of
@@ -244,7 +244,7 @@ def cut_decision(
     prev_id: str | None = None
     prev_text: str | None = None
     old_covers: list[str] = []
-    cache: dict[str, str] = {}
+    cache = owner_cache(graph)
     input_items = list(items[:cut])
     groups: list[str] = []
     stop_if_cancelled()
@@ -361,24 +361,27 @@ def with_candidate(
     before anything is written (SPEC §8)."""
     g = SessionGraph(graph.session_id, graph.root_id)
     g.nodes = dict(graph.nodes)
-    g.conv_children = {k: list(v) for k, v in graph.conv_children.items()}
-    g.callees = {k: list(v) for k, v in graph.callees.items()}
+    # the child lists are shared with ``graph``; the two the candidate joins are copied first
+    g.conv_children = dict(graph.conv_children)
+    g.callees = dict(graph.callees)
     g.by_seq = list(graph.by_seq)
     g.rev = graph.rev
     next_seq = (graph.by_seq[-1].seq + 1) if graph.by_seq else 1
-    g.add(
-        Call(
-            id=node_id,
-            seq=next_seq if seq is None else seq,
-            created_at=created_at,
-            role="llm",
-            name=str(node_input.get("name", SUMMARY_NAME)),
-            output=node_input.get("output"),
-            status=node_input.get("status", "completed"),
-            caller=node_input.get("caller"),
-            predecessor=node_input.get("predecessor"),
-            reads=list(node_input.get("reads") or []),
-            metadata=dict(node_input.get("metadata") or {}),
-        )
+    node = Call(
+        id=node_id,
+        seq=next_seq if seq is None else seq,
+        created_at=created_at,
+        role="llm",
+        name=str(node_input.get("name", SUMMARY_NAME)),
+        output=node_input.get("output"),
+        status=node_input.get("status", "completed"),
+        caller=node_input.get("caller"),
+        predecessor=node_input.get("predecessor"),
+        reads=list(node_input.get("reads") or []),
+        metadata=dict(node_input.get("metadata") or {}),
     )
+    for edges, key in ((g.conv_children, node.predecessor), (g.callees, node.caller)):
+        if key in edges:
+            edges[key] = list(edges[key])
+    g.add(node)
     return g

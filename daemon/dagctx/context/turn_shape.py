@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from dagctx.ledger.graph import SessionGraph
 
-from .aging import owner_chain_id
+from .aging import owner_cache, owner_chain_id
 from .summary_choice import is_chain_member
 from .view import View
 
@@ -96,7 +96,8 @@ def turn_shape(view: View, graph: SessionGraph) -> TurnShape:
         inner = {o for o in owners if o in graph.nodes and graph.nodes[o].caller == view.frame and o not in stack}
         steps = tuple(sorted(inner, key=lambda o: graph.nodes[o].seq))
         return TurnShape(user, steps, owners, view.frame, stack)
-    owners = tuple(owner_chain_id(graph, it.node_id, cache) for it in view.items)
+    owned = owner_cache(graph)
+    owners = tuple(owner_chain_id(graph, it.node_id, owned) for it in view.items)
     steps = tuple(
         nid for nid in view.chain[start:]
         if nid in graph.nodes and graph.nodes[nid].role in ("llm", "code") and nid != user

@@ -286,7 +286,8 @@ class ContextEngine:
         ttl = DEFAULT_CACHE_TTL if ttl is None else ttl
         aged, aging_stats = views.aging_for(p.session_id, head, info, enabled=self.aging, ager=self.ager,
                                             frame=p.frame, defer=not (force_aging or reductions),
-                                            cold=cache_cold(graph, head, p.prompt_cache, time.time(), ttl))
+                                            cold=cache_cold(graph, head, p.prompt_cache, time.time(), ttl),
+                                            graph=graph)
         deferred = aging_stats.get("deferred")
         if deferred:
             path.append(
@@ -315,6 +316,7 @@ class ContextEngine:
             checkpoint=reductions.checkpoint,
             pending_system=prompt.pending,
             reasoning=p.reasoning,
+            graph=graph,  # read after the system prompt's node (above): nothing is written between
         )
         messages = apply_turn_hooks(r.messages, hooks, p.format)
         hook_tokens = setup.hook_tokens(counter, r.tokenizer)

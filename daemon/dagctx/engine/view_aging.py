@@ -59,7 +59,7 @@ class AgingPlans(TokenAccounting):
 
     def aging_for(self, session_id: str, head: str, model: ModelInfo, *, enabled: bool = True,
                   ager: Any = None, frame: str | None = None, defer: bool = False,
-                  cold: bool = False) -> tuple[dict[str, str], dict[str, Any]]:
+                  cold: bool = False, graph: SessionGraph | None = None) -> tuple[dict[str, str], dict[str, Any]]:
         """Which old tool results render shrunk on this branch, and why.
 
         Deterministic: "now" is the start of the head's turn (its newest user node), and
@@ -72,11 +72,12 @@ class AgingPlans(TokenAccounting):
         made only when it pays for the rewrite (``cache_economy.aging_economy``) or the
         cache is ``cold``; else the previous request's aged texts stay, and the stats say
         ``deferred``. The caller forces the plan (``defer=False``) when the budget needs it.
+        ``graph``: the session's graph as the caller just brought it up to date.
         """
         if not enabled or frame is not None:
             return {}, {}
         policy = self.e.aging_policy
-        graph = self.e.store.graph(session_id)
+        graph = self.e.store.graph(session_id) if graph is None else graph
         tokenizer = model.tokenizer or self.e.counter.tokenizer_for(model.name)
         cache = self.node_tokens(graph, tokenizer)
         defer = defer and ager is None

@@ -94,7 +94,10 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
         checkpoint: Checkpoint | None = None,
         pending_system: NodeInput | None = None,
         reasoning: str = "provider",
+        graph: SessionGraph | None = None,
     ) -> Rendering:
+        """``graph``: the session's graph as the caller just brought it up to date (one
+        request's steps read the ledger once), else read here."""
         # A render allocates ~15 containers per message, all acyclic and freed by
         # reference counting; letting the cyclic GC run in the middle of it rescans the
         # retained renders again and again (up to 40 % of a 10k-node render). What it
@@ -110,7 +113,7 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
                 include_system=include_system, system_node_id=system_node_id, before_seq=before_seq,
                 aged=aged, extra_manifest=extra_manifest, exclude_summaries=exclude_summaries,
                 remember=remember, use_cache=use_cache, checkpoint=checkpoint, pending_system=pending_system,
-                reasoning=reasoning,
+                reasoning=reasoning, graph=graph,
             )
         finally:
             if enabled:
@@ -137,9 +140,10 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
         checkpoint: Checkpoint | None = None,
         pending_system: NodeInput | None = None,
         reasoning: str = "provider",
+        graph: SessionGraph | None = None,
     ) -> Rendering:
         store = self.e.store
-        graph = store.graph(session_id)
+        graph = store.graph(session_id) if graph is None else graph
         h = head or store.head(session_id)
         info = self.e.models.get(model or self.e.options.default_model)
         tokenizer = info.tokenizer or self.e.counter.tokenizer_for(info.name)
