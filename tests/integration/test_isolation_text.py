@@ -1,7 +1,7 @@
 """One shared daemon, several real clients: a 50 MB ``node/append`` of non-ASCII text
 (accented Latin, typographic dashes and quotes, CJK) is never felt by another connection
 (SPEC §1.4), on SQLite and on PostgreSQL. Such a text is encoded to UTF-8 a piece at a
-time before a database driver binds it (``ledger/text.utf8``); these tests assert the
+time before a database driver binds it (``utf8`` of ``ledger/text.py``); these tests assert the
 outcomes — another client was answered while the append ran, and the node is stored and
 read back exactly, found by search — never a duration (CI is loaded).
 """
