@@ -541,6 +541,20 @@ async def test_an_import_of_many_texts_is_streamed_its_memory_bounded_by_the_lar
         await a.close()
 
 
+async def _export_grown(a: DagctxClient, sid: str, tmp_path: Path, fmt: str) -> tuple[Any, Path, Path, int]:
+    """Export ``sid`` in ``fmt`` twice to files: once to warm the code paths and SQLite's page
+    cache, then again with the daemon's high-water mark reset. Returns the second export's
+    answer, both files and how far that export grew the daemon's peak RSS (bytes)."""
+    suffix = ".jsonl" if fmt == "claude-code" else ".json"
+    warm, out = tmp_path / f"warm{suffix}", tmp_path / f"export{suffix}"
+    await a.request("session/export", {"sessionId": sid, "path": str(warm), "format": fmt})
+    pid = (await a.daemon_status()).pid
+    before = _proc_kib(pid, "VmRSS")
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    res = await a.request("session/export", {"sessionId": sid, "path": str(out), "format": fmt})
+    return res, out, warm, (_proc_kib(pid, "VmHWM") - before) * 1024
+
+
 async def test_an_export_of_many_texts_reads_the_session_a_page_at_a_time(shared_env, tmp_path: Path) -> None:
     """SPEC §9 session/export: the export walks the session's skeleton (edges and metadata,
     no texts; never cached) and reads each node whole, a page at a time, only for its own
@@ -554,14 +568,7 @@ async def test_an_export_of_many_texts_reads_the_session_a_page_at_a_time(shared
         src = tmp_path / "texts.jsonl"
         _texts_transcript(src, "claude-code", count, chars, "export-texts")
         sid = (await a.import_path(str(src), format="claude-code")).sessions[0].session_id
-        warm = tmp_path / "warm.jsonl"  # the code paths are warm, and SQLite's page cache is full
-        await a.request("session/export", {"sessionId": sid, "path": str(warm)})
-        pid = (await a.daemon_status()).pid
-        before = _proc_kib(pid, "VmRSS")
-        Path(f"/proc/{pid}/clear_refs").write_text("5")
-        out = tmp_path / "export.jsonl"
-        await a.request("session/export", {"sessionId": sid, "path": str(out)})
-        grown = (_proc_kib(pid, "VmHWM") - before) * 1024
+        _res, out, warm, grown = await _export_grown(a, sid, tmp_path, "claude-code")
         size = out.stat().st_size
         assert size > count * chars and out.read_bytes() == warm.read_bytes()
         bound = 4 * 2**20 + 8192 * count + 10 * chars
@@ -587,14 +594,7 @@ async def test_an_openai_export_of_many_texts_is_written_a_segment_at_a_time(sha
         src = tmp_path / "texts.jsonl"
         _texts_transcript(src, "claude-code", count, chars, "export-openai")
         sid = (await a.import_path(str(src), format="claude-code")).sessions[0].session_id
-        warm = tmp_path / "warm.json"  # the code paths are warm, and SQLite's page cache is full
-        await a.request("session/export", {"sessionId": sid, "path": str(warm), "format": "openai"})
-        pid = (await a.daemon_status()).pid
-        before = _proc_kib(pid, "VmRSS")
-        Path(f"/proc/{pid}/clear_refs").write_text("5")
-        out = tmp_path / "export.json"
-        res = await a.request("session/export", {"sessionId": sid, "path": str(out), "format": "openai"})
-        grown = (_proc_kib(pid, "VmHWM") - before) * 1024
+        res, out, warm, grown = await _export_grown(a, sid, tmp_path, "openai")
         size = out.stat().st_size
         assert size > count * chars and out.read_bytes() == warm.read_bytes() and res.lines == count
         doc = json.loads(out.read_bytes())
