@@ -112,6 +112,9 @@ async def main() -> None:
                          "B polls session/list from a process of its own (the bench's own encode of 50 MB "
                          "would otherwise hold B's interpreter lock, not the daemon's)")
     ap.add_argument("--only-append", action="store_true", help="skip every phase but the appends")
+    ap.add_argument("--pg", action="store_true",
+                    help="A and B use a database on a throwaway PostgreSQL server (tests/pgserver.py), "
+                         "not a SQLite file")
     ap.add_argument("--heavy-turns", type=int, default=2_500, help="turns of the session rendered cold")
     ap.add_argument("--storage-timeout", type=float, default=3.0)
     ap.add_argument("--cancels", type=int, default=8, help="cancels of a running cold render, spread out (≤ 8)")
@@ -129,12 +132,30 @@ async def main() -> None:
     os.environ["DAGCTX_STATE_DIR"] = str(tmp / "state")
     os.environ.pop("DAGCTX_STANDALONE", None)
     (tmp / "run").mkdir()
-    db = tmp / "iso.db"
+    server = None
+    db: Path | str = tmp / "iso.db"
+    if args.pg:
+        sys.path.insert(0, str(HERE.parent / "tests"))
+        import pgserver
+
+        reason = pgserver.missing_reason()
+        if reason:
+            sys.exit(f"--pg: {reason}")
+        server = pgserver.start_server()
+        db = server.new_database()
     src = tmp / "big.jsonl"
     heavy_src = tmp / "heavy.jsonl"
     if not args.only_append:
         claude_code_transcript(src, turns=args.turns, result_chars=args.chars)
         heavy_transcript(heavy_src, turns=args.heavy_turns)
+    try:
+        await phases(args, tmp, db, src, heavy_src)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+async def phases(args: argparse.Namespace, tmp: Path, db: Path | str, src: Path, heavy_src: Path) -> None:
     a = await DagctxClient.spawn(db)
     b = await DagctxClient.spawn(db)
     try:

@@ -362,6 +362,23 @@ def _proc_kib(pid: int, field: str) -> int:
     raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
+async def _hwm_start(a: DagctxClient) -> tuple[int, int]:
+    """The daemon's pid and RSS (KiB) with its high-water mark reset to that RSS
+    (/proc/PID/clear_refs), once its tokenizers' warm-up is over: the shared daemon builds
+    the encoders it has not needed yet at its first quiet moment (the o200k encoder alone
+    is tens of MB), which on a loaded machine can fall inside the measured request."""
+    status = await a.daemon_status()
+    log = Path(status.log)
+    for _ in range(1200):  # a hang guard, not a duration: the daemon is quiet now
+        if "tokenizers ready:" in log.read_text():
+            break
+        await asyncio.sleep(0.05)
+    assert "tokenizers ready:" in log.read_text(), log.read_text()[-2000:]
+    before = _proc_kib(status.pid, "VmRSS")
+    Path(f"/proc/{status.pid}/clear_refs").write_text("5")
+    return status.pid, before
+
+
 async def test_an_export_to_a_file_is_streamed_its_memory_bounded_by_the_largest_node(shared_env,
                                                                                        tmp_path: Path) -> None:
     """SPEC §9 session/export: a claude-code export to a path writes each line as it is made
@@ -377,9 +394,7 @@ async def test_an_export_to_a_file_is_streamed_its_memory_bounded_by_the_largest
         sid = (await a.import_path(str(src))).sessions[0].session_id
         warm = tmp_path / "warm.jsonl"  # the code paths and the session's graph are warm
         await a.request("session/export", {"sessionId": sid, "path": str(warm)})
-        pid = (await a.daemon_status()).pid
-        before = _proc_kib(pid, "VmRSS")
-        Path(f"/proc/{pid}/clear_refs").write_text("5")  # the high-water mark starts again at RSS
+        pid, before = await _hwm_start(a)
         out = tmp_path / "export.jsonl"
         res = await a.request("session/export", {"sessionId": sid, "path": str(out)})
         grown = (_proc_kib(pid, "VmHWM") - before) * 1024
@@ -418,9 +433,7 @@ async def test_an_import_is_streamed_its_memory_bounded_by_the_largest_node(shar
     a = await spawn(tmp_path / "stream.db")
     try:
         await a.import_path(str(warm))
-        pid = (await a.daemon_status()).pid
-        before = _proc_kib(pid, "VmRSS")
-        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        pid, before = await _hwm_start(a)
         res = await a.import_path(str(src))
         grown = (_proc_kib(pid, "VmHWM") - before) * 1024
         s = res.sessions[0]
@@ -515,15 +528,13 @@ async def test_an_import_of_many_texts_is_streamed_its_memory_bounded_by_the_lar
             warm = tmp_path / f"warm-{fmt}{_SUFFIX.get(fmt, '.jsonl')}"
             _texts_transcript(warm, fmt, 30, chars, f"warm-{fmt}")  # SQLite's page cache is full too
             await a.import_path(str(warm), format=fmt)
-        pid = (await a.daemon_status()).pid
         sessions = []
         for fmt in formats:
             src = tmp_path / f"texts-{fmt}{_SUFFIX.get(fmt, '.jsonl')}"
             _texts_transcript(src, fmt, count, chars, f"texts-{fmt}")
             size = src.stat().st_size
             assert size > count * chars
-            before = _proc_kib(pid, "VmRSS")
-            Path(f"/proc/{pid}/clear_refs").write_text("5")
+            pid, before = await _hwm_start(a)
             res = await a.import_path(str(src), format=fmt)
             grown = (_proc_kib(pid, "VmHWM") - before) * 1024
             s = res.sessions[0]
@@ -548,9 +559,7 @@ async def _export_grown(a: DagctxClient, sid: str, tmp_path: Path, fmt: str) -> 
     suffix = ".jsonl" if fmt == "claude-code" else ".json"
     warm, out = tmp_path / f"warm{suffix}", tmp_path / f"export{suffix}"
     await a.request("session/export", {"sessionId": sid, "path": str(warm), "format": fmt})
-    pid = (await a.daemon_status()).pid
-    before = _proc_kib(pid, "VmRSS")
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    pid, before = await _hwm_start(a)
     res = await a.request("session/export", {"sessionId": sid, "path": str(out), "format": fmt})
     return res, out, warm, (_proc_kib(pid, "VmHWM") - before) * 1024
 
@@ -627,10 +636,8 @@ async def test_an_export_without_path_stops_at_the_frame_limit(shared_env, tmp_p
         for fmt in ("claude-code", "openai"):  # warm: the code paths, SQLite's page cache
             with pytest.raises(RpcError):
                 await a.request("session/export", {"sessionId": sid, "format": fmt})
-        pid = (await a.daemon_status()).pid
         for fmt in ("claude-code", "openai"):
-            before = _proc_kib(pid, "VmRSS")
-            Path(f"/proc/{pid}/clear_refs").write_text("5")
+            pid, before = await _hwm_start(a)
             with pytest.raises(RpcError) as exc:
                 await a.request("session/export", {"sessionId": sid, "format": fmt})
             grown = (_proc_kib(pid, "VmHWM") - before) * 1024
@@ -663,12 +670,10 @@ async def test_an_import_announced_to_an_observing_client_waits_for_it_a_page_at
         warm = tmp_path / "warm.jsonl"
         _texts_transcript(warm, "claude-code", 30, chars, "observe-warm")
         await a.import_path(str(warm), format="claude-code")
-        pid = (await a.daemon_status()).pid
         src = tmp_path / "texts.jsonl"
         _texts_transcript(src, "claude-code", count, chars, "observe-texts")
         size = src.stat().st_size
-        before = _proc_kib(pid, "VmRSS")
-        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        pid, before = await _hwm_start(a)
         res = await a.import_path(str(src), format="claude-code")
         grown = (_proc_kib(pid, "VmHWM") - before) * 1024
         sid = res.sessions[0].session_id

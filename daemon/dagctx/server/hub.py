@@ -214,10 +214,12 @@ class Hub:
         except Exception as exc:  # a vocabulary that cannot be read: a request says so later
             log.warning("tokenizers not built ahead of need: %s", exc)
             return
-        if built:
-            # a start-up milestone, logged like "listening" whatever --log-level says
-            log.warning("tokenizers ready: %s (built at a quiet moment, before a request needed them)",
-                        ", ".join(built))
+        if self.stopped is not None and self.stopped.done():
+            return  # gave up: the daemon is stopping
+        # a start-up milestone, logged like "listening" whatever --log-level says (and when
+        # requests built every encoder first, so a reader can wait for this line either way)
+        log.warning("tokenizers ready: %s", ", ".join(built) + " (built at a quiet moment, before a request "
+                    "needed them)" if built else "every encoder was built by a request first")
 
     def wait_quiet(self) -> bool:
         """From a thread other than the loop's: wait until no client has sent anything for
