@@ -25,7 +25,7 @@ from typing import Any
 from dagctx.protocol.context_messages import Usage
 from dagctx.protocol.errors import DagctxError
 
-from . import pg_search
+from . import pg_pieces, pg_search
 from . import search as fts
 from .backend import BlobRow, NodeRow, SearchRow, SessionRow, UsageRow, decode_meta, encode_meta, storage_error
 from .memory_rows import MemoryRows
@@ -322,7 +322,8 @@ class PostgresBackend:
 
     def insert_node(self, r: NodeRow) -> None:
         with self._conn("write a node") as c:
-            c.execute(
+            pg_pieces.execute(
+                c,
                 "INSERT INTO dagctx.nodes(session_id, id, seq, rev, role, name, status, caller, predecessor, "
                 "created_at, body, tokens, refs, search_text, search_vec, search_full) "
                 "VALUES(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,CAST(%s AS tsvector),%s)",
@@ -332,7 +333,8 @@ class PostgresBackend:
 
     def fill_node(self, r: NodeRow) -> None:
         with self._conn("write a node") as c:
-            c.execute(
+            pg_pieces.execute(
+                c,
                 "UPDATE dagctx.nodes SET status=%s, rev=%s, body=%s, tokens=COALESCE(%s, tokens), "
                 "refs=COALESCE(%s, refs), search_text=%s, search_vec=CAST(%s AS tsvector), search_full=%s "
                 "WHERE session_id=%s AND id=%s",
@@ -374,7 +376,8 @@ class PostgresBackend:
 
     def put_blob(self, b: BlobRow) -> None:
         with self._conn("write a spilled output") as c:
-            c.execute(
+            pg_pieces.execute(
+                c,
                 "INSERT INTO dagctx.blobs(session_id, node_id, field, chars, lines, data) VALUES(%s,%s,%s,%s,%s,%s) "
                 "ON CONFLICT(session_id, node_id, field) DO UPDATE SET chars=excluded.chars, lines=excluded.lines, "
                 "data=excluded.data",
