@@ -118,6 +118,8 @@ async def main() -> None:
     ap.add_argument("--heavy-turns", type=int, default=2_500, help="turns of the session rendered cold")
     ap.add_argument("--storage-timeout", type=float, default=3.0)
     ap.add_argument("--cancels", type=int, default=8, help="cancels of a running cold render, spread out (≤ 8)")
+    ap.add_argument("--cancel-turns", type=int, default=8_000,
+                    help="turns of each session whose cold render is cancelled (one session per cancel)")
     ap.add_argument("--ticker", default=None, metavar="PREFIX",
                     help="every process this run starts (the daemon too) writes the gaps over 50 ms of a 5 ms "
                          "ticker thread to PREFIX.<pid>.gaps, and every thread's stack to PREFIX.<pid>.stacks when "
@@ -229,18 +231,23 @@ async def phases(args: argparse.Namespace, tmp: Path, db: Path | str, src: Path,
         row(f"A exports {out.stat().st_size / 1e6:.0f} MB", lat, base, time.perf_counter() - t)
 
         # cancel: how long from $/cancelRequest until RequestCancelled, and until the lane's
-        # next job has run; at spread-out moments of a cold render (a cancelled render
-        # caches nothing, so the same render is cold every time)
+        # next job has run; at spread-out moments of a cold render — of a session of its own
+        # each time (a session's graph stays cached once read, so a second render of one
+        # session is warm and finished before any cancel arrived)
         answered_ms: list[float] = []
         served_ms: list[float] = []
-        # models of distinct (tokenizer, window): each aging plan is computed anew (a
-        # cancelled render caches no messages, but an aging plan it finished stays)
+        cold_sessions = []
+        for k in range(min(args.cancels, 8)):
+            path = tmp / f"cancel-{k}.jsonl"
+            claude_code_transcript(path, turns=args.cancel_turns, result_chars=300,
+                                   sid=f"5b0c3e1d-2a4f-4c6b-8d7e-9f1a2b3c4d{k:02d}")
+            cold_sessions.append((await a.import_path(str(path))).sessions[0].session_id)
         cold = ["gpt-5", "gpt-4.1", "o3", "gpt-oss-120b", "gpt-4", "gpt-4-32k", "gpt-3.5-turbo",
                 "gpt-3.5-turbo-instruct"]
-        for k, delay in enumerate(0.05 + 0.15 * i for i in range(min(args.cancels, len(cold)))):
+        for k, delay in enumerate(0.05 + 0.1 * i for i in range(len(cold_sessions))):
             model, fmt = cold[k], ("anthropic", "openai", "neutral")[k % 3]
-            rid, r = a.send_request("context/render", {"sessionId": heavy, "model": model, "aging": True,
-                                                       "format": fmt})
+            rid, r = a.send_request("context/render", {"sessionId": cold_sessions[k], "model": model,
+                                                       "aging": True, "format": fmt})
             await asyncio.sleep(delay)
             t = time.perf_counter()
             a.cancel(rid)
@@ -256,7 +263,7 @@ async def phases(args: argparse.Namespace, tmp: Path, db: Path | str, src: Path,
             answered_ms.append(answered * 1e3)
             served_ms.append(served * 1e3)
         if answered_ms:
-            print(f"  cancel of a running cold render ({len(answered_ms)} moments, {args.heavy_turns} turns): "
+            print(f"  cancel of a running cold render ({len(answered_ms)} moments, {args.cancel_turns} turns): "
                   f"RequestCancelled after p50 {pct(answered_ms, .5):.0f} ms / max {max(answered_ms):.0f} ms; "
                   f"the lane's next render answered after p50 {pct(served_ms, .5):.0f} ms / "
                   f"max {max(served_ms):.0f} ms (goal 100 ms); idle 2-node render p50 "

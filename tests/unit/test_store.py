@@ -663,3 +663,30 @@ def test_an_import_is_written_through_a_skeleton_and_read_back_in_pages(store: S
            NodeInput(role="user", id="b1", output="y", predecessor="nope")]
     raises("NodeNotFound", store.import_session, source_key="test:2", title="t", nodes=iter(bad), head=None)
     assert store.find_by_source("test:2") is None
+
+
+def test_a_graph_load_stops_at_its_checkpoint_and_leaves_no_half_graph(store: Store) -> None:
+    """SPEC §1.4: a session's graph is read with the store's ``checkpoint`` called every
+    512 rows (the daemon's cancellation check), so a cancelled view stops inside a long
+    load; what was read so far is dropped, and the next read is the whole graph."""
+    nodes = [NodeInput(role="user", id="n0", name="u", output="q 0", predecessor="ROOT")]
+    nodes += [NodeInput(role="user" if k % 2 == 0 else "llm", id=f"n{k}", name="u" if k % 2 == 0 else "m",
+                        output=f"t {k}", predecessor=f"n{k - 1}") for k in range(1, 1500)]
+    info, _ = store.import_session(source_key="t:load", title="t", nodes=iter(nodes), head="n1499")
+    sid = info.session_id
+    store.evict(sid)
+    ticks: list[int] = []
+
+    def stop() -> None:
+        ticks.append(len(ticks))
+        if len(ticks) == 2:
+            raise DagctxError("RequestCancelled", "the request was cancelled; nothing was written")
+
+    store.checkpoint = stop
+    with pytest.raises(DagctxError) as exc:
+        store.graph(sid)
+    assert exc.value.kind == "RequestCancelled" and ticks == [0, 1]
+    assert sid not in {s for s, _, _ in store.cached_graphs()}  # the half-read graph is gone
+    store.checkpoint = lambda: None
+    g = store.graph(sid)
+    assert len(g.by_seq) == 1501 and g.chain("n1499")[-1].id == "n1499"

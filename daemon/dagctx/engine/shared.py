@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from dagctx.context.cancel import stop_if_cancelled
 from dagctx.ledger import AppendOutcome, AppendRequest, NodeDerived, Store, names_a_file
 from dagctx.ledger.backends import open_backend
 from dagctx.ledger.writer import Done, Writer
@@ -45,7 +46,9 @@ READ_THREADS = 2
 def open_store(path: str, *, create_parent: bool, timeout: float | None = None) -> Store:
     """The store of a database path or ``postgresql://`` URL (SPEC §2.1; the ledger picks
     the backend). ``timeout``: how long a request waits for its database (None: default)."""
-    return Store(backend=open_backend(path, create_parent=create_parent, timeout=timeout))
+    store = Store(backend=open_backend(path, create_parent=create_parent, timeout=timeout))
+    store.checkpoint = stop_if_cancelled  # a cancelled view stops in a graph load too
+    return store
 
 
 def _settle(items: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
