@@ -113,6 +113,7 @@ def test_every_fixture_streams_the_bytes_of_the_whole_render(engine: EngineCore)
             assert _same(engine, sid, _heads(engine, sid)) > 1, name
 
 
+@pytest.mark.slow  # a corpus-wide sweep (a second and more): the slow tier, beside the daemon tests
 def test_every_corpus_session_streams_the_bytes_of_the_whole_render(engine: EngineCore) -> None:
     """Every session of the corpus (DAGCTX_CORPUS; required under CI=true), in segments of
     4 KiB, is the whole render's document byte for byte, for HEAD and every branch tip."""

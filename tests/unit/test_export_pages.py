@@ -16,7 +16,7 @@ from dagctx.ledger.store import SKELETON_DROPS, pages_of
 from dagctx.protocol.nodes import NodeInput
 from dagctx.transcripts.base import loaded
 
-from conftest import corpus_dir, parsed_file
+from conftest import parsed_file, require_corpus
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts"
 
@@ -69,20 +69,29 @@ def _export(store: Store, sid: str, head: str, all_branches: bool, paged: bool, 
     return b"".join(out)
 
 
-def _sources() -> list[Path]:
-    paths = [FIXTURES / "claude-code/fx-cc.jsonl", FIXTURES / "codex/rollout-fx.jsonl",
-             FIXTURES / "openclaw/fx-openclaw.jsonl", FIXTURES / "swe-agent/fx.traj"]
-    root = corpus_dir()
-    if root is not None:
-        paths += sorted((root / "claude-code").glob("*.jsonl")) + sorted((root / "codex").glob("*.jsonl"))
-    return paths
+FIXTURE_SOURCES = [FIXTURES / "claude-code/fx-cc.jsonl", FIXTURES / "codex/rollout-fx.jsonl",
+                   FIXTURES / "openclaw/fx-openclaw.jsonl", FIXTURES / "swe-agent/fx.traj"]
 
 
 def test_an_export_read_a_page_at_a_time_is_the_export_of_the_whole_graph(store: Store) -> None:
-    """Every fixture (and the corpus's Claude Code and Codex sessions when it is there),
-    exported from the skeleton with nodes read in pages of 300 stored bytes, is the export
-    of the whole cached graph, byte for byte, one branch and every branch."""
-    for path in _sources():
+    """Every fixture, exported from the skeleton with nodes read in pages of 300 stored
+    bytes, is the export of the whole cached graph, byte for byte, one branch and every
+    branch."""
+    _paged_equals_whole(store, FIXTURE_SOURCES)
+
+
+@pytest.mark.slow  # a corpus-wide sweep (a third of a second): the slow tier, beside the daemon tests
+def test_every_corpus_export_read_a_page_at_a_time_is_the_export_of_the_whole_graph(store: Store) -> None:
+    """The same for the corpus's Claude Code and Codex sessions (DAGCTX_CORPUS; required
+    under CI=true)."""
+    root = require_corpus()
+    paths = sorted((root / "claude-code").glob("*.jsonl")) + sorted((root / "codex").glob("*.jsonl"))
+    assert paths
+    _paged_equals_whole(store, paths)
+
+
+def _paged_equals_whole(store: Store, paths: list[Path]) -> None:
+    for path in paths:
         for sid in _import(store, path):
             head = store.get_session(sid).head
             for all_branches in (False, True):
