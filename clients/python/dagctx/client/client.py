@@ -411,12 +411,19 @@ class DagctxClient:
         *,
         move_head: bool | None = None,
         render_id: str | None = None,
+        timeout: float | None = None,
         **fields: Any,
     ) -> m.NodeResult:
+        """Append one node (``node/append``). ``timeout`` (seconds): none by default, unlike
+        other requests (60 s): a write waits for its answer, which says whether it was
+        committed — a client that gave up could not tell — and a 50 MB output can take a
+        minute on a loaded machine. The daemon bounds its own waits for the database
+        (``StorageBusy``, ``StorageUnavailable``)."""
         node = NodeInput(role=role, **fields)  # type: ignore[arg-type]
         return await self.request(
             "node/append",
             m.NodeAppendParams(session_id=session_id, node=node, move_head=move_head, render_id=render_id),
+            timeout=timeout,
         )
 
     async def append_batch(
@@ -426,14 +433,17 @@ class DagctxClient:
         *,
         move_head: bool | None = None,
         render_id: str | None = None,
+        timeout: float | None = None,
     ) -> m.NodeBatchResult:
         """Append several nodes of one session as one unit (``node/appendBatch``): all of them
         or none. A node may name an earlier node of the batch (give it an ``id``) as its
-        predecessor or caller. Nodes are ``NodeInput`` or dicts of its fields (snake_case)."""
+        predecessor or caller. Nodes are ``NodeInput`` or dicts of its fields (snake_case).
+        ``timeout``: none by default, as for ``append``."""
         items = [n if isinstance(n, NodeInput) else NodeInput(**n) for n in nodes]
         return await self.request(
             "node/appendBatch",
             m.NodeAppendBatchParams(session_id=session_id, nodes=items, move_head=move_head, render_id=render_id),
+            timeout=timeout,
         )
 
     async def update(self, session_id: str, node_id: str, status: str, output: Any = None, **metadata: Any) -> m.NodeResult:
