@@ -1,11 +1,12 @@
-"""One shared daemon, several real clients: a 20 MB ``node/append`` of non-ASCII text
+"""One shared daemon, several real clients: an 8 MB ``node/append`` of non-ASCII text
 (accented Latin, typographic dashes and quotes, CJK) is never felt by another connection
 (SPEC §1.4), on SQLite and on PostgreSQL. Such a text is encoded to UTF-8 a piece at a
 time before a database driver binds it (``utf8`` of ``ledger/text.py``); these tests assert the
 outcomes — another client was answered while the append ran, and the node is stored and
-read back exactly, found by search — never a duration (CI is loaded). 20 MB, not the 50 MB of
-``bench/bench_isolation.py --append-texts``: twenty 1 MiB pieces are as many cuts as the
-pieced encoding needs, and a 50 MB CJK text cost the suite a minute of CPU per backend.
+read back exactly, found by search — never a duration (CI is loaded). 8 MB, not the 50 MB of
+``bench/bench_isolation.py --append-texts``: eight 1 MiB pieces are as many cuts as the
+pieced encoding (and PostgreSQL's pieced send, ``ledger/pg_pieces.py``) needs; 50 MB of CJK
+cost the suite a minute of CPU per backend, 20 MB half a minute on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ async def read_back(client, session_id: str, node_id: str, chars: int) -> str:
     return "".join(parts)
 
 
-async def test_session_list_is_answered_while_another_client_appends_20_mb_of_non_ascii_text(
+async def test_session_list_is_answered_while_another_client_appends_8_mb_of_non_ascii_text(
         shared_env, database: str, tmp_path: Path) -> None:
     a = await spawn(database)
     b = await spawn(database)
@@ -61,13 +62,13 @@ async def test_session_list_is_answered_while_another_client_appends_20_mb_of_no
         await b.session_create("other")
         s = await a.session_create("big")
         u = await a.append(s.session_id, "user", output="run it", predecessor=s.head)
-        big = non_ascii_text(20_000_000)
+        big = non_ascii_text(8_000_000)
         _, app = a.send_request("node/append", {"sessionId": s.session_id, "node": {
             "role": "code", "name": "bash", "input": {"cmd": "make"}, "output": big, "caller": u.node.id}})
         before, worst = await answered_meanwhile(app, lambda: b.session_list(limit=5))
         res = await app
         node_id = res["node"]["id"] if isinstance(res, dict) else res.node.id
-        assert before >= 1, f"B got no answer while A appended 20 MB (worst {worst:.3f} s)"
+        assert before >= 1, f"B got no answer while A appended 8 MB (worst {worst:.3f} s)"
         assert await read_back(b, s.session_id, node_id, len(big)) == big  # stored exactly, every character
         for word in ("vérifié", "编译"):  # a huge node is checked against its whole text on PostgreSQL
             hits = await b.request("search/query", m.SearchParams(query=word, session_id=s.session_id), timeout=LONG)
