@@ -102,6 +102,35 @@ async def test_a_replaced_database_is_reopened_for_the_next_request(tmp_path: Pa
         await c.close()
 
 
+async def test_tables_changed_under_the_daemon_are_brought_up_to_date_for_the_next_request(tmp_path: Path) -> None:
+    """Another program drops a table of the file and sets its schema version back while the
+    daemon has it open: the request that meets the missing table answers
+    ``StorageUnavailable`` (not ``InternalError``), and the next one finds the file opened
+    again with its schema brought up to date — sessions kept, no restart."""
+    db, ws = tmp_path / "t.db", tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.md").write_text("# notes\nthe build uses make\n")
+    c = await DagctxClient.spawn(db)
+    try:
+        sid = (await c.session_create("kept")).session_id
+        await append_user(c, sid, "before")
+        await c.request("memory/status", {"workspace": str(ws)})
+        with RawDb(db) as raw:
+            raw.execute("DROP TABLE memory_counts")
+            raw.execute("UPDATE meta SET value='4' WHERE key='schema_version'")
+        err = await expect("StorageUnavailable", c.request("memory/status", {"workspace": str(ws)}))
+        assert "changed while this daemon had it open" in err.message and "retry" in err.message
+        status = await c.request("memory/status", {"workspace": str(ws)})
+        assert status is not None
+        assert [s.session_id for s in (await c.session_list()).sessions] == [sid]
+        await append_user(c, sid, "after")
+        with RawDb(db) as raw:
+            assert raw.execute("SELECT value FROM meta WHERE key='schema_version'") == [("5",)]
+            assert raw.execute("SELECT count(*) FROM nodes WHERE session_id=?", (sid,)) == [(3,)]
+    finally:
+        assert await c.close() == 0
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 3 MB tmpfs (root only): a disk that really fills up and can be made read-only."""

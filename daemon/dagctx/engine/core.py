@@ -227,6 +227,12 @@ class EngineCore:
                               path=field)
         return path
 
+    def storage_error_of(self, exc: BaseException) -> DagctxError | None:
+        """What the server answers for an exception no handler mapped: the documented kind
+        of a storage fault of this connection's database, or None (an internal error)."""
+        db = self.db
+        return None if db is None else db.store.storage_error_of(exc)
+
     def close(self) -> None:
         if self.db is not None:
             self.shared.release(self.db)

@@ -184,6 +184,15 @@ class PostgresBackend:
         """The storage-fault kind of an exception raised inside a transaction, or None."""
         return fault_kind(exc)
 
+    def storage_error_of(self, exc: BaseException) -> DagctxError | None:
+        """The documented error of a PostgreSQL fault that reached a request unmapped, or
+        None (a bug): a schema dropped under us is created again (``_schema_gone``)."""
+        if getattr(exc, "sqlstate", None) in SCHEMA_GONE:
+            return self._schema_gone(exc)
+        kind = fault_kind(exc)
+        return None if kind is None else storage_error(kind, f"cannot read or write: {str(exc).strip()}",
+                                                       self.location)
+
     @contextmanager
     def transaction(self, session_id: str, guard: AbstractContextManager[Any] | None = None, *,
                     group: bool = False) -> Iterator[None]:

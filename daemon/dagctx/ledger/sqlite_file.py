@@ -133,6 +133,9 @@ class SqliteFile:
                 self.db.close()
                 raise
         self._ident = None if self._memory else self._file_ident()
+        #: a query met a table or column missing from the schema this daemon migrated: the
+        #: file's tables were changed under us (``storage_error_of``); reopened next request
+        self._schema_changed = False
         #: the write-ahead log and shared-memory files that belong to the file we opened
         self._logs = {} if self._memory else {sfx: _ident(path + sfx) for sfx in ("-wal", "-shm")}
 
@@ -216,6 +219,8 @@ class SqliteFile:
     def vanished(self) -> bool:
         """Whether the path no longer names the file this backend opened (deleted, or
         replaced by another file): the store then reopens it (SPEC §2.1)."""
+        if self._schema_changed:
+            return True
         if self._ident is None:
             return False
         try:
@@ -228,6 +233,7 @@ class SqliteFile:
         the store with no transaction open and every user of the connections locked out.
         Closing first lets SQLite fold its write-ahead log into the old file and remove
         it, so the new file never meets the old one's log."""
+        same = self._ident is not None and _ident(self.location) == self._ident  # only its tables changed
         with self._readers_lock:  # a reader left open on the old file would, closing later,
             readers, self._readers = self._readers, []  # fold or remove the log at this path
         old = (self._wdb, self.db, *readers)
@@ -240,7 +246,7 @@ class SqliteFile:
         # SQLite leaves the log of an unlinked file where it was: it is ours, and the new
         # file must never meet it (it would be replayed into it), so it goes now.
         for sfx, ident in self._logs.items():
-            if ident is not None and _ident(self.location + sfx) == ident:
+            if not same and ident is not None and _ident(self.location + sfx) == ident:
                 try:
                     os.unlink(self.location + sfx)
                 except FileNotFoundError:
@@ -274,6 +280,27 @@ class SqliteFile:
     def fault_kind(self, exc: BaseException) -> str | None:
         """The storage-fault kind of an exception raised inside a transaction, or None."""
         return fault_kind(exc) if isinstance(exc, sqlite3.Error) else None
+
+    def storage_error_of(self, exc: BaseException) -> DagctxError | None:
+        """The documented error of a SQLite fault that reached a request unmapped, or None
+        (a bug). A missing table or column means another program changed the file's
+        tables while this daemon had it open (dropped them, or set its schema version
+        back): the file is opened again, its schema brought up to date, before the next
+        request (SPEC §2.1), instead of every request failing until a restart."""
+        if not isinstance(exc, sqlite3.Error):
+            return None
+        text = str(exc)
+        if isinstance(exc, sqlite3.OperationalError) and text.startswith(("no such table", "no such column")):
+            self._schema_changed = True
+            return DagctxError(
+                "StorageUnavailable",
+                f"the tables of the database file {self.location!r} were changed while this daemon had it open "
+                f"({text}); nothing of this request was written. The daemon opens the file again (its schema "
+                "brought up to date) for the next request: retry",
+                details={"database": self.location, "reopen": True},
+            )
+        kind = fault_kind(exc)
+        return None if kind is None else storage_error(kind, f"cannot read or write: {exc}", self.location)
 
     @contextmanager
     def transaction(self, session_id: str, guard: AbstractContextManager[Any] | None = None, *,

@@ -127,6 +127,12 @@ class StoreBase:
                     self._graph_born.pop(sid, None)
                 raise
 
+    def storage_error_of(self, exc: BaseException) -> DagctxError | None:
+        """The documented error of a storage fault that reached a request without a
+        backend call mapping it (a memory index query, say), or None (a bug); a fault
+        saying the file's tables changed under us has it reopened before the next request."""
+        return self.backend.storage_error_of(exc)
+
     def ensure_file(self) -> None:
         """A database file deleted or replaced under us is reopened (or created, SPEC §2.1)
         before the next request uses it, and every cached graph of the old file dropped."""
@@ -135,8 +141,9 @@ class StoreBase:
         with self._wlock, self.lock:
             if not self.backend.vanished():
                 return
-            log.warning("the database file %s was deleted or replaced while open: opening the file the path "
-                        "names now (a missing one is created)", self.path)
+            log.warning("the database file %s was deleted or replaced, or its tables changed, while open: "
+                        "opening the file the path names now (a missing one is created, an older schema "
+                        "brought up to date)", self.path)
             self.backend.reopen()
             self._graphs.clear()
             self._graph_born.clear()

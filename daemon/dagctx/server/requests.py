@@ -459,6 +459,11 @@ class RequestRunner:
             self._internal_error(msg_id, method, exc)
 
     def _internal_error(self, msg_id: Any, method: str, exc: BaseException) -> None:
+        mapped = self.engine.storage_error_of(exc)
+        if mapped is not None:  # a storage fault no backend call mapped: its documented kind (SPEC §3)
+            log.warning("%s: %s", method, mapped)
+            self._error(msg_id, mapped)
+            return
         log.error("internal error in %s", method, exc_info=exc)
         self._write(
             codec.ErrorResponse(
