@@ -271,6 +271,8 @@ def test_apply_checkpoint_keeps_the_user_message_and_pairs() -> None:
     steps, _ = tr.checkpoint_steps(t.g, view, shape)
     text = tr.steps_text(view, shape, steps[:8])
     assert "call read_file" in text and "src/pkg/mod_7.py" in text and "mod_8.py" not in text
+    # each step's text in one pass: the same as each step's steps_text
+    assert tr.step_texts(view, shape, steps) == {st: tr.steps_text(view, shape, [st]) for st in steps}
     assert tr.task_text(view, shape) == "Fix every failing test"
     cp = tr.Checkpoint(id="checkpoint-x", covers=tuple(steps[:8]), summary="did 8 steps", key="k")
     after = tr.apply_checkpoint(view, t.g, cp)

@@ -206,23 +206,31 @@ def checkpoint_summary_cap(window: int) -> int:
     return max(256, min(2048, window // 16))
 
 
+def _item_line(it: Item) -> str:
+    if it.kind == "assistant":
+        return f"assistant: {it.text}"
+    if it.kind == "tool_call":
+        args = "" if it.input is None else (it.input if isinstance(it.input, str) else json_text(it.input))
+        return f"call {it.name}({args})"
+    if it.kind == "tool_result":
+        return f"result of {it.name} [{it.status}]:\n{it.text}"
+    return f"{it.role}: {it.text}"
+
+
 def steps_text(view: View, shape: TurnShape, steps: Sequence[str]) -> str:
     """The plain-text transcript of some steps, as the summarizer reads it."""
     wanted = set(steps)
-    lines: list[str] = []
+    return "\n".join(_item_line(it) for it, owner in zip(view.items, shape.owners) if owner in wanted)
+
+
+def step_texts(view: View, shape: TurnShape, steps: Sequence[str]) -> dict[str, str]:
+    """``steps_text`` of each of ``steps`` alone, in one pass over the view (not one per step)."""
+    lines: dict[str, list[str]] = {st: [] for st in steps}
     for it, owner in zip(view.items, shape.owners):
-        if owner not in wanted:
-            continue
-        if it.kind == "assistant":
-            lines.append(f"assistant: {it.text}")
-        elif it.kind == "tool_call":
-            args = "" if it.input is None else (it.input if isinstance(it.input, str) else json_text(it.input))
-            lines.append(f"call {it.name}({args})")
-        elif it.kind == "tool_result":
-            lines.append(f"result of {it.name} [{it.status}]:\n{it.text}")
-        else:
-            lines.append(f"{it.role}: {it.text}")
-    return "\n".join(lines)
+        got = lines.get(owner)
+        if got is not None:
+            got.append(_item_line(it))
+    return {st: "\n".join(ls) for st, ls in lines.items()}
 
 
 def task_text(view: View, shape: TurnShape, graph: SessionGraph | None = None) -> str:
@@ -282,4 +290,4 @@ def checkpoint_from_manifest(manifest: Mapping[str, Any]) -> Checkpoint | None:
 __all__ = ["CHECKPOINT_MARKER", "CHECKPOINT_QUANTUM", "KEEP_RECENT_STEPS", "TARGET_SHARE", "Checkpoint",
            "apply_checkpoint", "checkpoint_from_manifest", "checkpoint_messages", "checkpoint_segments",
            "checkpoint_steps", "checkpoint_summary_cap", "choose_checkpoint", "settled_checkpoint",
-           "signed_reasoning_sent", "step_tokens", "steps_text", "task_text"]
+           "signed_reasoning_sent", "step_texts", "step_tokens", "steps_text", "task_text"]

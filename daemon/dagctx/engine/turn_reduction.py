@@ -84,6 +84,8 @@ class _Plan:
     task: str
     #: the newest step's finished results: summarized last, only when nothing else fits
     newest: list[tr.ResultCandidate] = field(default_factory=list)
+    #: tokens of each step's messages in the unreduced request (``tr.step_tokens``)
+    tokens: dict[str, int] = field(default_factory=dict)
 
 
 def _plan(run: ReductionRun, base: Built) -> _Plan:
@@ -107,8 +109,10 @@ def _plan(run: ReductionRun, base: Built) -> _Plan:
     signed = tr.signed_reasoning_sent(view, str(manifest.get("format") or "neutral"),
                                       str(manifest.get("reasoning") or "provider"))
     eligible, blocked = tr.checkpoint_steps(graph, view, shape, signed)
-    texts = {st: tr.steps_text(view, shape, [st]) for st in eligible}
-    return _Plan(base, shape, cands, keys, owners, eligible, blocked, texts, tr.task_text(view, shape, graph), newest)
+    texts = tr.step_texts(view, shape, eligible)
+    tokens = tr.step_tokens(shape, graph, base.rendering.node_ids, base.rendering.per_message)
+    return _Plan(base, shape, cands, keys, owners, eligible, blocked, texts, tr.task_text(view, shape, graph), newest,
+                 tokens)
 
 
 def _stored(run: ReductionRun, keys: list[str]) -> dict[str, tuple[str, int, int]]:
@@ -188,20 +192,73 @@ async def _summarize_results(run: ReductionRun, plan: _Plan, chosen: list[tr.Res
                                              run.count(text), was_cached)
 
 
+#: Whether a chunk that surely leaves the request over its limit is known from the
+#: recounted messages it changes (``_estimate_with``) instead of a build; tests compare
+#: both ways.
+PREDICT_FIT = True
+
+
+def _snapshot(red: Reductions) -> Reductions:
+    return Reductions(results=dict(red.results), checkpoint=red.checkpoint)
+
+
+def _estimate_with(run: ReductionRun, ref: Built, ref_red: Reductions, red: Reductions) -> int | None:
+    """The local estimate of the request built with ``red``, from ``ref`` (built with
+    ``ref_red``) when ``red`` only adds summarized results to it: the messages holding
+    those results recounted with and without them (the counts a build takes), nothing
+    else rebuilt. None when ``red`` differs otherwise."""
+    if red.checkpoint is not ref_red.checkpoint or any(red.results.get(n) is not x
+                                                        for n, x in ref_red.results.items()):
+        return None
+    added = {n for n in red.results if n not in ref_red.results}
+    r = ref.rendering
+    old, new = ref_red.aged_overlay(ref.aged), red.aged_overlay(ref.aged)
+    cp = red.checkpoint
+    synthetic = None if cp is None else {cp.id: cp.text}
+    at = [k for k, ids in enumerate(r.node_ids) if not added.isdisjoint(ids)]
+    msgs, ids = [r.messages[k] for k in at], [r.node_ids[k] for k in at]
+    count = run.engine.views.count_messages
+    graph = run.engine.store.graph(run.session_id)
+    after = count(graph, msgs, ids, r.tokenizer, new, synthetic, fmt=r.record.format)
+    before = count(graph, msgs, ids, r.tokenizer, old, synthetic, fmt=r.record.format)
+    return ref.estimate + sum(after) - sum(before)
+
+
+def _surely_over(run: ReductionRun, ref: Built, ref_red: Reductions, red: Reductions) -> bool:
+    """Whether the request built with ``red`` would surely be over its limit (a build
+    spared): its estimate from ``ref``, scaled as ``ref`` was, above the limit by a
+    margin that covers the calibration's rounding; never when ``ref``'s protected part
+    is near the limit (a build checks it)."""
+    if not PREDICT_FIT:
+        return False
+    limit = tr.input_limit(ref.budget)
+    margin = 8 + limit // 100
+    if ref.parts.total + margin > limit:
+        return False
+    estimate = _estimate_with(run, ref, ref_red, red)
+    return estimate is not None and estimate * _ratio(ref) > limit + margin
+
+
 async def _reduce_results(run: ReductionRun, plan: _Plan, build: Callable[[Reductions], Built], red: Reductions,
-                          covered: frozenset[str]) -> Built | None:
+                          covered: frozenset[str], ref: Built) -> Built | None:
     """Summarize results chunk by chunk (oldest first) until the request fits; the built
-    request, or None when every chunk did not make it fit."""
+    request, or None when every chunk did not make it fit. ``ref``: the request built
+    with ``red`` as it is now (over its limit); a chunk after which the request is surely
+    still over is not built (``_surely_over``)."""
     cands = [x for x in plan.candidates if plan.owners[x.node_id] not in covered]
     chunk = max(1, math.ceil(tr.input_limit(plan.base.budget) * tr.CHUNK_SHARE / _ratio(plan.base)))
+    ref_red = _snapshot(red)
     for group in tr.result_chunks(cands, chunk):
         if run.stopped:
             return None
         await _summarize_results(run, plan, group, red)
+        if _surely_over(run, ref, ref_red, red):
+            continue
         built = build(red)
         if built.fits:
             return built
         run.engine.views.forget(built.rendering.record.render_id)
+        ref, ref_red = built, _snapshot(red)
     return None
 
 
@@ -257,7 +314,6 @@ async def _checkpoint(run: ReductionRun, plan: _Plan, k: int) -> Checkpoint | No
     summarizer's window), summarized rolling, each segment's summary stored under a key
     of its content and everything before it. The same steps give the same checkpoint
     whichever requests were served before."""
-    e = run.engine
     cap = tr.checkpoint_summary_cap(run.info.context_window)
     words = int(cap * 0.7)
     steps = plan.eligible[:k]
@@ -280,9 +336,7 @@ async def _checkpoint(run: ReductionRun, plan: _Plan, k: int) -> Checkpoint | No
         run.failures.append(f"checkpoint failed: the summarizer {run.summarizer.name} (window "
                             f"{run.summarizer.context_window:,} tokens) overflowed even on small segments")
         return None
-    tokens = tr.step_tokens(plan.shape, e.store.graph(run.session_id), plan.base.rendering.node_ids,
-                            plan.base.rendering.per_message)
-    before = sum(tokens.get(st, 0) for st in covers)
+    before = sum(plan.tokens.get(st, 0) for st in covers)
     if run.count(summary) >= max(1, before):
         run.failures.append("checkpoint: notSmaller")
         return None
@@ -322,8 +376,7 @@ async def reduce(engine: Host, build: Callable[[Reductions], Built], *, session_
     try:
         need = _need(built)
         saving = sum(max(0, tr.expected_saving(x)) for x in plan.candidates)
-        tokens = tr.step_tokens(plan.shape, engine.store.graph(session_id), built.rendering.node_ids,
-                                built.rendering.per_message)
+        tokens = plan.tokens
         cap = tr.checkpoint_summary_cap(info.context_window)
         # the checkpoint this turn has settled on, replayed from the request itself: it
         # moves only when the turn outgrows it, and then far enough to last (SPEC §8)
@@ -337,7 +390,7 @@ async def reduce(engine: Host, build: Callable[[Reductions], Built], *, session_
         #    results are condensed, the signed blocks go out unchanged)
         if not plan.eligible or (k_before == 0 and saving >= need
                                  and tr.results_needed(plan.candidates, need) <= tr.MAX_SUMMARY_CALLS):
-            final = await _reduce_results(run, plan, build, red, frozenset())
+            final = await _reduce_results(run, plan, build, red, frozenset(), built)
         # 2. else (or when they did not make it fit) a checkpoint of the turn's earlier
         #    steps — where the turn's growth settled it, at least the fewest quanta that
         #    free the need — then results after it
@@ -355,7 +408,7 @@ async def reduce(engine: Host, build: Callable[[Reductions], Built], *, session_
                     final = attempt
                     break
                 engine.views.forget(attempt.rendering.record.render_id)
-                final = await _reduce_results(run, plan, build, red, covered)
+                final = await _reduce_results(run, plan, build, red, covered, attempt)
                 if final is None:
                     if k >= len(plan.eligible):
                         break
