@@ -14,6 +14,8 @@ psycopg = pytest.importorskip("psycopg")
 
 from dagctx.ledger import pg_pieces  # noqa: E402
 
+from test_search_text import append_spilled  # noqa: E402
+
 
 class Recorder:
     """A connection that remembers every statement's parameters (the rest passes through)."""
@@ -83,7 +85,6 @@ def test_a_large_output_is_stored_in_postgresql_as_the_same_rows(pg_server, monk
     as the very rows (body, search text and vector, spilled copy) of a store that sends it
     whole, reads back as the same text and is found by search."""
     from dagctx.ledger import Store
-    from dagctx.protocol.nodes import NodeInput
 
     output = "".join(f"ligne {k} : déjà vérifié — “build” 第{k}行编译成功 😀\x00\n" for k in range(2_000))
     rows = []
@@ -102,12 +103,8 @@ def test_a_large_output_is_stored_in_postgresql_as_the_same_rows(pg_server, monk
             monkeypatch.setattr(pg_pieces, "execute", counting)
             store = Store(url)
             try:
-                sid = store.create_session("t", session_id="s1").session_id
-                u = store.append(sid, NodeInput(role="user", input="go", predecessor=store.head(sid))).node
-                node = store.append(sid, NodeInput(role="code", name="bash", caller=u.id, output=output)).node
-                assert "spill" in node.metadata
-                assert store.full_output(sid, node) == output
-                assert [h.node_id for h in store.search("编译", session_id=sid)] == [node.id]
+                sid, node = append_spilled(store, output)
+                caller = store.graph(sid).nodes[node.id].caller
                 assert (max(sent) <= 64) == (piece == 64), sent
             finally:
                 store.close()
@@ -117,7 +114,7 @@ def test_a_large_output_is_stored_in_postgresql_as_the_same_rows(pg_server, monk
                     (node.id,)).fetchone()
                 data = conn.execute("SELECT data FROM dagctx.blobs WHERE node_id=%s", (node.id,)).fetchone()[0]
             stored = msgspec.msgpack.decode(bytes(body))  # the node as stored, but for its ids and time
-            assert stored.pop("id") == node.id and stored.pop("caller") == u.id and stored.pop("createdAt")
+            assert stored.pop("id") == node.id and stored.pop("caller") == caller and stored.pop("createdAt")
             rows.append((stored, hashlib.sha256(bytes(text)).hexdigest(), hashlib.sha256(vec.encode()).hexdigest(),
                          full, hashlib.sha256(bytes(data)).hexdigest()))
             monkeypatch.setattr(pg_pieces, "execute", real)

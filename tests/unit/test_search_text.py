@@ -6,6 +6,7 @@ word, gives the same text."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import msgspec
 import pytest
@@ -126,7 +127,6 @@ def test_a_large_non_ascii_text_is_stored_in_sqlite_as_the_same_text(fresh_sqlit
 
     from dagctx.ledger import Store
     from dagctx.ledger import sqlite_backend
-    from dagctx.protocol.nodes import NodeInput
 
     output = "".join(f"ligne {k} : déjà vérifié — “build” 第{k}行编译成功 😀\x00\n" for k in range(2_000))
     other = tmp_path / "str-bound.db"
@@ -144,13 +144,7 @@ def test_a_large_non_ascii_text_is_stored_in_sqlite_as_the_same_text(fresh_sqlit
         encoded.clear()
         store = Store(path)
         try:
-            sid = store.create_session("t", session_id="s1").session_id
-            u = store.append(sid, NodeInput(role="user", input="go", predecessor=store.head(sid))).node
-            node = store.append(sid, NodeInput(role="code", name="bash", caller=u.id, output=output)).node
-            assert "spill" in node.metadata
-            assert store.full_output(sid, node) == output
-            hits = store.search("编译", session_id=sid)
-            assert [h.node_id for h in hits] == [node.id]
+            sid, node = append_spilled(store, output)
             ids[path] = node.id
             assert (len(encoded) >= 3) == (piece == 64), encoded  # the blob, the text, the grams
         finally:
@@ -166,6 +160,20 @@ def test_a_large_non_ascii_text_is_stored_in_sqlite_as_the_same_text(fresh_sqlit
         db.close()
     assert rows[0] == rows[1]
     assert rows[0][0][0] == rows[0][1][0] == rows[0][1][2] == "text"
+
+
+def append_spilled(store: Any, output: str, word: str = "编译") -> tuple[str, Any]:
+    """A session ``s1`` of ``store`` with a user turn and a tool result of ``output``, which
+    must spill, read back whole and be found by ``word``: the session id and the node."""
+    from dagctx.protocol.nodes import NodeInput
+
+    sid = store.create_session("t", session_id="s1").session_id
+    u = store.append(sid, NodeInput(role="user", input="go", predecessor=store.head(sid))).node
+    node = store.append(sid, NodeInput(role="code", name="bash", caller=u.id, output=output)).node
+    assert "spill" in node.metadata
+    assert store.full_output(sid, node) == output
+    assert [h.node_id for h in store.search(word, session_id=sid)] == [node.id]
+    return sid, node
 
 
 @pytest.mark.parametrize("piece", [1, 7, 64, 1000])
