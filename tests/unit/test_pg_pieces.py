@@ -123,3 +123,25 @@ def test_a_large_output_is_stored_in_postgresql_as_the_same_rows(pg_server, monk
             pg_server.drop_database(url)
     assert rows[0] == rows[1]
     assert rows[0][0]["output"].startswith("ligne 0")
+
+
+def test_a_role_without_the_temporary_privilege_gets_storage_read_only(pg_server, pg_url: str) -> None:
+    """SPEC §2.1: the pieced send needs the database's TEMPORARY privilege (everyone's by
+    default). A role without it is told so as ``StorageReadOnly`` (the server's own words
+    in the message), never an internal error; a value under the piece needs no privilege."""
+    from dagctx.ledger.pg_connection import fault_kind
+
+    name = pg_url.split("///", 1)[1].split("?", 1)[0]
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("CREATE TABLE t(id int, a bytea)")
+        admin.execute(f'REVOKE TEMPORARY ON DATABASE "{name}" FROM PUBLIC')
+        admin.execute("DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'dagctx_no_temp') "
+                      "THEN CREATE ROLE dagctx_no_temp LOGIN; END IF; END$$")
+        admin.execute("GRANT ALL ON TABLE t TO dagctx_no_temp")
+    url = pg_url.rsplit("&user=", 1)[0] + "&user=dagctx_no_temp"
+    with psycopg.connect(url, autocommit=True) as conn:
+        pg_pieces.execute(conn, "INSERT INTO t VALUES(%s, %s)", (1, b"x" * 64), piece=64)  # no piece needed
+        with pytest.raises(psycopg.Error) as exc:
+            pg_pieces.execute(conn, "INSERT INTO t VALUES(%s, %s)", (2, b"x" * 65), piece=64)
+        assert fault_kind(exc.value) == "StorageReadOnly" and "temporary" in str(exc.value).lower()
+        assert [r[0] for r in conn.execute("SELECT id FROM t")] == [1]

@@ -43,7 +43,7 @@ def fault_kind(exc: BaseException) -> str | None:
     state = getattr(exc, "sqlstate", None) or ""
     if state == "53100":
         return "StorageFull"
-    if state == "25006":
+    if state in ("25006", "42501"):  # a read-only transaction (a standby); the role may not (e.g. TEMPORARY)
         return "StorageReadOnly"
     if state in ("XX001", "XX002"):
         return "StorageCorrupt"
