@@ -2,8 +2,9 @@
 
 libpq sends a statement with its parameters as one message, and psycopg calls it holding
 the interpreter lock; while the server keeps reading, the whole message goes out in that
-one call. For a 50 MB output (its body, its spilled copy and its search text: three such
-values) that was 0.4–0.75 s of the lock per statement on a two-core machine, in which no
+one call. For a 50 MB output (its spilled copy and its search text: two such values, the
+node's body keeps a head and a tail) that was 0.4–0.75 s of the lock per statement on a
+two-core machine, in which no
 other connection of the daemon got an answer — while a second process inserting the
 same rows stalled nobody (``bench/bench_isolation.py --pg``).
 
