@@ -186,6 +186,39 @@ class Transcript:
         """``estimate_tokens(transcript_entry(item))``."""
         return estimate_of_classes(self.classes(item))
 
+    # The same, for many items in one loop (a compaction reads thousands of entries at
+    # each step): what the per-item methods give, without a call chain per item.
+
+    def bodies(self, items: Sequence[Item]) -> list[str]:
+        """``[self.body(it) for it in items]``."""
+        known, bodies, key = self._items, self._bodies, self._key
+        return [bodies[id(it)] if known.get(id(it)) is it else bodies[key(it)] for it in items]
+
+    def entries(self, items: Sequence[Item]) -> list[str]:
+        """``[self.entry(it) for it in items]``."""
+        known, entries, key = self._items, self._entries, self._key
+        return [entries[id(it)] if known.get(id(it)) is it else entries[key(it)] for it in items]
+
+    def classes_of(self, items: Sequence[Item]) -> list[CharClasses]:
+        """``[self.classes(it) for it in items]`` (cancellable between items)."""
+        known, entries, classes, key = self._items, self._entries, self._classes, self._key
+        out: list[CharClasses] = []
+        for n, it in enumerate(items):
+            if not n & 255:
+                stop_if_cancelled()
+            k = id(it)
+            if known.get(k) is not it:
+                key(it)
+            got = classes.get(k)
+            if got is None:
+                got = classes[k] = char_classes(entries[k])
+            out.append(got)
+        return out
+
+    def estimates(self, items: Sequence[Item]) -> list[int]:
+        """``[self.estimate(it) for it in items]``."""
+        return list(map(estimate_of_classes, self.classes_of(items)))
+
 
 def summarizer_messages(
     plan: CutPlan,
@@ -204,9 +237,9 @@ def summarizer_messages(
     appended; ``max_chars`` adds a length limit to the task. ``transcript``: the entries
     built once for the whole compaction.
     """
-    entry = transcript_entry if transcript is None else transcript.entry
     use_update = _use_update(plan, update)
-    entries = [entry(it) for it in plan.input_items if it.kind != "summary"]
+    shown = [it for it in plan.input_items if it.kind != "summary"]
+    entries = [transcript_entry(it) for it in shown] if transcript is None else transcript.entries(shown)
     if plan.previous_summary_text is not None and not use_update:
         entries.insert(0, f"{_EARLIER}\n{plan.previous_summary_text}")
     text = _request_text(plan, "\n\n".join(entries), use_update, instructions, max_chars)
@@ -224,7 +257,7 @@ def request_estimate(
     """``estimate_tokens`` of the text of ``summarizer_messages(plan, …)``'s message, from
     the entries ``transcript`` measured and the words around them (``char_classes``)."""
     use_update = _use_update(plan, update)
-    parts = [transcript.classes(it) for it in plan.input_items if it.kind != "summary"]
+    parts = transcript.classes_of([it for it in plan.input_items if it.kind != "summary"])
     if plan.previous_summary_text is not None and not use_update:
         parts.insert(0, char_classes(f"{_EARLIER}\n{plan.previous_summary_text}"))
     around = char_classes(_request_text(plan, "", use_update, instructions, max_chars))
@@ -333,10 +366,12 @@ def split_stages(plan: CutPlan, max_input_tokens: int, count: Callable[[str], in
             stages.append(cur)
         cur, cur_tokens = [], 0
 
-    measure = transcript.estimate if transcript is not None and count is estimate_tokens else None
-    for it in plan.input_items:
-        stop_if_cancelled()  # each item is a tokenization
-        t = (count(transcript_entry(it)) if measure is None else measure(it)) + 2
+    measured = (transcript.estimates(plan.input_items) if transcript is not None and count is estimate_tokens
+                else None)
+    for n, it in enumerate(plan.input_items):
+        if measured is None or not n & 255:
+            stop_if_cancelled()  # each item is a tokenization (measured: a sum)
+        t = (count(transcript_entry(it)) if measured is None else measured[n]) + 2
         if it.kind == "summary":
             cur.append(it)
             cur_tokens += t
@@ -480,15 +515,20 @@ def summarized_ids(plan: CutPlan, messages_sent: Any, transcript: Transcript | N
     text was; covered nodes that render nothing always count.
     """
     joined = "\n".join(_message_texts(messages_sent))
-    body_of = item_body if transcript is None else transcript.body
+    bodies = ([item_body(it) for it in plan.input_items] if transcript is None
+              else transcript.bodies(plan.input_items))
     pos = 0
     found: list[bool] = []
-    for it in plan.input_items:
-        body = body_of(it)
+    find, starts = joined.find, joined.startswith
+    for body in bodies:
         if not body:
             found.append(True)
             continue
-        i = _find_anywhere(joined, body, pos)
+        # the usual case inline: a long body at the first place its start occurs after
+        # ``pos`` (items are sent in order); else the search of ``_find_anywhere``
+        i = find(body[:32], pos) if len(body) > 64 else -1
+        if i < 0 or not starts(body, i):
+            i = _find_anywhere(joined, body, pos)
         if i >= 0:
             pos = i + len(body)
             found.append(True)
@@ -496,9 +536,14 @@ def summarized_ids(plan: CutPlan, messages_sent: Any, transcript: Transcript | N
         found.append(_segments_sent(joined, body, pos))
     node_ok: dict[str, bool] = {}
     group_ok: dict[str, bool] = {}
-    for it, group, ok in zip(plan.input_items, plan.input_groups, found):
-        node_ok[it.node_id] = node_ok.get(it.node_id, True) and ok
-        group_ok[group] = group_ok.get(group, True) and ok
+    if all(found):  # the usual case: every node and group is ok (the fold below, at once)
+        k = min(len(plan.input_items), len(plan.input_groups))
+        node_ok = dict.fromkeys([it.node_id for it in plan.input_items[:k]], True)
+        group_ok = dict.fromkeys(plan.input_groups[:k], True)
+    else:
+        for it, group, ok in zip(plan.input_items, plan.input_groups, found):
+            node_ok[it.node_id] = node_ok.get(it.node_id, True) and ok
+            group_ok[group] = group_ok.get(group, True) and ok
     # a chain node counts by its whole turn part, any other node by its own items
     out = {nid for nid, ok in node_ok.items() if ok and nid not in group_ok}
     out |= {g for g, ok in group_ok.items() if ok}

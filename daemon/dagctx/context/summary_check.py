@@ -117,8 +117,8 @@ def fidelity_terms(plan: CutPlan, top: int = 20, *, min_identifiers: int = 5, fi
     most frequent long English content words, so a non-answer ("I'm ready to help")
     still fails. Text without either (e.g. Chinese prose) has no gate. ``transcript``:
     the bodies built once for the whole compaction."""
-    body = item_body if transcript is None else transcript.body
-    texts = [body(it) for it in plan.input_items]
+    texts = ([item_body(it) for it in plan.input_items] if transcript is None
+             else transcript.bodies(plan.input_items))
     idents = distinctive_identifiers(texts, top)
     if len(idents) >= min_identifiers:
         return idents
