@@ -171,7 +171,7 @@ def _observed(path: Path, sid: str, keep: int, model: str) -> tuple[Any, ...]:
 @pytest.mark.parametrize(("turns", "lines", "keep", "seed", "model", "stages"), [
     (6, 40, 400, 1, MODEL, 1), (14, 160, 900, 2, MODEL, 1),
     # a 32k-token summarizer: the prefix goes in stages
-    (24, 400, 2000, 3, "gpt-4-32k", 3),
+    pytest.param(24, 400, 2000, 3, "gpt-4-32k", 3, marks=pytest.mark.slow),  # a fifth of a second: the slow tier
 ])
 def test_compaction_matches_the_per_item_computation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, turns: int,
                                                      lines: int, keep: int, seed: int, model: str,

@@ -78,14 +78,17 @@ def session(path: Path, steps: int, lines: int, calls_per_step: int, *, new_turn
     return s.session_id
 
 
+#: the in-process tier keeps one case per format (the refused one among them); the longer
+#: sessions run in the slow tier (a quarter second each)
+_SLOW = pytest.mark.slow
 CASES = [  # (steps, lines per result, calls per step, steps of a second turn, model, format)
     (12, 60, 1, 0, "w8k", "openai"),
-    (30, 40, 2, 0, "w16k", "anthropic"),
-    (40, 50, 3, 0, "w32k", "neutral"),
-    (120, 25, 1, 0, "w32k", "anthropic"),
-    (40, 60, 1, 3, "w32k", "openai"),
+    pytest.param(30, 40, 2, 0, "w16k", "anthropic", marks=_SLOW),
+    pytest.param(40, 50, 3, 0, "w32k", "neutral", marks=_SLOW),
+    pytest.param(120, 25, 1, 0, "w32k", "anthropic", marks=_SLOW),
+    pytest.param(40, 60, 1, 3, "w32k", "openai", marks=_SLOW),
     (20, 80, 2, 4, "w32k", "neutral"),
-    (40, 60, 1, 3, "w32k", "anthropic"),
+    pytest.param(40, 60, 1, 3, "w32k", "anthropic", marks=_SLOW),
     (30, 40, 2, 3, "w16k", "anthropic"),  # refused: over budget after every reduction
 ]
 

@@ -184,12 +184,15 @@ def test_pg_tokens_and_document_vector_in_pieces_are_the_whole_ones(piece: int) 
     from dagctx.ledger import pg_search
     from dagctx.ledger import search as fts
 
-    text = "".join(f"Ligne {k} déjà-vérifié — “Build” 第{k}行编译 😀 x{k % 7}\n  tail{k}" for k in range(3_000))
+    long = piece >= 64  # the tiny pieces cut a shorter text (every cut is the same code; a third of a second)
+    text = "".join(f"Ligne {k} déjà-vérifié — “Build” 第{k}行编译 😀 x{k % 7}\n  tail{k}"
+                   for k in range(3_000 if long else 400))
     whole = pg_search.tokens(text, piece=1 << 40)
-    assert pg_search.tokens(text, piece=piece) == whole and len(whole) > 20_000
+    assert pg_search.tokens(text, piece=piece) == whole and len(whole) > (20_000 if long else 2_000)
     grams = fts.cjk_grams(text)
     vec = pg_search.document_vector(text, grams, piece=1 << 40)
-    assert pg_search.document_vector(text, grams, piece=piece) == vec and not vec[1]  # a tail past the positions
+    assert pg_search.document_vector(text, grams, piece=piece) == vec
+    assert not vec[1]  # incomplete: 400 of a word pass the 128 positions a lexeme keeps, 3,000 PostgreSQL's last
     short = text[:2_000]
     assert pg_search.document_vector(short, fts.cjk_grams(short), piece=piece) == \
         pg_search.document_vector(short, fts.cjk_grams(short), piece=1 << 40)
