@@ -138,12 +138,18 @@ class PostgresBackend:
         except DagctxError:
             raise
         except Exception as exc:
-            if getattr(exc, "sqlstate", None) in SCHEMA_GONE:
-                raise self._schema_gone(exc) from exc
-            kind = fault_kind(exc)
-            if kind is None:
+            err = self._error_of(exc, what)
+            if err is None:
                 raise
-            raise storage_error(kind, f"cannot {what}: {str(exc).strip()}", self.location) from exc
+            raise err from exc
+
+    def _error_of(self, exc: BaseException, what: str) -> DagctxError | None:
+        """A PostgreSQL fault's documented error, or None (a bug): a schema dropped under
+        us is created again (``_schema_gone``)."""
+        if getattr(exc, "sqlstate", None) in SCHEMA_GONE:
+            return self._schema_gone(exc)
+        kind = fault_kind(exc)
+        return None if kind is None else storage_error(kind, f"cannot {what}: {str(exc).strip()}", self.location)
 
     def _schema_gone(self, exc: BaseException) -> DagctxError:
         """The ``dagctx`` schema (or a table of it) vanished under the running daemon: create
@@ -186,12 +192,8 @@ class PostgresBackend:
 
     def storage_error_of(self, exc: BaseException) -> DagctxError | None:
         """The documented error of a PostgreSQL fault that reached a request unmapped, or
-        None (a bug): a schema dropped under us is created again (``_schema_gone``)."""
-        if getattr(exc, "sqlstate", None) in SCHEMA_GONE:
-            return self._schema_gone(exc)
-        kind = fault_kind(exc)
-        return None if kind is None else storage_error(kind, f"cannot read or write: {str(exc).strip()}",
-                                                       self.location)
+        None (a bug): the mapping of ``_faults``."""
+        return self._error_of(exc, "read or write")
 
     @contextmanager
     def transaction(self, session_id: str, guard: AbstractContextManager[Any] | None = None, *,

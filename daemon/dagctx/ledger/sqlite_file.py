@@ -272,10 +272,10 @@ class SqliteFile:
         try:
             yield
         except sqlite3.Error as exc:
-            kind = fault_kind(exc)
-            if kind is None:
+            err = self._error_of(exc, what)
+            if err is None:
                 raise
-            raise storage_error(kind, f"cannot {what}: {exc}", self.location) from exc
+            raise err from exc
 
     def fault_kind(self, exc: BaseException) -> str | None:
         """The storage-fault kind of an exception raised inside a transaction, or None."""
@@ -283,10 +283,15 @@ class SqliteFile:
 
     def storage_error_of(self, exc: BaseException) -> DagctxError | None:
         """The documented error of a SQLite fault that reached a request unmapped, or None
-        (a bug). A missing table or column means another program changed the file's
-        tables while this daemon had it open (dropped them, or set its schema version
-        back): the file is opened again, its schema brought up to date, before the next
-        request (SPEC §2.1), instead of every request failing until a restart."""
+        (a bug): the mapping of ``_faults``."""
+        return self._error_of(exc, "read or write")
+
+    def _error_of(self, exc: BaseException, what: str) -> DagctxError | None:
+        """A SQLite fault's documented error, or None (a bug). A missing table or column
+        means another program changed the file's tables while this daemon had it open
+        (dropped them, or set its schema version back): the file is opened again, its
+        schema brought up to date, before the next request (SPEC §2.1), instead of every
+        request failing until a restart."""
         if not isinstance(exc, sqlite3.Error):
             return None
         text = str(exc)
@@ -300,7 +305,7 @@ class SqliteFile:
                 details={"database": self.location, "reopen": True},
             )
         kind = fault_kind(exc)
-        return None if kind is None else storage_error(kind, f"cannot read or write: {exc}", self.location)
+        return None if kind is None else storage_error(kind, f"cannot {what}: {exc}", self.location)
 
     @contextmanager
     def transaction(self, session_id: str, guard: AbstractContextManager[Any] | None = None, *,
