@@ -519,16 +519,11 @@ def summarized_ids(plan: CutPlan, messages_sent: Any, transcript: Transcript | N
               else transcript.bodies(plan.input_items))
     pos = 0
     found: list[bool] = []
-    find, starts = joined.find, joined.startswith
     for body in bodies:
         if not body:
             found.append(True)
             continue
-        # the usual case inline: a long body at the first place its start occurs after
-        # ``pos`` (items are sent in order); else the search of ``_find_anywhere``
-        i = find(body[:32], pos) if len(body) > 64 else -1
-        if i < 0 or not starts(body, i):
-            i = _find_anywhere(joined, body, pos)
+        i = _find_anywhere(joined, body, pos)
         if i >= 0:
             pos = i + len(body)
             found.append(True)

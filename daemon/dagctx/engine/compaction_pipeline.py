@@ -342,18 +342,7 @@ def _validate(engine: Host, graph: Any, plan: Any, text: str | None, head: str, 
 def _watch(graph: Any, ids: set[str], also: set[str]) -> dict[str, tuple[Any, Any, Any]]:
     """``ids``, every node below them (caller edge) and ``also`` → what the one mutation
     (``node/update``) may change of each."""
-    watched = set(ids) | also
-    # every node below ``ids`` (``graph.subtree`` of each, as one walk: no node list or
-    # sort per covered node)
-    callees = graph.callees
-    below: set[str] = set()
-    stack = [c for nid in ids for c in callees.get(nid, ())]
-    while stack:
-        nid = stack.pop()
-        if nid not in below:
-            below.add(nid)
-            stack.extend(callees.get(nid, ()))
-    watched |= below
+    watched = set(ids) | also | graph.below(ids)
     return {nid: (graph.nodes[nid].status, graph.nodes[nid].output, graph.nodes[nid].metadata)
             for nid in watched if nid in graph.nodes}
 

@@ -280,6 +280,19 @@ class SessionGraph:
                 break
         return node.id
 
+    def below(self, node_ids: Iterable[str]) -> set[str]:
+        """The ids of every node below any of ``node_ids`` by the caller edge (one walk for
+        all of them: no node list or sort per id, as ``subtree`` makes)."""
+        callees = self.callees
+        out: set[str] = set()
+        stack = [c for nid in node_ids for c in callees.get(nid, ())]
+        while stack:
+            nid = stack.pop()
+            if nid not in out:
+                out.add(nid)
+                stack.extend(callees.get(nid, ()))
+        return out
+
     def subtree(self, node_id: str) -> list[Call]:
         """Every node below ``node_id`` by the caller edge, seq order (node excluded)."""
         out: list[Call] = []
