@@ -146,11 +146,20 @@ def _session(e: EngineCore, turns: int, lines: int, seed: int) -> tuple[str, str
 
 
 def _per_item(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The original per-item computations in place of the one-pass helpers."""
-    monkeypatch.setattr(Transcript, "bodies", lambda self, items: [self.body(it) for it in items])
-    monkeypatch.setattr(Transcript, "entries", lambda self, items: [self.entry(it) for it in items])
-    monkeypatch.setattr(Transcript, "classes_of", lambda self, items: [self.classes(it) for it in items])
-    monkeypatch.setattr(Transcript, "estimates", lambda self, items: [self.estimate(it) for it in items])
+    """The plain per-item computations in place of the one-pass helpers: every entry
+    built whole and measured afresh, the request joined from whole entries."""
+    def pieces(self: Any, items: Any, lead: Any = ()) -> list[str]:
+        return ["\n\n".join([*lead, *(transcript_entry(it) for it in items)])]
+
+    monkeypatch.setattr(Transcript, "bodies", lambda self, items: [item_body(it) for it in items])
+    monkeypatch.setattr(Transcript, "entries", lambda self, items: [transcript_entry(it) for it in items])
+    monkeypatch.setattr(Transcript, "classes_of",
+                        lambda self, items: [char_classes(transcript_entry(it)) for it in items])
+    monkeypatch.setattr(Transcript, "estimates",
+                        lambda self, items: [estimate_tokens(transcript_entry(it)) for it in items])
+    monkeypatch.setattr(Transcript, "pieces", pieces)
+    monkeypatch.setattr(Transcript, "body_offsets",
+                        lambda self, items: [len(transcript_entry(it)) - len(item_body(it)) for it in items])
     monkeypatch.setattr(summary_check, "distinctive_identifiers", _reference_distinctive)
 
 

@@ -8,6 +8,7 @@ in what was sent (``summarized_ids``, ``covered_in_input``). Pure; the plan itse
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -15,9 +16,9 @@ from typing import Any
 from dagctx.protocol.errors import DagctxError
 
 from .cancel import stop_if_cancelled
-from .char_classes import CharClasses, add_classes, char_classes, estimate_of_classes
-from .compaction_plan import CutPlan, strip_marker
-from .content import json_text
+from .char_classes import add_classes, char_classes, estimate_of_classes
+from .compaction_plan import CutPlan
+from .summary_transcript import _EARLIER, Transcript, _item_header, item_body, transcript_entry
 from .tokens import estimate_tokens
 from .view import Item
 
@@ -100,126 +101,6 @@ _UPDATE_TASK = (
     "updated summary.\n" + _FORMAT_RULES
 )
 
-_EARLIER = "[summary of the conversation before this point]"
-
-
-def item_body(item: Item) -> str:
-    """The content of an item as the summarizer sees it (also what the coverage check seeks)."""
-    if item.kind == "summary":
-        return strip_marker(item.text)
-    if item.kind == "tool_call":
-        if item.input is None:
-            return ""
-        return item.input if isinstance(item.input, str) else json_text(item.input)
-    return item.text
-
-
-def _item_header(item: Item) -> str:
-    kind = item.kind
-    if kind == "summary":
-        return _EARLIER
-    if kind == "user":
-        return "[user]" if item.depth == 0 else "[prompt of an inner model call]"
-    if kind == "assistant":
-        return "[assistant]" if item.depth == 0 else "[reply of an inner model call]"
-    if kind == "tool_call":
-        return f"[tool call: {item.name or 'tool'}]"
-    if kind == "tool_result":
-        return f"[tool result: {item.name or 'tool'}]"
-    if item.name == "ask_user":
-        return "[assistant]" if item.part == "call" else "[user]"
-    return "[function call]" if item.part == "call" else "[function result]"
-
-
-def transcript_entry(item: Item) -> str:
-    """One item as a transcript entry: a bracketed header line, then its content."""
-    return _entry(item, item_body(item))
-
-
-def _entry(item: Item, body: str) -> str:
-    return f"{_item_header(item)}\n{body}" if body else _item_header(item)
-
-
-class Transcript:
-    """The bodies and transcript entries of one compaction's items, each built once and
-    measured once with the estimate (``char_classes``): staging, every stage's request,
-    its size check, the fidelity terms and the coverage check read the same entries.
-    Holds the items it was asked about, so an id is never reused while it is kept."""
-
-    __slots__ = ("_items", "_bodies", "_entries", "_classes")
-
-    def __init__(self) -> None:
-        # parallel maps by ``id(item)`` (no container per item: a compaction of 15k items
-        # would otherwise hand the cyclic GC 15k more objects to scan)
-        self._items: dict[int, Item] = {}
-        self._bodies: dict[int, str] = {}
-        self._entries: dict[int, str] = {}
-        self._classes: dict[int, CharClasses] = {}
-
-    def _key(self, item: Item) -> int:
-        k = id(item)
-        if self._items.get(k) is not item:
-            body = item_body(item)
-            self._items[k] = item
-            self._bodies[k] = body
-            self._entries[k] = _entry(item, body)
-            self._classes.pop(k, None)
-        return k
-
-    def body(self, item: Item) -> str:
-        """``item_body(item)``."""
-        return self._bodies[self._key(item)]
-
-    def entry(self, item: Item) -> str:
-        """``transcript_entry(item)``."""
-        return self._entries[self._key(item)]
-
-    def classes(self, item: Item) -> CharClasses:
-        """``char_classes(transcript_entry(item))``."""
-        k = self._key(item)
-        got = self._classes.get(k)
-        if got is None:
-            got = self._classes[k] = char_classes(self._entries[k])
-        return got
-
-    def estimate(self, item: Item) -> int:
-        """``estimate_tokens(transcript_entry(item))``."""
-        return estimate_of_classes(self.classes(item))
-
-    # The same, for many items in one loop (a compaction reads thousands of entries at
-    # each step): what the per-item methods give, without a call chain per item.
-
-    def bodies(self, items: Sequence[Item]) -> list[str]:
-        """``[self.body(it) for it in items]``."""
-        known, bodies, key = self._items, self._bodies, self._key
-        return [bodies[id(it)] if known.get(id(it)) is it else bodies[key(it)] for it in items]
-
-    def entries(self, items: Sequence[Item]) -> list[str]:
-        """``[self.entry(it) for it in items]``."""
-        known, entries, key = self._items, self._entries, self._key
-        return [entries[id(it)] if known.get(id(it)) is it else entries[key(it)] for it in items]
-
-    def classes_of(self, items: Sequence[Item]) -> list[CharClasses]:
-        """``[self.classes(it) for it in items]`` (cancellable between items)."""
-        known, entries, classes, key = self._items, self._entries, self._classes, self._key
-        out: list[CharClasses] = []
-        for n, it in enumerate(items):
-            if not n & 255:
-                stop_if_cancelled()
-            k = id(it)
-            if known.get(k) is not it:
-                key(it)
-            got = classes.get(k)
-            if got is None:
-                got = classes[k] = char_classes(entries[k])
-            out.append(got)
-        return out
-
-    def estimates(self, items: Sequence[Item]) -> list[int]:
-        """``[self.estimate(it) for it in items]``."""
-        return list(map(estimate_of_classes, self.classes_of(items)))
-
-
 def summarizer_messages(
     plan: CutPlan,
     *,
@@ -239,10 +120,14 @@ def summarizer_messages(
     """
     use_update = _use_update(plan, update)
     shown = [it for it in plan.input_items if it.kind != "summary"]
-    entries = [transcript_entry(it) for it in shown] if transcript is None else transcript.entries(shown)
-    if plan.previous_summary_text is not None and not use_update:
-        entries.insert(0, f"{_EARLIER}\n{plan.previous_summary_text}")
-    text = _request_text(plan, "\n\n".join(entries), use_update, instructions, max_chars)
+    lead = ([f"{_EARLIER}\n{plan.previous_summary_text}"]
+            if plan.previous_summary_text is not None and not use_update else [])
+    if transcript is None:
+        entries = lead + [transcript_entry(it) for it in shown]
+        pieces = [p for k, e in enumerate(entries) for p in (("\n\n", e) if k else (e,))]
+    else:
+        pieces = transcript.pieces(shown, lead)
+    text = _request_text(plan, pieces, use_update, instructions, max_chars)
     return SUMMARIZER_SYSTEM_PROMPT, [{"role": "user", "content": {"type": "text", "text": text}}]
 
 
@@ -260,7 +145,7 @@ def request_estimate(
     parts = transcript.classes_of([it for it in plan.input_items if it.kind != "summary"])
     if plan.previous_summary_text is not None and not use_update:
         parts.insert(0, char_classes(f"{_EARLIER}\n{plan.previous_summary_text}"))
-    around = char_classes(_request_text(plan, "", use_update, instructions, max_chars))
+    around = char_classes(_request_text(plan, [], use_update, instructions, max_chars))
     joins = (2 * max(0, len(parts) - 1), 0, 0, 0)  # the "\n\n" between entries
     return estimate_of_classes(add_classes(around, joins, *parts))
 
@@ -270,9 +155,11 @@ def _use_update(plan: CutPlan, update: bool | None) -> bool:
     return bool(prev is not None if update is None else update) and prev is not None
 
 
-def _request_text(plan: CutPlan, transcript: str, use_update: bool, instructions: str | None,
+def _request_text(plan: CutPlan, transcript: list[str], use_update: bool, instructions: str | None,
                   max_chars: int | None) -> str:
-    """The one message of a summary request around the joined ``transcript`` entries."""
+    """The one message of a summary request around the transcript, given as the pieces
+    of its joined entries (``Transcript.pieces``): the whole text is joined once, not
+    the transcript first and then the message around it (a stage is megabytes)."""
     prev = plan.previous_summary_text
     parts: list[str] = []
     if plan.stage is not None and plan.stage[1] > 1:
@@ -284,13 +171,21 @@ def _request_text(plan: CutPlan, transcript: str, use_update: bool, instructions
     tag = "new-messages" if use_update else "conversation"
     if use_update:
         parts.append(f"<previous-summary>\n{prev}\n</previous-summary>")
-    parts.append(f"<{tag}>\n" + transcript + f"\n</{tag}>")
-    parts.append(_UPDATE_TASK if use_update else _FRESH_TASK)
+    after = [_UPDATE_TASK if use_update else _FRESH_TASK]
     if instructions and instructions.strip():
-        parts.append("Additional instructions from the user for this summary:\n" + instructions.strip())
+        after.append("Additional instructions from the user for this summary:\n" + instructions.strip())
     if max_chars is not None:
-        parts.append(f"Keep the whole summary under {max_chars} characters.")
-    return "\n\n".join(parts)
+        after.append(f"Keep the whole summary under {max_chars} characters.")
+    # "\n\n".join([*parts, f"<{tag}>\n" + "".join(transcript) + f"\n</{tag}>", *after]), in one join
+    chunks: list[str] = []
+    for part in parts:
+        chunks += (part, "\n\n")
+    chunks.append(f"<{tag}>\n")
+    chunks += transcript
+    chunks.append(f"\n</{tag}>")
+    for part in after:
+        chunks += ("\n\n", part)
+    return "".join(chunks)
 
 
 def retry_messages(messages: Sequence[dict[str, Any]], missing: Sequence[str]) -> list[dict[str, Any]]:
@@ -514,18 +409,56 @@ def summarized_ids(plan: CutPlan, messages_sent: Any, transcript: Transcript | N
     calls and results, inner calls) were; the previous summary's ``covers_ids`` when its
     text was; covered nodes that render nothing always count.
     """
-    joined = "\n".join(_message_texts(messages_sent))
-    bodies = ([item_body(it) for it in plan.input_items] if transcript is None
-              else transcript.bodies(plan.input_items))
-    pos = 0
+    # The sent text is ``"\n".join(texts)``; it is searched text by text and joined only
+    # when a body is not found whole in one of them (megabytes copied into fresh memory
+    # cost more than the searches). Found in one text is found in the joined text.
+    texts = _message_texts(messages_sent)
+    starts: list[int] = []  # where each text starts in the joined text
+    at = 0
+    for t in texts:
+        starts.append(at)
+        at += len(t) + 1
+    joined: str | None = None
+    items = plan.input_items
+    if transcript is None:
+        bodies = [item_body(it) for it in items]
+        # no entries at hand: no guess (the search below finds every body the same)
+        skips = [-1] * len(bodies)
+    else:
+        bodies = transcript.bodies(items)
+        # where the next body usually is: after the "\n\n" joining two entries and its own
+        # entry's header line (the request text is the entries joined, in order)
+        skips = [2 + k for k in transcript.body_offsets(items)]
+    pos = 0  # in the joined text: where the last body found ends
+    ti = 0  # the text ``pos`` is in
     found: list[bool] = []
-    for body in bodies:
+    for body, skip in zip(bodies, skips):
         if not body:
             found.append(True)
             continue
+        # whether a body was sent does not depend on where the search starts (it is found
+        # anywhere in the joined text, or segment by segment): the places tried first — the
+        # guess, then the rest of this text, then the next text — only save the search
+        hit = -1
+        if skip > 0 and ti < len(texts) and texts[ti].startswith(body, pos + skip - starts[ti]):
+            hit = pos + skip
+        else:
+            for tj in (ti, ti + 1):
+                if tj < len(texts):
+                    i = _find_from(texts[tj], body, max(0, pos - starts[tj]))
+                    if i >= 0:
+                        hit, ti = starts[tj] + i, tj
+                        break
+        if hit >= 0:
+            pos = hit + len(body)
+            found.append(True)
+            continue
+        if joined is None:
+            joined = "\n".join(texts)
         i = _find_anywhere(joined, body, pos)
         if i >= 0:
             pos = i + len(body)
+            ti = max(0, bisect_right(starts, i) - 1)
             found.append(True)
             continue
         found.append(_segments_sent(joined, body, pos))

@@ -1,0 +1,187 @@
+"""The transcript entries of a compaction's items (SPEC §8): each item as the summarizer
+sees it — a bracketed header line, then its content — and ``Transcript``, which builds
+and measures every entry once for the whole compaction. Pure; the prompt around the
+entries, the stages and the coverage check are ``summarizer_input.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .cancel import stop_if_cancelled
+from .char_classes import CharClasses, char_classes, estimate_of_classes
+from .compaction_plan import strip_marker
+from .content import json_text
+from .view import Item
+
+__all__ = ["Transcript", "item_body", "transcript_entry"]
+
+_EARLIER = "[summary of the conversation before this point]"
+
+
+def item_body(item: Item) -> str:
+    """The content of an item as the summarizer sees it (also what the coverage check seeks)."""
+    if item.kind == "summary":
+        return strip_marker(item.text)
+    if item.kind == "tool_call":
+        if item.input is None:
+            return ""
+        return item.input if isinstance(item.input, str) else json_text(item.input)
+    return item.text
+
+
+def _item_header(item: Item) -> str:
+    kind = item.kind
+    if kind == "summary":
+        return _EARLIER
+    if kind == "user":
+        return "[user]" if item.depth == 0 else "[prompt of an inner model call]"
+    if kind == "assistant":
+        return "[assistant]" if item.depth == 0 else "[reply of an inner model call]"
+    if kind == "tool_call":
+        return f"[tool call: {item.name or 'tool'}]"
+    if kind == "tool_result":
+        return f"[tool result: {item.name or 'tool'}]"
+    if item.name == "ask_user":
+        return "[assistant]" if item.part == "call" else "[user]"
+    return "[function call]" if item.part == "call" else "[function result]"
+
+
+def transcript_entry(item: Item) -> str:
+    """One item as a transcript entry: a bracketed header line, then its content."""
+    return _entry(item, item_body(item))
+
+
+def _entry(item: Item, body: str) -> str:
+    return f"{_item_header(item)}\n{body}" if body else _item_header(item)
+
+
+class Transcript:
+    """The bodies and transcript entries of one compaction's items, each built once and
+    measured once with the estimate (``char_classes``): staging, every stage's request,
+    its size check, the fidelity terms and the coverage check read the same entries.
+    Holds the items it was asked about, so an id is never reused while it is kept.
+
+    An entry is its header line and its body; the two are kept apart and never joined
+    into one more string per item: a request is joined once from the pieces
+    (``pieces``), an entry's counts are its parts' counts summed (``char_classes`` is
+    additive), and the coverage check needs only where a body starts in its entry. On a
+    prefix of megabytes, every copy of it costs fresh memory pages as much as copying."""
+
+    __slots__ = ("_items", "_bodies", "_heads", "_classes", "_head_classes")
+
+    def __init__(self) -> None:
+        # parallel maps by ``id(item)`` (no container per item: a compaction of 15k items
+        # would otherwise hand the cyclic GC 15k more objects to scan)
+        self._items: dict[int, Item] = {}
+        self._bodies: dict[int, str] = {}
+        self._heads: dict[int, str] = {}
+        self._classes: dict[int, CharClasses] = {}
+        #: header line → its counts plus the newline after it (a few distinct headers)
+        self._head_classes: dict[str, CharClasses] = {}
+
+    def _key(self, item: Item) -> int:
+        self._fill((item,))
+        return id(item)
+
+    def body(self, item: Item) -> str:
+        """``item_body(item)``."""
+        return self._bodies[self._key(item)]
+
+    def entry(self, item: Item) -> str:
+        """``transcript_entry(item)``."""
+        k = self._key(item)
+        body = self._bodies[k]
+        return f"{self._heads[k]}\n{body}" if body else self._heads[k]
+
+    def classes(self, item: Item) -> CharClasses:
+        """``char_classes(transcript_entry(item))``."""
+        return self.classes_of((item,))[0]
+
+    def estimate(self, item: Item) -> int:
+        """``estimate_tokens(transcript_entry(item))``."""
+        return estimate_of_classes(self.classes(item))
+
+    # The same, for many items in one loop (a compaction reads thousands of entries at
+    # each step): what the per-item methods give, without a call chain per item.
+
+    def _fill(self, items: Sequence[Item]) -> None:
+        """Build the body and header of every item not held yet, in one loop."""
+        known, bodies, heads, classes = self._items, self._bodies, self._heads, self._classes
+        get = known.get
+        for it in items:
+            k = id(it)
+            if get(k) is not it:
+                known[k] = it
+                bodies[k] = item_body(it)
+                heads[k] = _item_header(it)
+                classes.pop(k, None)
+
+    def bodies(self, items: Sequence[Item]) -> list[str]:
+        """``[self.body(it) for it in items]``."""
+        self._fill(items)
+        bodies = self._bodies
+        return [bodies[id(it)] for it in items]
+
+    def entries(self, items: Sequence[Item]) -> list[str]:
+        """``[self.entry(it) for it in items]``."""
+        self._fill(items)
+        bodies, heads = self._bodies, self._heads
+        return [f"{heads[id(it)]}\n{bodies[id(it)]}" if bodies[id(it)] else heads[id(it)] for it in items]
+
+    def body_offsets(self, items: Sequence[Item]) -> list[int]:
+        """Where each item's body starts in its entry (its header line and the newline)."""
+        self._fill(items)
+        heads = self._heads
+        return [len(heads[id(it)]) + 1 for it in items]
+
+    def pieces(self, items: Sequence[Item], lead: Sequence[str] = ()) -> list[str]:
+        """Strings whose concatenation is ``"\n\n".join([*lead, *self.entries(items)])``."""
+        self._fill(items)
+        bodies, heads = self._bodies, self._heads
+        out: list[str] = []
+        add = out.append
+        for text in lead:
+            if out:
+                add("\n\n")
+            add(text)
+        for it in items:
+            k = id(it)
+            if out:
+                add("\n\n")
+            add(heads[k])
+            body = bodies[k]
+            if body:
+                add("\n")
+                add(body)
+        return out
+
+    def classes_of(self, items: Sequence[Item]) -> list[CharClasses]:
+        """``[self.classes(it) for it in items]`` (cancellable between items): an entry's
+        counts are its header's, the newline's and its body's, summed."""
+        self._fill(items)
+        bodies, heads, classes, head_classes = self._bodies, self._heads, self._classes, self._head_classes
+        out: list[CharClasses] = []
+        for n, it in enumerate(items):
+            if not n & 255:
+                stop_if_cancelled()
+            k = id(it)
+            got = classes.get(k)
+            if got is None:
+                head = heads[k]
+                hc = head_classes.get(head)
+                if hc is None:
+                    hc = head_classes[head] = char_classes(head)
+                body = bodies[k]
+                if body:
+                    b = char_classes(body)
+                    got = (hc[0] + 1 + b[0], hc[1] + b[1], hc[2] + b[2], hc[3] + b[3])
+                else:
+                    got = hc
+                classes[k] = got
+            out.append(got)
+        return out
+
+    def estimates(self, items: Sequence[Item]) -> list[int]:
+        """``[self.estimate(it) for it in items]``."""
+        return list(map(estimate_of_classes, self.classes_of(items)))
