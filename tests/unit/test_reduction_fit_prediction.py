@@ -154,7 +154,7 @@ def test_fast_path_gives_the_same_request_and_predicts_the_build(tmp_path: Path,
     assert msgspec.json.encode(fast) == msgspec.json.encode(slow)
     # every build the slow path made after another with a subset of its results: the
     # estimate the fast path predicts from the earlier one is the one the build took
-    run_ = type("R", (), {"engine": None, "session_id": sid})()
+    run_ = type("R", (), {"engine": None, "session_id": sid, "graph": None})()
     eng = engine(tmp_path / "slow.db")
     try:
         run_.engine = eng

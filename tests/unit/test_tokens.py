@@ -325,6 +325,28 @@ def test_estimate_of_long_texts_matches_the_regular_expressions() -> None:
     run()
 
 
+def test_char_classes_add_up_and_give_the_estimate() -> None:
+    """``estimate_of_classes`` of ``char_classes`` is ``estimate_tokens``, and the counts of a text
+    cut anywhere are the sums of its pieces' (a reduction estimates a summary request
+    from its parts' counts): short and long pieces, every class, a surrogate pair split
+    into two lone halves."""
+    import random
+
+    from dagctx.context.char_classes import add_classes, char_classes, estimate_of_classes
+
+    rng = random.Random(7)
+    alphabet = ["a", " ", "\n", "é", "→", "中", "，", "\u3000", "한", "\u2e80", "\ua960", "\ufe45", "\uff0c",
+                "\U0001f600", "\U00020000", "\U0001b000", "\U0001b170", "\ud800", "\udc80"]
+    for _ in range(60):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.choice((0, 3, 90, 400))))
+        if rng.random() < 0.3:
+            text = "ascii only " * rng.randint(0, 30)
+        assert estimate_of_classes(char_classes(text)) == estimate_tokens(text)
+        cut = rng.randint(0, len(text))
+        assert add_classes(char_classes(text[:cut]), char_classes(text[cut:])) == char_classes(text)
+    assert char_classes("\ud800") != (0, 0, 0, 0)
+
+
 def _estimate_error(texts: list[str], counter: TokenCounter) -> tuple[int, int, float]:
     reference = sum(cl100k_count(t) for t in texts)
     estimate = sum(counter.count(t, "estimate") for t in texts)

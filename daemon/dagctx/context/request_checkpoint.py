@@ -187,7 +187,8 @@ def settled_checkpoint(steps: Sequence[str], eligible: int, tokens: Mapping[str,
 def checkpoint_segments(texts: Sequence[str], max_tokens: int, count: Callable[[str], int]) -> list[tuple[int, int]]:
     """Steps (their ``texts``, oldest first) cut into consecutive segments ``(lo, hi)`` of
     at most ``max_tokens`` each (a larger step is a segment alone), from the start of the
-    turn: a checkpoint of more steps shares the segments of a smaller one."""
+    turn: a checkpoint of more steps shares the segments of a smaller one. ``count``
+    sizes one of ``texts`` (the reduction passes step ids and their texts' estimates)."""
     out: list[tuple[int, int]] = []
     lo = 0
     size = 0

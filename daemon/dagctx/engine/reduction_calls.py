@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dagctx.context import turn_reduction as tr
-from dagctx.context.tokens import estimate_tokens
+from dagctx.context.char_classes import CharClasses, add_classes, char_classes, estimate_of_classes
+from dagctx.context.tokens import ESTIMATE, estimate_tokens
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
 
@@ -72,10 +73,19 @@ class ReductionRun:
     #: key, one write for the build)
     known: dict[str, tuple[str, int, int] | None] = field(default_factory=dict)
     unwritten: list[tuple[str, str, str, int, int]] = field(default_factory=list)
+    #: the session's graph as the reduction's plan read it (counts of the request's
+    #: messages, ``turn_reduction._estimate_with``); None: read from the store
+    graph: Any = None
+    #: whether ``count`` is the character estimate (``estimate_tokens``) for this tokenizer
+    estimates: bool = False
 
     def __post_init__(self) -> None:
         if self.summarizer is None:
             self.summarizer = summarizer_model(self.engine, self.info)
+        try:
+            self.estimates = self.engine.counter.resolve(self.tokenizer) == ESTIMATE
+        except ValueError:
+            self.estimates = False  # an unknown tokenizer: ``count`` says so itself
 
     def segment_budget(self, max_tokens: int) -> int:
         """Tokens of summarized text one request carries: half the summarizer's window,
@@ -89,8 +99,15 @@ class ReductionRun:
     def count(self, text: str) -> int:
         return self.engine.counter.count(text, self.tokenizer)
 
-    async def call(self, system: str, user: str, max_tokens: int, purpose: str) -> str:
-        """One summarizer call within the per-build limits."""
+    def count_counted(self, text: str, counts: CharClasses) -> int:
+        """``count(text)`` when ``text``'s ``char_classes`` are known: the estimate read
+        from them under the estimate tokenizer (the same number), else counted."""
+        return estimate_of_classes(counts) if self.estimates else self.count(text)
+
+    async def call(self, system: str, user: str, max_tokens: int, purpose: str, *,
+                   user_tokens: int | None = None) -> str:
+        """One summarizer call within the per-build limits. ``user_tokens``: the
+        estimate of ``user`` when the caller has it from counted parts (``estimate_of_classes``)."""
         if self.stopped:
             raise Stop(self.stopped)
         if summary_sources.choose(self.engine) is None:
@@ -107,7 +124,7 @@ class ReductionRun:
         # sent, it is cut into smaller segments like a context-overflow answer
         cap, input_limit = summary_limits(self.summarizer.context_window, self.summarizer.max_output)
         max_tokens = max(64, min(max_tokens, cap))
-        size = estimate_tokens(system) + estimate_tokens(user)
+        size = estimate_tokens(system) + (estimate_tokens(user) if user_tokens is None else user_tokens)
         if size + 8 > input_limit + (cap - max_tokens):
             raise Overflow(f"the request does not fit the summarizer's window of "
                             f"{self.summarizer.context_window:,} tokens")
@@ -141,17 +158,26 @@ class ReductionRun:
         return text or ""
 
     async def summarize(self, text: str, make: Callable[[str, str | None], tuple[str, str]], max_tokens: int,
-                        purpose: str) -> tuple[str, int]:
+                        purpose: str, counts: CharClasses | None = None) -> tuple[str, int]:
         """``text`` summarized in budget-sized segments (rolling); smaller segments after
-        the summarizer reports a context overflow. Returns (summary, segments)."""
+        the summarizer reports a context overflow. Returns (summary, segments).
+
+        ``counts``: ``text``'s ``char_classes``, when known: a text that is one segment
+        is then not read again to size it, nor its request to check it — ``make``
+        puts the segment once, as it is, into the user message, so that message's
+        estimate is its shell's (``make("", previous)``) plus the text's."""
         seg_budget = self.segment_budget(max_tokens)
         for _attempt in range(4):
-            segments = tr.split_segments(text, seg_budget, estimate_tokens)
+            whole = counts is not None and estimate_of_classes(counts) <= max(64, seg_budget)
+            segments = [text] if whole else tr.split_segments(text, seg_budget, estimate_tokens)
             summary: str | None = None
             try:
                 for seg in segments:
                     system, user = make(seg, summary)
-                    summary = await self.call(system, user, max_tokens, purpose)
+                    known = None
+                    if whole and counts is not None:
+                        known = estimate_of_classes(add_classes(char_classes(make("", summary)[1]), counts))
+                    summary = await self.call(system, user, max_tokens, purpose, user_tokens=known)
                     if not summary.strip():
                         break
                 return summary or "", len(segments)

@@ -38,9 +38,10 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dagctx.context import turn_reduction as tr
+from dagctx.context.char_classes import CharClasses, add_classes, char_classes, estimate_of_classes
 from dagctx.context.tokens import estimate_tokens
 from dagctx.context.turn_reduction import Checkpoint, ReducedText, Reductions
 from dagctx.protocol import context_messages as c
@@ -76,7 +77,6 @@ class _Plan:
     base: Built
     shape: tr.TurnShape
     candidates: list[tr.ResultCandidate]
-    keys: dict[str, str]
     owners: dict[str, str]
     eligible: list[str]
     blocked: str | None
@@ -86,6 +86,34 @@ class _Plan:
     newest: list[tr.ResultCandidate] = field(default_factory=list)
     #: tokens of each step's messages in the unreduced request (``tr.step_tokens``)
     tokens: dict[str, int] = field(default_factory=dict)
+    #: the summary model's configuration, part of every cache key (``cache_config``)
+    config: dict[str, Any] = field(default_factory=dict)
+    #: the cache keys of the results asked for so far (``key``)
+    keys: dict[str, str] = field(default_factory=dict)
+    #: ``char_classes`` of the step texts read so far (``counts``)
+    step_counts: dict[str, CharClasses] = field(default_factory=dict)
+
+    def counts(self, step: str) -> CharClasses:
+        """``char_classes`` of a step's text, read once: a checkpoint's segments are sized
+        by them and the estimate of each segment's request is their sum (``estimate_of_classes``)."""
+        got = self.step_counts.get(step)
+        if got is None:
+            got = self.step_counts[step] = char_classes(self.step_texts[step])
+        return got
+
+    def step_estimate(self, step: str) -> int:
+        """``estimate_tokens`` of a step's text (``tr.checkpoint_segments`` sizes steps by it)."""
+        return estimate_of_classes(self.counts(step))
+
+    def key(self, x: tr.ResultCandidate) -> str:
+        """The cache key of a result's summary, made when the result is first chosen: a
+        key hashes the whole result, and most candidates of a long turn are never
+        chosen (SPEC §8: the chunks stop once the request fits)."""
+        got = self.keys.get(x.node_id)
+        if got is None:
+            got = self.keys[x.node_id] = tr.summary_key(
+                "result", "\0".join((x.tool, x.arguments, x.status, x.text)), self.config)
+        return got
 
 
 def _plan(run: ReductionRun, base: Built) -> _Plan:
@@ -100,8 +128,6 @@ def _plan(run: ReductionRun, base: Built) -> _Plan:
 
     cands = tr.result_candidates(view, graph, shape, token_of, aged=base.aged)
     newest = tr.result_candidates(view, graph, shape, token_of, aged=base.aged, newest_step=True)
-    keys = {x.node_id: tr.summary_key("result", "\0".join((x.tool, x.arguments, x.status, x.text)), run.config)
-            for x in cands + newest}
     units: dict[str, str] = {}
     owners = {x.node_id: tr.unit_of(graph, shape, x.node_id, units) for x in cands + newest}
     # only signed reasoning this render sends binds a step (SPEC §6, §8): by format and mode
@@ -111,8 +137,9 @@ def _plan(run: ReductionRun, base: Built) -> _Plan:
     eligible, blocked = tr.checkpoint_steps(graph, view, shape, signed)
     texts = tr.step_texts(view, shape, eligible)
     tokens = tr.step_tokens(shape, graph, base.rendering.node_ids, base.rendering.per_message)
-    return _Plan(base, shape, cands, keys, owners, eligible, blocked, texts, tr.task_text(view, shape, graph), newest,
-                 tokens)
+    run.graph = graph
+    return _Plan(base, shape, cands, owners, eligible, blocked, texts, tr.task_text(view, shape, graph), newest,
+                 tokens, run.config)
 
 
 def _stored(run: ReductionRun, keys: list[str]) -> dict[str, tuple[str, int, int]]:
@@ -142,23 +169,24 @@ def _flush(run: ReductionRun) -> None:
 
 async def _summarize_results(run: ReductionRun, plan: _Plan, chosen: list[tr.ResultCandidate], red: Reductions) -> None:
     """Summaries of ``chosen`` (stored ones reused, the others asked for and stored) into ``red``."""
-    keys = plan.keys
+    key = plan.key
     todo = [x for x in chosen if x.node_id not in red.results and x.node_id not in run.failed]
-    cached = _stored(run, [keys[x.node_id] for x in todo])
-    run.planned += sum(1 for x in todo if keys[x.node_id] not in cached)
+    cached = _stored(run, [key(x) for x in todo])
+    run.planned += sum(1 for x in todo if key(x) not in cached)
     sem = asyncio.Semaphore(tr.CONCURRENT_CALLS)
     fresh: list[tuple[str, str, str, int, int]] = []
 
-    async def one(x: tr.ResultCandidate) -> tuple[str, bool] | None:
-        key = keys[x.node_id]
-        if key in cached:
+    async def one(x: tr.ResultCandidate) -> tuple[str, bool, str | None, int] | None:
+        k = key(x)
+        if k in cached:
             run.report.cache_hits += 1
-            return cached[key][0], True
+            return cached[k][0], True, None, 0
+        counts = char_classes(x.text)  # read once: to size it, its request and its stored row
         async with sem:
             try:
                 summary, _ = await run.summarize(
                     x.text, lambda seg, prev: tr.result_messages(x, seg, previous=prev),
-                    tr.result_summary_cap(x.tokens), "dagctx/turn-reduction",
+                    tr.result_summary_cap(x.tokens), "dagctx/turn-reduction", counts,
                 )
             except Stop as stop:
                 run.failures.append(str(stop))
@@ -172,11 +200,13 @@ async def _summarize_results(run: ReductionRun, plan: _Plan, chosen: list[tr.Res
         if not summary.strip():
             run.failures.append("empty")
             return None
-        if run.count(tr.reduced_result_text(x, summary)) >= x.tokens:
+        text = tr.reduced_result_text(x, summary)
+        tokens = run.count(text)
+        if tokens >= x.tokens:
             run.failures.append("notSmaller")
             return None
-        fresh.append((key, "result", summary, estimate_tokens(x.text), estimate_tokens(summary)))
-        return summary, False
+        fresh.append((k, "result", summary, estimate_of_classes(counts), estimate_tokens(summary)))
+        return summary, False, text, tokens
 
     try:
         outcomes = await asyncio.gather(*(one(x) for x in todo))
@@ -186,10 +216,11 @@ async def _summarize_results(run: ReductionRun, plan: _Plan, chosen: list[tr.Res
         if out is None:
             run.failed.add(x.node_id)
             continue
-        summary, was_cached = out
-        text = tr.reduced_result_text(x, summary)
-        red.results[x.node_id] = ReducedText(x.node_id, x.tool_call_id, text, keys[x.node_id], x.tokens,
-                                             run.count(text), was_cached)
+        summary, was_cached, text, tokens = out
+        if text is None:
+            text = tr.reduced_result_text(x, summary)
+            tokens = run.count(text)
+        red.results[x.node_id] = ReducedText(x.node_id, x.tool_call_id, text, key(x), x.tokens, tokens, was_cached)
 
 
 #: Whether a chunk that surely leaves the request over its limit is known from the
@@ -218,7 +249,7 @@ def _estimate_with(run: ReductionRun, ref: Built, ref_red: Reductions, red: Redu
     at = [k for k, ids in enumerate(r.node_ids) if not added.isdisjoint(ids)]
     msgs, ids = [r.messages[k] for k in at], [r.node_ids[k] for k in at]
     count = run.engine.views.count_messages
-    graph = run.engine.store.graph(run.session_id)
+    graph = run.graph if run.graph is not None else run.engine.store.graph(run.session_id)
     after = count(graph, msgs, ids, r.tokenizer, new, synthetic, fmt=r.record.format)
     before = count(graph, msgs, ids, r.tokenizer, old, synthetic, fmt=r.record.format)
     return ref.estimate + sum(after) - sum(before)
@@ -270,13 +301,16 @@ async def _checkpoint_segments(run: ReductionRun, plan: _Plan, steps: list[str],
     summary: str | None = None
     calls = 0
     bodies: list[str] = []
+    sizes: list[CharClasses] = []
     keys: list[str] = []
     for lo, hi in segments:  # each key names its segment and everything before it
         bodies.append("\n".join(plan.step_texts[st] for st in steps[lo:hi]))
+        # the body's char_classes: its steps' and the (ASCII) line breaks between them
+        sizes.append(add_classes((hi - lo - 1, 0, 0, 0), *(plan.counts(st) for st in steps[lo:hi])))
         key = tr.summary_key("checkpoint", "\0".join((key, plan.task, bodies[-1])), run.config)
         keys.append(key)
     stored = _stored(run, keys)
-    for body, key in zip(bodies, keys):
+    for body, size, key in zip(bodies, sizes, keys):
         hit = stored.get(key)
         if hit is not None:
             summary = hit[0]
@@ -285,8 +319,12 @@ async def _checkpoint_segments(run: ReductionRun, plan: _Plan, steps: list[str],
         run.planned += 1
         prev = summary
         system, user = tr.checkpoint_messages(plan.task, body, previous=prev, words=words)
+        # the body goes into the request once, as it is: the request's estimate is its
+        # shell's (the request of an empty body) plus the body's
+        shell = char_classes(tr.checkpoint_messages(plan.task, "", previous=prev, words=words)[1])
         try:
-            summary = await run.call(system, user, cap, "dagctx/turn-checkpoint")
+            summary = await run.call(system, user, cap, "dagctx/turn-checkpoint",
+                                     user_tokens=estimate_of_classes(add_classes(shell, size)))
         except Stop as stop:
             run.failures.append(f"checkpoint: {stop}")
             return None
@@ -299,10 +337,10 @@ async def _checkpoint_segments(run: ReductionRun, plan: _Plan, steps: list[str],
         if not summary.strip():
             run.failures.append("checkpoint: empty")
             return None
-        if run.count(summary) >= max(1, run.count(body) + (run.count(prev) if prev else 0)):
+        if run.count(summary) >= max(1, run.count_counted(body, size) + (run.count(prev) if prev else 0)):
             run.failures.append("checkpoint: notSmaller")
             return None
-        _keep(run, [(key, "checkpoint", summary, estimate_tokens(body), estimate_tokens(summary))])
+        _keep(run, [(key, "checkpoint", summary, estimate_of_classes(size), estimate_tokens(summary))])
     if summary is None:
         return None
     return summary, key, calls
@@ -318,10 +356,10 @@ async def _checkpoint(run: ReductionRun, plan: _Plan, k: int) -> Checkpoint | No
     words = int(cap * 0.7)
     steps = plan.eligible[:k]
     covers = tuple(steps)
-    texts = [plan.step_texts[st] for st in steps]
     for _attempt in range(4):
         seg_budget = run.segment_budget(cap)
-        segments = tr.checkpoint_segments(texts, seg_budget, estimate_tokens)
+        # sized by each step's text's estimate, read once per plan (``_Plan.counts``)
+        segments = tr.checkpoint_segments(steps, seg_budget, plan.step_estimate)
         try:
             got = await _checkpoint_segments(run, plan, steps, segments, cap, words)
         except Overflow:
