@@ -541,6 +541,22 @@ class EngineCore:
         }
 
 
+    def quick_handlers(self) -> dict[str, Callable[[Any, bool], Any]]:
+        """The reads the server may answer on its event loop (SPEC §1.4): protocol method →
+        callable(params, same_batch) returning the method's own answer when it is at hand
+        without any wait, else None — the server then runs the method's handler as usual.
+        The same Structs come back either way, so the two paths cannot answer differently.
+        ``same_batch``: a quick read of the same client read has just looked for changes
+        to the file; the reads that arrived together may share that look (SPEC §1.4)."""
+        def quick(fn: Callable[[Store, Any, bool], Any]) -> Callable[[Any, bool], Any]:
+            return lambda p, same_batch: None if self._store is None else fn(self._store, p, same_batch)
+
+        return {
+            "session/list": quick(ledger_ops.session_list_nowait),
+            "session/get": quick(ledger_ops.session_get_nowait),
+        }
+
+
 def _with_notes(result: Any, notes: list[str]) -> Any:
     """``result`` (a result or an awaitable of one) with ``notes`` opening its decision path."""
     if isinstance(result, c.PrepareResult):

@@ -32,6 +32,17 @@ def session_get(store: Store, p: m.SessionRef) -> m.SessionInfo:
     return store.get_session(p.session_id)
 
 
+def session_list_nowait(store: Store, p: m.SessionListParams, same_batch: bool = False) -> m.SessionListResult | None:
+    """``session_list``'s answer when it is at hand without a wait, else None (SPEC §1.4)."""
+    got = store.list_sessions_nowait(p.limit, p.offset, same_batch=same_batch)
+    return None if got is None else m.SessionListResult(sessions=got[0], total=got[1])
+
+
+def session_get_nowait(store: Store, p: m.SessionRef, same_batch: bool = False) -> m.SessionInfo | None:
+    """``session_get``'s answer when it is at hand without a wait, else None (SPEC §1.4)."""
+    return store.get_session_nowait(p.session_id, same_batch=same_batch)
+
+
 def id_resolve(store: Store, p: m.IdResolveParams) -> m.IdResolveResult:
     matches, truncated = store.resolve_ids(p.prefix, p.kinds, p.session_id, p.limit)
     return m.IdResolveResult(matches=matches, truncated=truncated)

@@ -39,6 +39,11 @@ from .memory_rows import MemoryRows
 from .sqlite_file import SqliteFile, fault_kind
 from .text import PIECE, utf8
 
+#: The most answers a never-waiting reader keeps between two changes of the file (SPEC
+#: §1.4); past it they are dropped and read again. The rows kept are only read (``Store``
+#: copies them into its answers), never changed in place.
+NOWAIT_ROWS_KEPT = 256
+
 _SESSION_COLS = (
     "id, title, root_id, head, created_at, updated_at, next_seq, rev, node_count, source_key, metadata"
 )
@@ -152,6 +157,83 @@ class SqliteBackend(SqliteFile):
             self._own.conn = None
             return None
         return [self._row(r) for r in rows], total
+
+    # Reads for a caller that must never wait (the daemon's event loop, SPEC §1.4): on
+    # that thread's own connection with no busy timeout, so a file locked by another
+    # process, a reopen in progress or any fault answers None at once, and the caller
+    # asks again the usual way (in the pool), which waits, retries and words the error.
+    # The rows read are kept until the file changes: ``PRAGMA data_version`` moves when any
+    # other connection commits — this daemon's writer or another process — and this
+    # connection never writes, so an unchanged version means unchanged rows.
+
+    def _nowait_rows(self, same_batch: bool = False) -> tuple[sqlite3.Connection, dict[Any, Any]] | None:
+        """This thread's never-waiting connection and its rows still valid, or None.
+        ``same_batch``: the version was read for a read that arrived with this one."""
+        if self._memory or self.read_only or getattr(self._tx, "conn", None) is not None:
+            return None
+        own = self._nowait
+        conn = getattr(own, "conn", None)
+        if conn is None or getattr(own, "generation", -1) != self.generation:
+            try:
+                conn = self._connect(self.location, timeout=0.0)
+            except Exception:  # noqa: BLE001 - locked or faulty: the usual way says which
+                return None
+            with self._readers_lock:
+                self._readers.append(conn)
+            own.conn, own.generation, own.version, own.rows = conn, self.generation, None, {}
+        elif same_batch and own.version is not None:
+            return conn, own.rows
+        try:
+            version = conn.execute("PRAGMA data_version").fetchone()[0]
+        except (sqlite3.Error, ValueError):  # busy, closed by a reopen, a fault: the usual way
+            own.conn = None
+            return None
+        if version != own.version or len(own.rows) > NOWAIT_ROWS_KEPT:
+            own.version, own.rows = version, {}
+        return conn, own.rows
+
+    def sessions_nowait(self, limit: int, offset: int,
+                        same_batch: bool = False) -> tuple[list[SessionRow], int] | None:
+        got = self._nowait_rows(same_batch)
+        if got is None:
+            return None
+        conn, kept = got
+        key = ("sessions", limit, offset)
+        hit = kept.get(key)
+        if hit is not None:
+            return hit
+        try:
+            rows = conn.execute(
+                f"SELECT {_SESSION_COLS} FROM sessions ORDER BY updated_at DESC, id LIMIT ? OFFSET ?",
+                (limit, offset),
+            ).fetchall()
+            total = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
+        except (sqlite3.Error, ValueError):
+            self._nowait.conn = None
+            return None
+        kept[key] = hit = ([self._row(r) for r in rows], total)
+        return hit
+
+    def session_nowait(self, session_id: str, same_batch: bool = False) -> SessionRow | None:
+        """The session's row; None when it would need a wait, or when there is no such
+        session (the usual way answers SessionNotFound)."""
+        got = self._nowait_rows(same_batch)
+        if got is None:
+            return None
+        conn, kept = got
+        key = ("session", session_id)
+        hit = kept.get(key)
+        if hit is not None:
+            return hit
+        try:
+            row = conn.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE id=?", (session_id,)).fetchone()
+        except (sqlite3.Error, ValueError):
+            self._nowait.conn = None
+            return None
+        if row is None:
+            return None
+        kept[key] = hit = self._row(row)
+        return hit
 
     def insert_session(self, row: SessionRow) -> bool:
         try:

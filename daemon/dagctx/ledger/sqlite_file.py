@@ -100,6 +100,8 @@ class SqliteFile:
         #: per thread, a reading connection of its own for reads that need no lock of the
         #: store (``sessions_unlocked``); all of them, to close them with the backend
         self._own = threading.local()
+        #: the connection of each thread that must never wait (``sessions_nowait``)
+        self._nowait = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         #: how many times the file was reopened (the store drops its caches when it changes)
@@ -139,13 +141,16 @@ class SqliteFile:
         #: the write-ahead log and shared-memory files that belong to the file we opened
         self._logs = {} if self._memory else {sfx: _ident(path + sfx) for sfx in ("-wal", "-shm")}
 
-    def _connect(self, path: str) -> sqlite3.Connection:
-        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=self.lock_timeout)
+    def _connect(self, path: str, timeout: float | None = None) -> sqlite3.Connection:
+        """A connection to ``path``; ``timeout``: how long it waits for a lock (the
+        file's ``lock_timeout`` unless given; 0 for a reader that must never wait)."""
+        wait = self.lock_timeout if timeout is None else timeout
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=wait)
         try:
             with self._faults("open the database"):
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute(f"PRAGMA synchronous={self._sync}")
-                db.execute(f"PRAGMA busy_timeout={int(self.lock_timeout * 1000)}")
+                db.execute(f"PRAGMA busy_timeout={int(wait * 1000)}")
                 # Our tables declare no foreign keys; checks stay on so a deferred constraint
                 # (tests install one) fails at COMMIT like a full disk does.
                 db.execute("PRAGMA foreign_keys=ON")

@@ -271,6 +271,39 @@ class Store(Appends):
         rows, total = got
         return [self._info(r) for r in rows], total
 
+    #: the longest window a read that never waits lists (a longer one, or one far down the
+    #: list, costs milliseconds: it goes the usual way)
+    NOWAIT_LIST_LIMIT = 200
+
+    # Reads that never wait (SPEC §1.4: the quick reads answered on the event loop). None
+    # whenever the answer is not at hand at once — the file vanished or was changed (the
+    # usual read reopens it), another process holds a lock, the backend cannot read
+    # without a lock (PostgreSQL: every read is a network round trip), the session does
+    # not exist, the params are out of range — and the caller asks the usual way, which
+    # gives the same answer or words the error.
+
+    def list_sessions_nowait(self, limit: int = 100, offset: int = 0, *,
+                             same_batch: bool = False) -> tuple[list[SessionInfo], int] | None:
+        """``same_batch``: a read that arrived with this one just looked for a vanished file
+        and for commits; this one may share that look (they are concurrent with any write)."""
+        nowait = getattr(self.backend, "sessions_nowait", None)
+        if nowait is None or not (0 <= limit <= self.NOWAIT_LIST_LIMIT and 0 <= offset <= self.NOWAIT_LIST_LIMIT):
+            return None
+        if not same_batch and self.backend.vanished():
+            return None
+        got = nowait(limit, offset, same_batch)
+        if got is None:
+            return None
+        rows, total = got
+        return [self._info(r) for r in rows], total
+
+    def get_session_nowait(self, session_id: str, *, same_batch: bool = False) -> SessionInfo | None:
+        nowait = getattr(self.backend, "session_nowait", None)
+        if nowait is None or (not same_batch and self.backend.vanished()):
+            return None
+        row = nowait(session_id, same_batch)
+        return None if row is None else self._info(row)
+
     def resolve_ids(self, prefix: str, kinds: str = "any", session_id: str | None = None,
                     limit: int = 20) -> tuple[list[IdMatch], bool]:
         """Sessions, then nodes, whose id starts with ``prefix`` (SPEC §4.3): an index range

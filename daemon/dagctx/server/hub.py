@@ -43,6 +43,7 @@ from dagctx.protocol.version import PROTOCOL_VERSION, __version__
 
 from . import guards
 from .pool import FairPool
+from .quick import QuickReads
 
 
 class DagctxProtocol(Protocol):
@@ -185,6 +186,8 @@ class Hub:
         #: calls posted to the loop by other threads (``post``), run in order
         self._posted: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._post_armed = False
+        #: the quick reads' account: which may run on the loop, how many did (SPEC §1.4)
+        self.quick = QuickReads()
 
     # ------------------------------------------------------------ running
 
@@ -553,7 +556,8 @@ class Hub:
             memory=m.MemoryStatus(rss_bytes=rss, peak_rss_bytes=peak, baseline_rss_bytes=self.baseline_rss,
                                   cache_limit_bytes=self.cache_bytes),
             queue=m.QueueStatus(queued=queued, running=running,
-                                threads=sum(p.threads() for p in [self.pool, *list(self.pools.values())])),
+                                threads=sum(p.threads() for p in [self.pool, *list(self.pools.values())]),
+                                answered_on_loop=self.quick.answered),
             caches=caches,
             warnings=self.shared.warnings(),
         )

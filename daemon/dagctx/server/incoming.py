@@ -63,6 +63,11 @@ class Incoming:
     shutting_down: bool
     _held: deque[Any] | None
     _outgoing: dict[Any, asyncio.Future[Any]]
+    #: the quick reads (``EngineCore.quick_handlers``), answered on the loop when at hand
+    quick: dict[str, Any]
+    _quick_out: list[bytes]
+    _flush_quick: Any
+    _quickly: Any
 
     def feed(self, data: bytes) -> None:
         self.hub.last_input = time.monotonic()
@@ -71,6 +76,8 @@ class Incoming:
                 self._held.append(event)
             else:
                 self._event(event)
+        if self._quick_out:  # the quick answers of this read, in one write
+            self._flush_quick()
 
     def _event(self, event: Body | Any) -> None:
         if isinstance(event, Body):
@@ -189,6 +196,8 @@ class Incoming:
             fut.set_result(env.result)
 
     def _handle_note(self, method: str, raw: Any) -> None:
+        if self._quick_out:  # the answers before an ``exit`` go out first
+            self._flush_quick()
         if method == "exit":
             self._finish(0 if self.shutting_down else 1)
         elif method == "$/cancelRequest":
@@ -263,6 +272,11 @@ class Incoming:
                 DagctxError("InvalidParams", f"invalid params for {method}: {text}", path=path),
             )
             return
+        quick = self.quick.get(method)
+        if quick is not None and self._quickly(msg_id, method, quick, params):
+            return
+        if self._quick_out:  # before a worker may write an answer of its own
+            self._flush_quick()
         if method in SERVER_HANDLED:
             self._on_loop(msg_id, method, handler, params)
         elif method in LOOP_WRITES:

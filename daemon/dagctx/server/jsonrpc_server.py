@@ -107,6 +107,8 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         self.handlers["session/unsubscribe"] = self._on_unsubscribe
         self.handlers["daemon/status"] = lambda p: self.hub.status()
         self.handlers["daemon/stop"] = self._on_stop
+        #: the reads answered on the loop when they need no wait (SPEC §1.4)
+        self.quick: dict[str, Callable[[Any], Any]] = self.engine.quick_handlers()
         #: called once when the connection ends (exit, EOF, a dead client): the code
         self.on_finish: Callable[[int], None] | None = None
         self._cancel_tokens: dict[Any, CancelToken] = {}
@@ -139,6 +141,8 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         self._owed: dict[Any, None] = {}
         #: notifications a worker thread posted to the loop, not written yet
         self._notes_posted = 0
+        #: quick answers (``RequestRunner._quickly``) not written yet: written together
+        self._quick_out: list[bytes] = []
         #: told (under ``_out_lock``) when the posted notifications are all written (``drain``)
         self._notes_written = threading.Condition(self._out_lock)
         #: a ``drain`` waited ``DRAIN_WAIT`` in vain: the next ones do not wait until it caught up
@@ -234,7 +238,10 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
                 old.release()
 
     def write_bytes(self, data: bytes) -> None:
-        """Queue one framed message for the client (on the event loop)."""
+        """Queue one framed message for the client (on the event loop), after the quick
+        answers held back before it (``RequestRunner._flush_quick``)."""
+        if self._quick_out:
+            self._flush_quick()
         if self.writer is None or self.exit_code is not None:
             return
         try:

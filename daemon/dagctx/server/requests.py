@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -85,6 +86,12 @@ class _Sent:
 _SENT = _Sent()
 
 
+def _sent(fut: asyncio.Future[Any]) -> bool:
+    """The request of ``fut`` is answered: its worker wrote the answer itself (``_send_now``),
+    and the loop has yet to run its bookkeeping (the client may ask again before that)."""
+    return fut.done() and not fut.cancelled() and fut.exception() is None and fut.result() is _SENT
+
+
 def _unfinished(result: Any) -> bool:
     """A job's result the loop must still finish (a coroutine): its lane stays held until
     then. A framed answer frees the lane at once, so the worker runs the lane's next
@@ -111,6 +118,7 @@ class RequestRunner:
     _out_lock: Any
     _owed: dict[Any, None]
     _notes_posted: int
+    _quick_out: list[bytes]
     writer: Any
 
     def _on_loop(self, msg_id: Any, method: str, handler: Callable[[Any], Any], params: Any) -> None:
@@ -175,6 +183,39 @@ class RequestRunner:
             self._queue_ordered(waits, start)
         else:
             start()
+
+    def _quickly(self, msg_id: Any, method: str, quick: Callable[[Any], Any], params: Any) -> bool:
+        """A quick read (``EngineCore.quick_handlers``) answered here, on the loop, when its
+        answer is at hand without a wait and nothing this connection sent before it is
+        unanswered (SPEC §1.4): a small read then costs no thread hand-off. True when it was
+        answered; False sends it the usual way (the pool), which gives the same answer, or
+        the error in its words — a quick handler never words one."""
+        db = self.engine.db
+        tail = self._ordered_tail  # None once the last ordered request's answer is written
+        if tail is not None and not _sent(tail):
+            return False
+        if (db is None or self._owed or self._backlog or self._notes_posted or self.exit_code is not None
+                or not self.hub.quick.allowed(db.key, method)):
+            return False
+        start = time.perf_counter()
+        try:
+            result = quick(params, bool(self._quick_out))
+        except Exception:  # noqa: BLE001 - the usual way meets it again and answers it
+            return False
+        if result is None:
+            return False
+        data = self._answer(msg_id, method, result)
+        self.hub.quick.took(db.key, method, time.perf_counter() - start)
+        # written with the other quick answers of the same read from the client (one write
+        # for a pipelining client's run), before anything else is written or run
+        self._quick_out.append(data)
+        return True
+
+    def _flush_quick(self) -> None:
+        """Write the quick answers held back (``_quickly``): at the end of what the client
+        sent, and before any other write or any request that may answer from a worker."""
+        out, self._quick_out = self._quick_out, []
+        self.write_bytes(out[0] if len(out) == 1 else b"".join(out))
 
     @property
     def pool(self) -> FairPool:
@@ -357,6 +398,8 @@ class RequestRunner:
         try:
             self._answer_done(msg_id, method, done, params)
         finally:
+            if self._ordered_tail is done:  # the last ordered request is answered: none is owed
+                self._ordered_tail = None
             if msg_id in self._owed:  # answered (or nobody to answer): a later answer may go now
                 with self._out_lock:
                     self._owed.pop(msg_id, None)
@@ -444,6 +487,13 @@ class RequestRunner:
 
     def _async_done(self, msg_id: Any, method: str, task: asyncio.Future[Any], params: Any = None) -> None:
         self._request_futures.pop(msg_id, None)
+        try:
+            self._answer_async(msg_id, method, task, params)
+        finally:
+            if self._ordered_tail is task:  # answered: no ordered answer is owed any more
+                self._ordered_tail = None
+
+    def _answer_async(self, msg_id: Any, method: str, task: asyncio.Future[Any], params: Any = None) -> None:
         if self.exit_code is not None:
             return  # the connection is gone: nobody to answer
         if task.cancelled():

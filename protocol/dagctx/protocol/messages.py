@@ -681,6 +681,9 @@ class QueueStatus(_Result):
     queued: int = 0
     running: int = 0
     threads: int = 0
+    #: requests answered on the event loop without a wait since the daemon started (the
+    #: quick reads, §1.4)
+    answered_on_loop: int = 0
 
 
 class CacheStatus(_Result):

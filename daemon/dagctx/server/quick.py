@@ -1,0 +1,66 @@
+"""The quick reads' account (SPEC §1.4): which reads may still be answered on the event loop.
+
+A quick read (``session/list``, ``session/get`` of a SQLite file: ``EngineCore.quick_handlers``)
+is answered on the loop when its answer is at hand without a wait, which spares a small
+request the two thread hand-offs of the pool — most of its cost. What keeps that from
+stalling the other connections is a bound on what one may cost: a read that held the loop
+longer than ``BUDGET`` (a list of thousands of sessions, a disk that makes it wait) counts
+a strike; ``STRIKES`` in a row send that method's quick reads of that database to the pool
+for ``DEMOTED_SECONDS``. In a row, because a loaded machine may take the core away in the
+middle of any one read (a read costs ~10 µs: being preempted twice running is rare), and
+the first read of a connection opens its reader.
+
+Architecture Invariant: no I/O and no JSON-RPC here; the server asks and reports.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+log = logging.getLogger("dagctx.server")
+
+#: The longest one quick read may hold the event loop.
+BUDGET = 0.002
+#: Reads over the budget in a row before their method goes to the pool.
+STRIKES = 2
+#: How long a method sent to the pool stays there before the loop tries it again.
+DEMOTED_SECONDS = 30.0
+
+
+class QuickReads:
+    """Per daemon: the methods sent to the pool for a while, and how many reads the loop answered."""
+
+    def __init__(self) -> None:
+        #: requests answered on the loop since the daemon started (``daemon/status``)
+        self.answered = 0
+        #: (database key, method) → until when its quick reads go to the pool
+        self._demoted: dict[tuple[str, str], float] = {}
+        #: (database key, method) → its quick reads over the budget in a row
+        self._strikes: dict[tuple[str, str], int] = {}
+
+    def allowed(self, key: str, method: str) -> bool:
+        """Whether ``method``'s quick reads on database ``key`` may be answered on the loop."""
+        if not self._demoted:
+            return True
+        until = self._demoted.get((key, method))
+        if until is None:
+            return True
+        if time.monotonic() < until:
+            return False
+        del self._demoted[(key, method)]
+        return True
+
+    def took(self, key: str, method: str, seconds: float) -> None:
+        """One quick read was answered on the loop in ``seconds``."""
+        self.answered += 1
+        if seconds <= BUDGET:
+            if self._strikes:
+                self._strikes.pop((key, method), None)
+            return
+        strikes = self._strikes[(key, method)] = self._strikes.get((key, method), 0) + 1
+        if strikes >= STRIKES:
+            del self._strikes[(key, method)]
+            self._demoted[(key, method)] = time.monotonic() + DEMOTED_SECONDS
+            log.info("%s on %s held the event loop for %.1f ms; answered in the pool for the next %.0f s",
+                     method, key, seconds * 1000, DEMOTED_SECONDS)

@@ -1,0 +1,106 @@
+"""Reads that never wait (SPEC §1.4, the quick reads the daemon answers on its event loop):
+the same answers as the usual reads, kept only until any connection commits, and None —
+at once — whenever the usual read would have to wait or reopen the file."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+
+from dagctx.ledger import Store
+from dagctx.ledger.sqlite_backend import SqliteBackend
+
+
+def _store(path: Path, **kw) -> Store:
+    return Store(path, **kw)
+
+
+def test_the_nowait_reads_answer_what_the_usual_reads_answer(tmp_path: Path) -> None:
+    st = _store(tmp_path / "a.db")
+    ids = [st.create_session(f"s{i}", {"k": i, "_private": 1}).session_id for i in range(5)]
+    for limit, offset in ((1, 0), (3, 2), (100, 0), (0, 0), (5, 10), (Store.NOWAIT_LIST_LIMIT, 0)):
+        got = st.list_sessions_nowait(limit, offset)
+        assert got is not None and got == st.list_sessions(limit, offset), (limit, offset)
+        assert got == st.list_sessions_nowait(limit, offset)  # kept: the same again
+    for sid in ids:
+        assert st.get_session_nowait(sid) == st.get_session(sid)
+        assert "_private" not in st.get_session_nowait(sid).metadata  # type: ignore[union-attr]
+    fresh = _store(tmp_path / "a.db")  # a reader that never looked: same_batch cannot skip the look
+    assert fresh.list_sessions_nowait(3, 0, same_batch=True) == st.list_sessions(3, 0)
+    assert fresh.get_session_nowait(ids[0], same_batch=True) == st.get_session(ids[0])
+    # what the usual read answers with an error, or would read long, is left to it
+    assert st.get_session_nowait("no-such-session") is None
+    assert st.list_sessions_nowait(Store.NOWAIT_LIST_LIMIT + 1, 0) is None
+    assert st.list_sessions_nowait(10, Store.NOWAIT_LIST_LIMIT + 1) is None
+    assert st.list_sessions_nowait(-1, 0) is None and st.list_sessions_nowait(1, -1) is None
+
+
+def test_a_kept_answer_is_dropped_when_any_connection_commits(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    st = _store(path)
+    sid = st.create_session("first").session_id
+    before = st.list_sessions_nowait(10, 0)
+    assert before is not None and before[1] == 1
+    assert st.get_session_nowait(sid).title == "first"  # type: ignore[union-attr]
+
+    st.rename_session(sid, "renamed")  # this store's writer connection
+    assert st.get_session_nowait(sid).title == "renamed"  # type: ignore[union-attr]
+    assert st.list_sessions_nowait(10, 0) == st.list_sessions(10, 0) != before
+
+    other = _store(path)  # another store on the file, as another process would be
+    other.create_session("from elsewhere")
+    got = st.list_sessions_nowait(10, 0)
+    assert got is not None and got[1] == 2 and got == st.list_sessions(10, 0)
+
+    raw = sqlite3.connect(path, isolation_level=None)  # a plain connection behind our back
+    raw.execute("UPDATE sessions SET title='by hand' WHERE id=?", (sid,))
+    raw.close()
+    assert st.get_session_nowait(sid).title == "by hand"  # type: ignore[union-attr]
+    assert st.get_session_nowait(sid) == st.get_session(sid)
+
+
+def test_the_nowait_reader_never_waits_for_a_lock(tmp_path: Path) -> None:
+    """In WAL mode a reader meets a lock only while another connection recovers the log or
+    holds the file in exclusive locking mode; then the usual read waits up to the storage
+    timeout and the never-waiting one must not: its connection has no busy timeout."""
+    backend = SqliteBackend(str(tmp_path / "a.db"), lock_timeout=30.0)
+    st = Store(backend=backend)
+    st.create_session("s")
+    assert st.list_sessions_nowait(10, 0) is not None
+    conn = backend._nowait.conn  # this thread's never-waiting reader
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 0
+    assert backend.db.execute("PRAGMA busy_timeout").fetchone()[0] == 30000  # the usual reader waits
+    # a fault on it (here: closed under it, as a reopen does) answers None, then a new one is opened
+    conn.close()
+    assert st.list_sessions_nowait(10, 0) is None
+    assert st.list_sessions_nowait(10, 0) == st.list_sessions(10, 0)
+    assert backend._nowait.conn is not conn
+
+
+def test_a_replaced_file_is_left_to_the_usual_read_which_reopens_it(tmp_path: Path) -> None:
+    path, other = tmp_path / "a.db", tmp_path / "b.db"
+    st = _store(path)
+    st.create_session("old file")
+    assert st.list_sessions_nowait(10, 0)[1] == 1  # type: ignore[index]
+    o = _store(other)
+    o.create_session("new file 1")
+    o.create_session("new file 2")
+    o.backend.close()
+    for sfx in ("", "-wal", "-shm"):
+        if os.path.exists(str(path) + sfx):
+            os.unlink(str(path) + sfx)
+    shutil.copy(other, path)
+    time.sleep(0)  # nothing to wait for: the next read sees the new file's identity
+    assert st.list_sessions_nowait(10, 0) is None
+    assert st.list_sessions(10, 0)[1] == 2  # the usual read reopens the file the path names
+    got = st.list_sessions_nowait(10, 0)
+    assert got is not None and got[1] == 2 and got == st.list_sessions(10, 0)
+
+
+def test_a_store_in_memory_has_no_nowait_reads() -> None:
+    st = Store(":memory:")
+    sid = st.create_session("s").session_id
+    assert st.list_sessions_nowait(10, 0) is None and st.get_session_nowait(sid) is None
