@@ -182,12 +182,6 @@ def _is_user_boundary(item: Item, graph: SessionGraph) -> bool:
     return node is not None and node.role == "user" and is_chain_member(graph, node)
 
 
-def _is_conversation_message(item: Item, graph: SessionGraph) -> bool:
-    if item.kind == "user":
-        return _is_user_boundary(item, graph)
-    return item.kind == "assistant" and item.depth == 0 and bool(item.text.strip())
-
-
 def cut_decision(
     view: View,
     graph: SessionGraph,
@@ -209,14 +203,25 @@ def cut_decision(
     n = len(items)
     tail = [0] * (n + 1)
     msgs = [0] * (n + 1)
+    users: list[int] = []  # the user boundaries, newest first until reversed below
+    i_tok = -1  # the last position whose tail still holds the target
     for i in range(n - 1, -1, -1):
         if not i & 1023:
             stop_if_cancelled()  # SPEC §1.4: planning a compaction is cancellable
         tail[i] = tail[i + 1] + toks[i]
-        msgs[i] = msgs[i + 1] + (1 if _is_conversation_message(items[i], graph) else 0)
-    i_tok = max(i for i in range(n) if tail[i] >= target)
+        if i_tok < 0 and tail[i] >= target:
+            i_tok = i
+        it = items[i]
+        # conversation messages: user boundaries, and assistant texts of the top level
+        if it.kind == "user":
+            user = _is_user_boundary(it, graph)
+            if user:
+                users.append(i)
+            msgs[i] = msgs[i + 1] + user
+        else:
+            msgs[i] = msgs[i + 1] + (it.kind == "assistant" and it.depth == 0 and bool(it.text.strip()))
+    users.reverse()
 
-    users = [b for b in range(n) if _is_user_boundary(items[b], graph)]
     first_real = next((i for i, it in enumerate(items) if it.kind != "summary"), n)
     bounds = [b for b in users if b > first_real]
     if not bounds:
@@ -257,7 +262,7 @@ def cut_decision(
             old_covers = covers_of(graph.nodes[it.node_id])
             groups.append(it.node_id)
         else:
-            groups.append(owner_chain_id(graph, it.node_id, cache))
+            groups.append(cache.get(it.node_id) or owner_chain_id(graph, it.node_id, cache))
     old = set(old_covers)
     new_covered = [c for c in covered if c not in old]
     grouped = set(groups)

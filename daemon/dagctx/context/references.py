@@ -277,6 +277,13 @@ def _reference_counts(text: str) -> tuple[Counter[str], dict[str, int]]:
     return _reference_counts_cached(text)
 
 
+def _reference_counts_many(texts: list[str]) -> list[tuple[Counter[str], dict[str, int]]]:
+    """``[_reference_counts(t) for t in texts]``."""
+    if all(len(t) <= _CACHE_MAX_CHARS for t in texts):
+        return _reference_counts_cached.many(texts)
+    return [_reference_counts(t) for t in texts]
+
+
 def _reference_counts_uncached(text: str) -> tuple[Counter[str], dict[str, int]]:
     counts: Counter[str] = Counter()
     first: dict[str, int] = {}
@@ -321,6 +328,22 @@ class _TextMemo:
                     old, _ = self._data.popitem(last=False)
                     self._chars -= len(old) + self.ENTRY_CHARGE
         return value
+
+    def many(self, texts: list[str]) -> list[Any]:
+        """``[self(t) for t in texts]``, the held ones looked up under one lock (a
+        compaction asks for thousands at once)."""
+        out: list[Any] = []
+        with self._lock:
+            get, renew = self._data.get, self._data.move_to_end
+            for t in texts:
+                hit = get(t, _MISSING)
+                if hit is not _MISSING:
+                    renew(t)
+                out.append(hit)
+        for i, got in enumerate(out):
+            if got is _MISSING:
+                out[i] = self(texts[i])
+        return out
 
     def cache_clear(self) -> None:
         with self._lock:
@@ -497,16 +520,17 @@ IDENTIFIER_SAMPLE_CHARS = 300_000
 def _even_sample(texts: list[str], budget: int) -> list[str]:
     """Every text, each cut to an equal share of ``budget`` (shares unused by short
     texts go to the long ones). Deterministic; no cut when everything fits."""
-    if sum(len(t) for t in texts) <= budget:
+    lens = list(map(len, texts))
+    if sum(lens) <= budget:
         return texts
     out = list(texts)
-    remaining, pending = budget, sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    remaining, pending = budget, sorted(range(len(texts)), key=lens.__getitem__)
     k = 0  # pending[k:] are still to share (an index, not pop(0): 15k texts are common)
     while k < len(pending):
         share = remaining // (len(pending) - k)
         i = pending[k]
-        if len(texts[i]) <= share:
-            remaining -= len(texts[i])
+        if lens[i] <= share:
+            remaining -= lens[i]
             k += 1
             continue
         for j in pending[k:]:
@@ -532,8 +556,7 @@ def distinctive_identifiers(texts: Iterable[str], top: int = 20,
     total: dict[str, int] = {}
     first: dict[str, tuple[int, int]] = {}
     seen = total.get
-    for ti, text in enumerate(texts):
-        counts, pos = _reference_counts(text)
+    for ti, (counts, pos) in enumerate(_reference_counts_many(texts)):
         for ref, n in counts.items():
             got = seen(ref)
             if got is None:

@@ -351,9 +351,16 @@ def _touched(now: Any, snapshot: dict[str, tuple[Any, Any, Any]], known: set[str
     """True when a covered or kept node, or any node under one (a tool call completed by
     ``node/update``), changed, or a node was attached to any of them, or a summary that
     applies to this branch was written (a concurrent compaction), meanwhile."""
+    nodes = now.nodes
     for nid, (status, output, metadata) in snapshot.items():
-        node = now.nodes.get(nid)
-        if node is None or node.status != status or node.output != output or node.metadata != metadata:
+        node = nodes.get(nid)
+        if node is None:
+            return True
+        # the same objects are equal (the usual case: nothing changed) without comparing
+        # their contents, which for the metadata of every watched node is most of the check
+        if node.metadata is metadata and node.output is output and node.status is status:
+            continue
+        if node.status != status or node.output != output or node.metadata != metadata:
             return True
     new = [n for n in now.by_seq if n.id not in known]
     if any(n.predecessor in snapshot or n.caller in snapshot for n in new):
