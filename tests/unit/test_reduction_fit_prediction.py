@@ -103,16 +103,25 @@ def timeless(x: Any) -> Any:
 
 
 def prepare(db: Path, copy: Path, sid: str, model: str, fmt: str, predict: bool,
-            builds: list[tuple[Any, Any]]) -> dict[str, Any]:
+            builds: list[tuple[Any, Any]], bounds: list[tuple[Any, Any]] | None = None) -> dict[str, Any]:
+    bounds = [] if bounds is None else bounds
     for ext in ("", "-wal", "-shm"):
         if Path(str(db) + ext).exists():
             shutil.copyfile(str(db) + ext, str(copy) + ext)
     orig = er.reduce
+    orig_plan = er._plan
+    plans: list[tuple[Any, Any]] = []
+
+    def plan_spy(run_: Any, base: Any) -> Any:
+        plans.append((run_, orig_plan(run_, base)))
+        return plans[-1][1]
 
     async def spied(engine_: Any, build: Any, **kw: Any) -> Any:
         def b(red: Any) -> Any:
             out = build(red)
             builds.append((er._snapshot(red), out))
+            if plans and red.checkpoint is not None:  # the bounds a checkpoint's skip reads
+                bounds.append((er._checkpoint_bounds(*plans[-1], red), out))
             return out
         if kw.get("first") is not None:
             builds.append((er.Reductions(), kw["first"]))
@@ -121,6 +130,7 @@ def prepare(db: Path, copy: Path, sid: str, model: str, fmt: str, predict: bool,
     er.PREDICT_FIT = predict
     import dagctx.engine.lifecycle as lifecycle
     lifecycle.turn_reduction.reduce = spied  # type: ignore[assignment]
+    er._plan = plan_spy  # type: ignore[assignment]
     eng = engine(copy, Peer())
     try:
         try:
@@ -136,6 +146,7 @@ def prepare(db: Path, copy: Path, sid: str, model: str, fmt: str, predict: bool,
         return out
     finally:
         lifecycle.turn_reduction.reduce = orig  # type: ignore[assignment]
+        er._plan = orig_plan  # type: ignore[assignment]
         er.PREDICT_FIT = True
         eng.close()
 
@@ -148,10 +159,16 @@ def test_fast_path_gives_the_same_request_and_predicts_the_build(tmp_path: Path,
     sid = session(db, steps, lines, calls, new_turn=more)
     slow_builds: list[tuple[Any, Any]] = []
     fast_builds: list[tuple[Any, Any]] = []
-    slow = prepare(db, tmp_path / "slow.db", sid, model, fmt, False, slow_builds)
+    bounds: list[tuple[Any, Any]] = []
+    slow = prepare(db, tmp_path / "slow.db", sid, model, fmt, False, slow_builds, bounds)
     fast = prepare(db, tmp_path / "fast.db", sid, model, fmt, True, fast_builds)
     assert slow.get("reduction") is not None or slow.get("error") == "BudgetExceeded", "the case must reduce"
     assert msgspec.json.encode(fast) == msgspec.json.encode(slow)
+    # a checkpoint's request not built yet is bounded from the unreduced one: at most
+    # its estimate, at least its protected part (``_checkpoint_bounds``)
+    for got, built in bounds:
+        if got is not None:
+            assert got[0] <= built.estimate and got[1] >= built.parts.total
     # every build the slow path made after another with a subset of its results: the
     # estimate the fast path predicts from the earlier one is the one the build took
     run_ = type("R", (), {"engine": None, "session_id": sid, "graph": None})()

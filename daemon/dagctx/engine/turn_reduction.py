@@ -270,12 +270,67 @@ def _surely_over(run: ReductionRun, ref: Built, ref_red: Reductions, red: Reduct
     return estimate is not None and estimate * _ratio(ref) > limit + margin
 
 
+def _checkpoint_bounds(run: ReductionRun, plan: _Plan, red: Reductions) -> tuple[int, int] | None:
+    """Bounds of the request built with ``red`` — a checkpoint and summarized results —
+    read from the unreduced request (``plan.base``) before any build with that checkpoint:
+    (at most its local estimate, at least its protected part), or None.
+
+    The checkpoint replaces the messages from the first to the last that hold a covered
+    step's node (the region) by one message of its text; every other message renders as
+    it did, but for the results ``red`` summarizes (recounted as ``_estimate_with``
+    does) and the checkpoint's message merging with its neighbours (a format that joins
+    same-role messages, SPEC §6), which saves at most one message's framing. Through
+    that merge the turn's user message (protected) may take in the checkpoint, what the
+    region keeps and the message after it."""
+    cp = red.checkpoint
+    base = plan.base
+    r = base.rendering
+    if cp is None:
+        return None
+    covered = set(cp.covers)
+    nodes = {it.node_id for it, owner in zip(r.view.items, plan.shape.owners) if owner in covered}
+    region = [k for k, ids in enumerate(r.node_ids) if not nodes.isdisjoint(ids)]
+    if not region or region[0] == 0:
+        return None
+    lo, hi = region[0], region[-1]
+    pm = r.per_message
+    overhead = run.engine.counter.message_overhead(r.tokenizer)
+    lower = base.estimate - sum(pm[lo:hi + 1]) + cp.tokens_after - overhead
+    added = set(red.results)
+    at = [k for k, ids in enumerate(r.node_ids) if (k < lo or k > hi) and not added.isdisjoint(ids)]
+    if at:
+        msgs, ids = [r.messages[k] for k in at], [r.node_ids[k] for k in at]
+        count = run.engine.views.count_messages
+        graph = run.graph if run.graph is not None else run.engine.store.graph(run.session_id)
+        after = count(graph, msgs, ids, r.tokenizer, red.aged_overlay(base.aged), None, fmt=r.record.format)
+        before = count(graph, msgs, ids, r.tokenizer, dict(base.aged), None, fmt=r.record.format)
+        lower += sum(after) - sum(before)
+    kept = sum(pm[k] for k in range(lo, hi + 1) if not nodes.issuperset(r.node_ids[k]))
+    upper = base.parts.total + cp.tokens_after + kept + (pm[hi + 1] if hi + 1 < len(pm) else 0)
+    return lower, upper
+
+
+def _checkpoint_surely_over(run: ReductionRun, plan: _Plan, red: Reductions) -> bool:
+    """``_surely_over`` for a request with a checkpoint not built yet (``_checkpoint_bounds``):
+    its estimate surely above the limit, its protected part surely below it."""
+    if not PREDICT_FIT:
+        return False
+    bounds = _checkpoint_bounds(run, plan, red)
+    if bounds is None:
+        return False
+    lower, upper = bounds
+    limit = tr.input_limit(plan.base.budget)
+    margin = 8 + limit // 100
+    return upper + margin <= limit and lower * _ratio(plan.base) > limit + margin
+
+
 async def _reduce_results(run: ReductionRun, plan: _Plan, build: Callable[[Reductions], Built], red: Reductions,
-                          covered: frozenset[str], ref: Built) -> Built | None:
+                          covered: frozenset[str], ref: Built | None) -> Built | None:
     """Summarize results chunk by chunk (oldest first) until the request fits; the built
     request, or None when every chunk did not make it fit. ``ref``: the request built
-    with ``red`` as it is now (over its limit); a chunk after which the request is surely
-    still over is not built (``_surely_over``)."""
+    with ``red`` as it is now (over its limit), or None when its checkpoint was surely
+    over unbuilt; a chunk after which the request is surely still over is not built
+    (``_surely_over``, ``_checkpoint_surely_over``)."""
     cands = [x for x in plan.candidates if plan.owners[x.node_id] not in covered]
     chunk = max(1, math.ceil(tr.input_limit(plan.base.budget) * tr.CHUNK_SHARE / _ratio(plan.base)))
     ref_red = _snapshot(red)
@@ -283,7 +338,7 @@ async def _reduce_results(run: ReductionRun, plan: _Plan, build: Callable[[Reduc
         if run.stopped:
             return None
         await _summarize_results(run, plan, group, red)
-        if _surely_over(run, ref, ref_red, red):
+        if (_checkpoint_surely_over(run, plan, red) if ref is None else _surely_over(run, ref, ref_red, red)):
             continue
         built = build(red)
         if built.fits:
@@ -441,12 +496,16 @@ async def reduce(engine: Host, build: Callable[[Reductions], Built], *, session_
                 covered = frozenset(cp.covers)
                 red = Reductions(results={n: r for n, r in red.results.items() if plan.owners.get(n) not in covered},
                                  checkpoint=cp)
-                attempt = build(red)
-                if attempt.fits:
-                    final = attempt
-                    break
-                engine.views.forget(attempt.rendering.record.render_id)
-                final = await _reduce_results(run, plan, build, red, covered, attempt)
+                if _checkpoint_surely_over(run, plan, red):
+                    # the checkpoint alone surely leaves it over: no build of it (SPEC §8)
+                    final = await _reduce_results(run, plan, build, red, covered, None)
+                else:
+                    attempt = build(red)
+                    if attempt.fits:
+                        final = attempt
+                        break
+                    engine.views.forget(attempt.rendering.record.render_id)
+                    final = await _reduce_results(run, plan, build, red, covered, attempt)
                 if final is None:
                     if k >= len(plan.eligible):
                         break

@@ -127,6 +127,7 @@ class AgingPlans(TokenAccounting):
         stats["longTurnCap"] = long[1] if long is not None else None
         if long_manifest is not None:
             stats["manifest"]["agingLongTurn"] = long_manifest
+        kept = None
         if defer:
             kept = self._deferred(graph, head, view, plan, token_of, count, cold, tokenizer)
             if kept is not None:
@@ -141,8 +142,13 @@ class AgingPlans(TokenAccounting):
                     stats["manifest"].pop("agingLongTurn", None)
                 plan.aged.clear()
                 plan.aged.update(aged_now)
-        self._aging_cache[key] = CachedAging(key, Snapshot.of(graph, view.chain), _turn_node(graph, view.chain),
-                                             dict(plan.aged), stats)
+        entry = CachedAging(key, Snapshot.of(graph, view.chain), _turn_node(graph, view.chain), dict(plan.aged), stats)
+        self._aging_cache[key] = entry
+        if defer and kept is None:
+            # nothing held back: this is also the plan of a build that may not defer (the
+            # reduction within the turn that follows, SPEC §8), not made a second time
+            plain = (session_id, tokenizer, model.context_window, policy, False, False)
+            self._aging_cache[plain] = replace(entry, key=plain)
         return dict(plan.aged), stats
 
     def _deferred(self, graph: SessionGraph, head: str, view: View, plan: Any, token_of: Any, count: Any,
