@@ -19,6 +19,9 @@ median of the runs and the median of the runs' ratios. Through ``dagctx serve`` 
 second forwarder with ``DAGCTX_HANDOFF=0`` (relaying bytes itself instead of handing
 the client's stdio to the daemon, SPEC §1.3) is measured beside it.
 Goals (issue #25): ≥ 0.8× the bare loop sequential, ≥ 0.5× pipelined, through ``dagctx serve``.
+Beside them, for what they are worth: the same bare loop on an asyncio event loop
+(``bare_asyncio_loop.py``), the floor of any server that waits for its clients in one
+loop, and the daemon's ratio to it.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ HERE = Path(__file__).resolve().parent
 DAEMON = [sys.executable, "-P", "-m", "dagctx.cli", "serve", "--standalone"]
 SERVE = [sys.executable, "-P", "-m", "dagctx.cli", "serve"]
 BARE = [sys.executable, str(HERE / "bare_loop.py")]
+AIO = [sys.executable, str(HERE / "bare_asyncio_loop.py")]
 PYGLS = [sys.executable, str(HERE / "bare_pygls.py")]
 
 
@@ -216,6 +220,9 @@ async def main() -> None:
     bare = await RawPeer.start(BARE)
     await bare.call("initialize", init_params(None))
     peers["bare"] = bare
+    aio = await RawPeer.start(AIO)  # the same loop on an asyncio event loop: where any daemon starts
+    await aio.call("initialize", init_params(None))
+    peers["asyncio"] = aio
 
     listed = msgspec.json.decode(await daemon.call("session/list", {"limit": 1}))
     sid = listed["sessions"][0]["sessionId"]
@@ -243,8 +250,9 @@ async def main() -> None:
     print(f"round trips, requests/s: median of {args.runs} runs ({n_seq} sequential / {n_pip} pipelined "
           "requests each; the servers alternate within a run); ratio = median of the runs' ratios")
     head = f"  {'':34} {'daemon':>9} {'bare loop':>10} {'ratio':>6}  goal"
+    head += "          asyncio floor ratio"
     if "relayed" in peers:
-        head += "          relayed (no hand-off) ratio"
+        head += "   relayed (no hand-off) ratio"
     print(head)
     for name in rows:
         goal = 0.8 if name.startswith("sequential") else 0.5
@@ -252,12 +260,14 @@ async def main() -> None:
         ratio = med([x / y for x, y in zip(d, b)])
         line = (f"  {name:34} {med(d):9,.0f} {med(b):10,.0f} {ratio:6.2f}  >={goal} "
                 f"{'ok   ' if ratio >= goal else 'BELOW'}")
+        a = rates[(name, "asyncio")]
+        line += f"  {med(a):9,.0f} {med([x / y for x, y in zip(d, a)]):5.2f}"
         if "relayed" in peers:
             r = rates[(name, "relayed")]
             line += f"  {med(r):9,.0f} {med([x / y for x, y in zip(r, b)]):6.2f}"
         print(line)
         print(f"  {'':34} runs: daemon {', '.join(f'{x:,.0f}' for x in d)}; "
-              f"bare {', '.join(f'{x:,.0f}' for x in b)}")
+              f"bare {', '.join(f'{x:,.0f}' for x in b)}; asyncio {', '.join(f'{x:,.0f}' for x in a)}")
 
     times: dict[str, list[float]] = {"daemon": [], "bare loop": [], "bare pygls": []}
     for i in range(args.startups):
