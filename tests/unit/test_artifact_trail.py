@@ -50,3 +50,30 @@ def test_at_most_max_files_the_most_recent_kept() -> None:
     items = [call("Write", {"file_path": f"f{k}.txt"}, k) for k in range(at.MAX_FILES + 5)]
     files = at.trail_files(items)
     assert len(files) == at.MAX_FILES and files[0] == "f5.txt" and files[-1] == f"f{at.MAX_FILES + 4}.txt"
+
+
+def _strings_as_before(value: object) -> list[str]:
+    """``artifact_trail._strings`` as it was written before (a generator per container)."""
+    def walk(v: object):  # type: ignore[no-untyped-def]
+        if isinstance(v, str):
+            yield v
+        elif isinstance(v, dict):
+            for x in v.values():
+                yield from walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                yield from walk(x)
+    return list(walk(value))
+
+
+def test_the_strings_of_arguments_are_read_as_before() -> None:
+    patch = "*** Begin Patch\n*** Update File: src/a.py\n@@\n*** Add File: b.md\n*** End Patch"
+    shapes: list[object] = [
+        "plain", patch, None, 3, ("tuple", "ignored"), {"k": "v", "n": 1, "t": ("x",)},
+        {"cmd": ["bash", "-lc", f"apply_patch <<'EOF'\n{patch}\nEOF"], "env": {"A": "1", "B": [["deep", {"k": "***"}]]}},
+        [{"a": "1"}, ["2", ["3", {"b": "4"}]], "5"], {"***": "keys are not read"}, [], {},
+    ]
+    for value in shapes:
+        assert at._strings(value) == _strings_as_before(value)
+    assert at.changed_files("shell", {"command": ["bash", "-lc", patch]}) == ["src/a.py", "b.md"]
+    assert at.changed_files("shell", {"command": "echo '*** not a patch'"}) == []

@@ -158,8 +158,9 @@ def _per_item(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Transcript, "estimates",
                         lambda self, items: [estimate_tokens(transcript_entry(it)) for it in items])
     monkeypatch.setattr(Transcript, "pieces", pieces)
-    monkeypatch.setattr(Transcript, "body_offsets",
-                        lambda self, items: [len(transcript_entry(it)) - len(item_body(it)) for it in items])
+    monkeypatch.setattr(Transcript, "bodies_at", lambda self, items: (
+        [item_body(it) for it in items],
+        [len(transcript_entry(it)) - len(item_body(it)) + (0 if item_body(it) else 1) for it in items]))
     monkeypatch.setattr(summary_check, "distinctive_identifiers", _reference_distinctive)
 
 
@@ -221,6 +222,10 @@ def test_transcript_one_pass_equals_per_item(tmp_path: Path) -> None:
         assert tr.entries(items) == [transcript_entry(it) for it in items]
         assert tr.classes_of(items) == [char_classes(transcript_entry(it)) for it in items]
         assert tr.estimates(items) == [estimate_tokens(transcript_entry(it)) for it in items]
+        assert tr.bodies_at(items) == ([item_body(it) for it in items], [
+            len(transcript_entry(it)) - len(item_body(it)) + (0 if item_body(it) else 1) for it in items])
+        for lead in ((), ("[earlier]\nso far",)):
+            assert "".join(tr.pieces(items, lead)) == "\n\n".join([*lead, *map(transcript_entry, items)])
     assert Transcript().estimates(items) == [estimate_tokens(transcript_entry(it)) for it in items]
     assert Transcript().entries(items) == [transcript_entry(it) for it in items]
     # the request around the entries is measured as measuring its text afresh

@@ -50,15 +50,20 @@ def _decoded(value: Any) -> Any:
     return value
 
 
-def _strings(value: Any) -> Iterable[str]:
+def _strings(value: Any, out: list[str] | None = None) -> list[str]:
+    """Every string in ``value`` (dict values and list items, depth first, in order);
+    one list filled in place, not a generator per container (a compaction reads the
+    arguments of every covered tool call)."""
+    out = [] if out is None else out
     if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _strings(v)
+        out.append(value)
+    elif isinstance(value, (dict, list)):
+        for v in (value.values() if isinstance(value, dict) else value):
+            if isinstance(v, str):
+                out.append(v)
+            elif isinstance(v, (dict, list)):
+                _strings(v, out)
+    return out
 
 
 def changed_files(name: str | None, arguments: Any) -> list[str]:
@@ -67,7 +72,9 @@ def changed_files(name: str | None, arguments: Any) -> list[str]:
     args = _decoded(arguments)
     out: list[str] = []
     for text in _strings(args):
-        if "*** Begin Patch" in text or "*** Update File: " in text or "*** Add File: " in text:
+        # every marker starts with "*** ": one search rules all three out in most texts
+        if "*** " in text and ("*** Begin Patch" in text or "*** Update File: " in text
+                               or "*** Add File: " in text):
             out.extend(m.group(1) for m in _PATCH_FILE.finditer(text))
     if isinstance(args, dict) and (tool in _WRITERS or tool in _EDITORS):
         command = args.get("command")
@@ -79,7 +86,7 @@ def changed_files(name: str | None, arguments: Any) -> list[str]:
                 if isinstance(path, str) and path.strip():
                     out.append(path.strip())
                     break
-    return list(dict.fromkeys(out))
+    return list(dict.fromkeys(out)) if out else out
 
 
 def previous_trail(text: str) -> list[str]:

@@ -425,10 +425,10 @@ def summarized_ids(plan: CutPlan, messages_sent: Any, transcript: Transcript | N
         # no entries at hand: no guess (the search below finds every body the same)
         skips = [-1] * len(bodies)
     else:
-        bodies = transcript.bodies(items)
         # where the next body usually is: after the "\n\n" joining two entries and its own
         # entry's header line (the request text is the entries joined, in order)
-        skips = [2 + k for k in transcript.body_offsets(items)]
+        bodies, at = transcript.bodies_at(items)
+        skips = [2 + k for k in at]
     pos = 0  # in the joined text: where the last body found ends
     ti = 0  # the text ``pos`` is in
     found: list[bool] = []

@@ -81,7 +81,8 @@ class Transcript:
         self._head_classes: dict[str, CharClasses] = {}
 
     def _key(self, item: Item) -> int:
-        self._fill((item,))
+        if self._items.get(id(item)) is not item:
+            self._add(item)
         return id(item)
 
     def body(self, item: Item) -> str:
@@ -106,22 +107,33 @@ class Transcript:
     # each step): what the per-item methods give, without a call chain per item.
 
     def _fill(self, items: Sequence[Item]) -> None:
-        """Build the body and header of every item not held yet, in one loop."""
-        known, bodies, heads, classes = self._items, self._bodies, self._heads, self._classes
-        get = known.get
+        """Build the body and header of every item not held yet."""
+        known = self._items
         for it in items:
-            k = id(it)
-            if get(k) is not it:
-                known[k] = it
-                bodies[k] = item_body(it)
-                heads[k] = _item_header(it)
-                classes.pop(k, None)
+            if known.get(id(it)) is not it:
+                self._add(it)
+
+    def _add(self, it: Item) -> None:
+        k = id(it)
+        self._items[k] = it
+        self._bodies[k] = item_body(it)
+        self._heads[k] = _item_header(it)
+        self._classes.pop(k, None)
+
+    # Each method below is one loop over its items that builds a missing item where it
+    # meets it (a compaction asks about thousands of items a dozen times).
 
     def bodies(self, items: Sequence[Item]) -> list[str]:
         """``[self.body(it) for it in items]``."""
-        self._fill(items)
-        bodies = self._bodies
-        return [bodies[id(it)] for it in items]
+        get, bodies, add = self._items.get, self._bodies, self._add
+        out: list[str] = []
+        put = out.append
+        for it in items:
+            k = id(it)
+            if get(k) is not it:
+                add(it)
+            put(bodies[k])
+        return out
 
     def entries(self, items: Sequence[Item]) -> list[str]:
         """``[self.entry(it) for it in items]``."""
@@ -129,43 +141,56 @@ class Transcript:
         bodies, heads = self._bodies, self._heads
         return [f"{heads[id(it)]}\n{bodies[id(it)]}" if bodies[id(it)] else heads[id(it)] for it in items]
 
-    def body_offsets(self, items: Sequence[Item]) -> list[int]:
-        """Where each item's body starts in its entry (its header line and the newline)."""
-        self._fill(items)
-        heads = self._heads
-        return [len(heads[id(it)]) + 1 for it in items]
+    def bodies_at(self, items: Sequence[Item]) -> tuple[list[str], list[int]]:
+        """``self.bodies(items)``, and where each body starts in its entry (after its
+        header line and the newline; where a non-empty body would start)."""
+        get, bodies, heads, add = self._items.get, self._bodies, self._heads, self._add
+        out: list[str] = []
+        at: list[int] = []
+        put, put_at = out.append, at.append
+        for it in items:
+            k = id(it)
+            if get(k) is not it:
+                add(it)
+            put(bodies[k])
+            put_at(len(heads[k]) + 1)
+        return out, at
 
     def pieces(self, items: Sequence[Item], lead: Sequence[str] = ()) -> list[str]:
         """Strings whose concatenation is ``"\n\n".join([*lead, *self.entries(items)])``."""
-        self._fill(items)
-        bodies, heads = self._bodies, self._heads
+        get, bodies, heads, add = self._items.get, self._bodies, self._heads, self._add
         out: list[str] = []
-        add = out.append
+        put = out.append
         for text in lead:
             if out:
-                add("\n\n")
-            add(text)
+                put("\n\n")
+            put(text)
         for it in items:
             k = id(it)
+            if get(k) is not it:
+                add(it)
             if out:
-                add("\n\n")
-            add(heads[k])
+                put("\n\n")
+            put(heads[k])
             body = bodies[k]
             if body:
-                add("\n")
-                add(body)
+                put("\n")
+                put(body)
         return out
 
     def classes_of(self, items: Sequence[Item]) -> list[CharClasses]:
         """``[self.classes(it) for it in items]`` (cancellable between items): an entry's
         counts are its header's, the newline's and its body's, summed."""
-        self._fill(items)
-        bodies, heads, classes, head_classes = self._bodies, self._heads, self._classes, self._head_classes
+        get, bodies, heads, classes, add = self._items.get, self._bodies, self._heads, self._classes, self._add
+        head_classes = self._head_classes
         out: list[CharClasses] = []
+        put = out.append
         for n, it in enumerate(items):
             if not n & 255:
                 stop_if_cancelled()
             k = id(it)
+            if get(k) is not it:
+                add(it)
             got = classes.get(k)
             if got is None:
                 head = heads[k]
@@ -179,7 +204,7 @@ class Transcript:
                 else:
                     got = hc
                 classes[k] = got
-            out.append(got)
+            put(got)
         return out
 
     def estimates(self, items: Sequence[Item]) -> list[int]:
