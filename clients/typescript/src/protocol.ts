@@ -1115,6 +1115,8 @@ export interface QueueStatus {
   running?: number;
   /** @default 0 */
   threads?: number;
+  /** @default 0 */
+  answeredOnLoop?: number;
 }
 
 /**
