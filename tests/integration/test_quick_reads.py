@@ -125,3 +125,126 @@ async def test_a_quick_read_sees_every_commit_of_any_process(shared: SharedDaemo
     listed = await a.session_list()
     assert listed.total == 2 and {x.title for x in listed.sessions} == {"by hand", "second"}
     assert await _on_loop(a) >= start + 4
+
+
+class Wire:
+    """A client speaking raw frames to ``dagctx serve`` (a forwarder that hands its stdio to
+    the shared daemon) or to ``serve --standalone``: what arrives is read in wire order."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    @classmethod
+    async def start(cls, db: str, *, standalone: bool) -> Wire:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-P", "-m", "dagctx.cli", "serve", "--db", db, *(["--standalone"] if standalone else []),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=1 << 26)
+        return cls(proc)
+
+    @staticmethod
+    def frame(msg_id: Any, method: str, params: Any = None, *, body: bytes | None = None) -> bytes:
+        if body is None:
+            msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params if params is not None else {}}
+            if msg_id is not None:
+                msg["id"] = msg_id
+            body = json.dumps(msg).encode()
+        return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+
+    def send(self, *frames: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"".join(frames))
+
+    async def answer(self) -> dict[str, Any]:
+        out = self.proc.stdout
+        assert out is not None
+        while True:
+            header = await asyncio.wait_for(out.readuntil(b"\r\n\r\n"), 60)
+            n = int(header.split(b":")[1].split(b"\r\n")[0])
+            msg = json.loads(await out.readexactly(n))
+            if "id" in msg:  # notifications (none are asked for here) are skipped
+                return msg
+
+    async def call(self, msg_id: int, method: str, params: Any = None) -> Any:
+        self.send(self.frame(msg_id, method, params))
+        got = await self.answer()
+        assert got["id"] == msg_id and "result" in got, got
+        return got["result"]
+
+    async def close(self) -> int:
+        self.send(self.frame(900, "shutdown"), self.frame(None, "exit"))
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        return await asyncio.wait_for(self.proc.wait(), 30)
+
+
+@pytest.mark.parametrize("standalone", [False, True], ids=["serve", "standalone"])
+async def test_a_mixed_run_in_one_write_is_answered_in_arrival_order(shared: SharedDaemon, tmp_path: Path,
+                                                                      standalone: bool) -> None:
+    db = str(tmp_path / "mixed.db")
+    w = await Wire.start(db, standalone=standalone)
+    await w.call(1, "initialize", {"processId": None, "capabilities": {}, "initializationOptions": {"database": db}})
+    s = await w.call(2, "session/create", {"title": "mixed"})
+    sid = s["sessionId"]
+    n1 = (await w.call(3, "node/append", {"sessionId": sid, "node": {"role": "user", "output": "one",
+                                                                      "predecessor": s["head"]}}))["node"]["id"]
+    f = Wire.frame
+    # quick reads first (the daemon's reader answers them), then everything else, in one write
+    w.send(f(10, "session/list", {}), f(11, "session/get", {"sessionId": sid}),
+           f(None, "", body=b"{not json"),
+           f(12, "node/append", {"sessionId": sid, "node": {"role": "llm", "output": "two", "predecessor": n1}}),
+           f(13, "session/get", {"sessionId": sid}),
+           f(None, "$/cancelRequest", {"id": 999}),
+           f(14, "session/history", {"sessionId": sid}),
+           f(15, "session/list", {}),
+           f(17, "session/get", {"sessionId": "no-such-session"}),
+           f(18, "session/get", {"sessionId": sid}))
+    got = [await w.answer() for _ in range(9)]
+    assert [g["id"] for g in got] == [10, 11, None, 12, 13, 14, 15, 17, 18]
+    assert got[0]["result"]["total"] == 1 and got[1]["result"]["nodeCount"] == 2  # the root and "one"
+    assert got[2]["error"]["data"]["kind"] == "ParseError"
+    n2 = got[3]["result"]["node"]["id"]
+    assert got[4]["result"]["head"] == n2 and got[4]["result"]["nodeCount"] == 3  # sees the append before it
+    assert [n["id"] for n in got[5]["result"]["nodes"]] == [n1, n2]
+    assert got[6]["result"]["total"] == 1
+    assert got[7]["error"]["data"]["kind"] == "SessionNotFound"
+    assert got[8]["result"]["head"] == n2
+    # a pipelining client: every answer in order
+    w.send(*(f(100 + i, "session/get" if i % 2 else "session/list", {"sessionId": sid} if i % 2 else {})
+             for i in range(200)))
+    got = [await w.answer() for _ in range(200)]
+    assert [g["id"] for g in got] == list(range(100, 300))
+    assert all("result" in g for g in got)
+    if not standalone:
+        await w.call(500, "daemon/stop")  # the shared daemon its forwarder started
+    await w.close()
+
+
+def _threads(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        return int(next(line for line in fh if line.startswith("Threads:")).split()[1])
+
+
+async def test_a_connections_reader_thread_ends_with_it(shared: SharedDaemon, tmp_path: Path) -> None:
+    db = str(tmp_path / "threads.db")
+    first = await Wire.start(db, standalone=False)  # the shared daemon its forwarder reaches
+    await first.call(1, "initialize", {"processId": None, "capabilities": {}, "initializationOptions": {"database": db}})
+    await first.call(2, "session/create", {"title": "s"})
+    pid = (await first.call(3, "daemon/status"))["pid"]
+    before = _threads(pid)
+    for _ in range(3):
+        wires = [await Wire.start(db, standalone=False) for _ in range(4)]
+        for w in wires:
+            await w.call(1, "initialize", {"processId": None, "capabilities": {},
+                                           "initializationOptions": {"database": db}})
+            assert (await w.call(2, "session/list", {}))["total"] == 1
+        assert _threads(pid) >= before + 4  # a reader each
+        for w in wires:
+            assert await w.close() == 0
+    for _ in range(200):
+        if _threads(pid) <= before:
+            break
+        await asyncio.sleep(0.05)
+    assert _threads(pid) <= before
+    assert (await first.call(4, "session/list", {}))["total"] == 1
+    await first.call(5, "daemon/stop")
+    await first.close()

@@ -49,6 +49,12 @@ BIG_BODY_BYTES = 1 << 20
 _NOT_DECODED = object()
 
 
+class _Decoded(tuple):  # type: ignore[type-arg]
+    """A body the reader thread already checked and decoded (``Incoming._predecode``)."""
+
+    __slots__ = ()
+
+
 class Incoming:
     """The input half of a connection (mixed into ``DagctxProtocol``, whose state it reads)."""
 
@@ -68,6 +74,14 @@ class Incoming:
     _quick_out: list[bytes]
     _flush_quick: Any
     _quickly: Any
+    _quick_answer: Any
+    _write_from_thread: Any
+    #: batches the reader thread handed to the loop, and how many the loop has dispatched
+    #: (each counted by one side only: the thread answers quick reads only when they match)
+    _handed_in: int
+    _handed_done: int
+    #: big bodies decoding in the pool, their frames behind them not dispatched yet
+    _loop_busy: int
 
     def feed(self, data: bytes) -> None:
         self.hub.last_input = time.monotonic()
@@ -79,7 +93,80 @@ class Incoming:
         if self._quick_out:  # the quick answers of this read, in one write
             self._flush_quick()
 
+    def feed_in_thread(self, data: bytes) -> None:
+        """The client's input, read by its reader thread (``pipe_reader.PipeReader``, SPEC
+        §1.4): the quick reads at the head of it answered here, when nothing this connection
+        sent before them waits on the loop or is unanswered; everything from the first other
+        frame on handed to the loop in arrival order, small bodies already checked and
+        decoded (``_Decoded``) — the loop only dispatches them."""
+        self.hub.last_input = time.monotonic()
+        if self.exit_code is not None:
+            return  # the connection ended: what the client still sent is not read
+        events: list[Any] = self.parser.feed(data)
+        answers: list[bytes] = []
+        quick = (self._handed_in == self._handed_done and self._held is None and not self._loop_busy
+                 and self.initialized and not self.initializing and not self.shutting_down)
+        first = 0
+        for i, event in enumerate(events):
+            if not isinstance(event, Body) or len(event.data) >= BIG_BODY_BYTES:
+                break  # the loop reads it as it would (a big body goes to the pool)
+            try:
+                decoded = self._predecode(event.data)
+            except Exception:  # noqa: BLE001 - the loop meets it again and answers it
+                break
+            if quick:
+                answer = self._quick_decoded(decoded, bool(answers))
+                if answer is not None:
+                    answers.append(answer)
+                    first = i + 1
+                    continue
+                quick = False
+            events[i] = _Decoded(decoded)
+        if answers:
+            self._write_from_thread(answers[0] if len(answers) == 1 else b"".join(answers))
+        if first < len(events):
+            self._handed_in += 1
+            self.hub.post(self._events_from_thread, events[first:])
+
+    def _quick_decoded(self, decoded: tuple[Any, ...], same_batch: bool) -> bytes | None:
+        """The answer of a decoded body when it is a well-formed quick read that can be
+        answered now (``_quick_answer``); None for anything else."""
+        if decoded[0] != "message":
+            return None
+        env, params = decoded[1], decoded[2]
+        method, msg_id = env.method, env.id
+        if (not isinstance(method, str) or env.jsonrpc != "2.0" or msg_id is msgspec.UNSET or msg_id is None
+                or isinstance(msg_id, bool) or not isinstance(msg_id, (int, str))
+                or params is _NOT_DECODED or isinstance(params, Exception)):
+            return None
+        quick = self.quick.get(method)
+        if quick is None:
+            return None
+        return self._quick_answer(msg_id, method, quick, params, same_batch)
+
+    def _events_from_thread(self, events: list[Any]) -> None:
+        """On the loop: what the reader thread handed over, in order. Counted done only
+        once every answer it produced here is written (the thread may answer next)."""
+        try:
+            if self.exit_code is not None:
+                return  # the connection is gone: nobody to answer
+            for event in events:
+                if self._held is not None:  # a big body is decoding in the pool: keep the order
+                    self._held.append(event)
+                else:
+                    self._event(event)
+            if self._quick_out:
+                self._flush_quick()
+        finally:
+            self._handed_done += 1
+
     def _event(self, event: Body | Any) -> None:
+        if isinstance(event, _Decoded):
+            try:
+                self._dispatch_decoded(tuple(event))
+            except Exception as exc:
+                self._internal_error(None, "a message", exc)
+            return
         if isinstance(event, Body):
             if len(event.data) >= BIG_BODY_BYTES and self.hub.loop is not None:
                 self._decode_in_pool(event.data)
@@ -95,6 +182,7 @@ class Incoming:
         """A big body (a 50 MB tool output) is checked and decoded in the pool, so the loop
         keeps serving the other connections; this connection's later frames wait for it."""
         self._held = deque()
+        self._loop_busy += 1  # until the frames held behind it are dispatched
         loop = asyncio.get_running_loop()
         cf = self.hub.pool.submit((self.connection_id, 3), lambda: self._predecode(body))
         cf.add_done_callback(lambda f: loop.call_soon_threadsafe(self._predecoded, f))
@@ -102,15 +190,20 @@ class Incoming:
     def _predecoded(self, cf: Any) -> None:
         held, self._held = self._held, None
         try:
-            self._dispatch_decoded(cf.result())
-        except Exception as exc:
-            self._internal_error(None, "a message", exc)
-        while held and self._held is None:
-            self._event(held.popleft())
-        if held:  # another big body started decoding: the rest waits behind it
-            assert self._held is not None
-            held.extend(self._held)
-            self._held = held
+            try:
+                self._dispatch_decoded(cf.result())
+            except Exception as exc:
+                self._internal_error(None, "a message", exc)
+            while held and self._held is None:
+                self._event(held.popleft())
+            if held:  # another big body started decoding: the rest waits behind it
+                assert self._held is not None
+                held.extend(self._held)
+                self._held = held
+            if self._quick_out:
+                self._flush_quick()
+        finally:
+            self._loop_busy -= 1
 
     def handle_body(self, body: bytes) -> None:
         self._dispatch_decoded(self._predecode(body))

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import sys
 import threading
 import time
@@ -64,6 +65,7 @@ from . import guards, lsp
 from .framing import FrameParser
 from .hub import Hub
 from .incoming import Incoming
+from .pipe_reader import PipeReader
 from .requests import RequestRunner
 
 log = logging.getLogger("dagctx.server")
@@ -143,6 +145,9 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         self._notes_posted = 0
         #: quick answers (``RequestRunner._quickly``) not written yet: written together
         self._quick_out: list[bytes] = []
+        self._handed_in = 0
+        self._handed_done = 0
+        self._loop_busy = 0
         #: told (under ``_out_lock``) when the posted notifications are all written (``drain``)
         self._notes_written = threading.Condition(self._out_lock)
         #: a ``drain`` waited ``DRAIN_WAIT`` in vain: the next ones do not wait until it caught up
@@ -390,7 +395,16 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
                 # EOF: the client went away. Clean exit, like a closed editor.
                 proto._finish(0)
 
-        transport, _ = await loop.connect_read_pipe(_Pipe, stdin)
+        try:  # read by a thread of its own, which answers the quick reads itself (SPEC §1.4)
+            fd = os.dup(stdin.fileno())
+        except (AttributeError, OSError, ValueError):
+            fd = -1
+        if fd < 0:  # not a descriptor (a test's stream): the loop reads it
+            transport, _ = await loop.connect_read_pipe(_Pipe, stdin)
+        else:
+            transport = PipeReader(fd, self.feed_in_thread, lambda: self._finish(0), self.hub.post,
+                                   name="dagctx-in-stdio")
+            transport.start()
         try:
             return await self.closed
         finally:

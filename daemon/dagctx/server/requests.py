@@ -118,6 +118,7 @@ class RequestRunner:
     _out_lock: Any
     _owed: dict[Any, None]
     _notes_posted: int
+    _notes_written: Any
     _quick_out: list[bytes]
     writer: Any
 
@@ -184,32 +185,67 @@ class RequestRunner:
         else:
             start()
 
-    def _quickly(self, msg_id: Any, method: str, quick: Callable[[Any], Any], params: Any) -> bool:
-        """A quick read (``EngineCore.quick_handlers``) answered here, on the loop, when its
-        answer is at hand without a wait and nothing this connection sent before it is
-        unanswered (SPEC §1.4): a small read then costs no thread hand-off. True when it was
-        answered; False sends it the usual way (the pool), which gives the same answer, or
-        the error in its words — a quick handler never words one."""
+    def _quickly(self, msg_id: Any, method: str, quick: Callable[[Any, bool], Any], params: Any) -> bool:
+        """On the loop: a quick read (``EngineCore.quick_handlers``) answered here when it
+        can be (``_quick_answer``), its answer held back to go out with the other quick
+        answers of the same read from the client (one write for a pipelining client's
+        run), before anything else is written or run. False sends it the usual way."""
+        data = self._quick_answer(msg_id, method, quick, params, bool(self._quick_out))
+        if data is None:
+            return False
+        self._quick_out.append(data)
+        return True
+
+    def _quick_answer(self, msg_id: Any, method: str, quick: Callable[[Any, bool], Any], params: Any,
+                      same_batch: bool) -> bytes | None:
+        """The framed answer of a quick read when its answer is at hand without a wait and
+        nothing this connection sent before it is unanswered (SPEC §1.4): a small read then
+        costs no thread hand-off. None sends it the usual way (the pool), which gives the
+        same answer, or the error in its words — a quick handler never words one. Called on
+        the loop, or by the connection's reader thread when nothing it read waits on the loop."""
         db = self.engine.db
         tail = self._ordered_tail  # None once the last ordered request's answer is written
         if tail is not None and not _sent(tail):
-            return False
+            return None
         if (db is None or self._owed or self._backlog or self._notes_posted or self.exit_code is not None
                 or not self.hub.quick.allowed(db.key, method)):
-            return False
+            return None
         start = time.perf_counter()
         try:
-            result = quick(params, bool(self._quick_out))
+            result = quick(params, same_batch)
         except Exception:  # noqa: BLE001 - the usual way meets it again and answers it
-            return False
+            return None
         if result is None:
-            return False
+            return None
         data = self._answer(msg_id, method, result)
         self.hub.quick.took(db.key, method, time.perf_counter() - start)
-        # written with the other quick answers of the same read from the client (one write
-        # for a pipelining client's run), before anything else is written or run
-        self._quick_out.append(data)
-        return True
+        return data
+
+    def _write_from_thread(self, data: bytes) -> None:
+        """The reader thread's answers: straight to the client when nothing is queued before
+        them, else through the loop like a worker's notification (``_notes_posted``), so
+        whatever is written after them waits for them."""
+        with self._out_lock:
+            if self.exit_code is not None:
+                return
+            write_now = getattr(self.writer, "write_now", None)
+            if not self._notes_posted and write_now is not None:
+                try:
+                    if write_now(data):
+                        return
+                except (BrokenPipeError, ValueError, OSError):
+                    pass  # the loop meets the same error and closes the connection
+            self._notes_posted += 1
+        self.hub.post(self._bytes_posted, data)
+
+    def _bytes_posted(self, data: bytes) -> None:
+        try:
+            self.write_bytes(data)
+        finally:
+            with self._out_lock:
+                self._notes_posted -= 1
+                if not self._notes_posted:
+                    self._notes_written.notify_all()
 
     def _flush_quick(self) -> None:
         """Write the quick answers held back (``_quickly``): at the end of what the client

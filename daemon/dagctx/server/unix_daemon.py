@@ -29,6 +29,7 @@ from dagctx.engine.shared import EngineShared
 
 from .hub import Hub
 from .jsonrpc_server import DagctxProtocol, DagctxServer
+from .pipe_reader import PipeReader
 
 log = logging.getLogger("dagctx.server")
 
@@ -137,25 +138,6 @@ CLOSING_MARK = b'"$/dagctx/closing"'
 FLUSH_SECONDS = 10.0
 
 
-class _ClientIn(asyncio.Protocol):
-    """The client's stdin, handed off by its forwarder: frames in."""
-
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
-
-    def data_received(self, data: bytes) -> None:
-        proto = self.conn.proto
-        if proto is not None:
-            proto.feed(data)
-
-    def eof_received(self) -> bool | None:
-        self.conn.client_gone()
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.conn.client_gone()
-
-
 class _ClientOut(asyncio.BaseProtocol):
     """The client's stdout, handed off by its forwarder: answers out."""
 
@@ -204,7 +186,7 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._peek: socketlib.socket | None = None
         #: the client's pipes once handed off
-        self.pipe_in: asyncio.ReadTransport | None = None
+        self.pipe_in: PipeReader | None = None
         self.pipe_out: asyncio.WriteTransport | None = None
         self.out_proto: _ClientOut | None = None
         #: the closing frame of a handed-off connection, sent on the socket last
@@ -277,14 +259,20 @@ class Connection(asyncio.Protocol):
             deadline = loop.time() + FLUSH_SECONDS
             while proto.attach is None and not self._ending and loop.time() < deadline:
                 await asyncio.sleep(0.005)
-            in_transport, _ = await loop.connect_read_pipe(lambda: _ClientIn(self), os.fdopen(fd_in, "rb", buffering=0))
-            self.pipe_in = in_transport
+            # read by a thread of its own, which answers the quick reads itself (SPEC §1.4)
+            reader = PipeReader(fd_in, proto.feed_in_thread, self.client_gone, self.hub.post,
+                                name=f"dagctx-in-{proto.connection_id}")
+            fd_in = -1  # the reader owns it now
+            self.pipe_in = reader
+            reader.start()
             if self._ending:
-                in_transport.close()
+                reader.close()
         except (OSError, ValueError) as exc:
             log.warning("connection %s: cannot take over the client's stdio (%s); closing it",
                         proto.connection_id if proto else "?", exc)
             for fd in (fd_in, fd_out):
+                if fd < 0:
+                    continue
                 try:
                     os.close(fd)
                 except OSError:
