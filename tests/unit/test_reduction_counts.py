@@ -31,3 +31,13 @@ def test_result_request_estimate_is_its_shell_plus_its_result(previous: str | No
         _, user = tr.result_messages(x, text, previous=previous)
         _, shell = tr.result_messages(x, "", previous=previous)
         assert estimate_of_classes(add_classes(char_classes(shell), char_classes(text))) == estimate_tokens(user)
+
+
+def test_a_key_in_parts_is_the_key_of_their_concatenation() -> None:
+    """A checkpoint segment's key is hashed from its parts, its steps already encoded."""
+    cfg = {"summarizer": "host", "model": "m", "window": 32000}
+    parts = ["prev-key", "\0", "Fix 测试", "\0", "step one é".encode(), b"\n", "two \ud800 \U0001f600".encode(
+        "utf-8", "surrogatepass"), b"\n", "three"]
+    whole = "prev-key\0Fix 测试\0step one é\ntwo \ud800 \U0001f600\nthree"
+    assert tr.summary_key("checkpoint", parts, cfg) == tr.summary_key("checkpoint", whole, cfg)
+    assert tr.summary_key("checkpoint", [whole], cfg) == tr.summary_key("checkpoint", whole, cfg)

@@ -23,6 +23,7 @@ from dagctx.ledger.graph import SessionGraph
 from dagctx.protocol.context_messages import Budget, BudgetExceededDetails, PromptLayer
 from dagctx.protocol.errors import DagctxError
 
+from .aging import owner_cache
 from .result_summaries import plain_text, result_summary_cap
 from .turn_shape import TurnShape, unit_of
 
@@ -79,16 +80,23 @@ def protected_parts(
     """
     newest = shape.steps[-1] if shape.steps else None
     turn = set(shape.steps)
-    cache: dict[str, str] = {}
+    # outside a frame a unit is the chain owner, kept per graph for every walk of it
+    cache: dict[str, str] = owner_cache(graph) if shape.frame is None else {}
+    nodes = graph.nodes
     user_tokens = 0
     step_tokens = 0
     for k, (ids, n) in enumerate(zip(node_ids, per_message)):
         if system_in_messages and k == 0:
             continue
-        owners = {unit_of(graph, shape, i, cache) for i in ids if i in graph.nodes}
-        if shape.user is not None and (shape.user in owners or any(
-            graph.nodes[i].role == "user" and unit_of(graph, shape, i, cache) in turn for i in ids if i in graph.nodes
-        )):
+        owners: set[str] = set()
+        user_in_turn = False  # a user-authored node inside the turn (an ask-user answer)
+        for i in ids:
+            node = nodes.get(i)
+            if node is not None:
+                unit = unit_of(graph, shape, i, cache)
+                owners.add(unit)
+                user_in_turn = user_in_turn or (node.role == "user" and unit in turn)
+        if shape.user is not None and (shape.user in owners or user_in_turn):
             user_tokens += n
         elif owners & shape.stack:
             # a frame's open call stack (its calls, their "[in progress]" results)

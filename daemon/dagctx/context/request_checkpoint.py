@@ -23,6 +23,7 @@ from typing import Any
 
 from dagctx.ledger.graph import SessionGraph
 
+from .aging import owner_cache
 from .content import json_text
 from .formats import RenderFormat, reasoning_owners
 from .formats import get as get_format
@@ -117,7 +118,7 @@ def checkpoint_steps(graph: SessionGraph, view: View, shape: TurnShape,
 def step_tokens(shape: TurnShape, graph: SessionGraph, node_ids: Sequence[Sequence[str]],
                 per_message: Sequence[int]) -> dict[str, int]:
     """Tokens of each step's messages (a message counts for the step owning its first node)."""
-    cache: dict[str, str] = {}
+    cache: dict[str, str] = owner_cache(graph) if shape.frame is None else {}
     steps = set(shape.steps)
     out = dict.fromkeys(shape.steps, 0)
     for ids, n in zip(node_ids, per_message):

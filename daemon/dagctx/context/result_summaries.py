@@ -71,23 +71,43 @@ def result_candidates(
     ``newest_step``: the newest step's own finished results instead (the last resort,
     SPEC §8: only its completed results, never its calls).
     """
+    earlier, newest = result_candidate_sets(view, graph, shape, token_of, aged=aged, min_tokens=min_tokens)
+    return newest if newest_step else earlier
+
+
+def result_candidate_sets(
+    view: View,
+    graph: SessionGraph,
+    shape: TurnShape,
+    token_of: Callable[[str], int],
+    *,
+    aged: Mapping[str, str],
+    min_tokens: int = MIN_RESULT_TOKENS,
+) -> tuple[list[ResultCandidate], list[ResultCandidate]]:
+    """``result_candidates`` of the earlier steps and of the newest step, in one pass over
+    the view (a reduction plans both, SPEC §8)."""
     newest = shape.steps[-1] if shape.steps else None
     unfinished: set[str] = set()
     for it, owner in zip(view.items, shape.owners):
         if it.kind in ("tool_result", "text_pair") and (it.synthetic or it.status == "running"):
             unfinished.add(owner)
-    out: list[ResultCandidate] = []
+    out: tuple[list[ResultCandidate], list[ResultCandidate]] = ([], [])
     seen: set[str] = set()
     for it, owner in zip(view.items, shape.owners):
         if not (it.kind == "tool_result" or (it.kind == "text_pair" and it.part == "result")):
             continue
         node = graph.nodes.get(it.node_id)
-        if node is None or node.role != "code" or node.id in seen or (node.id in aged and not newest_step):
+        if node is None or node.role != "code" or node.id in seen:
+            continue
+        last = owner == newest
+        if node.id in aged and not last:
+            # an aged result of an earlier step: neither list takes it (the newest step's
+            # list only takes the newest step's results)
             continue
         seen.add(node.id)
-        if (owner == newest) != newest_step or node.status not in ("completed", "error", "cancelled"):
+        if node.status not in ("completed", "error", "cancelled"):
             continue
-        if owner in unfinished and not newest_step:
+        if owner in unfinished and not last:
             continue
         if node.output is None:
             continue
@@ -98,8 +118,9 @@ def result_candidates(
         if text is None:
             continue
         args = "" if node.input is None else (node.input if isinstance(node.input, str) else json_text(node.input))
-        out.append(ResultCandidate(node.id, node.name, it.tool_call_id, tokens, text, args, node.status))
-    out.sort(key=lambda c: graph.nodes[c.node_id].seq)
+        out[last].append(ResultCandidate(node.id, node.name, it.tool_call_id, tokens, text, args, node.status))
+    for cands in out:
+        cands.sort(key=lambda c: graph.nodes[c.node_id].seq)
     return out
 
 
@@ -163,5 +184,5 @@ def result_messages(c: ResultCandidate, text: str, *, previous: str | None = Non
 
 
 __all__ = ["CHUNK_SHARE", "MIN_RESULT_TOKENS", "RESULT_MARKER", "ResultCandidate", "expected_saving", "plain_text",
-           "reduced_result_text", "result_candidates", "result_chunks", "result_messages", "result_summary_cap",
-           "results_needed"]
+           "reduced_result_text", "result_candidate_sets", "result_candidates", "result_chunks", "result_messages",
+           "result_summary_cap", "results_needed"]

@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -76,6 +76,7 @@ from .result_summaries import (
     ResultCandidate,
     expected_saving,
     reduced_result_text,
+    result_candidate_sets,
     result_candidates,
     result_chunks,
     result_messages,
@@ -137,14 +138,20 @@ def split_segments(text: str, max_tokens: int, count: Callable[[str], int]) -> l
     return out
 
 
-def summary_key(kind: str, content: str, config: Mapping[str, Any]) -> str:
-    """The cache key of a summary: its kind, the exact content and the model configuration."""
+def summary_key(kind: str, content: str | Sequence[str | bytes], config: Mapping[str, Any]) -> str:
+    """The cache key of a summary: its kind, the exact content and the model configuration.
+
+    ``content`` may come in parts — texts, or texts already encoded (UTF-8,
+    ``surrogatepass``) — whose concatenation it is: the same key, without joining a
+    checkpoint segment of tens of kilobytes only to hash it (each character encodes
+    alone, so the encoding of a concatenation is the concatenation of the encodings)."""
     items = tuple(sorted(config.items()))
     try:
         h = _key_hasher(kind, items).copy()
     except TypeError:  # a configuration value that cannot be a cache key itself
         h = _key_hasher.__wrapped__(kind, items)
-    h.update(content.encode("utf-8", "surrogatepass"))
+    for part in (content,) if isinstance(content, str) else content:
+        h.update(part if isinstance(part, bytes) else part.encode("utf-8", "surrogatepass"))
     return h.hexdigest()[:40]
 
 
@@ -253,6 +260,7 @@ __all__ = [
     "is_context_overflow",
     "protected_parts",
     "reduced_result_text",
+    "result_candidate_sets",
     "result_candidates",
     "result_chunks",
     "result_messages",

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from dagctx.context import turn_reduction as tr
+from dagctx.context.aging import owner_cache
 from dagctx.context.char_classes import CharClasses, add_classes, char_classes, estimate_of_classes
 from dagctx.context.tokens import estimate_tokens
 from dagctx.context.turn_reduction import Checkpoint, ReducedText, Reductions
@@ -92,6 +93,29 @@ class _Plan:
     keys: dict[str, str] = field(default_factory=dict)
     #: ``char_classes`` of the step texts read so far (``counts``)
     step_counts: dict[str, CharClasses] = field(default_factory=dict)
+    #: the step texts encoded so far (``encoded``)
+    step_bytes: dict[str, bytes] = field(default_factory=dict)
+    #: ``_region`` of each checkpoint tried, by its key
+    regions: dict[str, tuple[int, int, int, int] | None] = field(default_factory=dict)
+    #: the unreduced request's messages holding each node (``messages_of``), made on first use
+    node_messages: dict[str, list[int]] | None = None
+
+    def messages_of(self, node_id: str) -> list[int]:
+        """The unreduced request's messages that hold ``node_id``."""
+        if self.node_messages is None:
+            self.node_messages = {}
+            for k, ids in enumerate(self.base.rendering.node_ids):
+                for i in ids:
+                    self.node_messages.setdefault(i, []).append(k)
+        return self.node_messages.get(node_id, [])
+
+    def encoded(self, step: str) -> bytes:
+        """A step's text as a checkpoint segment's cache key hashes it (``tr.summary_key``
+        in parts), encoded once however many segments and checkpoints hash it."""
+        got = self.step_bytes.get(step)
+        if got is None:
+            got = self.step_bytes[step] = self.step_texts[step].encode("utf-8", "surrogatepass")
+        return got
 
     def counts(self, step: str) -> CharClasses:
         """``char_classes`` of a step's text, read once: a checkpoint's segments are sized
@@ -126,9 +150,8 @@ def _plan(run: ReductionRun, base: Built) -> _Plan:
     def token_of(nid: str) -> int:
         return e.views.counts_of(graph, nid, run.tokenizer, cache)[1]
 
-    cands = tr.result_candidates(view, graph, shape, token_of, aged=base.aged)
-    newest = tr.result_candidates(view, graph, shape, token_of, aged=base.aged, newest_step=True)
-    units: dict[str, str] = {}
+    cands, newest = tr.result_candidate_sets(view, graph, shape, token_of, aged=base.aged)
+    units: dict[str, str] = owner_cache(graph) if shape.frame is None else {}
     owners = {x.node_id: tr.unit_of(graph, shape, x.node_id, units) for x in cands + newest}
     # only signed reasoning this render sends binds a step (SPEC §6, §8): by format and mode
     manifest = base.rendering.manifest
@@ -283,10 +306,31 @@ def _checkpoint_bounds(run: ReductionRun, plan: _Plan, red: Reductions) -> tuple
     that merge the turn's user message (protected) may take in the checkpoint, what the
     region keeps and the message after it."""
     cp = red.checkpoint
-    base = plan.base
-    r = base.rendering
     if cp is None:
         return None
+    base = plan.base
+    r = base.rendering
+    got = plan.regions.get(cp.key)
+    if got is None and cp.key not in plan.regions:
+        got = plan.regions[cp.key] = _region(run, plan, cp)
+    if got is None:
+        return None
+    lo, hi, lower, upper = got
+    at = sorted({k for n in red.results for k in plan.messages_of(n) if k < lo or k > hi})
+    if at:
+        msgs, ids = [r.messages[k] for k in at], [r.node_ids[k] for k in at]
+        count = run.engine.views.count_messages
+        graph = run.graph if run.graph is not None else run.engine.store.graph(run.session_id)
+        after = count(graph, msgs, ids, r.tokenizer, red.aged_overlay(base.aged), None, fmt=r.record.format)
+        before = count(graph, msgs, ids, r.tokenizer, dict(base.aged), None, fmt=r.record.format)
+        lower += sum(after) - sum(before)
+    return lower, upper
+
+
+def _region(run: ReductionRun, plan: _Plan, cp: Checkpoint) -> tuple[int, int, int, int] | None:
+    """What ``_checkpoint_bounds`` reads of a checkpoint, whatever results go with it: the
+    region's first and last message, and both bounds without the results."""
+    r = plan.base.rendering
     covered = set(cp.covers)
     nodes = {it.node_id for it, owner in zip(r.view.items, plan.shape.owners) if owner in covered}
     region = [k for k, ids in enumerate(r.node_ids) if not nodes.isdisjoint(ids)]
@@ -295,19 +339,10 @@ def _checkpoint_bounds(run: ReductionRun, plan: _Plan, red: Reductions) -> tuple
     lo, hi = region[0], region[-1]
     pm = r.per_message
     overhead = run.engine.counter.message_overhead(r.tokenizer)
-    lower = base.estimate - sum(pm[lo:hi + 1]) + cp.tokens_after - overhead
-    added = set(red.results)
-    at = [k for k, ids in enumerate(r.node_ids) if (k < lo or k > hi) and not added.isdisjoint(ids)]
-    if at:
-        msgs, ids = [r.messages[k] for k in at], [r.node_ids[k] for k in at]
-        count = run.engine.views.count_messages
-        graph = run.graph if run.graph is not None else run.engine.store.graph(run.session_id)
-        after = count(graph, msgs, ids, r.tokenizer, red.aged_overlay(base.aged), None, fmt=r.record.format)
-        before = count(graph, msgs, ids, r.tokenizer, dict(base.aged), None, fmt=r.record.format)
-        lower += sum(after) - sum(before)
+    lower = plan.base.estimate - sum(pm[lo:hi + 1]) + cp.tokens_after - overhead
     kept = sum(pm[k] for k in range(lo, hi + 1) if not nodes.issuperset(r.node_ids[k]))
-    upper = base.parts.total + cp.tokens_after + kept + (pm[hi + 1] if hi + 1 < len(pm) else 0)
-    return lower, upper
+    upper = plan.base.parts.total + cp.tokens_after + kept + (pm[hi + 1] if hi + 1 < len(pm) else 0)
+    return lo, hi, lower, upper
 
 
 def _checkpoint_surely_over(run: ReductionRun, plan: _Plan, red: Reductions) -> bool:
@@ -355,23 +390,26 @@ async def _checkpoint_segments(run: ReductionRun, plan: _Plan, steps: list[str],
     key = ""
     summary: str | None = None
     calls = 0
-    bodies: list[str] = []
     sizes: list[CharClasses] = []
     keys: list[str] = []
     for lo, hi in segments:  # each key names its segment and everything before it
-        bodies.append("\n".join(plan.step_texts[st] for st in steps[lo:hi]))
         # the body's char_classes: its steps' and the (ASCII) line breaks between them
         sizes.append(add_classes((hi - lo - 1, 0, 0, 0), *(plan.counts(st) for st in steps[lo:hi])))
-        key = tr.summary_key("checkpoint", "\0".join((key, plan.task, bodies[-1])), run.config)
+        # the key of "key \0 task \0 body", the body's steps hashed as encoded once
+        parts: list[str | bytes] = [key, "\0", plan.task, "\0"]
+        for j in range(lo, hi):
+            parts += (b"\n", plan.encoded(steps[j])) if j > lo else (plan.encoded(steps[j]),)
+        key = tr.summary_key("checkpoint", parts, run.config)
         keys.append(key)
     stored = _stored(run, keys)
-    for body, size, key in zip(bodies, sizes, keys):
+    for (lo, hi), size, key in zip(segments, sizes, keys):
         hit = stored.get(key)
         if hit is not None:
             summary = hit[0]
             run.report.cache_hits += 1
             continue
         run.planned += 1
+        body = "\n".join(plan.step_texts[st] for st in steps[lo:hi])
         prev = summary
         system, user = tr.checkpoint_messages(plan.task, body, previous=prev, words=words)
         # the body goes into the request once, as it is: the request's estimate is its
