@@ -360,3 +360,70 @@ def test_watch_equals_the_subtree_of_each_node(tmp_path: Path) -> None:
         got = _watch(graph, ids, also)
         assert got == _reference_watch(graph, ids, also)
     assert {tool, inner} <= set(_watch(graph, {head}, set()))
+
+
+def _cut_as_before(view: Any, graph: Any, tok: Any, target: int) -> tuple[int, list[str], str | None]:
+    """Where ``cut_decision`` cut before its loops were folded (one walk back per item,
+    then the user boundaries asked again, each owner looked up one by one), and the
+    groups and previous summary it found: ``(cut index, input groups, previous id)``."""
+    from dagctx.context.aging import owner_chain_id
+    from dagctx.context.compaction_plan import KEEP_MIN_MESSAGES, MESSAGE_RULE_MAX, _is_user_boundary
+
+    items = view.items
+    n = len(items)
+    toks = [max(0, int(tok(it))) for it in items]
+    tail, msgs = [0] * (n + 1), [0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        it = items[i]
+        conv = (_is_user_boundary(it, graph) if it.kind == "user"
+                else it.kind == "assistant" and it.depth == 0 and bool(it.text.strip()))
+        tail[i], msgs[i] = tail[i + 1] + toks[i], msgs[i + 1] + (1 if conv else 0)
+    i_tok = max(i for i in range(n) if tail[i] >= target)
+    users = [b for b in range(n) if _is_user_boundary(items[b], graph)]
+    first_real = next((i for i, it in enumerate(items) if it.kind != "summary"), n)
+    bounds = [b for b in users if b > first_real]
+    cut = next((b for b in bounds if b >= i_tok), bounds[-1])
+    last_two = users[-2] if len(users) >= 2 else users[-1] if users else 0
+    if tail[last_two] <= target:
+        enough = [b for b in bounds if msgs[b] >= KEEP_MIN_MESSAGES]
+        goal = enough[-1] if enough else bounds[0]
+        if goal < cut:
+            cut = next((b for b in bounds if goal <= b < cut and tail[b] <= MESSAGE_RULE_MAX * target), cut)
+    groups = [it.node_id if it.kind == "summary" else owner_chain_id(graph, it.node_id) for it in items[:cut]]
+    prev = [it.node_id for it in items[:cut] if it.kind == "summary"]
+    return cut, groups, prev[-1] if prev else None
+
+
+def test_cut_decision_cuts_where_it_cut_before(tmp_path: Path) -> None:
+    seed = 4
+    from dagctx.context.compaction_plan import cut_decision, keep_target
+
+    e = _engine(tmp_path / "c.db", Summarizer())
+    sid, _ = _session(e, 9, 30, seed)
+    # a summary in the view (the previous one of the next cut), then more turns after it
+    assert asyncio.run(compact(e, c.CompactParams(session_id=sid, model=MODEL, keep_recent_tokens=300))).ok
+    rnd = random.Random(seed)
+    head = e.store.head(sid)
+    for i in range(4):
+        u = _append(e, sid, role="user", output=f"more {i}: {'  ' if i == 1 else ''}check {rnd.random()}",
+                    predecessor=head)
+        # replies of only whitespace do not count as conversation messages
+        head = _append(e, sid, role="llm", name=MODEL, output=" \n\t " if i == 2 else f"ok {i}", predecessor=u)
+    graph = e.store.graph(sid)
+    view = render_view(graph, head)
+    e.close()
+    assert any(it.kind == "summary" for it in view.items)
+
+    def tok(it: Any) -> int:
+        return 3 + len(it.text) // 5
+
+    cuts = set()
+    for keep in (*range(0, 240, 3), 400, 900, 5_000):
+        plan, why = cut_decision(view, graph, tok, window=128_000, keep_recent_tokens=keep)
+        if plan is None:
+            assert why in ("belowThreshold", "nothingToCompact")
+            continue
+        cut, groups, prev = _cut_as_before(view, graph, tok, keep_target(128_000, keep))
+        assert (plan.cut_index, plan.input_groups, plan.previous_summary_id) == (cut, groups, prev)
+        cuts.add(cut)
+    assert len(cuts) >= 2  # the token rule and the message rule both cut somewhere

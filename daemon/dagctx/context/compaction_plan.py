@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from itertools import accumulate
 from dataclasses import dataclass
 from typing import Any
 
@@ -201,26 +202,27 @@ def cut_decision(
         return None, BELOW_THRESHOLD
 
     n = len(items)
-    tail = [0] * (n + 1)
-    msgs = [0] * (n + 1)
-    users: list[int] = []  # the user boundaries, newest first until reversed below
-    i_tok = -1  # the last position whose tail still holds the target
-    for i in range(n - 1, -1, -1):
-        if not i & 1023:
-            stop_if_cancelled()  # SPEC §1.4: planning a compaction is cancellable
-        tail[i] = tail[i + 1] + toks[i]
-        if i_tok < 0 and tail[i] >= target:
-            i_tok = i
+    # conversation messages (user boundaries, and top-level assistant texts with more than
+    # whitespace: ``bool(text.strip())`` without a copy of each reply) and user boundaries
+    stop_if_cancelled()  # SPEC §1.4: planning a compaction is cancellable
+    conv = [0] * n
+    users: list[int] = []
+    for i in [i for i, it in enumerate(items) if it.kind == "user" or it.kind == "assistant"]:
         it = items[i]
-        # conversation messages: user boundaries, and assistant texts of the top level
         if it.kind == "user":
-            user = _is_user_boundary(it, graph)
-            if user:
+            if _is_user_boundary(it, graph):
                 users.append(i)
-            msgs[i] = msgs[i + 1] + user
-        else:
-            msgs[i] = msgs[i + 1] + (it.kind == "assistant" and it.depth == 0 and bool(it.text.strip()))
-    users.reverse()
+                conv[i] = 1
+        elif it.depth == 0 and (text := it.text) and not text.isspace():
+            conv[i] = 1
+    stop_if_cancelled()
+    # what the tail from each position holds (tail[n] = msgs[n] = 0)
+    tail = list(accumulate(reversed(toks), initial=0))[::-1]
+    msgs = list(accumulate(reversed(conv), initial=0))[::-1]
+    # the last position whose tail still holds the target (tails shrink toward the end)
+    i_tok = n - 1
+    while tail[i_tok] < target:
+        i_tok -= 1
 
     first_real = next((i for i, it in enumerate(items) if it.kind != "summary"), n)
     bounds = [b for b in users if b > first_real]
@@ -251,18 +253,17 @@ def cut_decision(
     old_covers: list[str] = []
     cache = owner_cache(graph)
     input_items = list(items[:cut])
-    groups: list[str] = []
     stop_if_cancelled()
-    for k, it in enumerate(input_items):
-        if not k & 1023:
-            stop_if_cancelled()
-        if it.kind == "summary":
+    # each item's group: a summary is its own, any other item its owner (cached for most)
+    owner = cache.get
+    groups = [it.node_id if it.kind == "summary" else owner(it.node_id) or owner_chain_id(graph, it.node_id, cache)
+              for it in input_items]
+    stop_if_cancelled()
+    for it in input_items:
+        if it.kind == "summary":  # the last summary in the view is the previous one
             prev_id = it.node_id
             prev_text = strip_marker(it.text)
             old_covers = covers_of(graph.nodes[it.node_id])
-            groups.append(it.node_id)
-        else:
-            groups.append(cache.get(it.node_id) or owner_chain_id(graph, it.node_id, cache))
     old = set(old_covers)
     new_covered = [c for c in covered if c not in old]
     grouped = set(groups)

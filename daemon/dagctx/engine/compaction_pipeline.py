@@ -21,8 +21,11 @@ Architecture Invariant: the only write is the final ``engine.write_node`` of the
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -55,24 +58,48 @@ STAGE_INPUT_SHARE = 0.5
 MIN_STAGE_TOKENS = 256
 
 
+@contextmanager
+def _collector_held() -> Iterator[None]:
+    """No cyclic collection while a step of the compaction walks the prefix: the
+    transcript's entries, counts and stage texts are thousands of acyclic containers,
+    freed by reference counting, and a collection in the middle rescans them (and the
+    graph) again and again. What the step allocated is frozen before the collector comes
+    back, as a render does (``ContextService.render``); the daemon unfreezes and
+    collects when idle."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.freeze()
+            gc.enable()
+
+
 def _item_tokens(engine: Host, graph: Any, tokenizer: str, aged: dict[str, str]) -> Any:
     cache = engine.views.node_tokens(graph, tokenizer)
     counter = engine.counter
+    counts_of = engine.views.counts_of
+    nodes = graph.nodes
+    stored = cache.get
 
-    def counts(node_id: str) -> tuple[int, int]:
-        return engine.views.counts_of(graph, node_id, tokenizer, cache)
-
+    # called once per item of the branch (thousands): one lookup of the node and of its
+    # stored counts, the rest on locals
     def token_of_item(item: Item) -> int:
-        if item.node_id not in graph.nodes:
+        nid = item.node_id
+        node = nodes.get(nid)
+        if node is None:
             return counter.count(item.text or "", tokenizer)
-        tin, tout = counts(item.node_id)
-        if item.kind == "tool_call" or (item.kind == "text_pair" and item.part == "call"):
+        got = stored(nid)
+        tin, tout = counts_of(graph, nid, tokenizer, cache) if got is None else got
+        kind = item.kind
+        if kind == "tool_call" or (kind == "text_pair" and item.part == "call"):
             return tin
-        if item.node_id in aged and item.kind in ("tool_result", "text_pair"):
-            return counter.count(aged[item.node_id], tokenizer)
-        if item.kind == "user" and graph.nodes[item.node_id].role == "llm":
+        if (kind == "tool_result" or kind == "text_pair") and nid in aged:
+            return counter.count(aged[nid], tokenizer)
+        if kind == "user" and node.role == "llm":
             return tin
-        return tout if graph.nodes[item.node_id].output is not None else tin
+        return tout if node.output is not None else tin
 
     return token_of_item
 
@@ -100,7 +127,8 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
     sid = p.session_id
     token = p.work_done_token
     head = p.head or store.head(sid)
-    graph = store.graph(sid)
+    with _collector_held():  # a first read of the session loads every node (as a render's would)
+        graph = store.graph(sid)
     check_head(graph, p.head)
     graph.get(head)
     info = engine.models.get(p.model or engine.options.default_model)
@@ -118,6 +146,7 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
     # 1. the fixed input view (the branch as the model sees it, aged), and 2. the cut:
     # local work that can take seconds on a big branch, so it runs where the server
     # runs heavy views (off its event loop, SPEC §1.4)
+    @_collector_held()
     def prefix() -> tuple[Any, ...]:
         aged, aging_stats = views.aging_for(sid, head, info)
         before = views.render(sid, head=head, fmt="neutral", model=info.name, aged=aged, remember=False)
@@ -141,12 +170,13 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
         return done(True, why, shown_before, shown_before)
     # what must not change while the summarizer runs: the covered nodes and everything
     # under them by the caller edge (SPEC §8: any change is a conflict), and the kept node
-    snapshot = _watch(graph, set(plan.covered_ids), also={plan.kept_from})
-    known = set(graph.nodes)
-    # every item's body and transcript entry, built and measured once for the fidelity
-    # terms, the stages, each request's size check and the coverage check
-    transcript = summarizer_input.Transcript()
-    identifiers = summary_check.fidelity_terms(plan, transcript=transcript)
+    with _collector_held():
+        snapshot = _watch(graph, set(plan.covered_ids), also={plan.kept_from})
+        known = set(graph.nodes)
+        # every item's body and transcript entry, built and measured once for the fidelity
+        # terms, the stages, each request's size check and the coverage check
+        transcript = summarizer_input.Transcript()
+        identifiers = summary_check.fidelity_terms(plan, transcript=transcript)
     max_chars = max(2000, int(plan.tokens_covered * 4 * 0.6))
     # 3. summarize (in stages when the prefix is too large for one call)
     # Stage sizes only need to be about right (each stage is half a window): the fast
@@ -165,7 +195,8 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
             f"one chunk of the conversation: its {max_tokens:,}-token answer and the {overhead:,}-token summary "
             "prompt leave no room for the transcript; nothing was sent or written. Configure a summarizer with a "
             "larger window"))
-    stages = summarizer_input.split_stages(plan, stage_budget, count, transcript)
+    with _collector_held():
+        stages = summarizer_input.split_stages(plan, stage_budget, count, transcript)
     sent: list[Any] = []
     text: str | None = None
     retention: float | None = None
@@ -217,7 +248,9 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
     except asyncio.CancelledError:
         raise  # the server answers -32800; nothing was written
     # covered ⊆ summarized: refuse to write a summary of turns it never saw (defect 1)
-    if not summarizer_input.covered_in_input(plan, sent, transcript) and p.fallback != "structural":
+    with _collector_held():
+        covered = p.fallback == "structural" or summarizer_input.covered_in_input(plan, sent, transcript)
+    if not covered:
         return done(False, "failed", shown_before, shown_before,
                     error="internal check failed: a covered turn was not in the summarizer input")
     # 5. write exactly one node
@@ -250,6 +283,7 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
                     error="the session changed while the summary was written; nothing was saved — retry")
     engine.announce(sid, [out.node], out.head)
 
+    @_collector_held()
     def after_render() -> Any:
         if derived.tokens and tokenizer in derived.tokens:
             # what the store keeps for the summary: the render below needs not count it
@@ -309,6 +343,7 @@ async def _sample(engine: Host, p: c.CompactParams, system: str, messages: list[
     raise last
 
 
+@_collector_held()
 def _validate(engine: Host, graph: Any, plan: Any, text: str | None, head: str, aged: dict[str, str],
               info: Any, tokens_before: int, identifiers: list[str], max_chars: int | None,
               min_retention: float) -> tuple[Any, dict[str, Any], tuple[int, int] | None]:
@@ -343,8 +378,9 @@ def _watch(graph: Any, ids: set[str], also: set[str]) -> dict[str, tuple[Any, An
     """``ids``, every node below them (caller edge) and ``also`` → what the one mutation
     (``node/update``) may change of each."""
     watched = set(ids) | also | graph.below(ids)
-    return {nid: (graph.nodes[nid].status, graph.nodes[nid].output, graph.nodes[nid].metadata)
-            for nid in watched if nid in graph.nodes}
+    get = graph.nodes.get
+    return {nid: (node.status, node.output, node.metadata)
+            for nid in watched if (node := get(nid)) is not None}
 
 
 def _touched(now: Any, snapshot: dict[str, tuple[Any, Any, Any]], known: set[str], head: str) -> bool:
