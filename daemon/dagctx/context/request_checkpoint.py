@@ -257,7 +257,7 @@ def checkpoint_messages(task: str, segment: str, *, previous: str | None, words:
     parts = [f"<task>\n{task}\n</task>"]
     if previous:
         parts.append(f"<checkpoint-so-far>\n{previous}\n</checkpoint-so-far>")
-    parts.append(f"<steps>\n{segment}\n</steps>")
+    parts += ["<steps>", segment, "</steps>"]  # one copy of a long segment, not two
     parts.append(f"Write the updated checkpoint in at most {words} words.")
     return system, "\n".join(parts)
 

@@ -178,7 +178,7 @@ def result_messages(c: ResultCandidate, text: str, *, previous: str | None = Non
     parts = [f"Tool: {c.tool or 'function'}", f"Arguments: {c.arguments}", f"Status: {c.status}"]
     if previous:
         parts.append(f"<condensed-so-far>\n{previous}\n</condensed-so-far>\nThe result continues:")
-    parts.append(f"<result>\n{text}\n</result>")
+    parts += ["<result>", text, "</result>"]  # one copy of a long result, not two
     parts.append(f"Condense this result to at most {words} words.")
     return system, "\n".join(parts)
 
