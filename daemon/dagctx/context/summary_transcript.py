@@ -125,6 +125,15 @@ class Transcript:
 
     def bodies(self, items: Sequence[Item]) -> list[str]:
         """``[self.body(it) for it in items]``."""
+        if not self._items:
+            # the first question of a compaction (all its items): built column by column
+            keys = [id(it) for it in items]
+            out = [item_body(it) for it in items]
+            self._items.update(zip(keys, items))
+            self._bodies.update(zip(keys, out))
+            self._heads.update(zip(keys, map(_item_header, items)))
+            if len(self._items) == len(out):  # no item asked twice: every body is its own
+                return out
         get, bodies, add = self._items.get, self._bodies, self._add
         out: list[str] = []
         put = out.append
