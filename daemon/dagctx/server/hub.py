@@ -159,8 +159,8 @@ class Hub:
         self.watches: dict[tuple[int, str], Watch] = {}
         #: work before a connection has a database (initialize, big frames of a new client)
         self.pool = FairPool(name="dagctx-work")
-        #: every request handler runs off the loop in its database's pool, the connections
-        #: served in turn: one database's trouble holds only its own threads
+        #: request handlers (but appends and quick reads) run off the loop in their database's
+        #: pool, the connections served in turn: one database's trouble holds only its own threads
         self.pools: dict[str, FairPool] = {}
         self._pools_lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None

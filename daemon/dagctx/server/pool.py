@@ -1,6 +1,8 @@
 """The daemon's work pool: threads that serve the connections' lanes in turn (SPEC §1.4).
 
-Every request handler runs here, off the event loop. Work is queued in *lanes* — a
+Every request handler runs here, off the event loop (but the appends, which only hand
+their work to the writer thread, and the quick reads, which need no wait: SPEC §1.4).
+Work is queued in *lanes* — a
 connection has one for its ordered requests and one for its background ones (heavy
 views, an import's write, compaction's planning) — and the workers take the next job
 from the lanes round robin, so a connection that queues many heavy jobs gets one turn
