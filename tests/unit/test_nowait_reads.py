@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -70,14 +71,35 @@ def test_the_nowait_reader_never_waits_for_a_lock(tmp_path: Path) -> None:
     st = Store(backend=backend)
     st.create_session("s")
     assert st.list_sessions_nowait(10, 0) is not None
-    conn = backend._nowait.conn  # this thread's never-waiting reader
+    conn = backend._nowait_conn  # the file's never-waiting reader
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 0
     assert backend.db.execute("PRAGMA busy_timeout").fetchone()[0] == 30000  # the usual reader waits
     # a fault on it (here: closed under it, as a reopen does) answers None, then a new one is opened
     conn.close()
     assert st.list_sessions_nowait(10, 0) is None
     assert st.list_sessions_nowait(10, 0) == st.list_sessions(10, 0)
-    assert backend._nowait.conn is not conn
+    assert backend._nowait_conn is not conn and conn not in backend._readers
+
+
+def test_the_nowait_reads_share_one_connection_and_never_wait_for_each_other(tmp_path: Path) -> None:
+    """Many clients' reader threads: one connection for the file, however many threads
+    asked (a connection per thread would outlive its client), and a read that finds it
+    taken answers None at once (the usual way serves it) instead of waiting."""
+    backend = SqliteBackend(str(tmp_path / "a.db"))
+    st = Store(backend=backend)
+    sid = st.create_session("s").session_id
+    readers_before = len(backend._readers)
+    results: list[object] = []
+    threads = [threading.Thread(target=lambda: results.append(st.get_session_nowait(sid))) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(backend._readers) <= readers_before + 1
+    assert all(r is None or r == st.get_session(sid) for r in results) and any(r is not None for r in results)
+    with backend._nowait_lock:  # another quick read under way
+        assert st.get_session_nowait(sid) is None and st.list_sessions_nowait(10, 0) is None
+    assert st.get_session_nowait(sid) == st.get_session(sid)
 
 
 def test_a_replaced_file_is_left_to_the_usual_read_which_reopens_it(tmp_path: Path) -> None:

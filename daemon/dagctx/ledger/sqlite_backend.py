@@ -158,82 +158,107 @@ class SqliteBackend(SqliteFile):
             return None
         return [self._row(r) for r in rows], total
 
-    # Reads for a caller that must never wait (the daemon's event loop, SPEC §1.4): on
-    # that thread's own connection with no busy timeout, so a file locked by another
-    # process, a reopen in progress or any fault answers None at once, and the caller
-    # asks again the usual way (in the pool), which waits, retries and words the error.
-    # The rows read are kept until the file changes: ``PRAGMA data_version`` moves when any
-    # other connection commits — this daemon's writer or another process — and this
-    # connection never writes, so an unchanged version means unchanged rows.
+    # Reads for a caller that must never wait (a connection's reader thread, the event
+    # loop: SPEC §1.4): on one connection kept for them, with no busy timeout, taken only
+    # when free — so a file locked by another process, a reopen in progress, another
+    # quick read under way or any fault answers None at once, and the caller asks again
+    # the usual way (in the pool), which waits, retries and words the error. One for the
+    # whole file, not one per thread: a reader thread lives as long as its client, and a
+    # connection per client would outlive it (a descriptor and a page cache each). The rows
+    # read are kept until the file changes: ``PRAGMA data_version`` moves when any other
+    # connection commits — this daemon's writer or another process — and this one never
+    # writes, so an unchanged version means unchanged rows.
 
-    def _nowait_rows(self, same_batch: bool = False) -> tuple[sqlite3.Connection, dict[Any, Any]] | None:
-        """This thread's never-waiting connection and its rows still valid, or None.
-        ``same_batch``: the version was read for a read that arrived with this one."""
+    def _nowait_rows(self, same_batch: bool) -> tuple[sqlite3.Connection, dict[Any, Any]] | None:
+        """The never-waiting connection and the rows still valid, or None; called with
+        ``_nowait_lock`` held. ``same_batch``: the version was read for a read that arrived
+        with this one (any look since is only fresher)."""
         if self._memory or self.read_only or getattr(self._tx, "conn", None) is not None:
             return None
-        own = self._nowait
-        conn = getattr(own, "conn", None)
-        if conn is None or getattr(own, "generation", -1) != self.generation:
+        conn = self._nowait_conn
+        if conn is None or self._nowait_generation != self.generation:
             try:
                 conn = self._connect(self.location, timeout=0.0)
             except Exception:  # noqa: BLE001 - locked or faulty: the usual way says which
                 return None
             with self._readers_lock:
                 self._readers.append(conn)
-            own.conn, own.generation, own.version, own.rows = conn, self.generation, None, {}
-        elif same_batch and own.version is not None:
-            return conn, own.rows
+            self._nowait_conn, self._nowait_generation = conn, self.generation
+            self._nowait_version, self._nowait_kept = None, {}
+        elif same_batch and self._nowait_version is not None:
+            return conn, self._nowait_kept
         try:
             version = conn.execute("PRAGMA data_version").fetchone()[0]
         except (sqlite3.Error, ValueError):  # busy, closed by a reopen, a fault: the usual way
-            own.conn = None
+            self._drop_nowait(conn)
             return None
-        if version != own.version or len(own.rows) > NOWAIT_ROWS_KEPT:
-            own.version, own.rows = version, {}
-        return conn, own.rows
+        if version != self._nowait_version or len(self._nowait_kept) > NOWAIT_ROWS_KEPT:
+            self._nowait_version, self._nowait_kept = version, {}
+        return conn, self._nowait_kept
+
+    def _drop_nowait(self, conn: sqlite3.Connection) -> None:
+        """A fault met on the never-waiting connection: closed; the next read opens another."""
+        self._nowait_conn = None
+        with self._readers_lock:
+            if conn in self._readers:
+                self._readers.remove(conn)
+        try:
+            conn.close()
+        except sqlite3.Error:
+            pass
 
     def sessions_nowait(self, limit: int, offset: int,
                         same_batch: bool = False) -> tuple[list[SessionRow], int] | None:
-        got = self._nowait_rows(same_batch)
-        if got is None:
+        if not self._nowait_lock.acquire(blocking=False):
             return None
-        conn, kept = got
-        key = ("sessions", limit, offset)
-        hit = kept.get(key)
-        if hit is not None:
-            return hit
         try:
-            rows = conn.execute(
-                f"SELECT {_SESSION_COLS} FROM sessions ORDER BY updated_at DESC, id LIMIT ? OFFSET ?",
-                (limit, offset),
-            ).fetchall()
-            total = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
-        except (sqlite3.Error, ValueError):
-            self._nowait.conn = None
-            return None
-        kept[key] = hit = ([self._row(r) for r in rows], total)
-        return hit
+            got = self._nowait_rows(same_batch)
+            if got is None:
+                return None
+            conn, kept = got
+            key = ("sessions", limit, offset)
+            hit = kept.get(key)
+            if hit is not None:
+                return hit
+            try:
+                rows = conn.execute(
+                    f"SELECT {_SESSION_COLS} FROM sessions ORDER BY updated_at DESC, id LIMIT ? OFFSET ?",
+                    (limit, offset),
+                ).fetchall()
+                total = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
+            except (sqlite3.Error, ValueError):
+                self._drop_nowait(conn)
+                return None
+            kept[key] = hit = ([self._row(r) for r in rows], total)
+            return hit
+        finally:
+            self._nowait_lock.release()
 
     def session_nowait(self, session_id: str, same_batch: bool = False) -> SessionRow | None:
         """The session's row; None when it would need a wait, or when there is no such
         session (the usual way answers SessionNotFound)."""
-        got = self._nowait_rows(same_batch)
-        if got is None:
+        if not self._nowait_lock.acquire(blocking=False):
             return None
-        conn, kept = got
-        key = ("session", session_id)
-        hit = kept.get(key)
-        if hit is not None:
-            return hit
         try:
-            row = conn.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE id=?", (session_id,)).fetchone()
-        except (sqlite3.Error, ValueError):
-            self._nowait.conn = None
-            return None
-        if row is None:
-            return None
-        kept[key] = hit = self._row(row)
-        return hit
+            got = self._nowait_rows(same_batch)
+            if got is None:
+                return None
+            conn, kept = got
+            key = ("session", session_id)
+            hit = kept.get(key)
+            if hit is not None:
+                return hit
+            try:
+                row = conn.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE id=?", (session_id,)).fetchone()
+            except (sqlite3.Error, ValueError):
+                self._drop_nowait(conn)
+                return None
+            if row is None:
+                return None
+            kept[key] = hit = self._row(row)
+            return hit
+        finally:
+            self._nowait_lock.release()
 
     def insert_session(self, row: SessionRow) -> bool:
         try:

@@ -100,8 +100,13 @@ class SqliteFile:
         #: per thread, a reading connection of its own for reads that need no lock of the
         #: store (``sessions_unlocked``); all of them, to close them with the backend
         self._own = threading.local()
-        #: the connection of each thread that must never wait (``sessions_nowait``)
-        self._nowait = threading.local()
+        #: the one connection for reads that must never wait (``sessions_nowait``), taken
+        #: only when free; its generation, the data version its kept rows were read at
+        self._nowait_lock = threading.Lock()
+        self._nowait_conn: sqlite3.Connection | None = None
+        self._nowait_generation = -1
+        self._nowait_version: int | None = None
+        self._nowait_kept: dict[Any, Any] = {}
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         #: how many times the file was reopened (the store drops its caches when it changes)
