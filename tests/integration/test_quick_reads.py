@@ -208,6 +208,16 @@ async def test_a_mixed_run_in_one_write_is_answered_in_arrival_order(shared: Sha
     assert got[6]["result"]["total"] == 1
     assert got[7]["error"]["data"]["kind"] == "SessionNotFound"
     assert got[8]["result"]["head"] == n2
+    # a big body (decoded in the pool, the frames behind it held) between quick reads
+    big = "x" * (3 << 20)
+    w.send(f(30, "session/get", {"sessionId": sid}),
+           f(31, "node/append", {"sessionId": sid, "node": {"role": "user", "output": big, "predecessor": n2}}),
+           f(32, "session/get", {"sessionId": sid}), f(33, "session/list", {}))
+    got = [await w.answer() for _ in range(4)]
+    assert [g["id"] for g in got] == [30, 31, 32, 33]
+    n3 = got[1]["result"]["node"]["id"]
+    assert got[0]["result"]["nodeCount"] == 3 and got[2]["result"]["nodeCount"] == 4
+    assert got[2]["result"]["head"] == n3 and got[3]["result"]["total"] == 1
     # a pipelining client: every answer in order
     w.send(*(f(100 + i, "session/get" if i % 2 else "session/list", {"sessionId": sid} if i % 2 else {})
              for i in range(200)))
