@@ -10,7 +10,7 @@ of what it was sent) and prints:
 * ``reduction``: time inside the reduction minus the time inside the summarizer, and
   ``prepare``: the whole first prepare (aging plan and system prompt included) minus
   the summarizer, each against one cold render of the same head (fresh engine, no
-  cache), medians of three runs each (the cold render measured in the same run) — goal ≤ 2×; ``warm``: a second prepare of the same head (everything from
+  cache), medians of three runs each (``--runs``; the cold render measured in the same run) — goal ≤ 2×; ``warm``: a second prepare of the same head (everything from
   the carried reductions);
 * ``stable``: over 20 consecutive steps appended to the turn, each followed by a
   prepare, the mean share of each request's tokens that is a byte-identical prefix
@@ -23,7 +23,8 @@ with the long-turn quanta (the default), the same without them (``longTurnSteps:
 and ``turnUnit: "step"`` (every step moves the boundary): tokens freed by aging and
 the mean stable-prefix share.
 
-    python bench/bench_turn_reduction.py [--corpus DIR] [--steps 20]
+    python bench/bench_turn_reduction.py [--corpus DIR] [--steps 20] [--runs 3]
+        [--only codex ...] [--windows w32k ...] [--no-aging]
 """
 
 from __future__ import annotations
@@ -125,9 +126,13 @@ def prepare(eng: EngineCore, sid: str, model: str) -> c.PrepareResult:
     return asyncio.run(out) if asyncio.iscoroutine(out) else out
 
 
+#: runs per row, medians printed (``--runs``)
+RUNS = 3
+
+
 def cold_render(path: str, sid: str, model: str) -> float:
     times = []
-    for _ in range(3):
+    for _ in range(RUNS):
         eng = engine(path)
         t = time.perf_counter()
         eng.views.render(sid, fmt="openai", model=model, use_cache=False)
@@ -161,10 +166,10 @@ def measure(path: str, sid: str, model: str, steps: int, start: int) -> str:
     unreduced = probe.views.render(sid, fmt="openai", model=model, remember=False, use_cache=False).total
     probe.close()
     runs = []
-    for k in range(3):  # three runs, each on a fresh copy (no cached summaries); medians printed
+    for k in range(RUNS):  # runs, each on a fresh copy (no cached summaries); medians printed
         red_s, whole, calls, p, eng, peer = first_prepare(copy_db(path, f"run{k}"), sid, model)
         runs.append((red_s, whole))
-        if k < 2:
+        if k < RUNS - 1:
             eng.close()
     reduction = statistics.median(r[0] for r in runs)
     first = statistics.median(r[1] for r in runs)
@@ -229,11 +234,19 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", default=os.environ.get("DAGCTX_CORPUS") or str(REPO.parent / "shared" / "corpus"))
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--only", nargs="*", help="rows to measure (generated-300, codex, claude-code); all by default")
+    ap.add_argument("--windows", nargs="*", choices=list(MODELS), help="windows to measure; all by default")
+    ap.add_argument("--runs", type=int, default=3, help="first prepares (and cold renders) per row, medians printed")
+    ap.add_argument("--no-aging", action="store_true", help="skip the aging section")
     args = ap.parse_args()
+    global RUNS
+    RUNS = max(1, args.runs)
     corpus = Path(args.corpus)
-    for model in MODELS:
+    for model in args.windows or MODELS:
         print(f"\nwindow {MODELS[model]['contextWindow']:,} ({model}):")
         for name in ("generated-300", *SESSIONS):
+            if args.only and name not in args.only:
+                continue
             path = os.path.join(tempfile.mkdtemp(prefix="dagctx-bench-tr-"), "t.db")
             eng = engine(path)
             if name == "generated-300":
@@ -246,7 +259,8 @@ def main() -> None:
                 sid = res.sessions[0].session_id
             eng.close()
             print(f"  {name:<14} {measure(path, sid, model, args.steps, 1000)}", flush=True)
-    aging_effect(args.steps)
+    if not args.no_aging:
+        aging_effect(args.steps)
 
 
 if __name__ == "__main__":

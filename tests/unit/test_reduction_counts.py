@@ -41,3 +41,20 @@ def test_a_key_in_parts_is_the_key_of_their_concatenation() -> None:
     whole = "prev-key\0Fix 测试\0step one é\ntwo \ud800 \U0001f600\nthree"
     assert tr.summary_key("checkpoint", parts, cfg) == tr.summary_key("checkpoint", whole, cfg)
     assert tr.summary_key("checkpoint", [whole], cfg) == tr.summary_key("checkpoint", whole, cfg)
+
+
+@pytest.mark.parametrize("previous", PREVIOUS)
+def test_a_segment_given_as_its_steps_is_the_same_request(previous: str | None) -> None:
+    """A checkpoint segment passed as its steps' texts is the request of their lines joined."""
+    steps = [t for t in TEXTS if t] + ["last step"]
+    for k in range(1, len(steps) + 1):
+        assert tr.checkpoint_messages("task", steps[:k], previous=previous, words=70) == tr.checkpoint_messages(
+            "task", "\n".join(steps[:k]), previous=previous, words=70)
+
+
+def test_classes_of_an_encoded_text_are_its_classes() -> None:
+    """``char_classes_encoded`` reads the same counts from a text's UTF-8 (surrogatepass)."""
+    from dagctx.context.char_classes import char_classes_encoded
+
+    for text in [*TEXTS, "中" * 200, "é" * 300 + "\ud800", "a" * 500, "\U0001b000" * 130]:
+        assert char_classes_encoded(text, text.encode("utf-8", "surrogatepass")) == char_classes(text)

@@ -15,7 +15,7 @@ import math
 
 from .tokens import ASCII_CHARS_PER_TOKEN, SHORT_TEXT, _char_classes, _char_classes_re, _estimate
 
-__all__ = ["NO_CLASSES", "CharClasses", "add_classes", "char_classes", "estimate_of_classes"]
+__all__ = ["NO_CLASSES", "CharClasses", "add_classes", "char_classes", "char_classes_encoded", "estimate_of_classes"]
 
 #: ``(characters, non-ASCII, CJK, CJK punctuation)`` of a text
 CharClasses = tuple[int, int, int, int]
@@ -28,6 +28,17 @@ def char_classes(text: str) -> CharClasses:
     if n == 0 or text.isascii():
         return (n, 0, 0, 0)
     non_ascii, cjk, punct = _char_classes(text) if n >= SHORT_TEXT else _char_classes_re(text)
+    return (n, non_ascii, cjk, punct)
+
+
+def char_classes_encoded(text: str, utf8: bytes) -> CharClasses:
+    """``char_classes(text)`` from ``utf8``, ``text`` encoded already (UTF-8,
+    ``surrogatepass``: a lone surrogate then fails to decode and is counted as
+    ``char_classes`` counts it): a text both hashed and estimated is encoded once."""
+    n = len(text)
+    if n == len(utf8):  # every character one byte: ASCII (any other takes two or more)
+        return (n, 0, 0, 0)
+    non_ascii, cjk, punct = _char_classes(text, utf8) if n >= SHORT_TEXT else _char_classes_re(text)
     return (n, non_ascii, cjk, punct)
 
 

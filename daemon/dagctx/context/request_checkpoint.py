@@ -246,8 +246,11 @@ def task_text(view: View, shape: TurnShape, graph: SessionGraph | None = None) -
     return text
 
 
-def checkpoint_messages(task: str, segment: str, *, previous: str | None, words: int) -> tuple[str, str]:
-    """(system, user) of one checkpoint request (one segment, rolling over ``previous``)."""
+def checkpoint_messages(task: str, segment: str | Sequence[str], *, previous: str | None,
+                        words: int) -> tuple[str, str]:
+    """(system, user) of one checkpoint request (one segment, rolling over ``previous``).
+    ``segment``: its text, or its steps' texts (non-empty), which are its lines: the
+    request is then joined once, the segment not built apart (tens of kilobytes)."""
     system = (
         "You write a checkpoint of an agent's work within one task, so that the agent can continue "
         "from the checkpoint without the full history of its steps. Keep every file path, identifier, "
@@ -257,7 +260,8 @@ def checkpoint_messages(task: str, segment: str, *, previous: str | None, words:
     parts = [f"<task>\n{task}\n</task>"]
     if previous:
         parts.append(f"<checkpoint-so-far>\n{previous}\n</checkpoint-so-far>")
-    parts += ["<steps>", segment, "</steps>"]  # one copy of a long segment, not two
+    # one copy of a long segment, not two
+    parts += ["<steps>", segment, "</steps>"] if isinstance(segment, str) else ["<steps>", *segment, "</steps>"]
     parts.append(f"Write the updated checkpoint in at most {words} words.")
     return system, "\n".join(parts)
 

@@ -221,11 +221,11 @@ def _joint(high: bytes, low: bytes, high_flags: bytes, low_flags: bytes) -> int:
     return (h & int.from_bytes(low.translate(low_flags), "little")).bit_count() if h else 0
 
 
-def _char_classes(text: str) -> tuple[int, int, int]:
-    """(non-ASCII, CJK, CJK punctuation) characters of ``text``."""
+def _char_classes(text: str, utf8: bytes | None = None) -> tuple[int, int, int]:
+    """(non-ASCII, CJK, CJK punctuation) characters of ``text`` (``utf8``: its encoding, if at hand)."""
     try:
         # the non-ASCII characters alone (UTF-8 without its ASCII bytes is still UTF-8)
-        rest = text.encode("utf-8").translate(None, _ASCII).decode("utf-8")
+        rest = (text.encode("utf-8") if utf8 is None else utf8).translate(None, _ASCII).decode("utf-8")
         units = rest.encode("utf-16-be")
     except UnicodeError:  # a lone surrogate
         return _char_classes_re(text)

@@ -99,11 +99,6 @@ class ReductionRun:
     def count(self, text: str) -> int:
         return self.engine.counter.count(text, self.tokenizer)
 
-    def count_counted(self, text: str, counts: CharClasses) -> int:
-        """``count(text)`` when ``text``'s ``char_classes`` are known: the estimate read
-        from them under the estimate tokenizer (the same number), else counted."""
-        return estimate_of_classes(counts) if self.estimates else self.count(text)
-
     async def call(self, system: str, user: str, max_tokens: int, purpose: str, *,
                    user_tokens: int | None = None) -> str:
         """One summarizer call within the per-build limits. ``user_tokens``: the

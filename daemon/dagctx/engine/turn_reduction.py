@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 from dagctx.context import turn_reduction as tr
 from dagctx.context.aging import owner_cache
-from dagctx.context.char_classes import CharClasses, add_classes, char_classes, estimate_of_classes
+from dagctx.context.char_classes import (CharClasses, add_classes, char_classes, char_classes_encoded,
+                                         estimate_of_classes)
 from dagctx.context.tokens import estimate_tokens
 from dagctx.context.turn_reduction import Checkpoint, ReducedText, Reductions
 from dagctx.protocol import context_messages as c
@@ -122,7 +123,7 @@ class _Plan:
         by them and the estimate of each segment's request is their sum (``estimate_of_classes``)."""
         got = self.step_counts.get(step)
         if got is None:
-            got = self.step_counts[step] = char_classes(self.step_texts[step])
+            got = self.step_counts[step] = char_classes_encoded(self.step_texts[step], self.encoded(step))
         return got
 
     def step_estimate(self, step: str) -> int:
@@ -409,9 +410,9 @@ async def _checkpoint_segments(run: ReductionRun, plan: _Plan, steps: list[str],
             run.report.cache_hits += 1
             continue
         run.planned += 1
-        body = "\n".join(plan.step_texts[st] for st in steps[lo:hi])
+        texts = [plan.step_texts[st] for st in steps[lo:hi]]  # the body's lines, joined into the request
         prev = summary
-        system, user = tr.checkpoint_messages(plan.task, body, previous=prev, words=words)
+        system, user = tr.checkpoint_messages(plan.task, texts, previous=prev, words=words)
         # the body goes into the request once, as it is: the request's estimate is its
         # shell's (the request of an empty body) plus the body's
         shell = char_classes(tr.checkpoint_messages(plan.task, "", previous=prev, words=words)[1])
@@ -430,7 +431,8 @@ async def _checkpoint_segments(run: ReductionRun, plan: _Plan, steps: list[str],
         if not summary.strip():
             run.failures.append("checkpoint: empty")
             return None
-        if run.count(summary) >= max(1, run.count_counted(body, size) + (run.count(prev) if prev else 0)):
+        body = estimate_of_classes(size) if run.estimates else run.count("\n".join(texts))
+        if run.count(summary) >= max(1, body + (run.count(prev) if prev else 0)):
             run.failures.append("checkpoint: notSmaller")
             return None
         _keep(run, [(key, "checkpoint", summary, estimate_of_classes(size), estimate_tokens(summary))])
