@@ -437,6 +437,8 @@ def summarized_ids(plan: CutPlan, messages_sent: Any, transcript: Transcript | N
     for body, skip in zip(bodies, skips):
         if not body:
             found.append(True)
+            if skip > 0:
+                pos += skip - 1  # its entry is its header line alone: the next one follows it
             continue
         # whether a body was sent does not depend on where the search starts (it is found
         # anywhere in the joined text, or segment by segment): the places tried first — the
