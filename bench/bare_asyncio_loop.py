@@ -17,14 +17,10 @@ import os
 import sys
 from typing import Any
 
-import msgspec
-
-from bare_loop import Msg, Reply
+from bare_loop import answer_frames
 
 
 async def serve() -> int:
-    decode = msgspec.json.Decoder(Msg).decode
-    encode = msgspec.json.Encoder().encode
     small = {"sessions": [], "total": 0, "serverInfo": {"name": "bare-asyncio", "version": "0"}}
     loop = asyncio.get_running_loop()
     done: asyncio.Future[int] = loop.create_future()
@@ -35,31 +31,11 @@ async def serve() -> int:
             self.buf = b""
 
         def data_received(self, data: bytes) -> None:
-            buf = self.buf + data
-            out = []
-            while True:
-                end = buf.find(b"\r\n\r\n")
-                if end < 0:
-                    break
-                length = 0
-                for line in buf[:end].split(b"\r\n"):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                if len(buf) < end + 4 + length:
-                    break
-                body, buf = buf[end + 4 : end + 4 + length], buf[end + 4 + length :]
-                msg = decode(body)
-                if msg.method == "exit":
-                    if not done.done():
-                        done.set_result(0)
-                    break
-                if msg.id is not None:
-                    data_out = encode(Reply(msg.id, small))
-                    out.append(b"Content-Length: %d\r\n\r\n%s" % (len(data_out), data_out))
-            self.buf = buf
+            out, self.buf, ended = answer_frames(self.buf + data, small)
             if out:
                 out_transport.write(b"".join(out))
+            if ended and not done.done():
+                done.set_result(0)
 
         def connection_lost(self, exc: Any) -> None:
             if not done.done():

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from dagctx.protocol.context_messages import Usage
@@ -207,8 +207,10 @@ class SqliteBackend(SqliteFile):
         except sqlite3.Error:
             pass
 
-    def sessions_nowait(self, limit: int, offset: int,
-                        same_batch: bool = False) -> tuple[list[SessionRow], int] | None:
+    def _nowait_read(self, key: tuple[Any, ...], same_batch: bool,
+                     read: Callable[[sqlite3.Connection], Any]) -> Any:
+        """``read`` on the never-waiting connection, or the rows kept under ``key``; None
+        when it would wait (taken, locked, a fault) or ``read`` found nothing."""
         if not self._nowait_lock.acquire(blocking=False):
             return None
         try:
@@ -216,49 +218,38 @@ class SqliteBackend(SqliteFile):
             if got is None:
                 return None
             conn, kept = got
-            key = ("sessions", limit, offset)
             hit = kept.get(key)
             if hit is not None:
                 return hit
             try:
-                rows = conn.execute(
-                    f"SELECT {_SESSION_COLS} FROM sessions ORDER BY updated_at DESC, id LIMIT ? OFFSET ?",
-                    (limit, offset),
-                ).fetchall()
-                total = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
+                hit = read(conn)
             except (sqlite3.Error, ValueError):
                 self._drop_nowait(conn)
                 return None
-            kept[key] = hit = ([self._row(r) for r in rows], total)
+            if hit is not None:
+                kept[key] = hit
             return hit
         finally:
             self._nowait_lock.release()
 
+    def sessions_nowait(self, limit: int, offset: int,
+                        same_batch: bool = False) -> tuple[list[SessionRow], int] | None:
+        def read(conn: sqlite3.Connection) -> tuple[list[SessionRow], int]:
+            rows = conn.execute(
+                f"SELECT {_SESSION_COLS} FROM sessions ORDER BY updated_at DESC, id LIMIT ? OFFSET ?", (limit, offset),
+            ).fetchall()
+            return [self._row(r) for r in rows], conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
+
+        return self._nowait_read(("sessions", limit, offset), same_batch, read)
+
     def session_nowait(self, session_id: str, same_batch: bool = False) -> SessionRow | None:
         """The session's row; None when it would need a wait, or when there is no such
         session (the usual way answers SessionNotFound)."""
-        if not self._nowait_lock.acquire(blocking=False):
-            return None
-        try:
-            got = self._nowait_rows(same_batch)
-            if got is None:
-                return None
-            conn, kept = got
-            key = ("session", session_id)
-            hit = kept.get(key)
-            if hit is not None:
-                return hit
-            try:
-                row = conn.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE id=?", (session_id,)).fetchone()
-            except (sqlite3.Error, ValueError):
-                self._drop_nowait(conn)
-                return None
-            if row is None:
-                return None
-            kept[key] = hit = self._row(row)
-            return hit
-        finally:
-            self._nowait_lock.release()
+        def read(conn: sqlite3.Connection) -> SessionRow | None:
+            row = conn.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE id=?", (session_id,)).fetchone()
+            return None if row is None else self._row(row)
+
+        return self._nowait_read(("session", session_id), same_batch, read)
 
     def insert_session(self, row: SessionRow) -> bool:
         try:

@@ -196,8 +196,10 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         self.write_bytes(guards.encode_message_safely(message))
 
     def _write_posted(self, message: Any) -> None:
+        """On the loop: what another thread posted (``_notes_posted``) — a message to frame,
+        or the reader thread's framed answers (``_write_from_thread``) — now written."""
         try:
-            self.write_bytes(guards.encode_message_safely(message))
+            self.write_bytes(message if isinstance(message, bytes) else guards.encode_message_safely(message))
         finally:
             with self._out_lock:
                 self._notes_posted -= 1

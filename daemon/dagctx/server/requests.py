@@ -118,7 +118,7 @@ class RequestRunner:
     _out_lock: Any
     _owed: dict[Any, None]
     _notes_posted: int
-    _notes_written: Any
+    _write_posted: Any
     _quick_out: list[bytes]
     writer: Any
 
@@ -236,16 +236,7 @@ class RequestRunner:
                 except (BrokenPipeError, ValueError, OSError):
                     pass  # the loop meets the same error and closes the connection
             self._notes_posted += 1
-        self.hub.post(self._bytes_posted, data)
-
-    def _bytes_posted(self, data: bytes) -> None:
-        try:
-            self.write_bytes(data)
-        finally:
-            with self._out_lock:
-                self._notes_posted -= 1
-                if not self._notes_posted:
-                    self._notes_written.notify_all()
+        self.hub.post(self._write_posted, data)
 
     def _flush_quick(self) -> None:
         """Write the quick answers held back (``_quickly``): at the end of what the client
