@@ -115,7 +115,11 @@ class Incoming:
             except Exception:  # noqa: BLE001 - the loop meets it again and answers it
                 break
             if quick:
-                answer = self._quick_decoded(decoded, bool(answers))
+                try:
+                    answer = self._quick_decoded(decoded, bool(answers))
+                except Exception:  # noqa: BLE001 - never lose a frame: the loop answers it
+                    log.exception("a quick read failed in the reader thread; the loop answers it")
+                    answer = None
                 if answer is not None:
                     answers.append(answer)
                     first = i + 1
