@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .cancel import stop_if_cancelled
-from .char_classes import CharClasses, char_classes, estimate_of_classes
+from .char_classes import CharClasses, char_classes, char_classes_many, estimate_of_classes
 from .compaction_plan import strip_marker
 from .content import json_text
 from .view import Item
@@ -17,6 +17,8 @@ from .view import Item
 __all__ = ["Transcript", "item_body", "transcript_entry"]
 
 _EARLIER = "[summary of the conversation before this point]"
+#: bodies measured in one ``char_classes_many`` (a cancel is seen between two chunks)
+_MEASURED_TOGETHER = 512
 
 
 def item_body(item: Item) -> str:
@@ -189,32 +191,31 @@ class Transcript:
 
     def classes_of(self, items: Sequence[Item]) -> list[CharClasses]:
         """``[self.classes(it) for it in items]`` (cancellable between items): an entry's
-        counts are its header's, the newline's and its body's, summed."""
+        counts are its header's, the newline's and its body's, summed. The bodies not
+        measured yet are measured together (``char_classes_many``), a chunk at a time."""
         get, bodies, heads, classes, add = self._items.get, self._bodies, self._heads, self._classes, self._add
-        head_classes = self._head_classes
-        out: list[CharClasses] = []
-        put = out.append
+        missing: list[int] = []
         for n, it in enumerate(items):
             if not n & 255:
                 stop_if_cancelled()
             k = id(it)
             if get(k) is not it:
                 add(it)
-            got = classes.get(k)
-            if got is None:
-                head = heads[k]
-                hc = head_classes.get(head)
-                if hc is None:
-                    hc = head_classes[head] = char_classes(head)
-                body = bodies[k]
-                if body:
-                    b = char_classes(body)
-                    got = (hc[0] + 1 + b[0], hc[1] + b[1], hc[2] + b[2], hc[3] + b[3])
-                else:
-                    got = hc
-                classes[k] = got
-            put(got)
-        return out
+            if k not in classes:
+                missing.append(k)
+        if missing:
+            head_classes = self._head_classes
+            missing = list(dict.fromkeys(missing))  # an item asked twice is measured once
+            for lo in range(0, len(missing), _MEASURED_TOGETHER):
+                stop_if_cancelled()
+                keys = missing[lo:lo + _MEASURED_TOGETHER]
+                for k, b in zip(keys, char_classes_many([bodies[k] for k in keys])):
+                    head = heads[k]
+                    hc = head_classes.get(head)
+                    if hc is None:
+                        hc = head_classes[head] = char_classes(head)
+                    classes[k] = (hc[0] + 1 + b[0], hc[1] + b[1], hc[2] + b[2], hc[3] + b[3]) if b[0] else hc
+        return [classes[id(it)] for it in items]
 
     def estimates(self, items: Sequence[Item]) -> list[int]:
         """``[self.estimate(it) for it in items]``."""
