@@ -181,11 +181,14 @@ class _RpcFailure(dict):
 
 #: Values that differ on every run, as stable placeholders (``_scrub``): random ids (uuid4
 #: hex, uuids, content-derived chunk ids) become ``id1``, ``id2``… in order of appearance;
-#: clocks, durations, process ids and memory sizes become 0; scores 1.0; a temporary folder
+#: clocks, durations, process ids, memory sizes and the pool's momentary counts become 0; scores 1.0; a temporary folder
 #: ``/tmp/…``. Regenerating SPEC.md twice gives the same bytes (``--check`` compares them).
 _RANDOM_ID = re.compile(r"\b(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32}|[0-9a-f]{24})\b")
 _RUN_NUMBERS = ("createdAt", "updatedAt", "durationMs", "startedAt", "connectedAt", "uptimeSeconds", "pid",
-                "rssBytes", "peakRssBytes", "baselineRssBytes", "idleSeconds")
+                "rssBytes", "peakRssBytes", "baselineRssBytes", "idleSeconds",
+                # the work pool at that moment: a worker that wrote the answer before (SPEC §1.4)
+                # may still be finishing its bookkeeping when the next request reads it
+                "queued", "running", "threads")
 _RUN_NUMBER = re.compile(r'("(?:%s)": )-?[0-9.e+-]+' % "|".join(_RUN_NUMBERS))
 _TEMP_DIR = re.compile(re.escape(tempfile.gettempdir().rstrip("/")) + r"/tmp[A-Za-z0-9_]+/")
 
