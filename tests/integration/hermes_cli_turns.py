@@ -22,12 +22,16 @@ CLI_TURNS = ["Start: the parser handles token_1.", "Now the lexer, token_2.", "W
              "Add a test for token_4."]
 
 
+#: the turn whose model reply calls dagctx's MCP tool, and the tool's name as Hermes offers it
+TOOL_TURN = 2
+MCP_TOOL = "mcp__dagctx__search_history"
+
+
 def cli_script() -> list[dict]:
     out: list[dict] = []
     for i in range(len(CLI_TURNS)):
-        if i == 2:
-            out.append({"content": "Searching the history.",
-                        "tool_calls": [("mcp__dagctx__search_history", {"query": "quasar"})]})
+        if i == TOOL_TURN:
+            out.append({"content": "Searching the history.", "tool_calls": [(MCP_TOOL, {"query": "quasar"})]})
         out.append({"content": f"Reply {i + 1}."})
     return out
 
@@ -70,12 +74,30 @@ def run_turns(tmp_path: Path, py: Path, mcp_db: Path, ways: dict[str, dict[str, 
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
         return time.perf_counter() - start, proc
 
+    def offered_mcp(way: str, since: int) -> bool:
+        """Whether the turn's first request to the model offered dagctx's MCP tool."""
+        reqs = stubs[way].agent_requests[since:]
+        return bool(reqs) and any((t.get("function") or {}).get("name") == MCP_TOOL for t in reqs[0].get("tools") or [])
+
     try:
         with ThreadPoolExecutor(len(ways)) as pool:
             for turn, prompt in enumerate(CLI_TURNS):
+                sent = {way: len(stubs[way].agent_requests) for way in ways}
+                script = {way: list(stubs[way].script) for way in ways}
                 done = {way: pool.submit(one, way, turn, prompt) for way in ways}
                 for way, fut in done.items():
                     took, proc = fut.result()
+                    if turn == TOOL_TURN and proc.returncode == 0 and not offered_mcp(way, sent[way]):
+                        # Hermes 0.19's one-shot CLI sometimes snapshots its tools before its
+                        # background MCP discovery has started any server (seen once in a loaded
+                        # full run: no `dagctx mcp` was started in that process at all, so the model
+                        # was not offered the tool). Not dagctx's doing: the turn runs again, once,
+                        # with the same script, and must then be offered and served the tool.
+                        used = len(script[way]) - len(stubs[way].script)
+                        stubs[way].script[:0] = script[way][:used]
+                        sent[way] = len(stubs[way].agent_requests)
+                        took, proc = one(way, turn, prompt)
+                        assert offered_mcp(way, sent[way]), (way, "Hermes offered no dagctx MCP tool twice")
                     seconds[way].append(took)
                     assert proc.returncode == 0, (way, turn, proc.stdout[-2000:], proc.stderr[-3000:])
                     outputs[way].append(proc.stdout)
