@@ -145,6 +145,8 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         self._notes_posted = 0
         #: quick answers (``RequestRunner._quickly``) not written yet: written together
         self._quick_out: list[bytes] = []
+        self._ordered_seq = self._tail_seq = 0
+        self._sent_seq = -1
         self._handed_in = 0
         self._handed_done = 0
         self._loop_busy = 0

@@ -120,6 +120,12 @@ class RequestRunner:
     _notes_posted: int
     _write_posted: Any
     _quick_out: list[bytes]
+    #: every ordered request gets the next number (``_ordered_seq``); the last one's is
+    #: ``_tail_seq``; a worker that wrote an ordered read's answer itself records its number
+    #: (``_sent_seq``) before the loop has heard of it
+    _ordered_seq: int
+    _tail_seq: int
+    _sent_seq: int
     writer: Any
 
     def _on_loop(self, msg_id: Any, method: str, handler: Callable[[Any], Any], params: Any) -> None:
@@ -165,6 +171,7 @@ class RequestRunner:
         if spec.writes and self._reads_in_flight:
             waits.extend(f for f in self._reads_in_flight if not f.done())
         self._ordered_tail = done
+        self._tail_seq = self._ordered_seq = self._ordered_seq + 1
 
         def start() -> None:
             if done.done():  # cancelled while it waited
@@ -205,8 +212,8 @@ class RequestRunner:
         the loop, or by the connection's reader thread when nothing it read waits on the loop."""
         db = self.engine.db
         tail = self._ordered_tail  # None once the last ordered request's answer is written
-        if tail is not None and not _sent(tail):
-            return None
+        if tail is not None and self._sent_seq != self._tail_seq and not _sent(tail):
+            return None  # its answer is not written yet (by its worker: _sent_seq; by the loop: None)
         if (db is None or self._owed or self._backlog or self._notes_posted or self.exit_code is not None
                 or not self.hub.quick.allowed(db.key, method)):
             return None
@@ -274,8 +281,10 @@ class RequestRunner:
         if spec.offload:  # a heavy view: later writes of this connection wait for it
             self._reads_in_flight.add(done)
             done.add_done_callback(self._reads_in_flight.discard)
+        seq = 0
         if not background:
             self._ordered_tail = done
+            self._tail_seq = seq = self._ordered_seq = self._ordered_seq + 1
             with self._out_lock:
                 self._owed[msg_id] = None
         direct = not background and not spec.writes
@@ -290,7 +299,7 @@ class RequestRunner:
                 pool = self.pool
                 # the answers of a run of requests reach the loop with one wake-up (Hub.post)
                 cf = pool.submit(lane, lambda: ctx.run(self._call, msg_id, method, handler, params,
-                                                       (pool, lane) if direct else None),
+                                                       (pool, lane, seq) if direct else None),
                                  hold=False if background else _unfinished,
                                  on_done=lambda f: self.hub.post(self._ran, msg_id, method, params, pool, lane, f,
                                                                  done))
@@ -330,7 +339,7 @@ class RequestRunner:
         start()
 
     def _call(self, msg_id: Any, method: str, handler: Callable[[Any], Any], params: Any,
-              direct: tuple[FairPool, Any] | None = None) -> Any:
+              direct: tuple[FairPool, Any, int] | None = None) -> Any:
         """In a worker: the handler, and the framed answer when it finished here — written
         to the client by this worker when ``direct`` and nothing may come before it.
         ``direct``: the (pool, lane) it ran in, when it may; not while more requests wait
@@ -340,11 +349,11 @@ class RequestRunner:
         if asyncio.iscoroutine(result):
             return result
         data = self._answer(msg_id, method, result)
-        if direct is not None and not direct[0].waiting(direct[1]) and self._send_now(msg_id, data):
+        if direct is not None and not direct[0].waiting(direct[1]) and self._send_now(msg_id, data, direct[2]):
             return _SENT
         return _Encoded(data)
 
-    def _send_now(self, msg_id: Any, data: bytes) -> bool:
+    def _send_now(self, msg_id: Any, data: bytes, seq: int = 0) -> bool:
         """In a worker: write the answer of an ordered read straight to the client, when
         every answer and notification due before it is out — the loop then only does the
         bookkeeping, and the client hears one thread hand-off sooner (SPEC §1.4: answers
@@ -362,6 +371,7 @@ class RequestRunner:
             except (BrokenPipeError, ValueError, OSError):
                 return False  # the loop meets the same error and closes the connection
             del self._owed[msg_id]
+            self._sent_seq = seq  # the quick reads need not wait for the loop's bookkeeping
         return True
 
     def _answer(self, msg_id: Any, method: str, result: Any) -> bytes:
@@ -491,6 +501,7 @@ class RequestRunner:
         self._request_futures[msg_id] = task  # type: ignore[assignment]
         if method not in BACKGROUND_METHODS:
             self._ordered_tail = task
+            self._tail_seq = self._ordered_seq = self._ordered_seq + 1
         task.add_done_callback(lambda t, i=msg_id, mth=method, p=params: self._async_done(i, mth, t, p))
 
     @staticmethod
