@@ -86,12 +86,6 @@ class _Sent:
 _SENT = _Sent()
 
 
-def _sent(fut: asyncio.Future[Any]) -> bool:
-    """The request of ``fut`` is answered: its worker wrote the answer itself (``_send_now``),
-    and the loop has yet to run its bookkeeping (the client may ask again before that)."""
-    return fut.done() and not fut.cancelled() and fut.exception() is None and fut.result() is _SENT
-
-
 def _unfinished(result: Any) -> bool:
     """A job's result the loop must still finish (a coroutine): its lane stays held until
     then. A framed answer frees the lane at once, so the worker runs the lane's next
@@ -212,7 +206,7 @@ class RequestRunner:
         the loop, or by the connection's reader thread when nothing it read waits on the loop."""
         db = self.engine.db
         tail = self._ordered_tail  # None once the last ordered request's answer is written
-        if tail is not None and self._sent_seq != self._tail_seq and not _sent(tail):
+        if tail is not None and self._sent_seq != self._tail_seq:
             return None  # its answer is not written yet (by its worker: _sent_seq; by the loop: None)
         if (db is None or self._owed or self._backlog or self._notes_posted or self.exit_code is not None
                 or not self.hub.quick.allowed(db.key, method)):
