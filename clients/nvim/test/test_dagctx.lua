@@ -534,6 +534,15 @@ local function main()
       end
     end
     local ui = require("dagctx.ui")
+    -- the other process's write may reach the buffer in more than one line (its node, then
+    -- its head, from different polls of the daemon; seen once in a loaded full run): count
+    -- only once the buffer has been still for 300 ms, three polls
+    local count, still = #buf_lines(name), 0
+    vim.wait(3000, function()
+      local now = #buf_lines(name)
+      if now == count then still = still + 1 else count, still = now, 0 end
+      return still >= 30
+    end, 10)
     local before = #buf_lines(name)
     local prev = mine.node.id
     for i, text in ipairs(texts) do
