@@ -279,3 +279,82 @@ async def test_kill_9_during_groups_loses_no_acknowledged_append(shared: SharedD
     c2 = await shared.connect()
     more = await c2.append(sid, "user", id="after", predecessor=root, output="after the crash")
     assert more.node.seq == len(rows)
+
+
+async def test_one_connection_pipelining_appends_keeps_order_and_isolates_failures(shared: SharedDaemon) -> None:
+    """SPEC §1.4, §4.2: a connection's appends behind another append are handed to the writer
+    before that one is answered (so they can share its group), yet each meets the rules
+    after the ones sent before it and the answers come in the order sent: a refused append
+    (by the rules, or by the handler before the writer: an unknown renderId) answers alone
+    in its place, and an append whose counts are derived in a thread (a large payload)
+    still goes to the writer before the appends sent after it (the next one names it as
+    its predecessor)."""
+    c = await shared.connect()
+    s = await c.session_create("one connection")
+    sid = s.session_id
+    big = "x" * 70_000  # derived in a thread (SPEC §1.4: 64,000 characters or more)
+    plan: list[tuple[str, dict[str, Any]]] = []
+    prev = s.root_id
+    for k in range(60):
+        nid = f"p{k}"
+        role = "user" if k % 2 == 0 else "llm"
+        if k % 10 == 3:
+            plan.append(("NodeNotFound", {"node": NodeInput(role=role, id=nid, predecessor="nope")}))
+            continue
+        if k % 10 == 7:
+            plan.append(("InvalidParams", {"node": NodeInput(role=role, id=nid, predecessor=prev, output="r"),
+                                           "renderId": "no-such-render"}))
+            continue
+        text = big if k % 10 == 5 else f"turn {k}"
+        plan.append(("ok", {"node": NodeInput(role=role, id=nid, predecessor=prev, output=text)}))
+        prev = nid
+    order: list[int] = []
+    futs = []
+    for k, (_, p) in enumerate(plan):
+        _, fut = c.send_request("node/append", m.NodeAppendParams(session_id=sid, node=p["node"],
+                                                                  render_id=p.get("renderId")))
+        fut.add_done_callback(lambda f, k=k: order.append(k))
+        futs.append(fut)
+    got = await asyncio.gather(*futs, return_exceptions=True)
+    assert order == list(range(len(plan)))  # answered in the order sent
+    ok_ids = []
+    for (want, p), r in zip(plan, got):
+        if want == "ok":
+            assert isinstance(r, m.NodeResult), (p["node"].id, r)
+            ok_ids.append(r.node.id)
+            assert r.head == r.node.id  # each extended HEAD, as one by one
+        else:
+            assert isinstance(r, RpcError) and r.kind == want, (p["node"].id, r)
+    assert [r.node.seq for r in got if isinstance(r, m.NodeResult)] == list(range(1, len(ok_ids) + 1))
+    hist = await c.history(sid, head=ok_ids[-1])
+    assert [n.id for n in hist.nodes] == ok_ids
+    info = await c.session_get(sid)  # an ordered read after them sees them all
+    assert info.head == ok_ids[-1] and info.node_count == len(ok_ids) + 1
+
+
+async def test_cancelling_a_pipelined_append_keeps_the_answers_in_order(shared: SharedDaemon) -> None:
+    """A pipelined append cancelled while it waits answers RequestCancelled in its place;
+    every other append of the run is written and answered in the order sent."""
+    c = await shared.connect()
+    s = await c.session_create("cancel")
+    sid = s.session_id
+    order: list[int] = []
+    futs, ids = [], []
+    for k in range(40):
+        node = NodeInput(role="user", id=f"q{k}", predecessor=s.root_id, output=f"fork {k}")
+        msg_id, fut = c.send_request("node/append", m.NodeAppendParams(session_id=sid, node=node))
+        fut.add_done_callback(lambda f, k=k: order.append(k))
+        futs.append(fut)
+        ids.append(msg_id)
+    c.cancel(ids[30])
+    got = await asyncio.gather(*futs, return_exceptions=True)
+    for k, r in enumerate(got):
+        if k != 30:
+            assert isinstance(r, m.NodeResult), (k, r)
+        else:
+            assert isinstance(r, m.NodeResult) or (isinstance(r, RpcError) and r.kind == "RequestCancelled"), r
+    # a cancelled answer may overtake (SPEC §1.4: answered at once); the others keep their order
+    assert [k for k in order if k != 30] == [k for k in range(40) if k != 30]
+    with RawDb(shared.database) as raw:
+        stored = {r[0] for r in raw.execute("SELECT id FROM nodes WHERE session_id=?", (sid,))}
+    assert {f"q{k}" for k in range(40) if k != 30} <= stored

@@ -26,6 +26,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -41,6 +42,12 @@ T = TypeVar("T")
 
 #: threads per database for the server's light reads (``OpenDatabase.executor``)
 READ_THREADS = 2
+
+#: Set by the server in the context of a ``node/append`` or ``node/appendBatch``: called on
+#: the loop once the append is in its database's writer queue. The writer runs its queue in
+#: order, so the connection's next append may be handed over from then on, without waiting
+#: for this one's commit (SPEC §1.4, §4.2): a pipelining client's appends share a group.
+APPEND_QUEUED: ContextVar[Callable[[], None] | None] = ContextVar("dagctx_append_queued", default=None)
 
 
 def open_store(path: str, *, create_parent: bool, timeout: float | None = None) -> Store:
@@ -72,6 +79,12 @@ def _notify(done: list[Done]) -> None:
             loop.call_soon_threadsafe(_settle, items)
 
 
+def _queued() -> None:
+    note = APPEND_QUEUED.get()
+    if note is not None:
+        note()
+
+
 def _cancelled(waiter: Any) -> bool:
     return waiter[1].cancelled()
 
@@ -98,6 +111,7 @@ class StoreCalls:
         """One append, committed with whatever other appends are waiting (group commit)."""
         waiter = self._waiter()
         self.writer.append(AppendRequest(session_id, (node,), move_head, (derived,)), waiter)
+        _queued()
         out: list[AppendOutcome] = await waiter[1]
         return out[0]
 
@@ -106,6 +120,7 @@ class StoreCalls:
         """Nodes of one session, all or none, in the next group."""
         waiter = self._waiter()
         self.writer.append(AppendRequest(session_id, tuple(nodes), move_head, derived, batch=True), waiter)
+        _queued()
         return await waiter[1]
 
     def close(self) -> None:

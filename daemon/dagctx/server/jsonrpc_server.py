@@ -62,6 +62,7 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.messages import InitializeParams
 
 from . import guards, lsp
+from .append_turns import AppendTurn
 from .framing import FrameParser
 from .hub import Hub
 from .incoming import Incoming
@@ -125,6 +126,7 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         self._outgoing: dict[Any, asyncio.Future[Any]] = {}
         self._log_handler: logging.Handler | None = None
         self._ordered_tail: asyncio.Future[Any] | None = None
+        self._last_append: AppendTurn | None = None
         #: frames that arrived while a big body decodes in the pool, in order
         self._held: deque[Any] | None = None
         #: ordered requests already submitted to the ordered lane (its FIFO orders them)

@@ -24,11 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 from dagctx.context.cancel import CURRENT as CURRENT_CANCEL
 from dagctx.context.cancel import CancelToken
+from dagctx.engine.shared import APPEND_QUEUED
 from dagctx.protocol import codec
 from dagctx.protocol.errors import INTERNAL_ERROR, DagctxError, ErrorData, ResponseError
 from dagctx.protocol.methods import METHODS
 
 from . import guards
+from .append_turns import AppendTurn
 from .pool import FairPool
 
 if TYPE_CHECKING:
@@ -104,6 +106,8 @@ class RequestRunner:
     _cancel_tokens: dict[Any, CancelToken]
     _reads_in_flight: set[asyncio.Future[Any]]
     _ordered_tail: asyncio.Future[Any] | None
+    #: the last append this connection started (``_ordered_on_loop``)
+    _last_append: AppendTurn | None
     _in_lane: set[asyncio.Future[Any]]
     _backlog: deque[tuple[list[asyncio.Future[Any]], Callable[[], None]]]
     _jobs: dict[Any, tuple[Any, Any, Any]]
@@ -147,9 +151,10 @@ class RequestRunner:
     def _ordered_on_loop(self, msg_id: Any, method: str, spec: Any, handler: Callable[[Any], Any],
                          params: Any) -> None:
         """An ordered write (``LOOP_WRITES``) started on the loop with the ordering the
-        pool gives (SPEC §1.4): after the answer of the ordered request before it, never
-        before a heavy view the connection sent earlier; the ordered requests after it
-        wait for its answer. Cancelled like a pool job: dropped while it waits, its
+        pool gives (SPEC §1.4): after the answer of the ordered request before it — or,
+        behind an append, once that one is in the writer's queue (``append_turns``) —
+        never before a heavy view the connection sent earlier; the ordered requests after
+        it wait for its answer. Cancelled like a pool job: dropped while it waits, its
         coroutine cancelled once it runs."""
         loop = asyncio.get_running_loop()
         token = CancelToken()
@@ -159,13 +164,17 @@ class RequestRunner:
         done: asyncio.Future[Any] = loop.create_future()
         self._request_futures[msg_id] = done  # type: ignore[assignment]
         waits: list[asyncio.Future[Any]] = []
-        tail = self._ordered_tail
+        tail, last = self._ordered_tail, self._last_append
+        behind = last is not None and last.done is tail and tail is not None and not tail.done()
         if tail is not None and not tail.done():
-            waits.append(tail)  # not in the pool's lane: wait for the answer before it
+            waits.append(last.queued if behind and last is not None else tail)
         if spec.writes and self._reads_in_flight:
             waits.extend(f for f in self._reads_in_flight if not f.done())
         self._ordered_tail = done
+        me = self._last_append = AppendTurn(loop, done, last if behind else None)
         self._tail_seq = self._ordered_seq = self._ordered_seq + 1
+        ctx.run(APPEND_QUEUED.set, me.mark_queued)
+        done.add_done_callback(me.mark_queued)
 
         def start() -> None:
             if done.done():  # cancelled while it waited
@@ -173,14 +182,13 @@ class RequestRunner:
             try:
                 result = ctx.run(handler, params)
             except Exception as exc:  # answered by _request_done, like a failed pool job
-                done.set_exception(exc)
-                return
-            if not asyncio.iscoroutine(result):
-                done.set_result(result)
-                return
-            self._follow(msg_id, loop.create_task(result, context=ctx), done)
+                result = exc
+            task = loop.create_task(me.in_turn(result), context=ctx)
+            task.add_done_callback(me.mark_queued)  # it ended before the writer's queue: the next may go
+            self._follow(msg_id, task, done)
 
         done.add_done_callback(lambda f, i=msg_id, mth=method, p=params: self._request_done(i, mth, f, p))
+        done.add_done_callback(me.end_turn)  # after its answer is written
         if waits or self._backlog:
             self._queue_ordered(waits, start)
         else:
