@@ -272,3 +272,42 @@ def test_a_declared_length_is_the_only_thing_that_withholds_the_frames() -> None
         data = b"Content-Length: %d\r\n\r\n" % n + b"x" * n + frame(REQ)
         assert ("body", REQ) in shape(feed_whole(data, max_frame_bytes=64))
     _junk_then_frames(b"Content-Length: 12", [3])
+
+
+def _events(evts: list[Body | FrameError]) -> list[tuple[str, bytes | str]]:
+    return [("body", bytes(e.data)) if isinstance(e, Body) else (e.kind, e.message) for e in evts]
+
+
+def test_canonical_frames_read_whole_give_the_general_parsers_events() -> None:
+    """The canonical frames at the front of a read are cut straight from it
+    (``_whole_frames``); any mix of canonical and other frames, in any split, gives the
+    events the general parser gives byte by byte."""
+    rng = random.Random(25)
+    kinds = [
+        lambda b: frame(b),                                           # canonical
+        lambda b: frame(b, b"content-length"),                        # another case
+        lambda b: b"Content-Length:%d\r\n\r\n" % len(b) + b,          # no space
+        lambda b: b"Content-Length: %d\r\nContent-Type: x\r\n\r\n" % len(b) + b,
+        lambda b: b"Content-Length: 00%d\r\n\r\n" % len(b) + b,       # leading zeros
+        lambda b: b"Content-Length: +%d\r\n\r\n" % len(b) + b,        # not a number
+        lambda b: b"Content-Length: %d\r\n\r\n" % (len(b) + 500) + b,  # over the limit of 300
+        lambda b: b"junk" + frame(b),
+        lambda b: frame(b"") ,
+    ]
+    for _ in range(300):
+        parts = [rng.choice(kinds)(b'{"id":%d,"x":"%s"}' % (i, b"y" * rng.randrange(0, 40)))
+                 for i in range(rng.randrange(1, 6))]
+        data = b"".join(parts)
+        expected = _events(feed_bytewise(data, max_frame_bytes=300))
+        assert _events(feed_whole(data, max_frame_bytes=300)) == expected
+        cuts = sorted(rng.sample(range(1, len(data)), min(3, len(data) - 1)))
+        assert _events(feed_chunks(data, cuts, max_frame_bytes=300)) == expected
+
+
+def test_canonical_frames_need_no_buffer() -> None:
+    p = FrameParser()
+    data = frame(b'{"a":1}') + frame(b'{"b":2}')
+    assert _events(p.feed(data)) == [("body", b'{"a":1}'), ("body", b'{"b":2}')]
+    assert not p._buf  # nothing was copied into the buffer
+    assert _events(p.feed(data[:10])) == []
+    assert _events(p.feed(data[10:])) == [("body", b'{"a":1}'), ("body", b'{"b":2}')]
