@@ -230,7 +230,8 @@ def test_transcript_one_pass_equals_per_item(tmp_path: Path) -> None:
     assert Transcript().entries(items) == [transcript_entry(it) for it in items]
     # the request around the entries is measured as measuring its text afresh
     plan = _plan(items[:40])
-    for prev in (None, "earlier 摘要 summary"):
+    # an ASCII previous summary is measured apart from the words around it (not ASCII)
+    for prev in (None, "earlier 摘要 summary", "earlier summary: src/a.py, port 8080 " * 40):
         for stage in (None, (1, 3), (2, 3)):
             sub = dataclasses.replace(plan, previous_summary_text=prev, stage=stage)
             tr = Transcript()

@@ -145,7 +145,14 @@ def request_estimate(
     parts = transcript.classes_of([it for it in plan.input_items if it.kind != "summary"])
     if plan.previous_summary_text is not None and not use_update:
         parts.insert(0, char_classes(f"{_EARLIER}\n{plan.previous_summary_text}"))
-    around = char_classes(_request_text(plan, [], use_update, instructions, max_chars))
+    if use_update:
+        # the previous summary measured on its own (the counts of a concatenation are its
+        # parts' sums): the words around it are few but not ASCII (the task's dash), and
+        # measured with it they sent the whole summary, at every stage, down the slow path
+        around = add_classes(char_classes(_request_text(plan, [], use_update, instructions, max_chars, "")),
+                             char_classes(plan.previous_summary_text or ""))
+    else:
+        around = char_classes(_request_text(plan, [], use_update, instructions, max_chars))
     joins = (2 * max(0, len(parts) - 1), 0, 0, 0)  # the "\n\n" between entries
     # add_classes over hundreds of entries, each count summed column by column in C
     return estimate_of_classes(add_classes(around, joins, *(
@@ -158,11 +165,13 @@ def _use_update(plan: CutPlan, update: bool | None) -> bool:
 
 
 def _request_text(plan: CutPlan, transcript: list[str], use_update: bool, instructions: str | None,
-                  max_chars: int | None) -> str:
+                  max_chars: int | None, previous: str | None = None) -> str:
     """The one message of a summary request around the transcript, given as the pieces
     of its joined entries (``Transcript.pieces``): the whole text is joined once, not
-    the transcript first and then the message around it (a stage is megabytes)."""
-    prev = plan.previous_summary_text
+    the transcript first and then the message around it (a stage is megabytes).
+    ``previous``: the previous summary's text in its place instead of the plan's (``""``:
+    the request without it, for ``request_estimate``)."""
+    prev = plan.previous_summary_text if previous is None else previous
     parts: list[str] = []
     if plan.stage is not None and plan.stage[1] > 1:
         i, total = plan.stage

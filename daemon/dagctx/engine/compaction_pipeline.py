@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -34,7 +35,7 @@ from dagctx.context.content import covers_of
 from dagctx.context.render import render_view
 from dagctx.context.summary_choice import summary_applies
 from dagctx.context.view import Item
-from dagctx.context.tokens import estimate_tokens
+from dagctx.context.tokens import ESTIMATE, estimate_tokens
 from dagctx.ledger.graph import is_summary
 from dagctx.protocol import context_messages as c
 from dagctx.protocol.errors import DagctxError
@@ -218,10 +219,14 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
             engine.peer.progress(token, {"kind": "report", "message": f"stage {i}/{len(stages)}",
                                          "percentage": int(i * 80 / len(stages))})
         text = summary_so_far
+        # covered ⊆ summarized (defect 1), checked beside the validation (the summary is
+        # counted meanwhile); not checked when the structural fallback may stand in
+        coverage = None if p.fallback == "structural" else (
+            lambda: summarizer_input.covered_in_input(plan, sent, transcript))
         # 4. validate against a candidate render with the summary applied
-        validation, node_input, counted = await engine.offload(lambda: _validate(
+        validation, node_input, counted, covered = await engine.offload(lambda: _validate(
             engine, graph, plan, text, head, aged, info, tokens_before, identifiers, max_chars,
-            p.min_identifier_retention))
+            p.min_identifier_retention, coverage))
         if not validation.ok and validation.reason == summary_check.LOW_FIDELITY:
             # the retry repeats the last request (the whole prefix, or the last stage on
             # top of the summary so far), so it fits the summarizer as that one did
@@ -230,9 +235,10 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
             retry = summarizer_input.retry_messages(messages, validation.missing)
             sent.append(retry)
             text = await _sample(engine, p, system, retry, sinfo, max_tokens)
-            validation, node_input, counted = await engine.offload(lambda: _validate(
+            # ``sent`` holds the retry now: coverage is checked again on all of it
+            validation, node_input, counted, covered = await engine.offload(lambda: _validate(
                 engine, graph, plan, text, head, aged, info, tokens_before, identifiers, max_chars,
-                p.min_identifier_retention))
+                p.min_identifier_retention, coverage))
         retention = validation.retention
         if not validation.ok:
             return done(False, validation.reason or "failed", shown_before, shown_before,
@@ -241,15 +247,13 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
         if p.fallback != "structural":
             return done(False, "failed", shown_before, shown_before, error=err.message)
         text = summary_check.structural_summary(plan)
-        validation, node_input, counted = await engine.offload(lambda: _validate(
+        validation, node_input, counted, covered = await engine.offload(lambda: _validate(
             engine, graph, plan, text, head, aged, info, tokens_before, [], None, 0.0))
         if not validation.ok:
             return done(False, validation.reason or "failed", shown_before, shown_before, error=_why(validation))
     except asyncio.CancelledError:
         raise  # the server answers -32800; nothing was written
     # covered ⊆ summarized: refuse to write a summary of turns it never saw (defect 1)
-    with _collector_held():
-        covered = p.fallback == "structural" or summarizer_input.covered_in_input(plan, sent, transcript)
     if not covered:
         return done(False, "failed", shown_before, shown_before,
                     error="internal check failed: a covered turn was not in the summarizer input")
@@ -343,21 +347,67 @@ async def _sample(engine: Host, p: c.CompactParams, system: str, messages: list[
     raise last
 
 
+#: A summary at least this long is counted beside the validation's other work (``_Count``).
+COUNT_BESIDE_CHARS = 8192
+
+
+class _Count(threading.Thread):
+    """``counter.count(text, tokenizer)`` in a thread of its own. The validation must
+    count the summary under the model's tokenizer (SPEC §8: the candidate render's
+    ``tokensAfter``), and tiktoken leaves the interpreter lock while it encodes; a long
+    summary's count (16 ms for 95 KB) then runs while this thread checks the coverage and
+    renders the candidate, instead of after them."""
+
+    def __init__(self, counter: Any, text: str, tokenizer: str) -> None:
+        super().__init__(name="dagctx-summary-count", daemon=True)
+        self._job = (counter, text, tokenizer)
+        self._value = 0
+        self._error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        counter, text, tokenizer = self._job
+        try:
+            self._value = counter.count(text, tokenizer)
+        except BaseException as err:  # handed to the caller by ``result``
+            self._error = err
+
+    def result(self) -> int:
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 @_collector_held()
 def _validate(engine: Host, graph: Any, plan: Any, text: str | None, head: str, aged: dict[str, str],
               info: Any, tokens_before: int, identifiers: list[str], max_chars: int | None,
-              min_retention: float) -> tuple[Any, dict[str, Any], tuple[int, int] | None]:
-    """The verdict on ``text``, the summary node's fields, and the (input, output) tokens
-    the candidate render counted of that node under the model's tokenizer."""
+              min_retention: float, coverage: Callable[[], bool] | None = None,
+              ) -> tuple[Any, dict[str, Any], tuple[int, int] | None, bool]:
+    """The verdict on ``text``, the summary node's fields, the (input, output) tokens
+    the candidate render counted of that node under the model's tokenizer, and
+    ``coverage()`` (True without it), computed while the summary is counted."""
     node_input = compaction_plan.summary_node_input(plan, text or "", model=info.name)
+    tokenizer = info.tokenizer or engine.counter.tokenizer_for(info.name)
+    output = node_input["output"]
+    # the count the candidate render would take of the summary (``counts_of``: its output
+    # is a text), started first when tiktoken counts it and it is long
+    counting = (_Count(engine.counter, output, tokenizer)
+                if len(output) >= COUNT_BESIDE_CHARS and engine.counter.resolve(tokenizer) != ESTIMATE else None)
+    covered = True if coverage is None else coverage()
     candidate = compaction_plan.with_candidate(graph, node_input)
     view = render_view(candidate, head, aged=aged)
     from dagctx.context.formats import to_messages
 
     _, messages, node_ids = to_messages(view, "neutral")
-    tokenizer = info.tokenizer or engine.counter.tokenizer_for(info.name)
-    per = engine.views.count_messages(candidate, messages, node_ids, tokenizer, aged)
     cand_id = "summary_candidate"
+    if counting is not None:
+        got = counting.result()
+        if any(cand_id in ids for ids in node_ids):  # what ``count_messages`` would count of it
+            cand = candidate.nodes[cand_id]
+            engine.views.node_tokens(candidate, tokenizer).setdefault(
+                cand_id, (engine.counter.count_value(cand.input, tokenizer), got))
+    per = engine.views.count_messages(candidate, messages, node_ids, tokenizer, aged)
     # the candidate node has no stored count: its text was counted, and is not kept here
     counted = engine.views.node_tokens(candidate, tokenizer).pop(cand_id, None)
     after = sum(per)
@@ -371,7 +421,7 @@ def _validate(engine: Host, graph: Any, plan: Any, text: str | None, head: str, 
         "tokensBefore": tokens_before, "tokensAfter": after,
         "identifiersChecked": list(identifiers), "identifiersMissing": list(validation.missing),
     }
-    return validation, node_input, counted
+    return validation, node_input, counted, covered
 
 
 def _watch(graph: Any, ids: set[str], also: set[str]) -> dict[str, tuple[Any, Any, Any]]:
