@@ -70,7 +70,7 @@ class Transcript:
     additive), and the coverage check needs only where a body starts in its entry. On a
     prefix of megabytes, every copy of it costs fresh memory pages as much as copying."""
 
-    __slots__ = ("_items", "_bodies", "_heads", "_classes", "_head_classes")
+    __slots__ = ("_items", "_bodies", "_heads", "_opens", "_open_of", "_classes", "_head_classes")
 
     def __init__(self) -> None:
         # parallel maps by ``id(item)`` (no container per item: a compaction of 15k items
@@ -78,9 +78,14 @@ class Transcript:
         self._items: dict[int, Item] = {}
         self._bodies: dict[int, str] = {}
         self._heads: dict[int, str] = {}
+        #: what comes before an entry's body in a request: the "\n\n" joining it to the
+        #: entry before, its header line and, when it has a body, the newline after it
+        #: (one string of a few per header, ``_open_of``), so a request is two pieces an entry
+        self._opens: dict[int, str] = {}
+        self._open_of: dict[tuple[str, bool], str] = {}
         self._classes: dict[int, CharClasses] = {}
-        #: header line → its counts plus the newline after it (a few distinct headers)
-        self._head_classes: dict[str, CharClasses] = {}
+        #: header line → its counts alone, and plus the newline after it (a few distinct headers)
+        self._head_classes: dict[str, tuple[CharClasses, CharClasses]] = {}
 
     def _key(self, item: Item) -> int:
         if self._items.get(id(item)) is not item:
@@ -118,9 +123,17 @@ class Transcript:
     def _add(self, it: Item) -> None:
         k = id(it)
         self._items[k] = it
-        self._bodies[k] = item_body(it)
-        self._heads[k] = _item_header(it)
+        self._bodies[k] = body = item_body(it)
+        self._heads[k] = head = _item_header(it)
+        self._opens[k] = self._open(head, body)
         self._classes.pop(k, None)
+
+    def _open(self, head: str, body: str) -> str:
+        key = (head, bool(body))
+        got = self._open_of.get(key)
+        if got is None:
+            got = self._open_of[key] = f"\n\n{head}\n" if body else f"\n\n{head}"
+        return got
 
     # Each method below is one loop over its items that builds a missing item where it
     # meets it (a compaction asks about thousands of items a dozen times).
@@ -133,7 +146,9 @@ class Transcript:
             out = [item_body(it) for it in items]
             self._items.update(zip(keys, items))
             self._bodies.update(zip(keys, out))
-            self._heads.update(zip(keys, map(_item_header, items)))
+            heads = list(map(_item_header, items))
+            self._heads.update(zip(keys, heads))
+            self._opens.update(zip(keys, map(self._open, heads, out)))
             if len(self._items) == len(out):  # no item asked twice: every body is its own
                 return out
         get, bodies, add = self._items.get, self._bodies, self._add
@@ -168,54 +183,55 @@ class Transcript:
         return out, at
 
     def pieces(self, items: Sequence[Item], lead: Sequence[str] = ()) -> list[str]:
-        """Strings whose concatenation is ``"\n\n".join([*lead, *self.entries(items)])``."""
-        get, bodies, heads, add = self._items.get, self._bodies, self._heads, self._add
-        out: list[str] = []
-        put = out.append
-        for text in lead:
-            if out:
-                put("\n\n")
-            put(text)
-        for it in items:
-            k = id(it)
-            if get(k) is not it:
-                add(it)
-            if out:
-                put("\n\n")
-            put(heads[k])
-            body = bodies[k]
-            if body:
-                put("\n")
-                put(body)
+        """Strings whose concatenation is ``"\n\n".join([*lead, *self.entries(items)])``:
+        each entry as its opening (``_opens``) and its body, in one comprehension."""
+        keys = self._keys(items)
+        opens, bodies = self._opens, self._bodies
+        out = [piece for k in keys for piece in (opens[k], bodies[k])]
+        head = "\n\n".join(lead)
+        if out:
+            # the first entry's opening has the separator only after a lead
+            out[0] = (head + out[0]) if lead else out[0][2:]
+        elif lead:
+            out.append(head)
         return out
+
+    def _keys(self, items: Sequence[Item]) -> list[int]:
+        """``id`` of each item, every one held (built now when it was not). An id held is
+        its item's own: the items held are kept alive, so no other object has their ids."""
+        keys = list(map(id, items))
+        held = self._items
+        if not all(map(held.__contains__, keys)):
+            self._fill(items)
+        return keys
 
     def classes_of(self, items: Sequence[Item]) -> list[CharClasses]:
         """``[self.classes(it) for it in items]`` (cancellable between items): an entry's
         counts are its header's, the newline's and its body's, summed. The bodies not
         measured yet are measured together (``char_classes_many``), a chunk at a time."""
-        get, bodies, heads, classes, add = self._items.get, self._bodies, self._heads, self._classes, self._add
-        missing: list[int] = []
-        for n, it in enumerate(items):
-            if not n & 255:
-                stop_if_cancelled()
-            k = id(it)
-            if get(k) is not it:
-                add(it)
-            if k not in classes:
-                missing.append(k)
-        if missing:
-            head_classes = self._head_classes
-            missing = list(dict.fromkeys(missing))  # an item asked twice is measured once
-            for lo in range(0, len(missing), _MEASURED_TOGETHER):
-                stop_if_cancelled()
-                keys = missing[lo:lo + _MEASURED_TOGETHER]
-                for k, b in zip(keys, char_classes_many([bodies[k] for k in keys])):
-                    head = heads[k]
-                    hc = head_classes.get(head)
-                    if hc is None:
-                        hc = head_classes[head] = char_classes(head)
-                    classes[k] = (hc[0] + 1 + b[0], hc[1] + b[1], hc[2] + b[2], hc[3] + b[3]) if b[0] else hc
-        return [classes[id(it)] for it in items]
+        classes = self._classes
+        keys = list(map(id, items))
+        if all(map(classes.__contains__, keys)):
+            # every one measured already (each stage's request asks again): measured ids
+            # are held, and a held id is its item's own (``_keys``)
+            stop_if_cancelled()
+            return list(map(classes.__getitem__, keys))
+        stop_if_cancelled()
+        self._keys(items)
+        bodies, heads, head_classes = self._bodies, self._heads, self._head_classes
+        # an item asked twice is measured once
+        missing = [k for k in dict.fromkeys(keys) if k not in classes]
+        for head in {heads[k] for k in missing}.difference(head_classes):
+            hc = char_classes(head)
+            # the header alone (an empty body), and the header with the newline after it
+            head_classes[head] = (hc, (hc[0] + 1, hc[1], hc[2], hc[3]))
+        for lo in range(0, len(missing), _MEASURED_TOGETHER):
+            stop_if_cancelled()
+            chunk = missing[lo:lo + _MEASURED_TOGETHER]
+            for k, b in zip(chunk, char_classes_many([bodies[k] for k in chunk])):
+                alone, hc = head_classes[heads[k]]
+                classes[k] = (hc[0] + b[0], hc[1] + b[1], hc[2] + b[2], hc[3] + b[3]) if b[0] else alone
+        return list(map(classes.__getitem__, keys))
 
     def estimates(self, items: Sequence[Item]) -> list[int]:
         """``[self.estimate(it) for it in items]``."""
