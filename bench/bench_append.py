@@ -270,8 +270,11 @@ async def group_part(args: argparse.Namespace, tmp: str, database: str, raw_roun
         await group_round(clients, sids, heads, 20, args.window, "warm")
         d_rates, r_rates = [], []
         start = 0
+        cpu = 0.0
         for r in range(args.rounds):
+            c0 = cpu_seconds(pid)
             d_rates.append(await group_round(clients, sids, heads, per, args.window, f"r{r}"))
+            cpu += cpu_seconds(pid) - c0
             r_rates.append(raw_round(per * args.clients, start))
             start += per * args.clients
         d, raw = statistics.median(d_rates), statistics.median(r_rates)
@@ -282,6 +285,8 @@ async def group_part(args: argparse.Namespace, tmp: str, database: str, raw_roun
         print(f"  daemon, group commit           {d:10,.0f}")
         print(f"  raw one row per transaction    {raw:10,.0f}   daemon/raw = {ratio:.2f}  (goal >= 1: "
               f"{'ok' if ratio >= 1 else 'BELOW'})")
+        print(f"  CPU per append: daemon process {cpu / (per * args.clients * args.rounds) * 1e6:.0f} us "
+              "(what a loaded machine slows least)")
         for c in clients:
             await c.close()
         os.kill(pid, 15)

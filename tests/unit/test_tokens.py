@@ -325,6 +325,24 @@ def test_estimate_of_long_texts_matches_the_regular_expressions() -> None:
     run()
 
 
+def test_estimate_of_short_texts_matches_the_regular_expressions() -> None:
+    """Short texts (below ``SHORT_TEXT``) counted by code units when mostly CJK, by the
+    regular expressions otherwise: the estimate is the same either way, at every length
+    around ``SHORT_DENSE_TEXT`` and for every class (lone surrogates included)."""
+    import random
+
+    from dagctx.context.tokens import _char_classes_re, _estimate
+
+    rng = random.Random(11)
+    dense = ["中", "文", "，", "。", "「", "\u3000", "한", "\u2e80", "\ua960", "\ufe45", "\uff0c", "\U00020000",
+             "\U0001b000", "\U0001b170", "\U0001f600", "\ud800", "→", "é", "a", " "]
+    for _ in range(400):
+        n = rng.randint(1, tokens.SHORT_TEXT - 1)
+        weights = [rng.random() for _ in dense]
+        text = "".join(rng.choices(dense, weights, k=n))[:n]
+        assert estimate_tokens(text) == _estimate(len(text), *_char_classes_re(text)), ascii(text)
+
+
 def test_char_classes_add_up_and_give_the_estimate() -> None:
     """``estimate_of_classes`` of ``char_classes`` is ``estimate_tokens``, and the counts of a text
     cut anywhere are the sums of its pieces' (a reduction estimates a summary request

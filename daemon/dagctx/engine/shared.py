@@ -275,6 +275,11 @@ class EngineShared:
         with self._lock:
             return list(self._open.values())
 
+    def open_database(self, key: str) -> OpenDatabase | None:
+        """The open database of ``key`` (a real path or URL), or None: one lookup, for what
+        runs once per write (``Hub.changed``)."""
+        return self._open.get(key)
+
     def close_all(self) -> None:
         """Close every store (the daemon is ending)."""
         with self._lock:

@@ -466,9 +466,9 @@ class Hub:
         """
         w = self.watches.get((database, session_id))
         if w is None:
-            for db in self.shared.databases():
-                if db.key == database:
-                    db.told_nobody(session_id)  # this write's announcement is done: nobody to tell
+            db = self.shared.open_database(database)
+            if db is not None:
+                db.told_nobody(session_id)  # this write's announcement is done: nobody to tell
             return
         if self.on_loop() and self.loop is not None:
             self.pool_for(database).submit(("watch", database, session_id),

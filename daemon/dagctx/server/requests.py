@@ -189,7 +189,9 @@ class RequestRunner:
 
         done.add_done_callback(lambda f, i=msg_id, mth=method, p=params: self._request_done(i, mth, f, p))
         done.add_done_callback(me.end_turn)  # after its answer is written
-        if waits or self._backlog:
+        if behind and last is not None and waits == [last.queued] and not self._backlog:
+            last.queued.add_done_callback(lambda f: start())  # no backlog task: one hop
+        elif waits or self._backlog:
             self._queue_ordered(waits, start)
         else:
             start()
@@ -459,7 +461,8 @@ class RequestRunner:
             else:
                 self._internal_error(msg_id, method, exc)
             return
-        self._wrote(method, params)
+        if method not in LOOP_WRITES:  # an append told the hub itself (EngineCore.announce)
+            self._wrote(method, params)
         result = done.result()
         if result is _SENT:
             return
