@@ -4,7 +4,11 @@ end told once, and ``close`` stops it — the thread gone, its descriptor closed
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import time
+
+import pytest
 
 from dagctx.server.pipe_reader import PipeReader
 
@@ -46,3 +50,21 @@ def test_close_stops_a_reader_whose_client_keeps_its_end_open() -> None:
     assert not reader.thread.is_alive() and got == [b"first"]
     assert not ended.is_set()  # closed by us: the end of the client is not reported
     os.close(w)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names in /proc are Linux's")
+def test_the_reader_thread_carries_its_name_where_the_os_shows_it() -> None:
+    r, w = os.pipe()
+    got: list[bytes] = []
+    ended = threading.Event()
+    reader = PipeReader(r, got.append, ended.set, lambda fn, *a: fn(*a), name="dagctx-in-a-long-connection-id")
+    reader.start()
+    os.write(w, b"x")
+    for _ in range(200):
+        if got:
+            break
+        time.sleep(0.01)
+    with open(f"/proc/self/task/{reader.thread.native_id}/comm") as fh:
+        assert fh.read().strip() == "dagctx-in-a-lon"  # the first 15 bytes
+    os.close(w)
+    assert ended.wait(5)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import select
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +29,28 @@ log = logging.getLogger("dagctx.server")
 
 #: Bytes read per system call.
 CHUNK = 1 << 18
+
+
+#: ``prctl(PR_SET_NAME, …)``: the calling thread's name as Linux shows it
+_PR_SET_NAME = 15
+_prctl: Any = None
+
+
+def name_os_thread(name: str) -> None:
+    """Give the calling thread ``name`` where the operating system shows it (``top -H``,
+    ``/proc/PID/task/TID/comm``; 15 bytes kept), so an operator — or a test — can tell a
+    connection's reader from the daemon's other threads. Best effort: Linux only."""
+    global _prctl
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        if _prctl is None:
+            import ctypes
+
+            _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        _prctl(_PR_SET_NAME, name.encode("utf-8", "replace")[:15], 0, 0, 0)
+    except (OSError, AttributeError, TypeError):
+        pass  # a name is a convenience; the reader works without one
 
 
 class PipeReader:
@@ -63,6 +86,7 @@ class PipeReader:
                     pass
 
     def _run(self) -> None:
+        name_os_thread(self.thread.name)
         poller = select.poll()
         poller.register(self.fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         poller.register(self._stop_r, select.POLLIN)
