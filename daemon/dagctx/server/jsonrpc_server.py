@@ -62,7 +62,7 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.messages import InitializeParams
 
 from . import guards, lsp
-from .append_turns import AppendTurn
+from .append_turns import AppendAnswers, AppendTurn
 from .framing import FrameParser
 from .hub import Hub
 from .incoming import Incoming
@@ -127,6 +127,8 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         self._log_handler: logging.Handler | None = None
         self._ordered_tail: asyncio.Future[Any] | None = None
         self._last_append: AppendTurn | None = None
+        #: its appends not answered yet, answered in arrival order (``append_turns``)
+        self._append_answers = AppendAnswers()
         #: frames that arrived while a big body decodes in the pool, in order
         self._held: deque[Any] | None = None
         #: ordered requests already submitted to the ordered lane (its FIFO orders them)
@@ -147,6 +149,8 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         self._notes_posted = 0
         #: quick answers (``RequestRunner._quickly``) not written yet: written together
         self._quick_out: list[bytes] = []
+        #: appends' answers not written yet (``hold``): written together at the loop's next turn
+        self._answers_held: list[bytes] = []
         self._ordered_seq = self._tail_seq = 0
         self._sent_seq = -1
         self._handed_in = 0
@@ -248,9 +252,30 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
             if old is not None and old is not writer and hasattr(old, "release"):
                 old.release()
 
+    def hold(self, data: bytes) -> None:
+        """An append's answer (on the event loop), written with the other answers that are
+        ready in the same turn of the loop: a group commit settles many of a pipelining
+        client's appends at once, and one write (one system call, one read for the client)
+        carries their answers instead of one each. Anything else written meanwhile goes
+        after them (``write_bytes``; a worker's own write waits for them, ``_send_now``)."""
+        with self._out_lock:
+            self._answers_held.append(data)
+            first = len(self._answers_held) == 1
+        if first:
+            asyncio.get_running_loop().call_soon(self._flush_held)
+
+    def _flush_held(self) -> None:
+        with self._out_lock:
+            out, self._answers_held = self._answers_held, []
+        if out:
+            self.write_bytes(out[0] if len(out) == 1 else b"".join(out))
+
     def write_bytes(self, data: bytes) -> None:
-        """Queue one framed message for the client (on the event loop), after the quick
-        answers held back before it (``RequestRunner._flush_quick``)."""
+        """Queue one framed message for the client (on the event loop), after the appends'
+        answers (``hold``) and the quick answers (``RequestRunner._flush_quick``) held back
+        before it."""
+        if self._answers_held:
+            self._flush_held()
         if self._quick_out:
             self._flush_quick()
         if self.writer is None or self.exit_code is not None:
@@ -351,6 +376,8 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         """End this connection (``exit``, EOF, a client gone): once."""
         if self.exit_code is not None:
             return
+        if self._answers_held:
+            self._flush_held()  # answered before the closing frame
         with self._out_lock:  # no worker writes an answer after the closing frame (``_send_now``)
             if self.attach is not None and self.writer is not None:
                 # tell the forwarder how this connection ended (it never reaches the client)

@@ -30,7 +30,7 @@ from dagctx.protocol.errors import INTERNAL_ERROR, DagctxError, ErrorData, Respo
 from dagctx.protocol.methods import METHODS
 
 from . import guards
-from .append_turns import AppendTurn
+from .append_turns import AppendAnswers, AppendTurn, settled
 from .pool import FairPool
 
 if TYPE_CHECKING:
@@ -108,6 +108,7 @@ class RequestRunner:
     _ordered_tail: asyncio.Future[Any] | None
     #: the last append this connection started (``_ordered_on_loop``)
     _last_append: AppendTurn | None
+    _append_answers: AppendAnswers
     _in_lane: set[asyncio.Future[Any]]
     _backlog: deque[tuple[list[asyncio.Future[Any]], Callable[[], None]]]
     _jobs: dict[Any, tuple[Any, Any, Any]]
@@ -118,6 +119,8 @@ class RequestRunner:
     _notes_posted: int
     _write_posted: Any
     _quick_out: list[bytes]
+    _answers_held: list[bytes]
+    hold: Callable[[bytes], None]
     #: every ordered request gets the next number (``_ordered_seq``); the last one's is
     #: ``_tail_seq``; a worker that wrote an ordered read's answer itself records its number
     #: (``_sent_seq``) before the loop has heard of it
@@ -171,10 +174,16 @@ class RequestRunner:
         if spec.writes and self._reads_in_flight:
             waits.extend(f for f in self._reads_in_flight if not f.done())
         self._ordered_tail = done
-        me = self._last_append = AppendTurn(loop, done, last if behind else None)
+        me = self._last_append = AppendTurn(loop, done)
+        self._append_answers.add(me)
         self._tail_seq = self._ordered_seq = self._ordered_seq + 1
         ctx.run(APPEND_QUEUED.set, me.mark_queued)
         done.add_done_callback(me.mark_queued)
+
+        def ended(task: asyncio.Future[Any]) -> None:
+            self._tasks.pop(msg_id, None)
+            me.mark_queued()  # it ended before the writer's queue: the next may go
+            self._append_answers.settle()
 
         def start() -> None:
             if done.done():  # cancelled while it waited
@@ -183,12 +192,12 @@ class RequestRunner:
                 result = ctx.run(handler, params)
             except Exception as exc:  # answered by _request_done, like a failed pool job
                 result = exc
-            task = loop.create_task(me.in_turn(result), context=ctx)
-            task.add_done_callback(me.mark_queued)  # it ended before the writer's queue: the next may go
-            self._follow(msg_id, task, done)
+            me.task = task = loop.create_task(result if asyncio.iscoroutine(result) else settled(result),
+                                              context=ctx)
+            self._tasks[msg_id] = task
+            task.add_done_callback(ended)
 
         done.add_done_callback(lambda f, i=msg_id, mth=method, p=params: self._request_done(i, mth, f, p))
-        done.add_done_callback(me.end_turn)  # after its answer is written
         if behind and last is not None and waits == [last.queued] and not self._backlog:
             last.queued.add_done_callback(lambda f: start())  # no backlog task: one hop
         elif waits or self._backlog:
@@ -240,7 +249,7 @@ class RequestRunner:
             if self.exit_code is not None:
                 return
             write_now = getattr(self.writer, "write_now", None)
-            if not self._notes_posted and write_now is not None:
+            if not self._notes_posted and not self._answers_held and write_now is not None:
                 try:
                     if write_now(data):
                         return
@@ -367,7 +376,8 @@ class RequestRunner:
         if write_now is None:
             return False
         with self._out_lock:
-            if self.exit_code is not None or self._notes_posted or next(iter(self._owed), None) != msg_id:
+            if (self.exit_code is not None or self._notes_posted or self._answers_held
+                    or next(iter(self._owed), None) != msg_id):
                 return False
             try:
                 if not write_now(data):
@@ -466,7 +476,11 @@ class RequestRunner:
         result = done.result()
         if result is _SENT:
             return
-        self.write_bytes(result.data if isinstance(result, _Encoded) else self._answer(msg_id, method, result))
+        data = result.data if isinstance(result, _Encoded) else self._answer(msg_id, method, result)
+        if method in LOOP_WRITES:
+            self.hold(data)  # with the other answers of its group commit
+        else:
+            self.write_bytes(data)
 
     def _cancel(self, msg_id: Any) -> None:
         """``$/cancelRequest``: a queued job is dropped and answered at once; a running one
