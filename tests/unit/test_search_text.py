@@ -101,6 +101,23 @@ def test_cjk_grams_in_pieces_are_the_whole_grams(text: str) -> None:
     assert bool(whole) == ("迁" in text or "⺀" in text)  # the texts with CJK give grams
 
 
+def test_cjk_grams_match_the_whole_grams_on_random_texts() -> None:
+    """Random mixes of CJK (unigrams, radicals, kana with its punctuation, astral), Latin
+    letters and digits, underscores, spaces and punctuation: the grams are the ones the
+    straightforward build gives (bigrams, tokens glued to CJK, runs at token edges)."""
+    import random
+
+    from dagctx.ledger.search import cjk_grams
+
+    rng = random.Random(5)
+    alphabet = ["中", "文", "迁", "移", "⺀", "・", "カ", "ー", "한", "\U00020000", "a", "Z", "é", "7", "_", " ", "\n",
+                "，", "。", ".", "/", "-", "😀"]
+    for _ in range(500):
+        weights = [rng.random() for _ in alphabet]
+        text = "".join(rng.choices(alphabet, weights, k=rng.randint(0, 120)))
+        assert cjk_grams(text) == _whole_grams(text), ascii(text)
+
+
 SURROGATES = "a\ud800\udc00b\udfff\ud83d" + "é—中😀\x00" * 3
 
 

@@ -35,6 +35,8 @@ _BAREWORD = re.compile(r"^[\w]+\*?$", re.UNICODE)
 
 # What ``unicode61`` takes for one token: a run of letters and digits (CJK included).
 _TOKEN = re.compile(r"[^\W_]+")
+#: every two characters in a row (overlapping: a lookahead that captures them)
+_BIGRAMS = re.compile(r"(?=(..))", re.S)
 
 
 #: characters scanned by one regular expression call at a time (a quarter of a MiB: a
@@ -73,12 +75,15 @@ def cjk_grams(text: str, piece: int = SCAN_PIECE) -> str:
         parts: list[str] = []
         for run in CJK_RUN.findall(chunk):
             parts.extend(run)
-            parts.extend(run[i : i + 2] for i in range(len(run) - 1))
+            parts.extend(_BIGRAMS.findall(run))  # its bigrams, with no loop in Python
         if parts:
             runs.append(" ".join(parts))
         parts = []
         for token in _TOKEN.findall(chunk):
-            if CJK_RUN.search(token) and not CJK_RUN.fullmatch(token):
+            if token.isascii():  # no CJK in it (most words): no regular expression
+                continue
+            m = CJK_RUN.search(token)
+            if m is not None and (m.start() or m.end() < len(token)):  # CJK, and not only CJK
                 parts.extend(p for p in CJK_RUN.split(token) if p)
         if parts:
             glued.append(" ".join(parts))
