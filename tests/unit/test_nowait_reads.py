@@ -126,3 +126,68 @@ def test_a_store_in_memory_has_no_nowait_reads() -> None:
     st = Store(":memory:")
     sid = st.create_session("s").session_id
     assert st.list_sessions_nowait(10, 0) is None and st.get_session_nowait(sid) is None
+
+
+def _statements(st: Store) -> list[str]:
+    """Every statement the never-waiting connection runs from now on."""
+    seen: list[str] = []
+    st.backend._nowait_conn.set_trace_callback(seen.append)  # type: ignore[attr-defined]
+    return seen
+
+
+def test_with_no_commit_since_the_last_look_a_nowait_read_runs_no_statement(tmp_path: Path) -> None:
+    """The WAL index header unchanged since the last ``PRAGMA data_version`` means no commit
+    since: the kept rows are answered without a statement (SPEC §1.4)."""
+    st = _store(tmp_path / "a.db")
+    sid = st.create_session("s").session_id
+    assert st.list_sessions_nowait(10, 0) is not None
+    assert st.list_sessions_nowait(10, 0) is not None  # the WAL index is open after a look
+    seen = _statements(st)
+    for _ in range(5):
+        assert st.list_sessions_nowait(10, 0) == st.list_sessions(10, 0)
+        assert st.get_session_nowait(sid) is not None
+    assert [s for s in seen if "data_version" in s] == []
+    assert len([s for s in seen if s.startswith("SELECT")]) == 1  # the session row, read once and kept
+    st.rename_session(sid, "t")  # a commit: the header moves, the version is read again
+    assert st.get_session_nowait(sid).title == "t"  # type: ignore[union-attr]
+    assert [s for s in seen if "data_version" in s] == ["PRAGMA data_version"]
+
+
+def test_every_commit_behind_our_back_is_seen_checkpoints_and_log_restarts_included(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    st = _store(path)
+    sid = st.create_session("s").session_id
+    raw = sqlite3.connect(path, isolation_level=None)
+    for i in range(40):
+        raw.execute("UPDATE sessions SET title=? WHERE id=?", (f"t{i}", sid))
+        if i % 7 == 3:  # the log folded into the file and started over: the header is rewritten
+            raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        assert st.get_session_nowait(sid).title == f"t{i}"  # type: ignore[union-attr]
+        assert st.get_session_nowait(sid).title == f"t{i}"  # type: ignore[union-attr]
+    raw.close()
+
+
+def test_a_commit_from_another_process_is_seen(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "a.db"
+    st = _store(path)
+    sid = st.create_session("s").session_id
+    for i in range(3):
+        assert st.get_session_nowait(sid) is not None
+        subprocess.run([sys.executable, "-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1], isolation_level=None); "
+                        "c.execute('UPDATE sessions SET title=? WHERE id=?', (sys.argv[2], sys.argv[3]))",
+                        str(path), f"p{i}", sid], check=True)
+        assert st.get_session_nowait(sid).title == f"p{i}"  # type: ignore[union-attr]
+
+
+def test_the_wal_index_is_closed_with_the_store(tmp_path: Path) -> None:
+    st = _store(tmp_path / "a.db")
+    st.create_session("s")
+    st.list_sessions_nowait(10, 0)
+    st.list_sessions_nowait(10, 0)
+    fd = st.backend._nowait_shm  # type: ignore[attr-defined]
+    assert fd >= 0 and os.readlink(f"/proc/self/fd/{fd}").endswith("a.db-shm")
+    st.close()
+    assert st.backend._nowait_shm == -1  # type: ignore[attr-defined]

@@ -107,6 +107,10 @@ class SqliteFile:
         self._nowait_generation = -1
         self._nowait_version: int | None = None
         self._nowait_kept: dict[Any, Any] = {}
+        #: the WAL index (``-shm``) opened for reading its header, -1 when not open; the
+        #: header's bytes read just before ``_nowait_version`` (``sqlite_backend``)
+        self._nowait_shm = -1
+        self._nowait_header: bytes | None = None
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         #: how many times the file was reopened (the store drops its caches when it changes)
