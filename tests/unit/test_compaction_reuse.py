@@ -329,3 +329,28 @@ def test_coverage_check_finds_what_a_plain_search_finds(db: tuple[Path, str, str
         if all(expect):
             assert summarizer_input.covered_in_input(plan, some)
     e.close()
+
+
+def test_item_tokens_in_one_loop_equal_the_per_item_count(db: tuple[Path, str, str]) -> None:
+    """The cut's counts of every item in one loop (``many``) are the per-item counts: aged
+    results (their replacement text counted), a summary, and an item of no node."""
+    from dataclasses import replace
+
+    from dagctx.engine.compaction_pipeline import _item_tokens
+
+    path, sid, head = db
+    e = _engine(path, Summarizer(), aging_opts={"minAgeSeconds": 0, "minTokens": 50, "keepRecentTurns": 2})
+    info = e.models.get(MODEL)
+    tokenizer = e.counter.tokenizer_for(MODEL)
+    aged, _ = e.views.aging_for(sid, head, info)
+    items = list(e.views.render(sid, head=head, fmt="neutral", model=MODEL, aged=aged, remember=False).view.items)
+    # and the items of the branch once compacted (its summary first)
+    assert asyncio.run(compact(e, c.CompactParams(session_id=sid, model=MODEL, keep_recent_tokens=800))).ok
+    graph = e.store.graph(sid)
+    items += e.views.render(sid, head=head, fmt="neutral", model=MODEL, remember=False).view.items
+    items.append(replace(items[-1], node_id="no-such-node", text="a text of no node 无"))
+    kinds = {it.kind for it in items}
+    assert aged and {"summary", "tool_result", "tool_call", "user", "assistant"} <= kinds
+    token_of_item = _item_tokens(e, graph, tokenizer, aged)
+    assert token_of_item.many(items) == [max(0, int(token_of_item(it))) for it in items]
+    e.close()

@@ -82,7 +82,8 @@ class Transcript:
         #: entry before, its header line and, when it has a body, the newline after it
         #: (one string of a few per header, ``_open_of``), so a request is two pieces an entry
         self._opens: dict[int, str] = {}
-        self._open_of: dict[tuple[str, bool], str] = {}
+        #: header → its opening before a body, and alone (an entry without a body)
+        self._open_of: dict[str, tuple[str, str]] = {}
         self._classes: dict[int, CharClasses] = {}
         #: header line → its counts alone, and plus the newline after it (a few distinct headers)
         self._head_classes: dict[str, tuple[CharClasses, CharClasses]] = {}
@@ -129,11 +130,10 @@ class Transcript:
         self._classes.pop(k, None)
 
     def _open(self, head: str, body: str) -> str:
-        key = (head, bool(body))
-        got = self._open_of.get(key)
+        got = self._open_of.get(head)
         if got is None:
-            got = self._open_of[key] = f"\n\n{head}\n" if body else f"\n\n{head}"
-        return got
+            got = self._open_of[head] = (f"\n\n{head}\n", f"\n\n{head}")
+        return got[0] if body else got[1]
 
     # Each method below is one loop over its items that builds a missing item where it
     # meets it (a compaction asks about thousands of items a dozen times).
@@ -148,7 +148,10 @@ class Transcript:
             self._bodies.update(zip(keys, out))
             heads = list(map(_item_header, items))
             self._heads.update(zip(keys, heads))
-            self._opens.update(zip(keys, map(self._open, heads, out)))
+            open_of = self._open_of
+            for head in set(heads).difference(open_of):
+                self._open(head, "")
+            self._opens.update(zip(keys, [open_of[h][0] if b else open_of[h][1] for h, b in zip(heads, out)]))
             if len(self._items) == len(out):  # no item asked twice: every body is its own
                 return out
         get, bodies, add = self._items.get, self._bodies, self._add
