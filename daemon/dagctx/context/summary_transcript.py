@@ -173,17 +173,9 @@ class Transcript:
     def bodies_at(self, items: Sequence[Item]) -> tuple[list[str], list[int]]:
         """``self.bodies(items)``, and where each body starts in its entry (after its
         header line and the newline; where a non-empty body would start)."""
-        get, bodies, heads, add = self._items.get, self._bodies, self._heads, self._add
-        out: list[str] = []
-        at: list[int] = []
-        put, put_at = out.append, at.append
-        for it in items:
-            k = id(it)
-            if get(k) is not it:
-                add(it)
-            put(bodies[k])
-            put_at(len(heads[k]) + 1)
-        return out, at
+        keys = self._keys(items)
+        heads = self._heads
+        return list(map(self._bodies.__getitem__, keys)), [len(heads[k]) + 1 for k in keys]
 
     def pieces(self, items: Sequence[Item], lead: Sequence[str] = ()) -> list[str]:
         """Strings whose concatenation is ``"\n\n".join([*lead, *self.entries(items)])``:
