@@ -354,3 +354,52 @@ def test_item_tokens_in_one_loop_equal_the_per_item_count(db: tuple[Path, str, s
     token_of_item = _item_tokens(e, graph, tokenizer, aged)
     assert token_of_item.many(items) == [max(0, int(token_of_item(it))) for it in items]
     e.close()
+
+
+def _owner_walk(graph: Any, node_id: str, cache: dict[str, str] | None = None) -> str:
+    """``aging.owner_chain_id`` as it was written before (every node through the walk)."""
+    from dagctx.context.summary_choice import is_chain_member
+
+    if cache is not None and node_id in cache:
+        return cache[node_id]
+    path: list[str] = []
+    nid: str | None = node_id
+    out = node_id
+    while nid is not None and nid in graph.nodes:
+        if cache is not None and nid in cache:
+            out = cache[nid]
+            break
+        node = graph.nodes[nid]
+        path.append(nid)
+        if is_chain_member(graph, node) or node.caller is None or node.caller == graph.root_id:
+            out = nid
+            break
+        nid = node.caller
+    if cache is not None:
+        for p in path:
+            cache[p] = out
+    return out
+
+
+def test_owner_of_a_node_without_caller_is_the_walks(db: tuple[Path, str, str]) -> None:
+    """A node with no caller (or the root as caller) is its own owner at once: the owners,
+    and what the cache keeps, are the walk's, for every node, nested calls, summaries and
+    ids of no node included, in any order."""
+    path, sid, head = db
+    e = _engine(path, Summarizer())
+    step = _append(e, sid, role="llm", name=MODEL, output="next step", predecessor=head)
+    call = _append(e, sid, role="code", name="bash", input={"cmd": "make"}, output="ok", caller=step,
+                   metadata={"toolCallId": "c-1"})
+    inner = _append(e, sid, role="llm", name=MODEL, output="inner call", caller=call)
+    _append(e, sid, role="code", name="cat", input={"f": "x"}, output="x", caller=inner, metadata={"toolCallId": "i1"})
+    assert asyncio.run(compact(e, c.CompactParams(session_id=sid, model=MODEL, keep_recent_tokens=300))).ok
+    graph = e.store.graph(sid)
+    ids = [n.id for n in graph.by_seq] + ["no-such-node"]
+    for order in (ids, ids[::-1]):
+        cache: dict[str, str] = {}
+        walked: dict[str, str] = {}
+        for nid in order:
+            assert aging.owner_chain_id(graph, nid) == _owner_walk(graph, nid)
+            assert aging.owner_chain_id(graph, nid, cache) == _owner_walk(graph, nid, walked)
+        assert cache == walked
+    e.close()

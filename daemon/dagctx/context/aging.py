@@ -231,6 +231,13 @@ def owner_chain_id(graph: SessionGraph, node_id: str, cache: dict[str, str] | No
     member (a summary or an unknown id is its own owner)."""
     if cache is not None and node_id in cache:
         return cache[node_id]
+    node = graph.nodes.get(node_id)
+    if node is not None and (node.caller is None or node.caller == graph.root_id):
+        # its own owner whether or not it is a chain member (the walk below stops at it
+        # either way): no membership test for the conversation's own nodes
+        if cache is not None:
+            cache[node_id] = node_id
+        return node_id
     path: list[str] = []
     nid: str | None = node_id
     out = node_id
