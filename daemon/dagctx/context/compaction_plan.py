@@ -70,6 +70,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from itertools import accumulate
+from operator import attrgetter
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,13 +156,10 @@ class CutPlan:
     def input_ids(self) -> list[str]:
         """Ids whose content is in the summarizer input, first appearance order (the
         summary node's ``reads``)."""
-        seen: set[str] = set()
-        out: list[str] = []
-        for it in self.input_items:
-            if it.node_id not in seen:
-                seen.add(it.node_id)
-                out.append(it.node_id)
-        return out
+        return list(dict.fromkeys(map(_node_id, self.input_items)))
+
+
+_node_id = attrgetter("node_id")
 
 
 def keep_target(window: int, keep_recent_tokens: int | None = None) -> int:
