@@ -101,6 +101,27 @@ def test_cjk_grams_in_pieces_are_the_whole_grams(text: str) -> None:
     assert bool(whole) == ("迁" in text or "⺀" in text)  # the texts with CJK give grams
 
 
+def test_small_document_vectors_are_the_full_build() -> None:
+    """``document_vector``'s quick build of a small document gives the literal the full
+    build gives (random texts of accents, CJK, repeated words, quotes and backslashes, up
+    to past the quick build's token limit), and steps aside for a lexeme over PostgreSQL's
+    limit."""
+    import random
+
+    from dagctx.ledger import pg_search
+    from dagctx.ledger import search as fts
+
+    rng = random.Random(3)
+    words = ["Résumé", "naïve", "数据库", "迁移", "it's", "a\\b", "x", "ＡＢＣ", "ǅemal", "Ⱥ", "src/app.py", "😀", "7"]
+    for _ in range(400):
+        text = " ".join(rng.choices(words, k=rng.randint(0, 150)))
+        grams = fts.cjk_grams(text)
+        assert pg_search.document_vector(text, grams) == pg_search._vector(text, grams, 1 << 40), text
+    long_word = "y" * (pg_search.MAX_LEXEME_BYTES + 1)
+    assert pg_search._small_vector(long_word, "") is None
+    assert pg_search.document_vector(long_word, "") == pg_search._vector(long_word, "", 1 << 40)
+
+
 def test_cjk_grams_match_the_whole_grams_on_random_texts() -> None:
     """Random mixes of CJK (unigrams, radicals, kana with its punctuation, astral), Latin
     letters and digits, underscores, spaces and punctuation: the grams are the ones the

@@ -69,6 +69,20 @@ _TOKEN_RUN_BMP = re.compile(
 _ASTRAL = re.compile("[\\U00010000-\\U0010ffff]")
 
 
+_FOLD_BMP: list[int] = []
+
+
+def _fold_bmp() -> list[int]:
+    """``FOLD`` as a list by code point of the Basic Multilingual Plane: ``str.translate``
+    looks each character up, and a dict answers a character it does not map (every CJK
+    one) by raising KeyError inside, three times the time of a list index (12 us instead
+    of 32 us for the grams of a 120-character Chinese message). Built on first use."""
+    global _FOLD_BMP
+    if not _FOLD_BMP:
+        _FOLD_BMP = [FOLD.get(c, c) for c in range(0x10000)]
+    return _FOLD_BMP
+
+
 def token_pieces(text: str, piece: int = SCAN_PIECE) -> Iterator[list[str]]:
     """FTS5 ``unicode61 remove_diacritics 2`` tokens of ``text``, folded (``is_token_char``
     decides what a token character is; ``FOLD`` what it becomes), a list per piece.
@@ -78,10 +92,11 @@ def token_pieces(text: str, piece: int = SCAN_PIECE) -> Iterator[list[str]]:
     ``translate`` held the interpreter lock for seconds, and freeing one list of its
     millions of tokens a third of a second (SPEC §1.4). The same tokens, in order."""
     for chunk in _pieces(text, piece):
-        runs = (_TOKEN_RUN if _ASTRAL.search(chunk) else _TOKEN_RUN_BMP).findall(chunk)
+        astral = _ASTRAL.search(chunk) is not None
+        runs = (_TOKEN_RUN if astral else _TOKEN_RUN_BMP).findall(chunk)
         if runs:
             # NUL is no token character and FOLD never maps it: fold every run in one pass
-            part = [t for t in "\x00".join(runs).translate(FOLD).split("\x00") if t]
+            part = [t for t in "\x00".join(runs).translate(FOLD if astral else _fold_bmp()).split("\x00") if t]
             if part:
                 yield part
 
@@ -98,11 +113,54 @@ def _lexeme(word: str) -> str:
     return "'" + word.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+#: a column of at most this many tokens cannot give one lexeme more positions than
+#: PostgreSQL keeps (128 per column, ``document_vector``)
+SMALL_COLUMN_TOKENS = 128
+
+
 def document_vector(text: str, grams: str, piece: int = SCAN_PIECE) -> tuple[str, bool]:
     """The ``tsvector`` literal of one document (``text`` tokens weight A, ``grams`` weight B)
     and whether it holds every position (False for a huge document: see ``verify``).
     Tokens are read a piece at a time (``token_pieces``): a list of a huge text's tokens
     is never built."""
+    if len(text) + len(grams) <= 16 * SMALL_COLUMN_TOKENS:
+        small = _small_vector(text, grams)
+        if small is not None:
+            return small, True
+    return _vector(text, grams, piece)
+
+
+def _small_vector(text: str, grams: str) -> str | None:
+    """``_vector``'s literal of a document that meets none of its limits (every appended
+    message, most tool results), built with a third of the work a token: no lexeme is too
+    long, the literal stays small, no column has more than ``SMALL_COLUMN_TOKENS`` tokens
+    (so no lexeme more positions than kept, none past ``MAX_POS``). The lexemes and their
+    positions come in the same order, so the literal is the same. None: a limit may apply."""
+    entries: dict[str, list[str]] = {}
+    count = 0
+    for weight, column, first in (("A", text, 1), ("B", grams, 2)):
+        toks = tokens(column)
+        if len(toks) > SMALL_COLUMN_TOKENS:
+            return None
+        count += len(toks)
+        for i, tok in enumerate(toks):
+            plist = entries.get(tok)
+            if plist is None:
+                plist = entries[tok] = []
+            plist.append(f"{first + 2 * i}{weight}")
+    size = 2 * count
+    for tok in entries:
+        nbytes = len(tok.encode())
+        if nbytes > MAX_LEXEME_BYTES:
+            return None
+        size += nbytes + 8
+    if size > MAX_VECTOR_BYTES:
+        return None
+    return " ".join(f"{_lexeme(t)}:{','.join(p)}" for t, p in entries.items())
+
+
+def _vector(text: str, grams: str, piece: int) -> tuple[str, bool]:
+    """``document_vector`` of any document: each limit of PostgreSQL's applied as it is met."""
     entries: dict[str, list[str]] = {}
     size = 0
     complete = True
