@@ -191,3 +191,25 @@ def test_the_wal_index_is_closed_with_the_store(tmp_path: Path) -> None:
     assert fd >= 0 and os.readlink(f"/proc/self/fd/{fd}").endswith("a.db-shm")
     st.close()
     assert st.backend._nowait_shm == -1  # type: ignore[attr-defined]
+
+
+def test_an_answer_is_built_once_while_nothing_is_committed(tmp_path: Path) -> None:
+    """The same answer object for every read until a commit (the server then reuses its
+    encoding); a commit gives a new one that says what changed."""
+    st = _store(tmp_path / "a.db")
+    sid = st.create_session("s").session_id
+
+    def shape(sessions: list, total: int) -> tuple[str, list, int]:
+        return ("shaped", sessions, total)
+
+    first = st.list_sessions_nowait(10, 0, shape=shape)
+    assert first == ("shaped", *st.list_sessions(10, 0))
+    assert st.list_sessions_nowait(10, 0, shape=shape) is first
+    plain = st.list_sessions_nowait(10, 0)
+    assert plain == st.list_sessions(10, 0) and st.list_sessions_nowait(10, 0) is plain  # its own answer
+    one = st.get_session_nowait(sid)
+    assert st.get_session_nowait(sid) is one
+    st.rename_session(sid, "renamed")
+    again = st.list_sessions_nowait(10, 0, shape=shape)
+    assert again is not first and again[1][0].title == "renamed"
+    assert st.get_session_nowait(sid) is not one and st.get_session_nowait(sid).title == "renamed"  # type: ignore[union-attr]

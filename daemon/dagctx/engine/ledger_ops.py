@@ -32,10 +32,14 @@ def session_get(store: Store, p: m.SessionRef) -> m.SessionInfo:
     return store.get_session(p.session_id)
 
 
+def _list_result(sessions: list[m.SessionInfo], total: int) -> m.SessionListResult:
+    return m.SessionListResult(sessions=sessions, total=total)
+
+
 def session_list_nowait(store: Store, p: m.SessionListParams, same_batch: bool = False) -> m.SessionListResult | None:
-    """``session_list``'s answer when it is at hand without a wait, else None (SPEC §1.4)."""
-    got = store.list_sessions_nowait(p.limit, p.offset, same_batch=same_batch)
-    return None if got is None else m.SessionListResult(sessions=got[0], total=got[1])
+    """``session_list``'s answer when it is at hand without a wait, else None (SPEC §1.4):
+    the same object while nothing is committed (the store keeps it)."""
+    return store.list_sessions_nowait(p.limit, p.offset, same_batch=same_batch, shape=_list_result)
 
 
 def session_get_nowait(store: Store, p: m.SessionRef, same_batch: bool = False) -> m.SessionInfo | None:

@@ -282,10 +282,15 @@ class Store(Appends):
     # not exist, the params are out of range — and the caller asks the usual way, which
     # gives the same answer or words the error.
 
-    def list_sessions_nowait(self, limit: int = 100, offset: int = 0, *,
-                             same_batch: bool = False) -> tuple[list[SessionInfo], int] | None:
-        """``same_batch``: a read that arrived with this one just looked for a vanished file
-        and for commits; this one may share that look (they are concurrent with any write)."""
+    #: the most answers of never-waiting reads kept beside the rows they were built from
+    NOWAIT_ANSWERS_KEPT = 256
+
+    def list_sessions_nowait(self, limit: int = 100, offset: int = 0, *, same_batch: bool = False,
+                             shape: Callable[[list[SessionInfo], int], Any] | None = None) -> Any:
+        """``(sessions, total)``, or ``shape(sessions, total)`` — built once while the rows
+        it reads are kept, the same object for every read until then. ``same_batch``: a
+        read that arrived with this one just looked for a vanished file and for commits;
+        this one may share that look (they are concurrent with any write)."""
         nowait = getattr(self.backend, "sessions_nowait", None)
         if nowait is None or not (0 <= limit <= self.NOWAIT_LIST_LIMIT and 0 <= offset <= self.NOWAIT_LIST_LIMIT):
             return None
@@ -294,15 +299,33 @@ class Store(Appends):
         got = nowait(limit, offset, same_batch)
         if got is None:
             return None
-        rows, total = got
-        return [self._info(r) for r in rows], total
+
+        def build() -> Any:
+            infos, total = [self._info(r) for r in got[0]], got[1]
+            return (infos, total) if shape is None else shape(infos, total)
+
+        return self._nowait_answer(("sessions", limit, offset, shape), got, build)
 
     def get_session_nowait(self, session_id: str, *, same_batch: bool = False) -> SessionInfo | None:
         nowait = getattr(self.backend, "session_nowait", None)
         if nowait is None or (not same_batch and self.backend.vanished()):
             return None
         row = nowait(session_id, same_batch)
-        return None if row is None else self._info(row)
+        return None if row is None else self._nowait_answer(("session", session_id), row, lambda: self._info(row))
+
+    def _nowait_answer(self, key: Any, rows: Any, build: Callable[[], Any]) -> Any:
+        """The answer built from ``rows`` (the backend's kept rows: the same object until
+        the file changes), built once for them. A quick read answered again with nothing
+        committed between then costs no new objects, and the server can reuse its encoding
+        (SPEC §1.4). Answers are only read, never changed in place."""
+        hit = self._nowait_answers.get(key)
+        if hit is not None and hit[0] is rows:
+            return hit[1]
+        answer = build()
+        if len(self._nowait_answers) >= self.NOWAIT_ANSWERS_KEPT:
+            self._nowait_answers.clear()
+        self._nowait_answers[key] = (rows, answer)
+        return answer
 
     def resolve_ids(self, prefix: str, kinds: str = "any", session_id: str | None = None,
                     limit: int = 20) -> tuple[list[IdMatch], bool]:

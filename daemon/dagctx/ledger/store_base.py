@@ -69,6 +69,9 @@ class StoreBase:
         self._graph_born: dict[str, float] = {}
         self._enc = msgspec.msgpack.Encoder()
         self._dec = msgspec.msgpack.Decoder(Call)
+        #: the never-waiting reads' answers, each beside the backend's kept rows it was
+        #: built from (``Store._nowait_answer``)
+        self._nowait_answers: dict[Any, tuple[Any, Any]] = {}
         #: bumped whenever the database was reopened (caches above compare it)
         self.generation = 0
         #: Held while a cached graph is brought up to date, while a read uses the backend's

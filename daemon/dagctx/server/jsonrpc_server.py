@@ -149,6 +149,7 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         self._notes_posted = 0
         #: quick answers (``RequestRunner._quickly``) not written yet: written together
         self._quick_out: list[bytes] = []
+        self._quick_bodies: dict[str, tuple[Any, bytes]] = {}
         #: appends' answers not written yet (``hold``): written together at the loop's next turn
         self._answers_held: list[bytes] = []
         self._ordered_seq = self._tail_seq = 0

@@ -119,6 +119,8 @@ class RequestRunner:
     _notes_posted: int
     _write_posted: Any
     _quick_out: list[bytes]
+    #: per quick method, the last result answered and its encoding (``_quick_encoded``)
+    _quick_bodies: dict[str, tuple[Any, bytes]]
     _answers_held: list[bytes]
     hold: Callable[[bytes], None]
     #: every ordered request gets the next number (``_ordered_seq``); the last one's is
@@ -237,9 +239,21 @@ class RequestRunner:
             return None
         if result is None:
             return None
-        data = self._answer(msg_id, method, result)
+        data = self._quick_encoded(msg_id, method, result)
         self.hub.quick.took(db.key, method, time.perf_counter() - start)
         return data
+
+    def _quick_encoded(self, msg_id: Any, method: str, result: Any) -> bytes:
+        """``_answer``, the encoding reused while the engine answers with the very same object
+        (until a commit, SPEC §1.4); anything unusual worded by ``_answer`` as always."""
+        kept = self._quick_bodies.get(method)
+        try:
+            body = kept[1] if kept is not None and kept[0] is result else codec.encoder.encode(result)
+        except Exception:  # noqa: BLE001 - text that cannot be encoded as is: the usual encoding words it
+            return self._answer(msg_id, method, result)
+        self._quick_bodies[method] = (result, body)
+        data = codec.frame(codec.encode_response(msg_id, body))
+        return data if len(data) <= self.parser.max_frame_bytes else self._answer(msg_id, method, result)
 
     def _write_from_thread(self, data: bytes) -> None:
         """The reader thread's answers: straight to the client when nothing is queued before

@@ -77,6 +77,12 @@ def frame(body: bytes) -> bytes:
     return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
 
 
+def encode_response(msg_id: int | str | None, result_json: bytes) -> bytes:
+    """``encoder.encode(Response(id=msg_id, result=…))`` from the result's own encoding,
+    byte for byte: an answer whose result was encoded before is not encoded again."""
+    return b'{"id":' + encoder.encode(msg_id) + b',"result":' + result_json + b',"jsonrpc":"2.0"}'
+
+
 def encode_message(message: Any) -> bytes:
     """Encode a message Struct and frame it."""
     return frame(encoder.encode(message))
