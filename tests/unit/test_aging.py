@@ -506,3 +506,37 @@ def test_paths_inside_many_urls_are_not_paths():
     refs = top_references(text, 5000)
     assert "real/file_name.py" in refs
     assert not any(r.startswith("/docs/") or r == "docs/page1.html" for r in refs)
+
+
+def test_mention_texts_read_only_when_a_result_passes_every_gate(monkeypatch: pytest.MonkeyPatch):
+    """Whether an item is a mention is known without its text (``_is_mention``); the texts
+    (a tool call's arguments as JSON) are built only when some result passes every gate,
+    and the plan is then the one built from every mention's text."""
+    import dataclasses
+
+    import dagctx.context.aging as aging_mod
+
+    shared = "\nclass SessionLinker handles session_id\n"
+    s = session(12, {2: {"output": filler("2") + shared}, 3: {"reply": "SessionLinker it is"},
+                     5: {"output": filler("5") + shared}, 9: {"user": "open services/billing/settings.toml"}})
+    items = list(render_view(s.g, s.tip).items)
+    assert {"user", "assistant", "tool_call", "tool_result"} <= {it.kind for it in items}
+    probes = items + [dataclasses.replace(it, text=None) for it in items]  # no text: no mention
+    probes += [dataclasses.replace(items[0], kind=k) for k in ("summary", "text_pair", "system")]
+    for it in probes:
+        assert aging_mod._is_mention(it) == (aging_mod._mention_text(it) is not None)
+    built: list[int] = []
+    mention_text = aging_mod._mention_text
+
+    def counted(item: Any) -> str | None:
+        built.append(1)
+        return mention_text(item)
+
+    monkeypatch.setattr(aging_mod, "_mention_text", counted)
+    p = plan_for(s)
+    assert p.decisions["t2"] == "cited" and built  # texts read: a result passed the gates
+    # every result too young: no text built, the same decisions as before
+    built.clear()
+    young = plan_for(s, policy=AgingPolicy(min_age_seconds=10 * NOW))
+    assert not built and young.decisions and not young.cited
+    assert not {SOFT_TRIM, HARD_CLEAR, CAPPED} & set(young.decisions.values())

@@ -180,6 +180,15 @@ def _mention_text(item: Item) -> str | None:
     return None
 
 
+def _is_mention(item: Item) -> bool:
+    """``_mention_text(item) is not None``, without building the text."""
+    kind = item.kind
+    if kind == "tool_call":
+        return True
+    return (kind == "user" or kind == "summary" or kind == "assistant" or kind == "text_pair") \
+        and item.text is not None
+
+
 def _is_user_authored(item: Item, graph: SessionGraph) -> bool:
     if item.kind in ("user", "summary"):
         return True
@@ -329,7 +338,9 @@ def plan_aging(
     stop_if_cancelled()
     if current_cap is not None:
         current = min(current, current_cap)
-    mentions: list[str] = []
+    # the items that are mentions; their texts (``_mention_text``: a tool call's is its
+    # arguments as JSON) are read only when a result passes every gate below
+    mentioned: list[Item] = []
     results: list[tuple[int, Item, int]] = []  # (item index, item, mentions before it)
     seen: set[str] = set()
     for idx, it in enumerate(items):
@@ -338,13 +349,12 @@ def plan_aging(
         if _is_result(it, graph):
             if it.node_id not in seen:
                 seen.add(it.node_id)
-                results.append((idx, it, len(mentions)))
+                results.append((idx, it, len(mentioned)))
             continue
-        text = _mention_text(it)
-        if text is None:
+        if not _is_mention(it):
             continue
         if _is_user_authored(it, graph) or units[idx] < current:
-            mentions.append(text)
+            mentioned.append(it)
 
     plan = AgingPlan(boundary_seq=boundary_seq)
     stats = plan.stats
@@ -380,13 +390,14 @@ def plan_aging(
         if gate is None:
             text = result_text(node)
             if index is None or holders is None:
-                index, holders = MentionIndex(mentions), _holders(results, refs_of)
+                texts = [t for m in mentioned if (t := _mention_text(m)) is not None]  # every one
+                index, holders = MentionIndex(texts), _holders(results, refs_of)
             hits = []
             for ref in refs_of(node.id)[: policy.max_refs_per_result]:
                 # a mention cites the newest result before it holding the reference
                 at = holders.get(ref, ())
                 j = bisect_right(at, k)
-                hi = results[at[j]][2] if j < len(at) else len(mentions)
+                hi = results[at[j]][2] if j < len(at) else len(mentioned)
                 if index.mentioned_between(ref, before, hi):
                     hits.append(ref)
             if hits:
