@@ -6,7 +6,9 @@ Run: python bench/bench_roundtrip.py [--requests N] [--window W] [--startups K] 
 ``dagctx serve`` forwarder to the shared per-user daemon (a private one for this run);
 ``--via standalone`` drives ``dagctx serve --standalone`` on stdio.
 
-1. sequential small requests (one in flight): requests/s, daemon vs bare loop;
+1. sequential small requests (one in flight): requests/s, daemon vs bare loop, each
+   server's 1,500 in a row, and again interleaved: 50 of each server in turn
+   (``sequential_interleaved``), so a change of the machine's speed hits all alike;
 2. pipelined small requests (``--window`` in flight): requests/s, daemon vs bare loop;
 3. startup: spawn → initialize reply, median of K, for the daemon, the bare loop and
    a bare pygls server.
@@ -156,6 +158,27 @@ async def sequential(peer: RawPeer, method: str, params: Any, n: int) -> float:
     return n / (time.perf_counter() - t)
 
 
+async def sequential_interleaved(peers: dict[str, RawPeer], method: str, params: Any, n: int,
+                                 chunk: int = 50) -> dict[str, float]:
+    """``sequential`` for every server at once: ``chunk`` round trips of each in turn until
+    each made ``n``, each server's time summed. This machine's speed swings between two
+    modes within seconds (a wake-up twice as fast in one); servers measured one after the
+    other caught different modes, a ratio of one run then said more of the machine than
+    of the servers. Interleaved in chunks of tens of milliseconds, they share the mode."""
+    for peer in peers.values():  # warm-up
+        for _ in range(min(200, n)):
+            await peer.call(method, params)
+    spent = dict.fromkeys(peers, 0.0)
+    for _ in range(max(1, n // chunk)):
+        for server, peer in peers.items():
+            t = time.perf_counter()
+            for _ in range(chunk):
+                await peer.call(method, params)
+            spent[server] += time.perf_counter() - t
+    made = max(1, n // chunk) * chunk
+    return {server: made / t for server, t in spent.items()}
+
+
 async def pipelined(peer: RawPeer, method: str, params: Any, n: int, window: int) -> float:
     await asyncio.gather(*(peer.send(method, params) for _ in range(window)))  # warm-up
     sem = asyncio.Semaphore(window)
@@ -233,10 +256,13 @@ async def main() -> None:
     rows: list[str] = []
     for method, params in (("session/list", {"limit": 1}), ("session/get", {"sessionId": sid})):
         sname, pname = f"sequential {method}", f"pipelined x{args.window} {method}"
-        rows += [sname, pname]
+        iname = f"sequential {method}, interleaved"
+        rows += [sname, iname, pname]
         for _ in range(args.runs):
             for server, peer in peers.items():
                 rates.setdefault((sname, server), []).append(await sequential(peer, method, params, n_seq))
+            for server, rate in (await sequential_interleaved(peers, method, params, n_seq)).items():
+                rates.setdefault((iname, server), []).append(rate)
             for server, peer in peers.items():
                 rates.setdefault((pname, server), []).append(
                     await pipelined(peer, method, params, n_pip, args.window))
@@ -249,7 +275,7 @@ async def main() -> None:
     print(f"through {'dagctx serve (forwarder → shared daemon)' if args.via == 'serve' else 'serve --standalone'}")
     print(f"round trips, requests/s: median of {args.runs} runs ({n_seq} sequential / {n_pip} pipelined "
           "requests each; the servers alternate within a run); ratio = median of the runs' ratios")
-    head = f"  {'':34} {'daemon':>9} {'bare loop':>10} {'ratio':>6}  goal"
+    head = f"  {'':38} {'daemon':>9} {'bare loop':>10} {'ratio':>6}  goal"
     head += "          asyncio floor ratio"
     if "relayed" in peers:
         head += "   relayed (no hand-off) ratio"
@@ -258,7 +284,7 @@ async def main() -> None:
         goal = 0.8 if name.startswith("sequential") else 0.5
         d, b = rates[(name, "daemon")], rates[(name, "bare")]
         ratio = med([x / y for x, y in zip(d, b)])
-        line = (f"  {name:34} {med(d):9,.0f} {med(b):10,.0f} {ratio:6.2f}  >={goal} "
+        line = (f"  {name:38} {med(d):9,.0f} {med(b):10,.0f} {ratio:6.2f}  >={goal} "
                 f"{'ok   ' if ratio >= goal else 'BELOW'}")
         a = rates[(name, "asyncio")]
         line += f"  {med(a):9,.0f} {med([x / y for x, y in zip(d, a)]):5.2f}"
@@ -266,7 +292,7 @@ async def main() -> None:
             r = rates[(name, "relayed")]
             line += f"  {med(r):9,.0f} {med([x / y for x, y in zip(r, b)]):6.2f}"
         print(line)
-        print(f"  {'':34} runs: daemon {', '.join(f'{x:,.0f}' for x in d)}; "
+        print(f"  {'':38} runs: daemon {', '.join(f'{x:,.0f}' for x in d)}; "
               f"bare {', '.join(f'{x:,.0f}' for x in b)}; asyncio {', '.join(f'{x:,.0f}' for x in a)}")
 
     times: dict[str, list[float]] = {"daemon": [], "bare loop": [], "bare pygls": []}
