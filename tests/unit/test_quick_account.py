@@ -26,3 +26,32 @@ def test_two_reads_over_the_budget_in_a_row_send_only_that_method_to_the_pool(mo
     assert q.allowed("a.db", "session/list")  # tried on the loop again
     q.took("a.db", "session/list", over)
     assert q.allowed("a.db", "session/list")  # the count started over
+
+
+def test_a_quick_read_in_a_reader_thread_is_charged_its_cpu_time_on_the_loop_its_wall_time() -> None:
+    """In a connection's reader thread a quick read holds only the interpreter lock, and
+    only while it runs: a read that waited (for the disk, or for the core another process
+    took) is not over the budget there. On the loop its wall time held the loop."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from dagctx.engine.config import DaemonConfig
+    from dagctx.server.jsonrpc_server import DagctxServer
+
+    proto = DagctxServer(DaemonConfig()).protocol
+    proto.engine.db = SimpleNamespace(key="x.db")  # type: ignore[assignment]
+    waits = lambda params, same_batch: time.sleep(quick.BUDGET * 2) or {"waited": True}  # noqa: E731
+    answered = proto.hub.quick.answered
+
+    proto.hub._loop_thread = threading.get_ident() + 1  # this thread is a reader, not the loop
+    for i in range(quick.STRIKES + 1):
+        data = proto._quick_answer(i, "session/list", waits, None, False)
+        assert data is not None and data.endswith(b'{"id":%d,"result":{"waited":true},"jsonrpc":"2.0"}' % i)
+    assert proto.hub.quick.allowed("x.db", "session/list")
+
+    proto.hub._loop_thread = threading.get_ident()  # now on the loop
+    for i in range(quick.STRIKES):
+        assert proto._quick_answer(10 + i, "session/list", waits, None, False) is not None
+    assert not proto.hub.quick.allowed("x.db", "session/list")
+    assert proto.hub.quick.answered == answered + 2 * quick.STRIKES + 1

@@ -10,6 +10,14 @@ for ``DEMOTED_SECONDS``. In a row, because a loaded machine may take the core aw
 middle of any one read (a read costs ~10 µs: being preempted twice running is rare), and
 the first read of a connection opens its reader.
 
+What a read costs is what it held. On the loop, the loop: its wall time, a wait for the
+disk included. In a connection's reader thread (SPEC §1.4), only the interpreter lock, and
+only while it ran: its CPU time (``time.thread_time``). The reader waits for the disk with
+the lock released, and a wall clock there counted every time another process took the
+core: on a loaded two-core machine, two such reads in a row sent ``session/list`` to the
+pool in the middle of a benchmark, and 13,000 sequential reads/s fell to 4,000 for 30 s
+(bench/bench_roundtrip.py).
+
 Architecture Invariant: no I/O and no JSON-RPC here; the server asks and reports.
 """
 
@@ -52,7 +60,8 @@ class QuickReads:
         return True
 
     def took(self, key: str, method: str, seconds: float) -> None:
-        """One quick read was answered on the loop in ``seconds``."""
+        """One quick read was answered, holding the loop (or, in a reader thread, the
+        interpreter lock) for ``seconds``."""
         self.answered += 1
         if seconds <= BUDGET:
             if self._strikes:
@@ -62,5 +71,5 @@ class QuickReads:
         if strikes >= STRIKES:
             del self._strikes[(key, method)]
             self._demoted[(key, method)] = time.monotonic() + DEMOTED_SECONDS
-            log.info("%s on %s held the event loop for %.1f ms; answered in the pool for the next %.0f s",
+            log.info("%s on %s held the event loop (or the interpreter) for %.1f ms; answered in the pool for the next %.0f s",
                      method, key, seconds * 1000, DEMOTED_SECONDS)
