@@ -77,3 +77,35 @@ def test_the_strings_of_arguments_are_read_as_before() -> None:
         assert at._strings(value) == _strings_as_before(value)
     assert at.changed_files("shell", {"command": ["bash", "-lc", patch]}) == ["src/a.py", "b.md"]
     assert at.changed_files("shell", {"command": "echo '*** not a patch'"}) == []
+
+
+def test_the_trail_read_with_the_bodies_is_the_trail() -> None:
+    """Given each item's transcript body, calls of no writing tool whose JSON arguments
+    hold no "*** " are passed over: the same files, for every kind of call."""
+    from dagctx.context.summary_transcript import item_body
+
+    escaped = json.dumps({"input": PATCH}).replace("*", "\\u002a")  # a patch only once decoded
+    args: list[object] = [
+        {"file_path": "/w/a.ex", "old_string": "x"}, {"command": "view", "path": "/r/v.py"},
+        {"command": "create", "path": "/r/x.py"}, {"input": PATCH}, {"command": ["apply_patch", PATCH]},
+        [PATCH, {"nested": {"deeper": [PATCH]}}], PATCH, escaped, json.dumps({"file_path": "/w/s.txt"}),
+        {"note": "*** not a patch"}, {"k": "no star"}, [], {}, None, "plain text", {"path": "/r/read.py"},
+    ]
+    names = ["Edit", "str_replace_editor", "str_replace_editor", "apply_patch", "shell", "bash", "apply_patch",
+             "exec", "Write", "bash", "bash", "bash", "bash", "bash", "bash", "Read", " EDIT ", None, "write_file"]
+    items = [Item(kind="summary", node_id="s", role="user", seq=0,
+                  text=f"[summary]\nearlier\n\n{at.TRAIL_PREFIX} z.py, a.py")]
+    n = 1
+    for name in names:
+        for a in args:
+            items.append(call(name or "", a, n) if name is not None else
+                         Item(kind="tool_call", node_id=f"c{n}", role="assistant", seq=n, name=None, input=a))
+            n += 1
+    items.append(Item(kind="text_pair", node_id="tp", role="assistant", seq=n, name="apply_patch", part="call",
+                      input={"input": PATCH}, text="call"))
+    bodies = [item_body(it) for it in items]
+    assert at.trail_files(items, bodies) == at.trail_files(items)
+    assert len(at.trail_files(items)) > 5
+    # one call at a time as well
+    for it, body in zip(items, bodies):
+        assert at.trail_files([it], [body]) == at.trail_files([it])

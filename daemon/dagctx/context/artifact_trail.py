@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from itertools import repeat
 from typing import Any
 
 from .view import Item
@@ -98,16 +99,31 @@ def previous_trail(text: str) -> list[str]:
     return out
 
 
-def trail_files(items: Iterable[Item]) -> list[str]:
-    """The files the summarized items changed, the previous summary's trail first."""
+def trail_files(items: Iterable[Item], bodies: Iterable[str] | None = None) -> list[str]:
+    """The files the summarized items changed, the previous summary's trail first.
+
+    ``bodies``: each item's transcript body (``summary_transcript.item_body``), when at
+    hand. A call whose arguments are a JSON value has them as compact JSON there, where
+    every string appears as written but for escapes, and neither ``*`` nor a space is
+    ever escaped: a call of no file-writing tool whose body holds no ``"*** "`` has no
+    patch header in any of its strings, and changes no file (``changed_files``)."""
     files: list[str] = []
-    for it in items:
+    for it, body in zip(items, repeat(None) if bodies is None else bodies):
         if it.kind == "summary":
             files.extend(previous_trail(it.text or ""))
         elif it.kind == "tool_call" or (it.kind == "text_pair" and it.part == "call"):
+            if (body is not None and it.kind == "tool_call" and isinstance(it.input, (dict, list))
+                    and "*** " not in body and not _writes(it.name)):
+                continue
             files.extend(changed_files(it.name, it.input))
     files = list(dict.fromkeys(files))
     return files[-MAX_FILES:]
+
+
+def _writes(name: str | None) -> bool:
+    """Whether ``changed_files`` reads a path argument of this tool (a writer or an editor)."""
+    tool = (name or "").strip().casefold()
+    return tool in _WRITERS or tool in _EDITORS
 
 
 def with_trail(body: str, files: list[str]) -> str:

@@ -321,6 +321,7 @@ def summary_node_input(
     *,
     model: str | None,
     stats: dict[str, Any] | None = None,
+    trail: list[str] | None = None,
 ) -> dict[str, Any]:
     """The ``NodeInput`` fields of the one summary node to append (SPEC §8).
 
@@ -329,9 +330,10 @@ def summary_node_input(
     ``metadata.stats`` whatever the engine measured (tokens before/after, retention,
     trigger, duration…). No id, seq or time: the ledger assigns them. The body ends
     with the artifact trail of the summarized part (``artifact_trail``: the files it
-    changed, the previous summary's included), whatever the summarizer wrote.
+    changed, the previous summary's included), whatever the summarizer wrote; ``trail``:
+    ``trail_files(plan.input_items)``, when the caller has it already.
     """
-    body = with_trail(strip_marker(text), trail_files(plan.input_items))
+    body = with_trail(strip_marker(text), trail_files(plan.input_items) if trail is None else trail)
     meta: dict[str, Any] = {
         "covers_ids": list(plan.covered_ids),
         # the head this summary was made for: which heads use it (SPEC §8)

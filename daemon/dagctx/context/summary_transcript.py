@@ -154,15 +154,7 @@ class Transcript:
             self._opens.update(zip(keys, [open_of[h][0] if b else open_of[h][1] for h, b in zip(heads, out)]))
             if len(self._items) == len(out):  # no item asked twice: every body is its own
                 return out
-        get, bodies, add = self._items.get, self._bodies, self._add
-        out: list[str] = []
-        put = out.append
-        for it in items:
-            k = id(it)
-            if get(k) is not it:
-                add(it)
-            put(bodies[k])
-        return out
+        return list(map(self._bodies.__getitem__, self._keys(items)))
 
     def entries(self, items: Sequence[Item]) -> list[str]:
         """``[self.entry(it) for it in items]``."""

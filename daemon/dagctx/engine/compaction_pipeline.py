@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from dagctx.context import compaction_plan, summarizer_input, summary_check
+from dagctx.context import artifact_trail, compaction_plan, summarizer_input, summary_check
 from dagctx.context.content import covers_of
 from dagctx.context.render import render_view
 from dagctx.context.summary_choice import summary_applies
@@ -204,6 +204,9 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
         # terms, the stages, each request's size check and the coverage check
         transcript = summarizer_input.Transcript()
         identifiers = summary_check.fidelity_terms(plan, transcript=transcript)
+        # the files the covered part changed (the summary's last line, SPEC §8): one
+        # reading for every validation, from the same bodies
+        trail = artifact_trail.trail_files(plan.input_items, transcript.bodies(plan.input_items))
     max_chars = max(2000, int(plan.tokens_covered * 4 * 0.6))
     # 3. summarize (in stages when the prefix is too large for one call)
     # Stage sizes only need to be about right (each stage is half a window): the fast
@@ -252,7 +255,7 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
         # 4. validate against a candidate render with the summary applied
         validation, node_input, counted, covered = await engine.offload(lambda: _validate(
             engine, graph, plan, text, head, aged, info, tokens_before, identifiers, max_chars,
-            p.min_identifier_retention, coverage))
+            p.min_identifier_retention, coverage, trail))
         if not validation.ok and validation.reason == summary_check.LOW_FIDELITY:
             # the retry repeats the last request (the whole prefix, or the last stage on
             # top of the summary so far), so it fits the summarizer as that one did
@@ -264,7 +267,7 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
             # ``sent`` holds the retry now: coverage is checked again on all of it
             validation, node_input, counted, covered = await engine.offload(lambda: _validate(
                 engine, graph, plan, text, head, aged, info, tokens_before, identifiers, max_chars,
-                p.min_identifier_retention, coverage))
+                p.min_identifier_retention, coverage, trail))
         retention = validation.retention
         if not validation.ok:
             return done(False, validation.reason or "failed", shown_before, shown_before,
@@ -274,7 +277,7 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
             return done(False, "failed", shown_before, shown_before, error=err.message)
         text = summary_check.structural_summary(plan)
         validation, node_input, counted, covered = await engine.offload(lambda: _validate(
-            engine, graph, plan, text, head, aged, info, tokens_before, [], None, 0.0))
+            engine, graph, plan, text, head, aged, info, tokens_before, [], None, 0.0, trail=trail))
         if not validation.ok:
             return done(False, validation.reason or "failed", shown_before, shown_before, error=_why(validation))
     except asyncio.CancelledError:
@@ -409,11 +412,13 @@ class _Count(threading.Thread):
 def _validate(engine: Host, graph: Any, plan: Any, text: str | None, head: str, aged: dict[str, str],
               info: Any, tokens_before: int, identifiers: list[str], max_chars: int | None,
               min_retention: float, coverage: Callable[[], bool] | None = None,
+              trail: list[str] | None = None,
               ) -> tuple[Any, dict[str, Any], tuple[int, int] | None, bool]:
     """The verdict on ``text``, the summary node's fields, the (input, output) tokens
     the candidate render counted of that node under the model's tokenizer, and
-    ``coverage()`` (True without it), computed while the summary is counted."""
-    node_input = compaction_plan.summary_node_input(plan, text or "", model=info.name)
+    ``coverage()`` (True without it), computed while the summary is counted. ``trail``:
+    the plan's artifact trail, read once for every validation."""
+    node_input = compaction_plan.summary_node_input(plan, text or "", model=info.name, trail=trail)
     tokenizer = info.tokenizer or engine.counter.tokenizer_for(info.name)
     output = node_input["output"]
     # the count the candidate render would take of the summary (``counts_of``: its output
