@@ -403,3 +403,31 @@ def test_owner_of_a_node_without_caller_is_the_walks(db: tuple[Path, str, str]) 
             assert aging.owner_chain_id(graph, nid, cache) == _owner_walk(graph, nid, walked)
         assert cache == walked
     e.close()
+
+
+def test_candidate_graph_walks_the_branches_of_the_original(db: tuple[Path, str, str]) -> None:
+    """The candidate graph starts from the original's last walked branch: the candidate
+    render, and every branch, are those of a candidate that walks afresh."""
+    from dagctx.context import compaction_plan
+    from dagctx.context.render import render_view
+
+    path, sid, head = db
+    e = _engine(path)
+    graph = e.store.graph(sid)
+    view = render_view(graph, head)  # the original has walked the branch
+    plan = compaction_plan.select_cut(view, graph, lambda it: len(it.text) // 3 + 1, window=8000,
+                                      keep_recent_tokens=300)
+    assert plan is not None
+    node_input = compaction_plan.summary_node_input(plan, "the work so far: src/a.py", model=MODEL)
+    kept = compaction_plan.with_candidate(graph, node_input)
+    fresh = compaction_plan.with_candidate(graph, node_input)
+    fresh._chain_head, fresh._chain_ids, fresh._chain_pos = None, [], None
+    assert kept._chain_head == head
+    for nid in [n.id for n in graph.by_seq if graph.is_conversation(n)]:
+        assert [n.id for n in kept.chain(nid)] == [n.id for n in fresh.chain(nid)]
+    ours, theirs = render_view(kept, head), render_view(fresh, head)
+    assert [(it.node_id, it.kind, it.text) for it in ours.items] == [(it.node_id, it.kind, it.text)
+                                                                     for it in theirs.items]
+    assert ours.manifest() == theirs.manifest()
+    assert any(it.node_id == "summary_candidate" for it in ours.items)
+    e.close()

@@ -374,6 +374,10 @@ def with_candidate(
     g.callees = dict(graph.callees)
     g.by_seq = list(graph.by_seq)
     g.rev = graph.rev
+    # the last branch ``graph`` walked: the candidate, a summary beside the branch, is no
+    # node's predecessor, so every branch of the copy is the original's (the walk of a
+    # 10k-node branch, checks included, is most of the candidate render otherwise)
+    g._chain_head, g._chain_ids, g._chain_pos = graph._chain_head, graph._chain_ids, graph._chain_pos
     next_seq = (graph.by_seq[-1].seq + 1) if graph.by_seq else 1
     node = Call(
         id=node_id,
