@@ -213,3 +213,35 @@ def test_an_answer_is_built_once_while_nothing_is_committed(tmp_path: Path) -> N
     again = st.list_sessions_nowait(10, 0, shape=shape)
     assert again is not first and again[1][0].title == "renamed"
     assert st.get_session_nowait(sid) is not one and st.get_session_nowait(sid).title == "renamed"  # type: ignore[union-attr]
+
+
+def test_no_commit_can_bypass_the_wal_index_while_the_store_is_open(tmp_path: Path) -> None:
+    """What the look at the WAL index header rests on: while the store's connections are
+    open, another process can neither leave WAL mode nor write in exclusive locking mode
+    (which keeps its index in private memory); either would commit without rewriting the
+    header."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "a.db"
+    st = _store(path)
+    sid = st.create_session("s").session_id
+    assert st.get_session_nowait(sid) is not None and st.get_session_nowait(sid) is not None
+    script = """
+import sqlite3, sys
+for first_read in (False, True):
+    c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=0.05)
+    if first_read:
+        c.execute('SELECT count(*) FROM sessions').fetchone()  # the index mapped first, then exclusive
+    for pragma in ('PRAGMA locking_mode=EXCLUSIVE', 'PRAGMA journal_mode=DELETE'):
+        try:
+            c.execute(pragma).fetchone()
+            c.execute("UPDATE sessions SET title='behind' WHERE id=?", (sys.argv[2],))
+            print('wrote', pragma)
+        except sqlite3.OperationalError as exc:
+            print('refused', pragma, exc)
+    c.close()
+"""
+    out = subprocess.run([sys.executable, "-c", script, str(path), sid], capture_output=True, text=True, check=True).stdout
+    assert "wrote" not in out and out.count("refused") == 4, out
+    assert st.get_session_nowait(sid).title == "s" == st.get_session(sid).title  # type: ignore[union-attr]

@@ -212,8 +212,10 @@ class SqliteBackend(SqliteFile):
     # "walformat"). Header bytes equal to those read just before ``PRAGMA data_version``
     # mean no commit since, so that version and the rows read at it still hold; any
     # difference, a torn read in the middle of a commit included, only sends the read to
-    # ``PRAGMA data_version`` again. The mode cannot leave WAL under us: that needs every
-    # other connection closed, and the never-waiting connection stays open. A replaced
+    # ``PRAGMA data_version`` again. No commit can bypass the header while the never-waiting
+    # connection is open: leaving WAL mode needs every other connection closed, and so does
+    # a write in exclusive locking mode, whose index lives in private memory (both refused,
+    # tests/unit/test_nowait_reads.py). A replaced
     # or deleted file is the store's look (``vanished``, SPEC §2.1). ``pread``, never a
     # mapping: a file cut short gives a short read, not a signal. Measured with
     # bench/bench_roundtrip.py: a statement costs a sequential read several times its
