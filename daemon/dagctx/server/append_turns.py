@@ -45,8 +45,9 @@ class AppendAnswers:
     def __init__(self) -> None:
         self._turns: deque[AppendTurn] = deque()
 
-    def add(self, turn: AppendTurn) -> None:
+    def add(self, turn: AppendTurn) -> AppendTurn:
         self._turns.append(turn)
+        return turn
 
     def settle(self, _: Any = None) -> None:
         """Settle the request future of every finished append at the head, in order: its

@@ -155,12 +155,11 @@ class RequestRunner:
 
     def _ordered_on_loop(self, msg_id: Any, method: str, spec: Any, handler: Callable[[Any], Any],
                          params: Any) -> None:
-        """An ordered write (``LOOP_WRITES``) started on the loop with the ordering the
-        pool gives (SPEC §1.4): after the answer of the ordered request before it — or,
-        behind an append, once that one is in the writer's queue (``append_turns``) —
-        never before a heavy view the connection sent earlier; the ordered requests after
-        it wait for its answer. Cancelled like a pool job: dropped while it waits, its
-        coroutine cancelled once it runs."""
+        """An ordered write (``LOOP_WRITES``) started on the loop with the pool's ordering
+        (SPEC §1.4): after the answer of the ordered request before it — behind an append,
+        once that one is in the writer's queue (``append_turns``) — never before a heavy view
+        sent earlier; later ordered requests wait for its answer. Cancelled like a pool job:
+        dropped while it waits, its coroutine cancelled once it runs."""
         loop = asyncio.get_running_loop()
         token = CancelToken()
         self._cancel_tokens[msg_id] = token
@@ -176,16 +175,17 @@ class RequestRunner:
         if spec.writes and self._reads_in_flight:
             waits.extend(f for f in self._reads_in_flight if not f.done())
         self._ordered_tail = done
-        me = self._last_append = AppendTurn(loop, done)
-        self._append_answers.add(me)
+        me = self._last_append = self._append_answers.add(AppendTurn(loop, done))
         self._tail_seq = self._ordered_seq = self._ordered_seq + 1
         ctx.run(APPEND_QUEUED.set, me.mark_queued)
         done.add_done_callback(me.mark_queued)
 
         def ended(task: asyncio.Future[Any]) -> None:
-            self._tasks.pop(msg_id, None)
             me.mark_queued()  # it ended before the writer's queue: the next may go
             self._append_answers.settle()
+
+        # a $/cancelRequest meets its task until it is answered: one written is answered so
+        done.add_done_callback(lambda f: self._tasks.pop(msg_id, None))
 
         def start() -> None:
             if done.done():  # cancelled while it waited
