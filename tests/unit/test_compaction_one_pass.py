@@ -428,3 +428,36 @@ def test_cut_decision_cuts_where_it_cut_before(tmp_path: Path) -> None:
         assert (plan.cut_index, plan.input_groups, plan.previous_summary_id) == (cut, groups, prev)
         cuts.add(cut)
     assert len(cuts) >= 2  # the token rule and the message rule both cut somewhere
+
+
+def _even_sample_as_before(texts: list[str], budget: int) -> list[str]:
+    """``references._even_sample`` as it was written before (indices sorted by length)."""
+    lens = list(map(len, texts))
+    if sum(lens) <= budget:
+        return texts
+    out = list(texts)
+    remaining, pending = budget, sorted(range(len(texts)), key=lens.__getitem__)
+    k = 0
+    while k < len(pending):
+        share = remaining // (len(pending) - k)
+        i = pending[k]
+        if lens[i] <= share:
+            remaining -= lens[i]
+            k += 1
+            continue
+        for j in pending[k:]:
+            out[j] = texts[j][:share]
+        break
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_even_sample_equals_the_sample_by_sorted_indices(seed: int) -> None:
+    rnd = random.Random(seed)
+    for _ in range(60):
+        n = rnd.randint(0, 60)
+        texts = ["".join(rnd.choice("ab 结/") for _ in range(rnd.choice((0, 1, 5, rnd.randint(0, 400)))))
+                 for _ in range(n)]
+        total = sum(map(len, texts))
+        for budget in (0, 1, total // 3, total // 2, max(0, total - 1), total, total + 5, rnd.randint(0, total + 1)):
+            assert _even_sample(texts, budget) == _even_sample_as_before(texts, budget)

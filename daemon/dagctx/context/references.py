@@ -523,20 +523,18 @@ def _even_sample(texts: list[str], budget: int) -> list[str]:
     lens = list(map(len, texts))
     if sum(lens) <= budget:
         return texts
-    out = list(texts)
-    remaining, pending = budget, sorted(range(len(texts)), key=lens.__getitem__)
-    k = 0  # pending[k:] are still to share (an index, not pop(0): 15k texts are common)
-    while k < len(pending):
-        share = remaining // (len(pending) - k)
-        i = pending[k]
-        if lens[i] <= share:
-            remaining -= lens[i]
-            k += 1
-            continue
-        for j in pending[k:]:
-            out[j] = texts[j][:share]
-        break
-    return out
+    # shortest first, each whole while it fits its equal share of what is left; the first
+    # that does not fixes the share, and it and every longer one are cut to it. The
+    # shares only grow along the way, so the texts kept whole are exactly those not
+    # longer than the last share
+    remaining, n = budget, len(lens)
+    share = 0
+    for k, length in enumerate(sorted(lens)):
+        share = remaining // (n - k)
+        if length > share:
+            break
+        remaining -= length
+    return [t[:share] if length > share else t for t, length in zip(texts, lens)]
 
 
 def distinctive_identifiers(texts: Iterable[str], top: int = 20,
