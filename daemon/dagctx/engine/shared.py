@@ -112,7 +112,7 @@ class StoreCalls:
         waiter = self._waiter()
         self.writer.append(AppendRequest(session_id, (node,), move_head, (derived,)), waiter)
         _queued()
-        out: list[AppendOutcome] = await waiter[1]
+        out: list[AppendOutcome] = await self._outcome(waiter)
         return out[0]
 
     async def append_batch(self, session_id: str, nodes: Sequence[NodeInput], *, move_head: bool | None = None,
@@ -121,7 +121,27 @@ class StoreCalls:
         waiter = self._waiter()
         self.writer.append(AppendRequest(session_id, tuple(nodes), move_head, derived, batch=True), waiter)
         _queued()
-        return await waiter[1]
+        return await self._outcome(waiter)
+
+    async def _outcome(self, waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]]) -> Any:
+        """How a queued append ended. A cancel (SPEC §1.4) takes it out of the queue when it
+        is still there — then nothing is written and the request answers RequestCancelled;
+        once the writer thread has it, it is committed or refused as if never cancelled,
+        and that is the answer: "cancelled, nothing was written" would otherwise go out for
+        an append its group commit wrote."""
+        fut = waiter[1]
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            if not fut.done() and self.writer.withdraw(waiter):
+                fut.cancel()
+                raise
+        while not fut.done():  # the writer has it: its outcome is the answer
+            try:
+                await asyncio.wait([fut])
+            except asyncio.CancelledError:
+                continue  # cancelled again: still written or refused by then
+        return fut.result()
 
     def close(self) -> None:
         self.writer.close()

@@ -76,6 +76,17 @@ class Writer:
             self._queue.append(item)
             self._cv.notify()
 
+    def withdraw(self, waiter: Any) -> bool:
+        """Take a write whose ``waiter`` it is out of the queue: True when it was still
+        there (it will never run), False when the thread has it already (it runs, or ran,
+        and its waiter hears how it ended)."""
+        with self._cv:
+            for item in self._queue:
+                if item[2] is waiter:
+                    self._queue.remove(item)
+                    return True
+        return False
+
     @property
     def depth(self) -> int:
         """Writes waiting for the writer."""
