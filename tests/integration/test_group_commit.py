@@ -402,3 +402,42 @@ async def test_an_append_cancelled_once_the_writer_has_it_answers_what_it_wrote(
         assert "taken" in stored and "queued" not in stored
     finally:
         await d.stop()
+
+
+async def test_any_write_cancelled_once_the_writer_has_it_answers_what_it_wrote(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same for every write of the writer thread (a rename here): taken, it is
+    committed and answered; still queued, it is dropped and answers RequestCancelled."""
+    import sqlite3
+
+    db = str(tmp_path / "held.db")
+    d = SharedDaemon(db)
+    monkeypatch.delenv("DAGCTX_STANDALONE", raising=False)
+    monkeypatch.setenv("DAGCTX_IDLE_TIMEOUT", "60")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", d.run)
+    monkeypatch.setenv("DAGCTX_STATE_DIR", os.path.join(d.run, "state"))
+    try:
+        c = await d.connect()
+        other = await d.connect()
+        s = await c.session_create("before")
+        t = await other.session_create("other")
+        raw = sqlite3.connect(db, isolation_level=None)
+        raw.execute("BEGIN IMMEDIATE")
+        try:
+            taken_id, taken = c.send_request("session/rename", m.SessionRenameParams(session_id=s.session_id, title="renamed"))
+            await asyncio.sleep(0.5)
+            queued_id, queued = other.send_request("session/rename", m.SessionRenameParams(session_id=t.session_id, title="dropped"))
+            await asyncio.sleep(0.2)
+            c.cancel(taken_id)
+            other.cancel(queued_id)
+            await asyncio.sleep(0.2)
+        finally:
+            raw.execute("ROLLBACK")
+            raw.close()
+        got = await asyncio.gather(taken, queued, return_exceptions=True)
+        assert not isinstance(got[0], BaseException), got[0]
+        assert isinstance(got[1], RpcError) and got[1].kind == "RequestCancelled", got[1]
+        assert (await other.session_get(s.session_id)).title == "renamed"
+        assert (await other.session_get(t.session_id)).title == "other"
+    finally:
+        await d.stop()

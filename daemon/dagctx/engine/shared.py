@@ -104,7 +104,7 @@ class StoreCalls:
         """``fn(*args, **kwargs)`` in the writer thread, after the writes queued before it."""
         waiter = self._waiter()
         self.writer.call(lambda: fn(*args, **kwargs), waiter)
-        return await waiter[1]
+        return await self._outcome(waiter)
 
     async def append(self, session_id: str, node: NodeInput, *, move_head: bool | None = None,
                      derived: NodeDerived | None = None) -> AppendOutcome:
@@ -124,11 +124,11 @@ class StoreCalls:
         return await self._outcome(waiter)
 
     async def _outcome(self, waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]]) -> Any:
-        """How a queued append ended. A cancel (SPEC §1.4) takes it out of the queue when it
+        """How a queued write ended. A cancel (SPEC §1.4) takes it out of the queue when it
         is still there — then nothing is written and the request answers RequestCancelled;
         once the writer thread has it, it is committed or refused as if never cancelled,
         and that is the answer: "cancelled, nothing was written" would otherwise go out for
-        an append its group commit wrote."""
+        a write that was committed."""
         fut = waiter[1]
         try:
             return await asyncio.shield(fut)
