@@ -361,83 +361,77 @@ async def test_cancelling_a_pipelined_append_keeps_the_answers_in_order(shared: 
     assert ("q30" in stored) == isinstance(got[30], m.NodeResult)  # "nothing was written" is true
 
 
-async def test_an_append_cancelled_once_the_writer_has_it_answers_what_it_wrote(tmp_path: Path,
-                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+async def held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SharedDaemon]:
+    """A shared daemon on a SQLite file whose write lock a test can hold from another connection."""
+    d = SharedDaemon(str(tmp_path / "held.db"))
+    monkeypatch.delenv("DAGCTX_STANDALONE", raising=False)
+    monkeypatch.setenv("DAGCTX_IDLE_TIMEOUT", "60")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", d.run)
+    monkeypatch.setenv("DAGCTX_STATE_DIR", os.path.join(d.run, "state"))
+    yield d
+    await d.stop()
+
+
+async def test_an_append_cancelled_once_the_writer_has_it_answers_what_it_wrote(held: SharedDaemon) -> None:
     """Another connection holds the file's write lock, so the writer thread has taken the
     append and waits for the lock when the cancel comes: the append is committed once the
     lock is free, and its answer says so (SPEC §1.4) — never "cancelled, nothing was
     written". An append still queued behind it is taken out and answers RequestCancelled."""
     import sqlite3
 
-    db = str(tmp_path / "held.db")
-    d = SharedDaemon(db)
-    monkeypatch.delenv("DAGCTX_STANDALONE", raising=False)
-    monkeypatch.setenv("DAGCTX_IDLE_TIMEOUT", "60")
-    monkeypatch.setenv("XDG_RUNTIME_DIR", d.run)
-    monkeypatch.setenv("DAGCTX_STATE_DIR", os.path.join(d.run, "state"))
+    d, db = held, held.database
+    c = await d.connect()
+    other = await d.connect()
+    s = await c.session_create("held")
+    raw = sqlite3.connect(db, isolation_level=None)
+    raw.execute("BEGIN IMMEDIATE")  # the write lock, held
     try:
-        c = await d.connect()
-        other = await d.connect()
-        s = await c.session_create("held")
-        raw = sqlite3.connect(db, isolation_level=None)
-        raw.execute("BEGIN IMMEDIATE")  # the write lock, held
-        try:
-            taken_id, taken = c.send_request("node/append", m.NodeAppendParams(
-                session_id=s.session_id, node=NodeInput(role="user", id="taken", predecessor=s.root_id, output="a")))
-            await asyncio.sleep(0.5)  # the writer took it and waits for the lock
-            queued_id, queued = other.send_request("node/append", m.NodeAppendParams(
-                session_id=s.session_id, node=NodeInput(role="user", id="queued", predecessor=s.root_id, output="b")))
-            await asyncio.sleep(0.2)
-            c.cancel(taken_id)
-            other.cancel(queued_id)
-            await asyncio.sleep(0.2)
-        finally:
-            raw.execute("ROLLBACK")
-            raw.close()
-        got = await asyncio.gather(taken, queued, return_exceptions=True)
-        assert isinstance(got[0], m.NodeResult) and got[0].node.id == "taken", got[0]
-        assert isinstance(got[1], RpcError) and got[1].kind == "RequestCancelled", got[1]
-        with RawDb(db) as rawdb:
-            stored = {r[0] for r in rawdb.execute("SELECT id FROM nodes WHERE session_id=?", (s.session_id,))}
-        assert "taken" in stored and "queued" not in stored
+        taken_id, taken = c.send_request("node/append", m.NodeAppendParams(
+            session_id=s.session_id, node=NodeInput(role="user", id="taken", predecessor=s.root_id, output="a")))
+        await asyncio.sleep(0.5)  # the writer took it and waits for the lock
+        queued_id, queued = other.send_request("node/append", m.NodeAppendParams(
+            session_id=s.session_id, node=NodeInput(role="user", id="queued", predecessor=s.root_id, output="b")))
+        await asyncio.sleep(0.2)
+        c.cancel(taken_id)
+        other.cancel(queued_id)
+        await asyncio.sleep(0.2)
     finally:
-        await d.stop()
+        raw.execute("ROLLBACK")
+        raw.close()
+    got = await asyncio.gather(taken, queued, return_exceptions=True)
+    assert isinstance(got[0], m.NodeResult) and got[0].node.id == "taken", got[0]
+    assert isinstance(got[1], RpcError) and got[1].kind == "RequestCancelled", got[1]
+    with RawDb(db) as rawdb:
+        stored = {r[0] for r in rawdb.execute("SELECT id FROM nodes WHERE session_id=?", (s.session_id,))}
+    assert "taken" in stored and "queued" not in stored
 
 
-async def test_any_write_cancelled_once_the_writer_has_it_answers_what_it_wrote(tmp_path: Path,
-                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_any_write_cancelled_once_the_writer_has_it_answers_what_it_wrote(held: SharedDaemon) -> None:
     """The same for every write of the writer thread (a rename here): taken, it is
     committed and answered; still queued, it is dropped and answers RequestCancelled."""
     import sqlite3
 
-    db = str(tmp_path / "held.db")
-    d = SharedDaemon(db)
-    monkeypatch.delenv("DAGCTX_STANDALONE", raising=False)
-    monkeypatch.setenv("DAGCTX_IDLE_TIMEOUT", "60")
-    monkeypatch.setenv("XDG_RUNTIME_DIR", d.run)
-    monkeypatch.setenv("DAGCTX_STATE_DIR", os.path.join(d.run, "state"))
+    d, db = held, held.database
+    c = await d.connect()
+    other = await d.connect()
+    s = await c.session_create("before")
+    t = await other.session_create("other")
+    raw = sqlite3.connect(db, isolation_level=None)
+    raw.execute("BEGIN IMMEDIATE")
     try:
-        c = await d.connect()
-        other = await d.connect()
-        s = await c.session_create("before")
-        t = await other.session_create("other")
-        raw = sqlite3.connect(db, isolation_level=None)
-        raw.execute("BEGIN IMMEDIATE")
-        try:
-            taken_id, taken = c.send_request("session/rename", m.SessionRenameParams(session_id=s.session_id, title="renamed"))
-            await asyncio.sleep(0.5)
-            queued_id, queued = other.send_request("session/rename", m.SessionRenameParams(session_id=t.session_id, title="dropped"))
-            await asyncio.sleep(0.2)
-            c.cancel(taken_id)
-            other.cancel(queued_id)
-            await asyncio.sleep(0.2)
-        finally:
-            raw.execute("ROLLBACK")
-            raw.close()
-        got = await asyncio.gather(taken, queued, return_exceptions=True)
-        assert not isinstance(got[0], BaseException), got[0]
-        assert isinstance(got[1], RpcError) and got[1].kind == "RequestCancelled", got[1]
-        assert (await other.session_get(s.session_id)).title == "renamed"
-        assert (await other.session_get(t.session_id)).title == "other"
+        taken_id, taken = c.send_request("session/rename", m.SessionRenameParams(session_id=s.session_id, title="renamed"))
+        await asyncio.sleep(0.5)
+        queued_id, queued = other.send_request("session/rename", m.SessionRenameParams(session_id=t.session_id, title="dropped"))
+        await asyncio.sleep(0.2)
+        c.cancel(taken_id)
+        other.cancel(queued_id)
+        await asyncio.sleep(0.2)
     finally:
-        await d.stop()
+        raw.execute("ROLLBACK")
+        raw.close()
+    got = await asyncio.gather(taken, queued, return_exceptions=True)
+    assert not isinstance(got[0], BaseException), got[0]
+    assert isinstance(got[1], RpcError) and got[1].kind == "RequestCancelled", got[1]
+    assert (await other.session_get(s.session_id)).title == "renamed"
+    assert (await other.session_get(t.session_id)).title == "other"

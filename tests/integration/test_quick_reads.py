@@ -281,35 +281,17 @@ async def test_repeated_quick_reads_echo_each_id_with_the_same_result_until_a_co
     db = str(tmp_path / "again.db")
     a = await shared.connect(db)
     s = await a.session_create("first")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-P", "-m", "dagctx.cli", "serve", "--db", db, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE)
-    assert proc.stdin is not None and proc.stdout is not None
-
-    def frame(msg_id: Any, method: str, params: dict[str, Any]) -> bytes:
-        body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}).encode()
-        return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-
-    async def answer() -> dict[str, Any]:
-        header = await proc.stdout.readuntil(b"\r\n\r\n")  # type: ignore[union-attr]
-        n = int(header.split(b":")[1].split(b"\r\n")[0])
-        return json.loads(await proc.stdout.readexactly(n))  # type: ignore[union-attr]
-
-    try:
-        proc.stdin.write(frame(1, "initialize", {"processId": None, "capabilities": {},
-                                                 "initializationOptions": {"database": db}}))
-        assert (await answer())["id"] == 1
-        ids: list[Any] = [2, "two", 'q"u\\ote ✓', 3, -4, "", 5]
-        for title in ("first", "second", "third"):
-            for msg_id in ids:  # one at a time, and then all in one write
-                proc.stdin.write(frame(msg_id, "session/get", {"sessionId": s.session_id}))
-                got = await answer()
-                assert got["id"] == msg_id and got["result"]["title"] == title
-            proc.stdin.write(b"".join(frame(i, "session/list", {"limit": 5}) for i in ids))
-            got_all = [await answer() for _ in ids]
-            assert [g["id"] for g in got_all] == ids
-            assert all(g["result"]["sessions"][0]["title"] == title for g in got_all)
-            await a.session_rename(s.session_id, {"first": "second", "second": "third", "third": "x"}[title])
-    finally:
-        proc.stdin.close()
-        await asyncio.wait_for(proc.wait(), 30)
+    w = await Wire.start(db, standalone=False)
+    await w.call(1, "initialize", {"processId": None, "capabilities": {}, "initializationOptions": {"database": db}})
+    ids: list[Any] = [2, "two", 'q"u\\ote ✓', 3, -4, "", 5]
+    for title in ("first", "second", "third"):
+        for msg_id in ids:  # one at a time, and then all in one write
+            w.send(w.frame(msg_id, "session/get", {"sessionId": s.session_id}))
+            got = await w.answer()
+            assert got["id"] == msg_id and got["result"]["title"] == title
+        w.send(*(w.frame(i, "session/list", {"limit": 5}) for i in ids))
+        got_all = [await w.answer() for _ in ids]
+        assert [g["id"] for g in got_all] == ids
+        assert all(g["result"]["sessions"][0]["title"] == title for g in got_all)
+        await a.session_rename(s.session_id, {"first": "second", "second": "third", "third": "x"}[title])
+    assert await w.close() == 0
