@@ -55,3 +55,40 @@ def test_a_quick_read_in_a_reader_thread_is_charged_its_cpu_time_on_the_loop_its
         assert proto._quick_answer(10 + i, "session/list", waits, None, False) is not None
     assert not proto.hub.quick.allowed("x.db", "session/list")
     assert proto.hub.quick.answered == answered + 2 * quick.STRIKES + 1
+
+
+def test_a_reader_thread_times_by_the_wall_clock_until_a_read_is_over_then_by_the_cpu_clock() -> None:
+    """The thread's CPU clock is a system call: a read is timed by the wall clock, and one
+    over the budget only makes its method suspect; the suspect's reads are timed by the
+    CPU clock, and those over the budget count the strikes. A read that burns the CPU is
+    sent to the pool after one suspect read and ``STRIKES`` strikes; one that waits never is."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from dagctx.engine.config import DaemonConfig
+    from dagctx.server.jsonrpc_server import DagctxServer
+
+    def burns(params: object, same_batch: bool) -> dict[str, bool]:
+        end = time.thread_time() + quick.BUDGET * 2
+        while time.thread_time() < end:
+            pass
+        return {"burnt": True}
+
+    proto = DagctxServer(DaemonConfig()).protocol
+    proto.engine.db = SimpleNamespace(key="x.db")  # type: ignore[assignment]
+    proto.hub._loop_thread = threading.get_ident() + 1  # this thread is a reader, not the loop
+    reads = proto.hub.quick
+    assert proto._quick_answer(0, "session/get", burns, None, False) is not None
+    assert reads.suspect("x.db", "session/get") and reads.allowed("x.db", "session/get")  # no strike yet
+    for i in range(quick.STRIKES):
+        assert reads.allowed("x.db", "session/get")
+        assert proto._quick_answer(1 + i, "session/get", burns, None, False) is not None
+    assert not reads.allowed("x.db", "session/get")
+    assert reads.allowed("x.db", "session/list")
+
+    q = QuickReads()  # a suspect cleared by a read under the budget
+    q.took("y.db", "session/list", quick.BUDGET * 2, wall_in_thread=True)
+    assert q.suspect("y.db", "session/list")
+    q.took("y.db", "session/list", quick.BUDGET / 2)
+    assert not q.suspect("y.db", "session/list")

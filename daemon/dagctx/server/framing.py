@@ -53,6 +53,11 @@ class FrameParser:
         self._buf = bytearray()
         self._skip = 0  # body bytes of an oversized frame still to discard
 
+    @property
+    def idle(self) -> bool:
+        """Nothing half-read: the next byte fed starts a frame."""
+        return not self._buf and not self._skip
+
     def feed(self, data: bytes) -> list[Body | FrameError]:
         out: list[Body | FrameError] = []
         if not self._buf and not self._skip:

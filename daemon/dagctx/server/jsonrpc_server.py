@@ -67,6 +67,7 @@ from .framing import FrameParser
 from .hub import Hub
 from .incoming import Incoming
 from .pipe_reader import PipeReader
+from .replay import Replays
 from .requests import RequestRunner
 
 log = logging.getLogger("dagctx.server")
@@ -157,6 +158,7 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         self._handed_in = 0
         self._handed_done = 0
         self._loop_busy = 0
+        self._replays = Replays()
         #: told (under ``_out_lock``) when the posted notifications are all written (``drain``)
         self._notes_written = threading.Condition(self._out_lock)
         #: a ``drain`` waited ``DRAIN_WAIT`` in vain: the next ones do not wait until it caught up

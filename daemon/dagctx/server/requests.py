@@ -208,10 +208,9 @@ class RequestRunner:
             start()
 
     def _quickly(self, msg_id: Any, method: str, quick: Callable[[Any, bool], Any], params: Any) -> bool:
-        """On the loop: a quick read (``EngineCore.quick_handlers``) answered here when it
-        can be (``_quick_answer``), its answer held back to go out with the other quick
-        answers of the same read from the client (one write for a pipelining client's
-        run), before anything else is written or run. False sends it the usual way."""
+        """On the loop: a quick read (``EngineCore.quick_handlers``) answered here when it can
+        be (``_quick_answer``), held back to go out with the other quick answers of the same
+        read (one write for a pipelining client's run). False sends it the usual way."""
         data = self._quick_answer(msg_id, method, quick, params, bool(self._quick_out))
         if data is None:
             return False
@@ -232,7 +231,8 @@ class RequestRunner:
         if (db is None or self._owed or self._backlog or self._notes_posted or self.exit_code is not None
                 or not self.hub.quick.allowed(db.key, method)):
             return None
-        clock = time.perf_counter if self.hub.on_loop() else time.thread_time  # what it held (quick.py)
+        reads, on_loop = self.hub.quick, self.hub.on_loop()  # what it held (quick.py)
+        clock = time.perf_counter if on_loop or not reads.suspect(db.key, method) else time.thread_time
         start = clock()
         try:
             result = quick(params, same_batch)
@@ -241,7 +241,7 @@ class RequestRunner:
         if result is None:
             return None
         data = self._quick_encoded(msg_id, method, result)
-        self.hub.quick.took(db.key, method, clock() - start)
+        reads.took(db.key, method, clock() - start, wall_in_thread=not on_loop and clock is time.perf_counter)
         return data
 
     def _quick_encoded(self, msg_id: Any, method: str, result: Any) -> bytes:
