@@ -611,6 +611,93 @@ def test_a_row_refused_at_insert_fails_only_its_own_unit(store: Store) -> None:
     assert {"p1", "p2", "p3"} <= set(store.graph(sid).nodes) and "poison" not in store.graph(sid).nodes
 
 
+def _words(k: int) -> str:
+    """A text only node ``k`` of a test has: one Latin word and one CJK word of its own."""
+    return f"marker{k}word 第{'一二三四五六七八九十'[k % 10]}{'甲乙丙丁戊己庚辛壬癸'[k // 10 % 10]}段"
+
+
+def test_a_group_writes_its_rows_as_lone_appends_would(store: Store) -> None:
+    """The group's node rows go to the database in one statement a table: each node is stored
+    as a lone append stores it, and each is found by search as itself (SQLite: every search
+    row carries its own node's rowid, also after rows were deleted; PostgreSQL: each node its
+    own vector, a large one sent in pieces)."""
+    from dagctx.ledger import pg_pieces
+
+    gone = store.create_session()
+    store.append(gone.session_id, U(gone.root_id, "deleted soon"))
+    store.delete_session(gone.session_id)  # the largest rowid is no longer the last written
+    lone, grouped, other = store.create_session(), store.create_session(), store.create_session()
+    nodes = [U("ROOT", _words(0), id="n0"), L("n0", _words(1), id="n1"),
+             NodeInput(role="code", name="bash", input={"cmd": "ls"}, output=_words(2) + " " + "x" * 3000,
+                       caller="n1", id="n2"),
+             L("n1", _words(3), id="n3")]
+    for n in nodes:
+        store.append(lone.session_id, n)
+    old_piece = pg_pieces.PIECE
+    pg_pieces.PIECE = 1000  # the code node's search text (3 KB) goes in pieces on PostgreSQL
+    try:
+        got = store.append_group(
+            [AppendRequest(grouped.session_id, [n]) for n in nodes]
+            + [AppendRequest(other.session_id, [U(other.root_id, _words(k), id=f"o{k}")]) for k in range(4, 8)])
+    finally:
+        pg_pieces.PIECE = old_piece
+    assert not any(isinstance(r, BaseException) for r in got), got
+
+    def columns(sid: str) -> list[tuple]:
+        root = store.get_session(sid).root_id
+        return [(r.id, r.seq, r.rev, r.role, r.name, r.status, r.caller,
+                 "ROOT" if r.predecessor == root else r.predecessor, r.tokens, r.refs, r.search_text)
+                for r in store.backend.node_rows(sid) if r.id != root]
+
+    assert columns(grouped.session_id) == columns(lone.session_id)
+    assert rows(store.path, grouped.session_id) == rows(store.path, lone.session_id)[:2] + (
+        "n3", rows(store.path, lone.session_id)[3])
+    for k in range(8):
+        sid = other.session_id if k >= 4 else grouped.session_id
+        for word in (f"marker{k}word", _words(k).split()[1][1:3]):
+            hits = store.search(word, session_id=sid)
+            assert [h.node_id for h in hits] == [f"o{k}" if k >= 4 else f"n{k}"], (k, word, hits)
+    reopened = Store(store.path)
+    try:
+        assert [n.id for n in reopened.history(grouped.session_id)[0]] == ["n0", "n1", "n3"]
+        assert [h.node_id for h in reopened.search("marker6word")] == ["o6"]
+    finally:
+        reopened.close()
+
+
+def test_a_group_whose_batched_rows_are_refused_commits_every_other_unit(store: Store) -> None:
+    """One row of the group's batched statement is refused (a batch unit's second node):
+    the statement fails whole, and the group falls back to one unit at a time, so only the
+    unit that holds the row fails — its other node is not stored — and every other unit of
+    every session is committed, searchable, with contiguous seq and HEAD as lone appends."""
+    a, b = store.create_session(), store.create_session()
+    _refuse_at_insert(store.path)
+    got = store.append_group([
+        AppendRequest(a.session_id, [U(a.root_id, _words(0), id="a0")]),
+        AppendRequest(b.session_id, [U(b.root_id, _words(1), id="b0")]),
+        AppendRequest(a.session_id, [L("a0", _words(2), id="a1"), U("a1", _words(3), id="poison")], batch=True),
+        AppendRequest(a.session_id, [L("a0", _words(4), id="a2")]),
+        AppendRequest(b.session_id, [L("b0", _words(5), id="b1")]),
+    ])
+    assert isinstance(got[2], BaseException) and "refused by the test" in str(got[2])
+    assert [o.node.seq for k in (0, 3) for o in got[k]] == [1, 2]
+    assert [o.node.seq for k in (1, 4) for o in got[k]] == [1, 2]
+    assert got[3][0].head == "a2" and got[4][0].head == "b1"
+    assert rows(store.path, a.session_id) == (3, 3, "a2", 3)
+    assert rows(store.path, b.session_id) == (3, 3, "b1", 3)
+    assert set(store.graph(a.session_id).nodes) == {a.root_id, "a0", "a2"}
+    for k, nid in ((0, "a0"), (1, "b0"), (4, "a2"), (5, "b1")):
+        assert [h.node_id for h in store.search(f"marker{k}word")] == [nid]
+    for k in (2, 3):
+        assert store.search(f"marker{k}word") == []
+    other = Store(store.path)
+    try:
+        assert [n.id for n in other.history(a.session_id)[0]] == ["a0", "a2"]
+        assert [n.id for n in other.history(b.session_id)[0]] == ["b0", "b1"]
+    finally:
+        other.close()
+
+
 def test_cached_graphs_are_weighed_and_can_be_evicted(store: Store) -> None:
     s = store.create_session()
     sid = s.session_id

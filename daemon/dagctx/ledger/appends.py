@@ -5,7 +5,9 @@ one write transaction: the rules (``rules.py``) are checked against the up-to-da
 before a row is written, a long result is spilled once (``spill.py``), the node row
 carries what the layers above derived (tokens, references) and its search text, and HEAD
 moves only as the rules say. ``append_group`` is the writer thread's group commit
-(SPEC §4.2): many units in one transaction, each all or nothing, failures isolated per unit.
+(SPEC §4.2): many units in one transaction, each all or nothing, failures isolated per unit;
+its node rows go to the database at the group's end, one statement a table
+(``Backend.insert_nodes``), instead of one statement (or two) an append.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import Call, NodeInput
 
 from . import rules
-from .backend import NodeDerived, SessionRow
+from .backend import NodeDerived, NodeRow, SessionRow
 from .graph import SessionGraph
 from .spill import spill_output
 from .store_base import StoreBase
@@ -61,8 +63,9 @@ class _Redo(Exception):
 class _Unplaced(Exception):
     """The database refused something while a unit ran. In a group the answer may belong to
     an earlier unit's write: PostgreSQL's pipeline mode delivers a refused row's error at a
-    later sync point, inside whichever unit happens to be running. The group is rolled back
-    and each unit runs alone, so only the culprit fails."""
+    later sync point, inside whichever unit happens to be running, and the group's node rows
+    are written by one statement for all its units. The group is rolled back and each unit
+    runs alone, so only the culprit fails."""
 
     def __init__(self, index: int, error: BaseException) -> None:
         self.index = index
@@ -146,8 +149,11 @@ class Appends(StoreBase):
                             )
                         else:
                             state[sid] = (row, self._refresh(row), row.rev)
+                    pending: list[NodeRow] = []
                     for i in todo:
-                        done[i] = self._apply_unit(i, units[i], state[units[i].session_id])
+                        done[i] = self._apply_unit(i, units[i], state[units[i].session_id], pending)
+                    if pending:
+                        self._insert_pending(todo, pending)
                     for st in state.values():
                         if isinstance(st, tuple) and st[0].rev != st[2]:
                             self._finish(st[0], st[1])
@@ -178,8 +184,20 @@ class Appends(StoreBase):
             return results
         return results
 
+    def _insert_pending(self, todo: list[int], pending: list[NodeRow]) -> None:
+        """The group's node rows, one statement a table. A row the database refuses fails
+        the statement, and so every row of it: the group is rolled back and each unit runs
+        alone (``_Unplaced``), as when a lone statement's refusal surfaces late."""
+        try:
+            self.backend.insert_nodes(pending)
+        except Exception as exc:
+            if isinstance(exc, DagctxError) or self.backend.fault_kind(exc) is not None:
+                raise  # the database's fault: every unit of the group fails
+            raise _Unplaced(todo[0], exc) from exc
+
     def _apply_unit(self, index: int, unit: AppendRequest,
-                    st: tuple[SessionRow, SessionGraph, int] | BaseException) -> list[AppendOutcome] | BaseException:
+                    st: tuple[SessionRow, SessionGraph, int] | BaseException,
+                    pending: list[NodeRow]) -> list[AppendOutcome] | BaseException:
         if isinstance(st, BaseException):
             return st
         row, g, _ = st
@@ -191,7 +209,7 @@ class Appends(StoreBase):
                 # In a batch, moveHead is about its conversation nodes; a nested call never moves HEAD.
                 mh = None if unit.batch and unit.move_head and inp.predecessor is None else unit.move_head
                 try:
-                    out.append(self._append_locked(row, g, inp, mh, d))
+                    out.append(self._append_locked(row, g, inp, mh, d, pending=pending))
                 except DagctxError as err:
                     if unit.batch:
                         rest = err.path[len("node"):] if err.path and err.path.startswith("node") else (
@@ -220,7 +238,10 @@ class Appends(StoreBase):
         spawn_ok: bool = False,
         created_at: float | None = None,
         skeleton: bool = False,
+        pending: list[NodeRow] | None = None,
     ) -> AppendOutcome:
+        """One node appended inside the caller's write; ``pending``: its row is added there,
+        for the caller to write with others (a group), instead of written now."""
         node_id = inp.id if inp.id is not None else uuid.uuid4().hex
         rules.check_new_id(g, node_id)
         predecessor = rules.resolve(row.root_id, inp.predecessor)
@@ -254,7 +275,10 @@ class Appends(StoreBase):
         row.node_count += 1
         full = node_text(call) if spilled is None else node_text(msgspec.structs.replace(call, output=spilled["data"]))
         node_row = self._node_row(row.id, call, rev=row.rev, derived=derived, search_text=full)
-        self.backend.insert_node(node_row)
+        if pending is None:
+            self.backend.insert_node(node_row)
+        else:
+            pending.append(node_row)
         if spilled is not None:
             self.backend.put_blob(self._blob(row.id, node_id, spilled))
         # ``skeleton``: a graph only the rules read (an import's, never cached) keeps no texts

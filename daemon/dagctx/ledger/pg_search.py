@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -116,6 +117,9 @@ def _lexeme(word: str) -> str:
 #: a column of at most this many tokens cannot give one lexeme more positions than
 #: PostgreSQL keeps (128 per column, ``document_vector``)
 SMALL_COLUMN_TOKENS = 128
+#: the characters of a document small enough for ``_small_vector`` (text and grams): a
+#: column has fewer tokens than characters, so none reaches a position past ``MAX_POS``
+SMALL_DOCUMENT_CHARS = 16 * SMALL_COLUMN_TOKENS
 
 
 def document_vector(text: str, grams: str, piece: int = SCAN_PIECE) -> tuple[str, bool]:
@@ -123,40 +127,46 @@ def document_vector(text: str, grams: str, piece: int = SCAN_PIECE) -> tuple[str
     and whether it holds every position (False for a huge document: see ``verify``).
     Tokens are read a piece at a time (``token_pieces``): a list of a huge text's tokens
     is never built."""
-    if len(text) + len(grams) <= 16 * SMALL_COLUMN_TOKENS:
+    if len(text) + len(grams) <= SMALL_DOCUMENT_CHARS:
         small = _small_vector(text, grams)
         if small is not None:
             return small, True
     return _vector(text, grams, piece)
 
 
+#: the position of a small document's i-th token of each column, as the literal writes it
+_LABELS = {w: [f"{first + 2 * i}{w}" for i in range(SMALL_DOCUMENT_CHARS)] for w, first in (("A", 1), ("B", 2))}
+
+
 def _small_vector(text: str, grams: str) -> str | None:
     """``_vector``'s literal of a document that meets none of its limits (every appended
-    message, most tool results), built with a third of the work a token: no lexeme is too
-    long, the literal stays small, no column has more than ``SMALL_COLUMN_TOKENS`` tokens
-    (so no lexeme more positions than kept, none past ``MAX_POS``). The lexemes and their
-    positions come in the same order, so the literal is the same. None: a limit may apply."""
+    message, most tool results, CJK ones included), built with a fraction of the work a
+    token: no lexeme is too long, the literal stays small, no lexeme has more than 128
+    positions in a column (what PostgreSQL keeps), none is past ``MAX_POS`` (the document
+    is short). The lexemes and their positions come in the same order, so the literal is
+    the same. None: a limit may apply."""
     entries: dict[str, list[str]] = {}
     count = 0
-    for weight, column, first in (("A", text, 1), ("B", grams, 2)):
+    for weight, column in (("A", text), ("B", grams)):
         toks = tokens(column)
-        if len(toks) > SMALL_COLUMN_TOKENS:
+        if len(toks) > SMALL_COLUMN_TOKENS and max(Counter(toks).values()) > SMALL_COLUMN_TOKENS:
             return None
         count += len(toks)
-        for i, tok in enumerate(toks):
-            plist = entries.get(tok)
+        get = entries.get
+        for tok, label in zip(toks, _LABELS[weight]):
+            plist = get(tok)
             if plist is None:
-                plist = entries[tok] = []
-            plist.append(f"{first + 2 * i}{weight}")
-    size = 2 * count
-    for tok in entries:
-        nbytes = len(tok.encode())
-        if nbytes > MAX_LEXEME_BYTES:
-            return None
-        size += nbytes + 8
-    if size > MAX_VECTOR_BYTES:
+                entries[tok] = [label]
+            else:
+                plist.append(label)
+    keys = "\x00".join(entries)
+    size = 2 * count + len(keys.encode()) - len(entries) + 1 + 8 * len(entries)
+    if size > MAX_VECTOR_BYTES or any(len(tok) * 4 > MAX_LEXEME_BYTES and len(tok.encode()) > MAX_LEXEME_BYTES
+                                      for tok in entries):
         return None
-    return " ".join(f"{_lexeme(t)}:{','.join(p)}" for t, p in entries.items())
+    if "'" in keys or "\\" in keys:
+        return " ".join(f"{_lexeme(t)}:{','.join(p)}" for t, p in entries.items())
+    return " ".join([f"'{t}':{','.join(p)}" for t, p in entries.items()])
 
 
 def _vector(text: str, grams: str, piece: int) -> tuple[str, bool]:

@@ -66,6 +66,12 @@ def _u(blob: bytes | None) -> str | None:
     return None if blob is None else bytes(blob).decode("utf-8", "surrogatepass")
 
 
+_INSERT_NODES = ("INSERT INTO dagctx.nodes(session_id, id, seq, rev, role, name, status, caller, predecessor, "
+                 "created_at, body, tokens, refs, search_text, search_vec, search_full) VALUES")
+_NODE_VALUES = "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,CAST(%s AS tsvector),%s)"
+#: the most rows one INSERT of ``insert_nodes`` writes (16 parameters each; at most 65,535)
+NODES_A_STATEMENT = 1000
+
 #: libpq's pipeline mode (libpq 14+; the binary wheels have it)
 _PIPELINE = psycopg is not None and psycopg.Pipeline.is_supported()
 
@@ -331,16 +337,28 @@ class PostgresBackend:
     def _vector(text: str | None) -> tuple[str | None, bool | None]:
         return (None, None) if text is None else pg_search.document_vector(text, fts.cjk_grams(text))
 
+    def _node_values(self, r: NodeRow) -> tuple[Any, ...]:
+        return (r.session_id, r.id, r.seq, r.rev, r.role, _b(r.name), r.status, r.caller, r.predecessor,
+                r.created_at, r.body, r.tokens, r.refs, _b(r.search_text), *self._vector(r.search_text))
+
     def insert_node(self, r: NodeRow) -> None:
         with self._conn("write a node") as c:
-            pg_pieces.execute(
-                c,
-                "INSERT INTO dagctx.nodes(session_id, id, seq, rev, role, name, status, caller, predecessor, "
-                "created_at, body, tokens, refs, search_text, search_vec, search_full) "
-                "VALUES(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,CAST(%s AS tsvector),%s)",
-                (r.session_id, r.id, r.seq, r.rev, r.role, _b(r.name), r.status, r.caller, r.predecessor,
-                 r.created_at, r.body, r.tokens, r.refs, _b(r.search_text), *self._vector(r.search_text)),
-            )
+            pg_pieces.execute(c, _INSERT_NODES + _NODE_VALUES, self._node_values(r))
+
+    def insert_nodes(self, rows: Sequence[NodeRow]) -> None:
+        """``insert_node`` of each row in one statement (a group commit, SPEC §4.2): the
+        server parses, plans and answers once for many rows. A row with a value sent in
+        pieces (``pg_pieces``) has a statement of its own."""
+        with self._conn("write nodes") as c:
+            values = [self._node_values(r) for r in rows]
+            large = [any(pg_pieces.is_large(x, pg_pieces.PIECE) for x in v) for v in values]
+            small = [v for v, big in zip(values, large) if not big]
+            for k in range(0, len(small), NODES_A_STATEMENT):
+                part = small[k:k + NODES_A_STATEMENT]
+                c.execute(_INSERT_NODES + ",".join([_NODE_VALUES] * len(part)), [x for v in part for x in v])
+            for v, big in zip(values, large):
+                if big:
+                    pg_pieces.execute(c, _INSERT_NODES + _NODE_VALUES, v)
 
     def fill_node(self, r: NodeRow) -> None:
         with self._conn("write a node") as c:
