@@ -71,6 +71,21 @@ _INSERT_NODES = ("INSERT INTO dagctx.nodes(session_id, id, seq, rev, role, name,
 _NODE_VALUES = "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,CAST(%s AS tsvector),%s)"
 #: the most rows one INSERT of ``insert_nodes`` writes (16 parameters each; at most 65,535)
 NODES_A_STATEMENT = 1000
+#: ``_NODE_VALUES`` of the k-th row of a statement with ``$n`` marks, made as needed (by
+#: any writer thread: grown under the lock)
+_NODE_MARKS: list[str] = []
+_NODE_MARKS_LOCK = threading.Lock()
+
+
+def _node_marks(n: int) -> list[str]:
+    """The ``$n``-marked values of the first ``n`` rows of an ``insert_nodes`` statement."""
+    if len(_NODE_MARKS) < n:
+        with _NODE_MARKS_LOCK:
+            while len(_NODE_MARKS) < n:
+                marks = [f"${16 * len(_NODE_MARKS) + j}" for j in range(1, 17)]
+                marks[14] = f"CAST({marks[14]} AS tsvector)"
+                _NODE_MARKS.append(f"({','.join(marks)})")
+    return _NODE_MARKS[:n]
 
 #: libpq's pipeline mode (libpq 14+; the binary wheels have it)
 _PIPELINE = psycopg is not None and psycopg.Pipeline.is_supported()
@@ -347,15 +362,18 @@ class PostgresBackend:
 
     def insert_nodes(self, rows: Sequence[NodeRow]) -> None:
         """``insert_node`` of each row in one statement (a group commit, SPEC §4.2): the
-        server parses, plans and answers once for many rows. A row with a value sent in
-        pieces (``pg_pieces``) has a statement of its own."""
+        server parses, plans and answers once for many rows. Its parameters are marked
+        ``$1``, ``$2``… (a raw cursor): psycopg caches the scan of a ``%s`` statement only
+        when it is short, and scanned this one anew for each group (40 us a row). A row
+        with a value sent in pieces (``pg_pieces``) has a statement of its own."""
         with self._conn("write nodes") as c:
             values = [self._node_values(r) for r in rows]
             large = [any(pg_pieces.is_large(x, pg_pieces.PIECE) for x in v) for v in values]
             small = [v for v, big in zip(values, large) if not big]
+            cur = psycopg.RawCursor(c)  # $n marks: a statement psycopg does not scan for %s
             for k in range(0, len(small), NODES_A_STATEMENT):
                 part = small[k:k + NODES_A_STATEMENT]
-                c.execute(_INSERT_NODES + ",".join([_NODE_VALUES] * len(part)), [x for v in part for x in v])
+                cur.execute(_INSERT_NODES + ",".join(_node_marks(len(part))), [x for v in part for x in v])
             for v, big in zip(values, large):
                 if big:
                     pg_pieces.execute(c, _INSERT_NODES + _NODE_VALUES, v)
