@@ -455,32 +455,68 @@ def _validate(engine: Host, graph: Any, plan: Any, text: str | None, head: str, 
     return validation, node_input, counted, covered
 
 
-def _watch(graph: Any, ids: set[str], also: set[str]) -> dict[str, tuple[Any, Any, Any]]:
-    """``ids``, every node below them (caller edge) and ``also`` → what the one mutation
-    (``node/update``) may change of each."""
+class _Watched:
+    """What a compaction watches while the summarizer runs (``_watch``): the graph it read,
+    how many node replacements that graph had seen (``SessionGraph.updates``), the
+    watched ids and each one's node as it was — the node object itself, in ``ids``'
+    order. A graph never changes a node in place: ``node/update`` (the one mutation,
+    SPEC §8) puts a new node object in its place and records its id in ``updates``, so
+    the same graph with no replacement since has every watched node unchanged, and a
+    node still the same object is unchanged."""
+
+    __slots__ = ("graph", "updates", "ids", "order", "nodes")
+
+    def __init__(self, graph: Any, ids: set[str], order: list[str], nodes: list[Any]) -> None:
+        self.graph = graph
+        self.updates = len(graph.updates)
+        self.ids = ids
+        self.order = order
+        self.nodes = nodes
+
+    def __contains__(self, nid: object) -> bool:
+        return nid in self.ids
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        """``(id, node as it was)`` of each watched node."""
+        return zip(self.order, self.nodes)
+
+
+def _watch(graph: Any, ids: set[str], also: set[str]) -> _Watched:
+    """``ids``, every node below them (caller edge) and ``also`` → each one's node, as
+    the one mutation (``node/update``) may replace it."""
     watched = set(ids) | also | graph.below(ids)
-    get = graph.nodes.get
-    return {nid: (node.status, node.output, node.metadata)
-            for nid in watched if (node := get(nid)) is not None}
+    nodes = graph.nodes
+    if not watched <= nodes.keys():  # ``also`` may name no node: only the graph's are watched
+        watched &= nodes.keys()
+    order = list(watched)
+    return _Watched(graph, watched, order, list(map(nodes.__getitem__, order)))
 
 
-def _touched(now: Any, snapshot: dict[str, tuple[Any, Any, Any]], known: set[str], head: str) -> bool:
+def _touched(now: Any, snapshot: _Watched, known: set[str], head: str) -> bool:
     """True when a covered or kept node, or any node under one (a tool call completed by
     ``node/update``), changed, or a node was attached to any of them, or a summary that
     applies to this branch was written (a concurrent compaction), meanwhile."""
-    nodes = now.nodes
-    for nid, (status, output, metadata) in snapshot.items():
-        node = nodes.get(nid)
-        if node is None:
-            return True
-        # the same objects are equal (the usual case: nothing changed) without comparing
-        # their contents, which for the metadata of every watched node is most of the check
-        if node.metadata is metadata and node.output is output and node.status is status:
-            continue
-        if node.status != status or node.output != output or node.metadata != metadata:
-            return True
-    new = [n for n in now.by_seq if n.id not in known]
-    if any(n.predecessor in snapshot or n.caller in snapshot for n in new):
+    # the graph read before with no node replaced since: every watched node is the one
+    # watched (the usual case), else each is compared
+    if now is not snapshot.graph or len(now.updates) != snapshot.updates:
+        nodes = now.nodes
+        for nid, was in snapshot.items():
+            node = nodes.get(nid)
+            if node is None:
+                return True
+            if node is was:
+                continue
+            # the same objects are equal without comparing their contents (the metadata of
+            # a node is most of the comparison)
+            if node.metadata is was.metadata and node.output is was.output and node.status is was.status:
+                continue
+            if node.status != was.status or node.output != was.output or node.metadata != was.metadata:
+                return True
+    # a graph only gains nodes: the same graph with as many as were known has no new one
+    new = ([] if now is snapshot.graph and len(now.nodes) == len(known)
+           else [n for n in now.by_seq if n.id not in known])
+    watched = snapshot.ids
+    if any(n.predecessor in watched or n.caller in watched for n in new):
         return True
     summaries = [n for n in new if is_summary(n) and covers_of(n)]
     if summaries:
