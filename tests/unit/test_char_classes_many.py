@@ -39,3 +39,13 @@ def test_mixed_texts_and_the_ones_measured_alone() -> None:
     assert char_classes_many(texts) == [char_classes(t) for t in texts]
     assert [char_classes_many([t])[0] for t in texts] == [char_classes(t) for t in texts]
     assert char_classes_many([]) == []
+
+
+def test_each_code_point_its_own_text() -> None:
+    """Each code point of the BMP (surrogates excluded) and of the CJK planes' first
+    blocks alone in its text, among ASCII: the class byte of every (high byte, low
+    byte) pair gives ``char_classes``'s counts, attributed to its own text."""
+    points = [*range(0x80, 0xD800), *range(0xE000, 0x10000), *range(0x1B000, 0x1B200), *range(0x20000, 0x20100),
+              *range(0x3FF00, 0x40100)]
+    texts = [f"a{chr(p)}" if p % 3 else chr(p) for p in points]
+    assert char_classes_many(texts) == [char_classes(t) for t in texts]

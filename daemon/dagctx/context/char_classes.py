@@ -12,11 +12,10 @@ Pure.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 
 from .tokens import (_ASCII, _CJK_HIGH, _CJK_LOW, _KANA_HIGH, _KANA_LOW, _NOT_CJK_BLOCKS, _PUNCT_HIGH, _PUNCT_LOW,
-                     ASCII_CHARS_PER_TOKEN, SHORT_TEXT, _char_classes, _char_classes_re, _estimate, _joint)
+                     ASCII_CHARS_PER_TOKEN, SHORT_TEXT, _char_classes, _char_classes_re, _estimate)
 
 __all__ = ["NO_CLASSES", "CharClasses", "add_classes", "char_classes", "char_classes_encoded", "char_classes_many",
            "estimate_of_classes"]
@@ -46,8 +45,52 @@ def char_classes_encoded(text: str, utf8: bytes) -> CharClasses:
     return (n, non_ascii, cjk, punct)
 
 
-#: a flag for the high bytes of the blocks wholly inside ``_CJK`` (a bit no other table uses)
-_CJK_BLOCK = bytes(0 if b in _NOT_CJK_BLOCKS else 0x20 for b in range(256))
+# ``char_classes_many`` classifies each UTF-16 code unit by one byte, ``high class << 4 |
+# low class``: the high byte's class says whether its block is wholly inside ``_CJK``, or
+# which of the blocks partly inside ``_CJK`` or ``_CJK_PUNCT`` it is (the tables of
+# ``tokens``: U+11xx, U+2Exx, U+2F00–U+9FFF, U+A9xx, U+AC00–U+D7FF, U+D8xx, U+F9xx–U+FAxx,
+# U+FExx, U+FFxx, and U+30xx for the punctuation), and the low byte's class which of the
+# ranges those blocks cut the low byte into it falls in; every flag of ``_CJK_HIGH`` /
+# ``_CJK_LOW``, ``_PUNCT_HIGH`` / ``_PUNCT_LOW`` and ``_KANA_HIGH`` / ``_KANA_LOW`` is
+# a function of the two classes (built from those very tables below).
+#: the low byte's ranges: the first byte of each
+_LOW_CUTS = (0x00, 0x10, 0x20, 0x2C, 0x2D, 0x30, 0x40, 0x50, 0x60, 0x80, 0xC0, 0xF0)
+#: the high bytes with a class of their own (partly CJK, or CJK punctuation); class 1 is
+#: every other block wholly inside ``_CJK``, class 0 every block outside it
+_HIGH_OWN = (0x2E, 0x30, 0xA9, 0xD8, 0xFE, 0xFF)
+_WHOLLY_CJK = frozenset(b for b in range(256) if b not in _NOT_CJK_BLOCKS)
+
+
+def _high_class(b: int) -> int:
+    if b in _HIGH_OWN:
+        return 2 + _HIGH_OWN.index(b)
+    return 1 if b in _WHOLLY_CJK else 0
+
+
+def _low_class(b: int) -> int:
+    return sum(1 for cut in _LOW_CUTS if b >= cut) - 1
+
+
+_HIGH_CLASS = bytes(_high_class(b) << 4 for b in range(256))
+_LOW_CLASS = bytes(_low_class(b) for b in range(256))
+#: a representative (high byte, low byte) of each class byte
+_CLASS_OF: dict[int, tuple[int, int]] = {}
+for _h in range(256):
+    for _lo in _LOW_CUTS:
+        _CLASS_OF.setdefault(_HIGH_CLASS[_h] | _LOW_CLASS[_lo], (_h, _lo))
+
+
+def _class_flags(test: object) -> bytes:
+    return bytes(1 if c in _CLASS_OF and test(*_CLASS_OF[c]) else 0 for c in range(256))  # type: ignore[operator]
+
+
+#: class byte → 1 when its units are CJK, resp. CJK punctuation, resp. kana past U+1B000
+_CJK_CLASSES = _class_flags(lambda h, lo: h in _WHOLLY_CJK or bool(_CJK_HIGH[h] & _CJK_LOW[lo]))
+_PUNCT_CLASSES = _class_flags(lambda h, lo: bool(_PUNCT_HIGH[h] & _PUNCT_LOW[lo]))
+_KANA_CLASSES = _class_flags(lambda h, lo: bool(_KANA_HIGH[h] & _KANA_LOW[lo]))
+#: the class bytes of kana past U+1B000 (one: ``bytes.find`` looks for it)
+_KANA_CLASS = bytes(c for c in range(256) if _KANA_CLASSES[c])
+assert len(_KANA_CLASS) == 1
 
 
 def char_classes_many(texts: Sequence[str]) -> list[CharClasses]:
@@ -56,12 +99,12 @@ def char_classes_many(texts: Sequence[str]) -> list[CharClasses]:
     of transcript entries; classifying each text's few non-ASCII characters on its own
     cost a dozen calls a text, more than reading its ASCII. Here each text only has its
     non-ASCII characters taken out (as ``_char_classes`` does); they are joined and
-    their UTF-16 code units flagged once (one flag byte a unit, nonzero when the unit
-    is CJK, resp. CJK punctuation: each table has one bit per high byte, and the
-    wholly-CJK blocks a bit of their own, so a unit's flag byte is nonzero exactly
-    when ``_char_classes`` counts it), and each text's counts are its units' nonzero
-    flags. A text with a lone surrogate, or with kana past U+1B000 (both counted by
-    the regular expressions), is measured on its own."""
+    each UTF-16 code unit given its class byte once (the classes of its high byte and
+    its low byte, combined: two tables and one bitwise OR for all of them), then one
+    flag byte a unit, nonzero exactly when ``_char_classes`` counts it as CJK, resp.
+    CJK punctuation; each text's counts are its units' nonzero flags. A text with a
+    lone surrogate, or with kana past U+1B000 (both counted by the regular
+    expressions), is measured on its own."""
     out: list[CharClasses] = [(len(t), 0, 0, 0) for t in texts]
     rests: list[bytes] = []  # each text's non-ASCII characters, as UTF-16-LE
     which: list[tuple[int, int]] = []  # (the text's index, how many of them)
@@ -78,23 +121,21 @@ def char_classes_many(texts: Sequence[str]) -> list[CharClasses]:
     if not rests:
         return out
     units = b"".join(rests)
-    low, high = units[::2], units[1::2]
-    size = len(high)
-
-    def flags(high_flags: bytes, low_flags: bytes, extra: int = 0) -> bytes:
-        both = int.from_bytes(high.translate(high_flags), "little") & int.from_bytes(low.translate(low_flags), "little")
-        return (both | extra).to_bytes(size, "little")
-
-    kana = flags(_KANA_HIGH, _KANA_LOW) if _joint(high, low, _KANA_HIGH, _KANA_LOW) else None
-    cjk = flags(_CJK_HIGH, _CJK_LOW, int.from_bytes(high.translate(_CJK_BLOCK), "little"))
-    punct = flags(_PUNCT_HIGH, _PUNCT_LOW)
+    size = len(units) // 2
+    classes = (int.from_bytes(units[1::2].translate(_HIGH_CLASS), "little")
+               | int.from_bytes(units[::2].translate(_LOW_CLASS), "little")).to_bytes(size, "little")
+    kana = _KANA_CLASS in classes
+    cjk = classes.translate(_CJK_CLASSES)
+    punct = classes.translate(_PUNCT_CLASSES)
     at = 0
     for (k, non_ascii), rest16 in zip(which, rests):
         end = at + len(rest16) // 2
-        if kana is not None and kana.count(0, at, end) != end - at:
+        if kana and classes.find(_KANA_CLASS, at, end) >= 0:
             out[k] = char_classes(texts[k])  # kana past U+1B000: the regular expressions
         else:
-            out[k] = (len(texts[k]), non_ascii, end - at - cjk.count(0, at, end), end - at - punct.count(0, at, end))
+            n_cjk = end - at - cjk.count(0, at, end)
+            # CJK punctuation is CJK: none without CJK
+            out[k] = (len(texts[k]), non_ascii, n_cjk, end - at - punct.count(0, at, end) if n_cjk else 0)
         at = end
     return out
 
