@@ -189,7 +189,10 @@ class Appends(StoreBase):
         the statement, and so every row of it: the group is rolled back and each unit runs
         alone (``_Unplaced``), as when a lone statement's refusal surfaces late."""
         try:
-            self.backend.insert_nodes(pending)
+            if len(pending) == 1:  # a lone append (one sequential client): its one statement
+                self.backend.insert_node(pending[0])
+            else:
+                self.backend.insert_nodes(pending)
         except Exception as exc:
             if isinstance(exc, DagctxError) or self.backend.fault_kind(exc) is not None:
                 raise  # the database's fault: every unit of the group fails
