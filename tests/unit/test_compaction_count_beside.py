@@ -154,3 +154,33 @@ def test_coverage_checked_beside_still_refuses(tmp_path: Path, monkeypatch: pyte
     # checked on every request sent, the retry included
     assert asked[-1] == len(peer.prompts) == (2 if drop_first else 1)
     e.close()
+
+
+@pytest.mark.parametrize("drop_first", [False, True])
+def test_fidelity_terms_found_once_while_the_summary_is_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                drop_first: bool) -> None:
+    """The fidelity terms are found by the first validation, after the summarizer
+    answered, once for the compaction (a retry's validation checks the same ones), and
+    the written node carries them."""
+    from dagctx.context import summary_check
+
+    built, sid = _built(tmp_path)
+    monkeypatch.setattr(compaction_pipeline, "COUNT_BESIDE_CHARS", 1)  # the summary counted beside
+    peer = Summarizer(drop_first)
+    found: list[tuple[int, list[str]]] = []
+    terms = summary_check.fidelity_terms
+
+    def recorded(plan: Any, *args: Any, **kw: Any) -> list[str]:
+        got = terms(plan, *args, **kw)
+        found.append((len(peer.prompts), got))
+        return got
+
+    monkeypatch.setattr(summary_check, "fidelity_terms", recorded)
+    e = _engine(_copy(built, tmp_path, "terms"), peer)
+    res = asyncio.run(compact(e, c.CompactParams(session_id=sid, model=MODEL, keep_recent_tokens=400)))
+    assert res.ok and res.summary_id
+    # once, after the first answer (the retry, when there is one, was asked after it)
+    assert len(found) == 1 and found[0][0] == 1 and len(peer.prompts) == (2 if drop_first else 1)
+    stats = e.store.graph(sid).nodes[res.summary_id].metadata["stats"]
+    assert stats["identifiersChecked"] == found[0][1] and len(found[0][1]) >= 5
+    e.close()

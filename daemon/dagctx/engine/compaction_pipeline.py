@@ -203,10 +203,12 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
         # every item's body and transcript entry, built and measured once for the fidelity
         # terms, the stages, each request's size check and the coverage check
         transcript = summarizer_input.Transcript()
-        identifiers = summary_check.fidelity_terms(plan, transcript=transcript)
         # the files the covered part changed (the summary's last line, SPEC §8): one
         # reading for every validation, from the same bodies
         trail = artifact_trail.trail_files(plan.input_items, transcript.bodies(plan.input_items))
+    # what the fidelity gate checks (SPEC §8): found by the first validation while the
+    # summary is counted beside it, then kept for a retry's
+    identifiers = _Once(lambda: summary_check.fidelity_terms(plan, transcript=transcript))
     max_chars = max(2000, int(plan.tokens_covered * 4 * 0.6))
     # 3. summarize (in stages when the prefix is too large for one call)
     # Stage sizes only need to be about right (each stage is half a window): the fast
@@ -376,6 +378,22 @@ async def _sample(engine: Host, p: c.CompactParams, system: str, messages: list[
     raise last
 
 
+class _Once:
+    """``fn()``, found the first time it is asked for and kept."""
+
+    __slots__ = ("_fn", "_value")
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._fn: Callable[[], Any] | None = fn
+        self._value: Any = None
+
+    def __call__(self) -> Any:
+        if self._fn is not None:
+            self._value = self._fn()
+            self._fn = None
+        return self._value
+
+
 #: A summary at least this long is counted beside the validation's other work (``_Count``).
 COUNT_BESIDE_CHARS = 8192
 
@@ -410,14 +428,16 @@ class _Count(threading.Thread):
 
 @_collector_held()
 def _validate(engine: Host, graph: Any, plan: Any, text: str | None, head: str, aged: dict[str, str],
-              info: Any, tokens_before: int, identifiers: list[str], max_chars: int | None,
+              info: Any, tokens_before: int, identifiers: list[str] | Callable[[], list[str]],
+              max_chars: int | None,
               min_retention: float, coverage: Callable[[], bool] | None = None,
               trail: list[str] | None = None,
               ) -> tuple[Any, dict[str, Any], tuple[int, int] | None, bool]:
     """The verdict on ``text``, the summary node's fields, the (input, output) tokens
     the candidate render counted of that node under the model's tokenizer, and
     ``coverage()`` (True without it), computed while the summary is counted. ``trail``:
-    the plan's artifact trail, read once for every validation."""
+    the plan's artifact trail, read once for every validation; ``identifiers``: the
+    fidelity terms, or what finds them (called while the summary is counted)."""
     node_input = compaction_plan.summary_node_input(plan, text or "", model=info.name, trail=trail)
     tokenizer = info.tokenizer or engine.counter.tokenizer_for(info.name)
     output = node_input["output"]
@@ -431,6 +451,7 @@ def _validate(engine: Host, graph: Any, plan: Any, text: str | None, head: str, 
     from dagctx.context.formats import to_messages
 
     _, messages, node_ids = to_messages(view, "neutral")
+    terms = identifiers() if callable(identifiers) else identifiers
     cand_id = "summary_candidate"
     if counting is not None:
         got = counting.result()
@@ -444,13 +465,13 @@ def _validate(engine: Host, graph: Any, plan: Any, text: str | None, head: str, 
     after = sum(per)
     validation = summary_check.validate_summary(
         text, plan, tokens_before=tokens_before, candidate_tokens_after=after, max_chars=max_chars,
-        identifiers=identifiers, min_retention=min_retention,
+        identifiers=terms, min_retention=min_retention,
     )
     # what the gate measured rides on the node (SPEC §8), so a viewer can show it later:
     # both token figures are the same estimate (neutral format, same aging)
     node_input["metadata"]["stats"] = {
         "tokensBefore": tokens_before, "tokensAfter": after,
-        "identifiersChecked": list(identifiers), "identifiersMissing": list(validation.missing),
+        "identifiersChecked": list(terms), "identifiersMissing": list(validation.missing),
     }
     return validation, node_input, counted, covered
 
