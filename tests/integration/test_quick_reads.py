@@ -295,3 +295,46 @@ async def test_repeated_quick_reads_echo_each_id_with_the_same_result_until_a_co
         assert all(g["result"]["sessions"][0]["title"] == title for g in got_all)
         await a.session_rename(s.session_id, {"first": "second", "second": "third", "third": "x"}[title])
     assert await w.close() == 0
+
+
+async def test_a_polled_read_sees_every_commit_and_a_replaced_file_at_once(shared: SharedDaemon, tmp_path: Path) -> None:
+    """The same ``session/list`` body sent again and again (a client polling, answered from
+    what the reader thread kept, SPEC §1.4): each answer is what the file holds when the
+    request is read — after another connection's write, another process's commit, and the file
+    replaced by a rename — and carries its own id."""
+    db, other = tmp_path / "poll.db", tmp_path / "other.db"
+    a = await shared.connect(str(db))
+    await a.session_create("first")
+    w = await Wire.start(str(db), standalone=False)
+    await w.call(1, "initialize", {"processId": None, "capabilities": {}, "initializationOptions": {"database": str(db)}})
+    n = iter(range(100, 10_000))
+
+    async def titles() -> list[str]:
+        msg_id = next(n)
+        w.send(w.frame(msg_id, "session/list", {"limit": 10}))
+        got = await w.answer()
+        assert got["id"] == msg_id
+        return sorted(s["title"] for s in got["result"]["sessions"])
+
+    start = (await w.call(2, "daemon/status"))["queue"]["answeredOnLoop"]
+    for _ in range(5):
+        assert await titles() == ["first"]
+    await a.session_create("second")  # a write from another connection
+    assert await titles() == ["first", "second"]
+    raw = sqlite3.connect(db, isolation_level=None)  # another process's commit
+    raw.execute("UPDATE sessions SET title='by hand' WHERE title='first'")
+    raw.close()
+    assert await titles() == ["by hand", "second"]
+    assert await titles() == ["by hand", "second"]
+    o = sqlite3.connect(other)  # another file, renamed over the one in use
+    src = sqlite3.connect(db)
+    src.backup(o)
+    src.close()
+    o.execute("UPDATE sessions SET title='replaced'")
+    o.commit()
+    o.close()
+    os.replace(other, db)
+    assert await titles() == ["replaced", "replaced"]
+    assert await titles() == ["replaced", "replaced"]
+    assert (await w.call(3, "daemon/status"))["queue"]["answeredOnLoop"] >= start + 8  # the polls were quick reads
+    assert await w.close() == 0

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from dagctx.protocol import codec
-from dagctx.server.replay import KEPT, Replays
+from dagctx.server.replay import KEPT, Replays, id_of
 
 PARAMS = object()  # what the first read's params decoded to: handed back by a match
 
@@ -35,8 +35,10 @@ def test_the_same_body_with_another_plain_id_matches_with_that_id(order: str, ne
     r = _learned(_body(1, order=order))
     got = r.match(codec.frame(_body(new_id, order=order)))
     assert got is not None
-    msg_id, replay = got
+    token, replay = got
+    msg_id = id_of(token)
     assert msg_id == new_id and type(msg_id) is type(new_id)
+    assert token == codec.encoder.encode(new_id)  # the encoder's own spelling: an answer may carry it
     assert replay.method == "session/list" and replay.params is PARAMS
 
 
@@ -48,6 +50,12 @@ def test_the_same_body_with_another_plain_id_matches_with_that_id(order: str, ne
 def test_an_id_that_decoding_could_read_otherwise_is_no_match(new_id: Any) -> None:
     r = _learned(_body(1))
     assert r.match(codec.frame(_body(new_id))) is None
+
+
+def test_an_id_spelled_otherwise_than_the_encoder_spells_it_is_no_match() -> None:
+    r = _learned(_body(1))
+    for token in (b"-0", b"01", b"1.0", b"1e3", b" 1"):
+        assert r.match(codec.frame(_body(1).replace(b'"id":1', b'"id":' + token))) is None, token
 
 
 def test_anything_but_one_canonical_frame_of_a_kept_body_is_no_match() -> None:
@@ -71,7 +79,7 @@ def test_an_id_like_text_inside_a_value_is_never_taken_for_the_id() -> None:
     assert body.index(b'\\"id\\":1') < body.rindex(b'"id":1')
     r = _learned(body)
     got = r.match(codec.frame(_body(7, "session/get", params, order="id-last")))
-    assert got is not None and got[0] == 7
+    assert got is not None and id_of(got[0]) == 7
     # the same text with the param changed instead of the id is another body
     assert r.match(codec.frame(_body(1, "session/get", {"sessionId": '"id":7,'}, order="id-last"))) is None
 
@@ -92,7 +100,7 @@ def test_several_bodies_are_kept_and_a_new_prefix_starts_over() -> None:
         r.learn(b, env.id, env.method, env.params)
     for i in range(KEPT):
         got = r.match(codec.frame(_body(100 + i, "session/get", {"sessionId": f"s{i}"})))
-        assert got is not None and got[0] == 100 + i and bytes(got[1].params) == b'{"sessionId":"s%d"}' % i
+        assert got is not None and id_of(got[0]) == 100 + i and bytes(got[1].params) == b'{"sessionId":"s%d"}' % i
     other = b'{"id":1,"jsonrpc":"2.0","method":"session/list","params":{}}'  # another client's spelling
     r.learn(other, 1, "session/list", PARAMS)
     assert r.match(codec.frame(_body(5, "session/get", {"sessionId": "s0"}))) is None
@@ -130,3 +138,47 @@ def test_a_connection_answers_a_repeated_read_from_its_bytes_and_anything_else_b
     ]
     assert len(decoded) == 2 and b'"again"' not in b"".join(decoded)  # the repeat was not decoded
     assert seen[0] is seen[1]  # the first read's params, handed back
+
+
+def test_a_kept_answer_goes_out_until_a_commit_and_the_read_runs_again_after_it(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a real store: the first read runs the quick handler, the repeats are answered from
+    the answer kept with the file's mark (no handler call), a commit moves the mark and the
+    next repeat runs the handler again and answers what was committed."""
+    import threading
+    from types import SimpleNamespace
+
+    from dagctx.engine.config import DaemonConfig
+    from dagctx.ledger import Store
+    from dagctx.server.jsonrpc_server import DagctxServer
+
+    st = Store(tmp_path / "k.db")
+    st.create_session("one")
+    proto = DagctxServer(DaemonConfig()).protocol
+    proto.engine._store = st
+    proto.engine.db = SimpleNamespace(key="k.db")  # type: ignore[assignment]
+    proto.initialized = True
+    proto.hub._loop_thread = threading.get_ident() + 1  # this thread is a reader, not the loop
+    runs: list[int] = []
+    handler = proto.quick["session/list"]
+    proto.quick = {"session/list": lambda p, same_batch: runs.append(1) or handler(p, same_batch)}
+    written: list[bytes] = []
+    monkeypatch.setattr(proto, "_write_from_thread", written.append)
+
+    def poll(msg_id: Any) -> dict[str, Any]:
+        proto.feed_in_thread(codec.frame(_body(msg_id, params={"limit": 5})))
+        got = msgspec.json.decode(written[-1].split(b"\r\n\r\n", 1)[1])
+        assert got["id"] == msg_id
+        return got["result"]
+
+    answered = proto.hub.quick.answered
+    for i in range(4):  # the first learns the body, a later one keeps the answer (a cold first
+        assert [s["title"] for s in poll(i)["sessions"]] == ["one"]  # read over the budget delays it)
+    assert 2 <= len(runs) <= 3 and proto.hub.quick.answered == answered + 4
+    ran = len(runs)
+    for msg_id in ("s", 10, "t"):
+        assert poll(msg_id)["total"] == 1
+    assert len(runs) == ran and proto.hub.quick.answered == answered + 7
+    st.create_session("two")  # a commit: the mark moves
+    assert poll(20)["total"] == 2 and len(runs) == ran + 1
+    assert poll(21)["total"] == 2 and len(runs) == ran + 1
+    st.close()

@@ -556,6 +556,12 @@ class EngineCore:
             "session/get": quick(ledger_ops.session_get_nowait),
         }
 
+    def quick_marker(self) -> Callable[[], Any] | None:
+        """What reads the database's mark for the quick reads' kept answers
+        (``Store.nowait_marker``, SPEC §1.4): an answer given after a mark was read is still
+        the answer while the mark is equal; None where there is none."""
+        return None if self._store is None else self._store.nowait_marker()
+
 
 def _with_notes(result: Any, notes: list[str]) -> Any:
     """``result`` (a result or an awaitable of one) with ``notes`` opening its decision path."""

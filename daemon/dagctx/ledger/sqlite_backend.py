@@ -43,8 +43,6 @@ from .text import PIECE, utf8
 #: §1.4); past it they are dropped and read again. The rows kept are only read (``Store``
 #: copies them into its answers), never changed in place.
 NOWAIT_ROWS_KEPT = 256
-#: the WAL index header: two copies of 48 bytes, written by every commit
-WAL_INDEX_HEADER_BYTES = 96
 
 _SESSION_COLS = (
     "id, title, root_id, head, created_at, updated_at, next_seq, rev, node_count, source_key, metadata"
@@ -205,45 +203,6 @@ class SqliteBackend(SqliteFile):
         if self._nowait_shm < 0:
             self._open_wal_index()
         return conn, self._nowait_kept
-
-    # The look for commits without a statement. Every commit to a database in WAL mode —
-    # by any connection, in any process — rewrites the header of its WAL index (the
-    # ``-shm`` file: a change counter, the last frame, checksums; SQLite's documented
-    # "walformat"). Header bytes equal to those read just before ``PRAGMA data_version``
-    # mean no commit since, so that version and the rows read at it still hold; any
-    # difference, a torn read in the middle of a commit included, only sends the read to
-    # ``PRAGMA data_version`` again. No commit can bypass the header while the never-waiting
-    # connection is open: leaving WAL mode needs every other connection closed, and so does
-    # a write in exclusive locking mode, whose index lives in private memory (both refused,
-    # tests/unit/test_nowait_reads.py). A replaced
-    # or deleted file is the store's look (``vanished``, SPEC §2.1). ``pread``, never a
-    # mapping: a file cut short gives a short read, not a signal. Measured with
-    # bench/bench_roundtrip.py: a statement costs a sequential read several times its
-    # in-loop cost, its locks and pages cold after the client ran (SPEC §1.4).
-
-    def _wal_index_header(self) -> bytes | None:
-        fd = self._nowait_shm
-        if fd < 0:
-            return None
-        try:
-            header = os.pread(fd, WAL_INDEX_HEADER_BYTES, 0)
-        except OSError:
-            return None
-        return header if len(header) == WAL_INDEX_HEADER_BYTES else None
-
-    def _open_wal_index(self) -> None:
-        try:
-            self._nowait_shm = os.open(self.location + "-shm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
-            self._nowait_shm = -2  # not there (yet): looked for again at the next version read
-
-    def _close_wal_index(self) -> None:
-        fd, self._nowait_shm, self._nowait_header = self._nowait_shm, -1, None
-        if fd >= 0:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
 
     def _drop_nowait(self, conn: sqlite3.Connection) -> None:
         """A fault met on the never-waiting connection: closed; the next read opens another."""

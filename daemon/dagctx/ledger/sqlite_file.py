@@ -19,7 +19,11 @@ from typing import Any
 from dagctx.protocol.errors import DagctxError
 
 from .backend import busy_error, storage_error
+from .path_watch import PathWatch
 from .schema import SCHEMA_VERSION, current_version, migrate, refuse_newer
+
+#: the WAL index header: two copies of 48 bytes, written by every commit
+WAL_INDEX_HEADER_BYTES = 96
 
 
 def fault_kind(exc: sqlite3.Error) -> str | None:
@@ -111,6 +115,9 @@ class SqliteFile:
         #: header's bytes read just before ``_nowait_version`` (``sqlite_backend``)
         self._nowait_shm = -1
         self._nowait_header: bytes | None = None
+        #: while the index is open: the kernel's word that the path still names this file
+        #: (``path_watch``), so a never-waiting read's mark needs no ``stat``
+        self._path_watch: PathWatch | None = None
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         #: how many times the file was reopened (the store drops its caches when it changes)
@@ -229,6 +236,71 @@ class SqliteFile:
     def _file_ident(self) -> tuple[int, int]:
         st = os.stat(self.location)
         return st.st_dev, st.st_ino
+
+    # The look for commits without a statement. Every commit to a database in WAL mode —
+    # by any connection, in any process — rewrites the header of its WAL index (the
+    # ``-shm`` file: a change counter, the last frame, checksums; SQLite's documented
+    # "walformat"). Header bytes equal to those read just before ``PRAGMA data_version``
+    # mean no commit since, so that version and the rows read at it still hold; any
+    # difference, a torn read in the middle of a commit included, only sends the read to
+    # ``PRAGMA data_version`` again. No commit can bypass the header while the never-waiting
+    # connection is open: leaving WAL mode needs every other connection closed, and so does
+    # a write in exclusive locking mode, whose index lives in private memory (both refused,
+    # tests/unit/test_nowait_reads.py). A replaced
+    # or deleted file is the store's look (``vanished``, SPEC §2.1). ``pread``, never a
+    # mapping: a file cut short gives a short read, not a signal. Measured with
+    # bench/bench_roundtrip.py: a statement costs a sequential read several times its
+    # in-loop cost, its locks and pages cold after the client ran (SPEC §1.4).
+
+    def _wal_index_header(self) -> bytes | None:
+        fd = self._nowait_shm
+        if fd < 0:
+            return None
+        try:
+            header = os.pread(fd, WAL_INDEX_HEADER_BYTES, 0)
+        except OSError:
+            return None
+        return header if len(header) == WAL_INDEX_HEADER_BYTES else None
+
+    def _open_wal_index(self) -> None:
+        try:
+            self._nowait_shm = os.open(self.location + "-shm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            self._nowait_shm = -2  # not there (yet): looked for again at the next version read
+            return
+        self._path_watch = PathWatch.open(self.location)
+
+    def _close_wal_index(self) -> None:
+        fd, self._nowait_shm, self._nowait_header = self._nowait_shm, -1, None
+        watch, self._path_watch = self._path_watch, None
+        if watch is not None:
+            watch.close()
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def nowait_mark(self) -> tuple[int, bytes] | None:
+        """``(generation, WAL index header)``: the file this backend has open, and the header
+        every commit rewrites (the look above); None when the file was replaced or changed,
+        or its index is not open (yet) — the never-waiting reads then look their own way."""
+        if self._nowait_shm < 0 or not self._nowait_lock.acquire(blocking=False):
+            return None
+        try:  # (the lock: the index's descriptor and the watch are closed and reopened under it)
+            watch = self._path_watch
+            if watch is None or watch.changed():  # a name moved on the way: look at the path
+                if watch is not None and watch.stale:
+                    watch.close()
+                    self._path_watch = PathWatch.open(self.location)
+                if self.vanished():
+                    return None
+            elif self._schema_changed:
+                return None
+            header = self._wal_index_header()
+        finally:
+            self._nowait_lock.release()
+        return None if header is None else (self.generation, header)
 
     def vanished(self) -> bool:
         """Whether the path no longer names the file this backend opened (deleted, or

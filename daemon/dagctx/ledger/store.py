@@ -313,6 +313,13 @@ class Store(Appends):
         row = nowait(session_id, same_batch)
         return None if row is None else self._nowait_answer(("session", session_id), row, lambda: self._info(row))
 
+    def nowait_marker(self) -> Callable[[], Any] | None:
+        """What reads a mark of the file's state without a wait: equal marks mean the same
+        file with nothing committed between (SPEC §1.4), so an answer built after the first
+        still holds at the second; a mark of None tells nothing (a file being replaced, the
+        index not open yet). None where the backend has no marks (PostgreSQL)."""
+        return getattr(self.backend, "nowait_mark", None)
+
     def _nowait_answer(self, key: Any, rows: Any, build: Callable[[], Any]) -> Any:
         """The answer built from ``rows`` (the backend's kept rows: the same object until
         the file changes), built once for them. A quick read answered again with nothing

@@ -76,6 +76,7 @@ class Incoming:
     _flush_quick: Any
     _quickly: Any
     _quick_answer: Any
+    _replayed: Any
     _write_from_thread: Any
     #: batches the reader thread handed to the loop, and how many the loop has dispatched
     #: (each counted by one side only: the thread answers quick reads only when they match)
@@ -110,9 +111,8 @@ class Incoming:
         if quick and self.parser.idle:
             again = self._replays.match(data)  # a quick read this connection sent before, new id
             if again is not None:
-                msg_id, replay = again
                 try:
-                    answer = self._quick_answer(msg_id, replay.method, self.quick[replay.method], replay.params, False)
+                    answer = self._replayed(*again)
                 except Exception:  # noqa: BLE001 - never lose a frame: read the usual way below
                     log.exception("a quick read failed in the reader thread; the loop answers it")
                     answer = None

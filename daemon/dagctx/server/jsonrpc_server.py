@@ -67,6 +67,7 @@ from .framing import FrameParser
 from .hub import Hub
 from .incoming import Incoming
 from .pipe_reader import PipeReader
+from .quick_answers import QuickAnswers
 from .replay import Replays
 from .requests import RequestRunner
 
@@ -82,7 +83,7 @@ DRAIN_BELOW = 1 << 20
 DRAIN_WAIT = 10.0
 
 
-class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
+class DagctxProtocol(Incoming, QuickAnswers, RequestRunner, JsonRPCProtocol):
     """pygls protocol class whose wire handling is msgspec end to end."""
 
     def __init__(self, server: JsonRPCServer, converter: cattrs.Converter) -> None:
@@ -148,7 +149,7 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
         self._owed: dict[Any, None] = {}
         #: notifications a worker thread posted to the loop, not written yet
         self._notes_posted = 0
-        #: quick answers (``RequestRunner._quickly``) not written yet: written together
+        #: quick answers (``QuickAnswers._quickly``) not written yet: written together
         self._quick_out: list[bytes] = []
         self._quick_bodies: dict[str, tuple[Any, bytes]] = {}
         #: appends' answers not written yet (``hold``): written together at the loop's next turn
@@ -275,7 +276,7 @@ class DagctxProtocol(Incoming, RequestRunner, JsonRPCProtocol):
 
     def write_bytes(self, data: bytes) -> None:
         """Queue one framed message for the client (on the event loop), after the appends'
-        answers (``hold``) and the quick answers (``RequestRunner._flush_quick``) held back
+        answers (``hold``) and the quick answers (``QuickAnswers._flush_quick``) held back
         before it."""
         if self._answers_held:
             self._flush_held()

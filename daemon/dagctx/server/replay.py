@@ -32,9 +32,10 @@ from dagctx.protocol import codec
 
 _HEADER = b"Content-Length: "
 _HEADER_END = b"\r\n\r\n"
-#: a plain id: an integer (no sign trick, no leading zero, at most 15 digits) or a short
-#: string of printable ASCII with no quote, backslash or bracket
-_ID = re.compile(rb'-?(?:0|[1-9][0-9]{0,14})|"[ !#-Z^-z|~]{0,64}"')
+#: a plain id: an integer (no leading zero, no ``-0``, at most 15 digits) or a short string
+#: of printable ASCII with no quote, backslash or bracket — spelled exactly as the encoder
+#: spells the id it decodes to, so an answer can carry the request's own bytes
+_ID = re.compile(rb'0|-?[1-9][0-9]{0,14}|"[ !#-Z^-z|~]{0,64}"')
 #: where an ``id`` member may start in a body (checked by decoding before it is trusted)
 _ID_KEY = re.compile(rb'"id"[ \t\r\n]*:[ \t\r\n]*')
 #: the ids a kept body is proved with (any plain id would do)
@@ -44,14 +45,16 @@ KEPT = 16
 
 
 class Replay:
-    """One kept body: what its bytes decoded to, and the bytes either side of its id."""
+    """One kept body: what its bytes decoded to, the bytes after its id, and its last answer
+    with what it is valid for (set by the server: ``QuickAnswers._replayed``)."""
 
-    __slots__ = ("method", "params", "suffix")
+    __slots__ = ("method", "params", "suffix", "answer")
 
     def __init__(self, method: str, params: Any, suffix: bytes) -> None:
         self.method = method
         self.params = params
         self.suffix = suffix
+        self.answer: tuple[Any, ...] | None = None
 
 
 class Replays:
@@ -64,9 +67,9 @@ class Replays:
         self.prefix = b""
         self._by_suffix: dict[bytes, Replay] = {}
 
-    def match(self, data: bytes) -> tuple[Any, Replay] | None:
-        """``(id, replay)`` when ``data`` is exactly one canonical frame whose body is a kept
-        body with another plain id; None otherwise."""
+    def match(self, data: bytes) -> tuple[bytes, Replay] | None:
+        """``(id token, replay)`` when ``data`` is exactly one canonical frame whose body is a
+        kept body with another plain id (its JSON bytes: ``id_of`` decodes them); None otherwise."""
         prefix = self.prefix
         if not prefix or not data.startswith(_HEADER):
             return None
@@ -82,10 +85,7 @@ class Replays:
         if m is None:
             return None
         replay = self._by_suffix.get(data[m.end():])
-        if replay is None:
-            return None
-        token = m.group()
-        return (token[1:-1].decode("ascii") if token[0] == 34 else int(token)), replay
+        return None if replay is None else (m.group(), replay)
 
     def learn(self, body: bytes, msg_id: Any, method: str, params: Any) -> None:
         """Keep ``body`` (a quick read just answered: decoded to ``msg_id``, ``method`` and
@@ -95,7 +95,7 @@ class Replays:
             return
         for key in _ID_KEY.finditer(body):
             m = _ID.match(body, key.end())
-            if m is None or _id_value(m.group()) != msg_id:
+            if m is None or id_of(m.group()) != msg_id:
                 continue
             prefix, suffix = body[: m.start()], body[m.end():]
             if prefix == self.prefix and suffix in self._by_suffix:
@@ -109,7 +109,8 @@ class Replays:
                 return
 
 
-def _id_value(token: bytes) -> Any:
+def id_of(token: bytes) -> Any:
+    """The id a plain id's JSON bytes (``match``) decode to."""
     return token[1:-1].decode("ascii") if token[0] == 34 else int(token)
 
 
@@ -120,7 +121,7 @@ def _proved(prefix: bytes, suffix: bytes, method: str, body: bytes) -> bool:
         original = codec.envelope_decoder.decode(body)
         for token in _PROOF_IDS:
             env = codec.envelope_decoder.decode(prefix + token + suffix)
-            if (env.id != _id_value(token) or env.method != method or env.jsonrpc != original.jsonrpc
+            if (env.id != id_of(token) or env.method != method or env.jsonrpc != original.jsonrpc
                     or _raw(env.params) != _raw(original.params)):
                 return False
     except (msgspec.DecodeError, msgspec.ValidationError):

@@ -29,7 +29,7 @@ from dagctx.engine.shared import EngineShared
 
 from .hub import Hub
 from .jsonrpc_server import DagctxProtocol, DagctxServer
-from .pipe_reader import PipeReader
+from .pipe_reader import CHUNK, PipeReader
 
 log = logging.getLogger("dagctx.server")
 
@@ -200,6 +200,8 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        if isinstance(getattr(transport, "max_size", None), int):  # asyncio's selector transport
+            transport.max_size = CHUNK  # type: ignore[attr-defined]  # not its 256 KiB recv (pipe_reader.CHUNK)
         proto: DagctxProtocol = DagctxServer(self.config, self.hub).protocol  # type: ignore[assignment]
         self.proto = proto
         self.socket_writer = SocketWriter(transport, self.max_queue, self._overflow)

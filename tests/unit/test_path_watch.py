@@ -1,0 +1,123 @@
+"""The kernel's word that a path still names the file it named (``ledger/path_watch.py``), and
+the never-waiting reads' mark built on it (SPEC §1.4): a replaced file, a folder moved on the
+way, a commit — each is seen by the very next look, with nothing to wait for."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from dagctx.ledger import Store
+from dagctx.ledger.path_watch import PathWatch, folders
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+
+
+def test_folders_are_every_folder_up_to_the_root_of_the_path_and_of_what_it_resolves_to(tmp_path: Path) -> None:
+    (tmp_path / "real" / "deep").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    got = folders(str(tmp_path / "link" / "deep" / "x.db"))
+    assert got[0] == str(tmp_path / "link" / "deep") and "/" in got
+    assert str(tmp_path / "real" / "deep") in got and str(tmp_path / "real") in got and str(tmp_path) in got
+
+
+def test_a_watch_says_changed_once_for_any_name_moved_in_its_folders(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    db = tmp_path / "a" / "b" / "x.db"
+    db.write_bytes(b"x")
+    w = PathWatch.open(str(db))
+    assert w is not None
+    try:
+        assert not w.changed()
+        (db.parent / "x.db.new").write_bytes(b"y")  # a name created beside it
+        assert w.changed() and not w.changed()  # once: the events were consumed
+        os.replace(db.parent / "x.db.new", db)  # the file replaced by a rename
+        assert w.changed() and not w.stale
+        (tmp_path / "a" / "other").mkdir()  # a name created in a folder on the way
+        assert w.changed() and not w.changed()
+        os.rename(tmp_path / "a" / "b", tmp_path / "a" / "b2")  # the file's folder moved away
+        assert w.changed() and w.stale  # its watch now watches a folder elsewhere
+        with open(db.parent.parent / "b2" / "x.db", "ab") as f:  # a write moves no name
+            f.write(b"z")
+    finally:
+        w.close()
+    assert w.fd == -1
+
+
+def _mark_ready(st: Store):
+    """The store's mark, after the reads that open its WAL index (as a quick read does)."""
+    st.list_sessions_nowait(10, 0)
+    st.list_sessions_nowait(10, 0)
+    marker = st.nowait_marker()
+    assert marker is not None
+    return marker
+
+
+def test_the_mark_is_the_same_until_a_commit_of_any_connection(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    st = Store(path)
+    sid = st.create_session("s").session_id
+    marker = _mark_ready(st)
+    first = marker()
+    assert first is not None and marker() == first == marker()
+    st.list_sessions(10, 0)  # a read commits nothing
+    assert marker() == first
+    st.rename_session(sid, "t")
+    second = marker()
+    assert second is not None and second != first
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute("UPDATE sessions SET title='by hand'")
+    raw.close()
+    assert marker() not in (None, first, second)
+    st.close()
+
+
+def test_a_replaced_file_gives_no_mark_at_the_very_next_look(tmp_path: Path) -> None:
+    path, other = tmp_path / "a.db", tmp_path / "b.db"
+    st = Store(path)
+    st.create_session("old file")
+    marker = _mark_ready(st)
+    assert marker() is not None
+    o = Store(other)
+    o.create_session("new file")
+    o.close()
+    os.replace(other, path)  # renamed over the open file: the path names another file now
+    assert marker() is None
+    assert st.list_sessions(10, 0)[1] == 1 and st.list_sessions(10, 0)[0][0].title == "new file"  # reopened
+    marker = _mark_ready(st)
+    assert marker() is not None and marker() == marker()
+    st.close()
+
+
+def test_a_folder_moved_on_the_way_gives_no_mark(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    path = tmp_path / "d" / "a.db"
+    st = Store(path)
+    st.create_session("here")
+    marker = _mark_ready(st)
+    assert marker() is not None
+    os.rename(tmp_path / "d", tmp_path / "moved")  # the path names nothing now
+    (tmp_path / "d").mkdir()
+    shutil.copy(tmp_path / "moved" / "a.db", path)  # and then a copy
+    assert marker() is None
+    st.close()
+
+
+def test_without_a_watch_the_mark_looks_at_the_path_every_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where inotify is out of reach (its instance limit reached), the mark stats the path."""
+    monkeypatch.setattr(PathWatch, "open", classmethod(lambda cls, path: None))
+    path, other = tmp_path / "a.db", tmp_path / "b.db"
+    st = Store(path)
+    st.create_session("old")
+    marker = _mark_ready(st)
+    assert st.backend._path_watch is None  # type: ignore[attr-defined]
+    assert marker() is not None and marker() == marker()
+    Store(other).close()
+    os.replace(other, path)
+    assert marker() is None
+    st.close()
