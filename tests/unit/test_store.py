@@ -665,6 +665,15 @@ def test_a_group_writes_its_rows_as_lone_appends_would(store: Store) -> None:
         reopened.close()
 
 
+def test_a_group_writes_its_rows_without_a_raw_cursor_too(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """psycopg 3.1 has no raw cursor: the group's statement is then marked ``%s``, and
+    stores the same rows."""
+    from dagctx.ledger import postgres_backend
+
+    monkeypatch.setattr(postgres_backend, "_RAW_CURSOR", None)
+    test_a_group_writes_its_rows_as_lone_appends_would(store)
+
+
 def test_a_group_whose_batched_rows_are_refused_commits_every_other_unit(store: Store) -> None:
     """One row of the group's batched statement is refused (a batch unit's second node):
     the statement fails whole, and the group falls back to one unit at a time, so only the

@@ -87,6 +87,9 @@ def _node_marks(n: int) -> list[str]:
                 _NODE_MARKS.append(f"({','.join(marks)})")
     return _NODE_MARKS[:n]
 
+#: psycopg's cursor for ``$n``-marked statements (psycopg 3.2+; None before)
+_RAW_CURSOR = getattr(psycopg, "RawCursor", None) if psycopg is not None else None
+
 #: libpq's pipeline mode (libpq 14+; the binary wheels have it)
 _PIPELINE = psycopg is not None and psycopg.Pipeline.is_supported()
 
@@ -370,10 +373,12 @@ class PostgresBackend:
             values = [self._node_values(r) for r in rows]
             large = [any(pg_pieces.is_large(x, pg_pieces.PIECE) for x in v) for v in values]
             small = [v for v, big in zip(values, large) if not big]
-            cur = psycopg.RawCursor(c)  # $n marks: a statement psycopg does not scan for %s
+            # $n marks: a statement psycopg does not scan for %s (psycopg 3.1 has no raw cursor)
+            cur = _RAW_CURSOR(c) if _RAW_CURSOR is not None else c
             for k in range(0, len(small), NODES_A_STATEMENT):
                 part = small[k:k + NODES_A_STATEMENT]
-                cur.execute(_INSERT_NODES + ",".join(_node_marks(len(part))), [x for v in part for x in v])
+                marks = _node_marks(len(part)) if _RAW_CURSOR is not None else [_NODE_VALUES] * len(part)
+                cur.execute(_INSERT_NODES + ",".join(marks), [x for v in part for x in v])
             for v, big in zip(values, large):
                 if big:
                     pg_pieces.execute(c, _INSERT_NODES + _NODE_VALUES, v)
