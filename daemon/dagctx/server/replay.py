@@ -30,8 +30,6 @@ import msgspec
 
 from dagctx.protocol import codec
 
-_HEADER = b"Content-Length: "
-_HEADER_END = b"\r\n\r\n"
 #: a plain id: an integer (no leading zero, no ``-0``, at most 15 digits) or a short string
 #: of printable ASCII with no quote, backslash or bracket — spelled exactly as the encoder
 #: spells the id it decodes to, so an answer can carry the request's own bytes
@@ -61,31 +59,27 @@ class Replays:
     """A connection's kept quick-read bodies (all with one prefix: the bytes before the id,
     which a client writes the same way every time), by the bytes after their id."""
 
-    __slots__ = ("prefix", "_by_suffix")
+    __slots__ = ("prefix", "_by_suffix", "_head")
 
     def __init__(self) -> None:
         self.prefix = b""
         self._by_suffix: dict[bytes, Replay] = {}
+        #: a canonical header, the prefix and a plain id (``_ID``), as one pattern
+        self._head: re.Pattern[bytes] | None = None
 
     def match(self, data: bytes) -> tuple[bytes, Replay] | None:
         """``(id token, replay)`` when ``data`` is exactly one canonical frame whose body is a
         kept body with another plain id (its JSON bytes: ``id_of`` decodes them); None otherwise."""
-        prefix = self.prefix
-        if not prefix or not data.startswith(_HEADER):
+        head = self._head
+        if head is None:
             return None
-        end = data.find(_HEADER_END, 16, 40)
-        if end < 0:
-            return None
-        digits = data[16:end]
-        start = end + 4
-        if not digits.isdigit() or int(digits) != len(data) - start or not data.startswith(prefix, start):
-            return None
-        at = start + len(prefix)
-        m = _ID.match(data, at)
+        m = head.match(data)  # the header, the kept prefix and a plain id, in one look
         if m is None:
             return None
         replay = self._by_suffix.get(data[m.end():])
-        return None if replay is None else (m.group(), replay)
+        if replay is None or int(m.group(1)) != len(data) - m.end(1) - 4:
+            return None
+        return m.group(2), replay
 
     def learn(self, body: bytes, msg_id: Any, method: str, params: Any) -> None:
         """Keep ``body`` (a quick read just answered: decoded to ``msg_id``, ``method`` and
@@ -103,6 +97,8 @@ class Replays:
             if _proved(prefix, suffix, method, body):
                 if prefix != self.prefix:
                     self.prefix, self._by_suffix = prefix, {}
+                    self._head = re.compile(rb"Content-Length: ([0-9]{1,9})\r\n\r\n" + re.escape(prefix)
+                                            + rb"(" + _ID.pattern + rb")")
                 elif len(self._by_suffix) >= KEPT and suffix not in self._by_suffix:
                     self._by_suffix.clear()
                 self._by_suffix[suffix] = Replay(method, params, suffix)
