@@ -121,3 +121,31 @@ def test_without_a_watch_the_mark_looks_at_the_path_every_time(tmp_path: Path, m
     os.replace(other, path)
     assert marker() is None
     st.close()
+
+
+def test_a_process_keeps_at_most_so_many_watches_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """inotify instances are a budget the user's other programs share: past ``AT_MOST`` open
+    in this process, a path gets no watch (and is looked at with ``stat``); one closed frees one."""
+    from dagctx.ledger import path_watch
+
+    start = path_watch._open  # (other tests' stores may hold some)
+    monkeypatch.setattr(path_watch, "AT_MOST", start + 3)
+    held = []
+    try:
+        while (w := PathWatch.open(str(tmp_path / f"{len(held)}.db"))) is not None:
+            held.append(w)
+            assert len(held) <= path_watch.AT_MOST
+        assert len(held) == 3 and path_watch._open == path_watch.AT_MOST
+        held.pop().close()
+        again = PathWatch.open(str(tmp_path / "again.db"))
+        assert again is not None
+        again.close()
+        again.close()  # closing twice frees one place, not two
+        more = PathWatch.open(str(tmp_path / "more.db"))
+        assert more is not None
+        held.append(more)
+        assert PathWatch.open(str(tmp_path / "full.db")) is None
+    finally:
+        for w in held:
+            w.close()
+    assert path_watch._open == start

@@ -24,6 +24,7 @@ import os
 import select
 import struct
 import sys
+import threading
 from typing import Any
 
 log = logging.getLogger("dagctx.ledger")
@@ -38,6 +39,13 @@ _IN_NONBLOCK, _IN_CLOEXEC = os.O_NONBLOCK, getattr(os, "O_CLOEXEC", 0o2000000)
 MASK = _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE | _IN_DELETE_SELF | _IN_MOVE_SELF
 
 _libc: Any = None
+
+#: inotify instances are a per-user budget (128 by default on Linux) that editors, file
+#: watchers and other processes share: one process keeps at most this many open; a store
+#: beyond them looks at its path with ``stat``, as without inotify
+AT_MOST = 16
+_open = 0
+_open_lock = threading.Lock()
 
 
 def _inotify() -> Any:
@@ -82,24 +90,26 @@ class PathWatch:
         """A watch of ``path``'s folders, or None where there can be none (not Linux, no
         inotify, the user's limit of instances or watches reached): the caller then looks
         with ``stat`` every time, as without one."""
+        global _open
         if not sys.platform.startswith("linux"):
             return None
+        with _open_lock:
+            if _open >= AT_MOST:
+                return None
+            _open += 1
+        fd = -1
         try:
             libc = _inotify()
             fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
-        except (OSError, AttributeError):
-            return None
-        if fd < 0:
-            return None
-        try:
-            for d in folders(path):
-                if libc.inotify_add_watch(fd, os.fsencode(d), MASK) < 0:
-                    os.close(fd)
-                    return None
-        except (OSError, ValueError):
+            if fd >= 0 and all(libc.inotify_add_watch(fd, os.fsencode(d), MASK) >= 0 for d in folders(path)):
+                return cls(fd)
+        except (OSError, AttributeError, ValueError):
+            pass
+        if fd >= 0:
             os.close(fd)
-            return None
-        return cls(fd)
+        with _open_lock:
+            _open -= 1
+        return None
 
     def changed(self) -> bool:
         """Whether any name in the watched folders was created, deleted or moved (or a folder
@@ -119,10 +129,17 @@ class PathWatch:
             self.stale = True  # whatever it was, the caller looks, and watches anew
         return True
 
+    def __del__(self) -> None:  # a store dropped without closing gives its place back
+        self.close()
+
     def close(self) -> None:
+        global _open
         fd, self.fd = self.fd, -1
-        if fd >= 0:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        if fd < 0:
+            return
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        with _open_lock:
+            _open -= 1
