@@ -182,3 +182,20 @@ def test_a_kept_answer_goes_out_until_a_commit_and_the_read_runs_again_after_it(
     assert poll(20)["total"] == 2 and len(runs) == ran + 1
     assert poll(21)["total"] == 2 and len(runs) == ran + 1
     st.close()
+
+
+def test_a_frame_longer_than_any_kept_body_can_make_is_no_match_and_is_not_cut() -> None:
+    """An append of 50 MB behind a kept poll is passed over by its length alone."""
+    r = _learned(_body(1))
+    long_id = "x" * 64
+    assert r.match(codec.frame(_body(long_id))) is not None  # the longest plain id still matches
+    big = codec.frame(_body(2, params={"text": "y" * 100_000}))
+
+    class Untouchable:
+        def match(self, data: bytes) -> None:
+            raise AssertionError("the frame was looked into")
+
+    r._head = Untouchable()  # type: ignore[assignment]
+    assert r.match(big) is None
+    with pytest.raises(AssertionError):
+        r.match(codec.frame(_body(3)))  # (a frame of a kept body's length is looked into)

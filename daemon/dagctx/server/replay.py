@@ -59,19 +59,22 @@ class Replays:
     """A connection's kept quick-read bodies (all with one prefix: the bytes before the id,
     which a client writes the same way every time), by the bytes after their id."""
 
-    __slots__ = ("prefix", "_by_suffix", "_head")
+    __slots__ = ("prefix", "_by_suffix", "_head", "_longest")
 
     def __init__(self) -> None:
         self.prefix = b""
         self._by_suffix: dict[bytes, Replay] = {}
         #: a canonical header, the prefix and a plain id (``_ID``), as one pattern
         self._head: re.Pattern[bytes] | None = None
+        #: the longest frame a kept body can make: anything longer (an append's 50 MB) is no
+        #: match, and is never cut or hashed to find out
+        self._longest = 0
 
     def match(self, data: bytes) -> tuple[bytes, Replay] | None:
         """``(id token, replay)`` when ``data`` is exactly one canonical frame whose body is a
         kept body with another plain id (its JSON bytes: ``id_of`` decodes them); None otherwise."""
         head = self._head
-        if head is None:
+        if head is None or len(data) > self._longest:
             return None
         m = head.match(data)  # the header, the kept prefix and a plain id, in one look
         if m is None:
@@ -96,12 +99,15 @@ class Replays:
                 return  # kept already
             if _proved(prefix, suffix, method, body):
                 if prefix != self.prefix:
-                    self.prefix, self._by_suffix = prefix, {}
+                    self.prefix, self._by_suffix, self._longest = prefix, {}, 0
                     self._head = re.compile(rb"Content-Length: ([0-9]{1,9})\r\n\r\n" + re.escape(prefix)
                                             + rb"(" + _ID.pattern + rb")")
                 elif len(self._by_suffix) >= KEPT and suffix not in self._by_suffix:
                     self._by_suffix.clear()
+                    self._longest = 0
                 self._by_suffix[suffix] = Replay(method, params, suffix)
+                # the header (16 + 9 digits + 4) and the longest plain id (66) around it
+                self._longest = max(self._longest, len(prefix) + len(suffix) + 95)
                 return
 
 
