@@ -94,6 +94,51 @@ def test_a_replaced_file_gives_no_mark_at_the_very_next_look(tmp_path: Path) -> 
     st.close()
 
 
+def test_after_a_move_every_mark_looks_at_the_path_until_the_file_is_reopened(tmp_path: Path) -> None:
+    """The first look empties the watch's queue; a second one — another client's reader, before
+    the usual read reopened the file — must not take the watch's silence since for "nothing
+    moved": it looks at the path too, and gets no mark while the path names another file."""
+    path, other = tmp_path / "a.db", tmp_path / "b.db"
+    st = Store(path)
+    st.create_session("old file")
+    marker = _mark_ready(st)
+    assert marker() is not None
+    Store(other).close()
+    os.replace(other, path)
+    assert marker() is None  # the watch told of it (and its queue is empty now)
+    assert marker() is None and marker() is None  # still another file at the path: no mark
+    assert st.list_sessions(10, 0)[1] == 0  # the usual read reopens the file the path names
+    marker = _mark_ready(st)
+    assert marker() is not None and marker() == marker()
+    st.close()
+
+
+def test_a_readers_quiet_word_stands_for_the_watch_and_only_for_it(tmp_path: Path) -> None:
+    """``quiet``: the watch a reader thread polled beside its input, found with nothing queued
+    when the input woke it (pipe_reader.py). The mark then does not ask the watch (its queue is
+    left as it was); given anything else, or nothing, it asks (and empties the queue)."""
+    import select
+
+    path = tmp_path / "a.db"
+    st = Store(path)
+    st.create_session("s")
+    marker = _mark_ready(st)
+    watch = st.nowait_watch()
+    assert watch is not None and watch is st.backend.nowait_watch()  # type: ignore[attr-defined]
+    first = marker()
+
+    def queued() -> bool:
+        return bool(select.select([watch], [], [], 0)[0])
+
+    (tmp_path / "beside.txt").write_bytes(b"x")  # a name created in the folder: an event queued
+    assert queued()
+    assert marker(watch) == first and queued()  # taken at its word: the queue not touched
+    assert marker(object()) == first and not queued()  # not its word: asked (the same file)
+    (tmp_path / "beside2.txt").write_bytes(b"x")
+    assert queued() and marker() == first and not queued()
+    st.close()
+
+
 def test_a_folder_moved_on_the_way_gives_no_mark(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     path = tmp_path / "d" / "a.db"

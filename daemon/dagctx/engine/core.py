@@ -562,6 +562,11 @@ class EngineCore:
         the answer while the mark is equal; None where there is none."""
         return None if self._store is None else self._store.nowait_marker()
 
+    def quick_watch(self) -> Any:
+        """What a reader thread polls beside its client's input for the marks of
+        ``quick_marker`` (``Store.nowait_watch``); None where there is none."""
+        return None if self._store is None else self._store.nowait_watch()
+
 
 def _with_notes(result: Any, notes: list[str]) -> Any:
     """``result`` (a result or an awaitable of one) with ``notes`` opening its decision path."""

@@ -111,6 +111,11 @@ class PathWatch:
             _open -= 1
         return None
 
+    def fileno(self) -> int:
+        """The inotify descriptor (-1 once closed): readable while an event is queued, so a
+        thread may poll it beside others (``SqliteFile.nowait_mark``'s ``quiet``)."""
+        return self.fd
+
     def changed(self) -> bool:
         """Whether any name in the watched folders was created, deleted or moved (or a folder
         itself deleted or moved) since the last call; the events are consumed."""

@@ -118,6 +118,11 @@ class SqliteFile:
         #: while the index is open: the kernel's word that the path still names this file
         #: (``path_watch``), so a never-waiting read's mark needs no ``stat``
         self._path_watch: PathWatch | None = None
+        #: the watch told of a change and the path named another file then: look with
+        #: ``stat`` at every mark until it names this one again (or the file is reopened) —
+        #: the events are consumed by the first look, and any later one must not take the
+        #: watch's silence since for "nothing moved"
+        self._look_at_path = False
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         #: how many times the file was reopened (the store drops its caches when it changes)
@@ -281,26 +286,39 @@ class SqliteFile:
             except OSError:
                 pass
 
-    def nowait_mark(self) -> tuple[int, bytes] | None:
+    def nowait_mark(self, quiet: object = None) -> tuple[int, bytes] | None:
         """``(generation, WAL index header)``: the file this backend has open, and the header
         every commit rewrites (the look above); None when the file was replaced or changed,
-        or its index is not open (yet) — the never-waiting reads then look their own way."""
+        or its index is not open (yet) — the never-waiting reads then look their own way.
+
+        ``quiet``: the watch (``nowait_watch``) a client's reader thread polled beside that
+        client's input, when the poll that woke it for the read now answered found nothing
+        queued on it (SPEC §1.4). The read's first byte had arrived by then, so it is no
+        later than that poll: a move the kernel had not told of then is concurrent with the
+        read, and the watch need not be asked again (one system call fewer a read)."""
         if self._nowait_shm < 0 or not self._nowait_lock.acquire(blocking=False):
             return None
         try:  # (the lock: the index's descriptor and the watch are closed and reopened under it)
             watch = self._path_watch
-            if watch is None or watch.changed():  # a name moved on the way: look at the path
-                if watch is not None and watch.stale:
+            if watch is None or self._look_at_path or (quiet is not watch and watch.changed()):
+                if watch is not None and watch.stale:  # a name moved on the way: look at the path
                     watch.close()
                     self._path_watch = PathWatch.open(self.location)
                 if self.vanished():
+                    self._look_at_path = True
                     return None
+                self._look_at_path = False
             elif self._schema_changed:
                 return None
             header = self._wal_index_header()
         finally:
             self._nowait_lock.release()
         return None if header is None else (self.generation, header)
+
+    def nowait_watch(self) -> PathWatch | None:
+        """The watch of the path ``nowait_mark`` asks, for a reader thread to poll beside its
+        client's input (it has ``fileno``); None while there is none."""
+        return self._path_watch
 
     def vanished(self) -> bool:
         """Whether the path no longer names the file this backend opened (deleted, or

@@ -320,6 +320,13 @@ class Store(Appends):
         index not open yet). None where the backend has no marks (PostgreSQL)."""
         return getattr(self.backend, "nowait_mark", None)
 
+    def nowait_watch(self) -> Any:
+        """What a client's reader thread may poll beside its input so that the marks of
+        ``nowait_marker`` need not ask the kernel again (``SqliteFile.nowait_mark``'s
+        ``quiet``, SPEC §1.4): an object with ``fileno``, or None."""
+        watch = getattr(self.backend, "nowait_watch", None)
+        return None if watch is None else watch()
+
     def _nowait_answer(self, key: Any, rows: Any, build: Callable[[], Any]) -> Any:
         """The answer built from ``rows`` (the backend's kept rows: the same object until
         the file changes), built once for them. A quick read answered again with nothing

@@ -86,6 +86,9 @@ class Incoming:
     _loop_busy: int
     #: the quick reads this connection sent alone, kept to be recognised by their bytes
     _replays: Replays
+    #: what the reader thread polls beside the client's input (``EngineCore.quick_watch``),
+    #: set when a replayed read's answer is kept; None while nothing is
+    _poll_beside: Any
 
     def feed(self, data: bytes) -> None:
         self.hub.last_input = time.monotonic()
@@ -97,28 +100,34 @@ class Incoming:
         if self._quick_out:  # the quick answers of this read, in one write
             self._flush_quick()
 
-    def feed_in_thread(self, data: bytes) -> None:
+    def feed_in_thread(self, data: bytes, quiet: Any = None) -> Any:
         """The client's input, read by its reader thread (``pipe_reader.PipeReader``, SPEC
         §1.4): the quick reads at the head of it answered here, when nothing this connection
         sent before them waits on the loop or is unanswered; everything from the first other
         frame on handed to the loop in arrival order, small bodies already checked and
-        decoded (``_Decoded``) — the loop only dispatches them."""
+        decoded (``_Decoded``) — the loop only dispatches them.
+
+        ``quiet``: what the thread polled beside the input (the object returned here before)
+        when the poll that woke it for ``data`` found nothing queued on it. It speaks for the
+        first frame of ``data`` only — the one whose first byte was there at that poll — so
+        only a read that is all of ``data`` (a replay) is given it. Returns what to poll
+        beside the input from now on (None: nothing)."""
         self.hub.last_input = time.monotonic()
         if self.exit_code is not None:
-            return  # the connection ended: what the client still sent is not read
+            return None  # the connection ended: what the client still sent is not read
         quick = (self._handed_in == self._handed_done and self._held is None and not self._loop_busy
                  and self.initialized and not self.initializing and not self.shutting_down)
         if quick and self.parser.idle:
             again = self._replays.match(data)  # a quick read this connection sent before, new id
             if again is not None:
                 try:
-                    answer = self._replayed(*again)
+                    answer = self._replayed(again[0], again[1], quiet)
                 except Exception:  # noqa: BLE001 - never lose a frame: read the usual way below
                     log.exception("a quick read failed in the reader thread; the loop answers it")
                     answer = None
                 if answer is not None:
                     self._write_from_thread(answer)
-                    return
+                    return self._poll_beside
         events: list[Any] = self.parser.feed(data)
         answers: list[bytes] = []
         first = 0
@@ -148,6 +157,7 @@ class Incoming:
         if first < len(events):
             self._handed_in += 1
             self.hub.post(self._events_from_thread, events[first:])
+        return self._poll_beside
 
     def _quick_decoded(self, decoded: tuple[Any, ...], same_batch: bool) -> bytes | None:
         """The answer of a decoded body when it is a well-formed quick read that can be

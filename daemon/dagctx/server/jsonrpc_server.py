@@ -160,6 +160,7 @@ class DagctxProtocol(Incoming, QuickAnswers, RequestRunner, JsonRPCProtocol):
         self._handed_done = 0
         self._loop_busy = 0
         self._replays = Replays()
+        self._poll_beside: Any = None
         #: told (under ``_out_lock``) when the posted notifications are all written (``drain``)
         self._notes_written = threading.Condition(self._out_lock)
         #: a ``drain`` waited ``DRAIN_WAIT`` in vain: the next ones do not wait until it caught up

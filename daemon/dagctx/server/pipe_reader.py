@@ -11,6 +11,13 @@ blocks in ``poll`` on its pipe — as many as a bare process blocking in ``read`
 The thread owns its descriptor: it alone reads and closes it, so the number is never
 read again after another file took it. ``close`` wakes it through a pipe of its own.
 
+``feed`` may name something to poll beside the input (an object with ``fileno``: the
+database path's watch, ``SqliteFile.nowait_mark``): when a poll wakes the thread for the
+input alone, the next ``feed`` is told that nothing was queued there — the kernel's word,
+given by the poll the thread makes anyway, instead of a second one per read (SPEC §1.4).
+Once something is queued there it is not polled until a read went by (whoever reads the
+queue empties it), so it never wakes the thread for nothing more than once.
+
 Architecture Invariant: no JSON-RPC here; the thread hands bytes to ``feed`` and tells
 ``on_end`` once, from the loop, when the client's end closed.
 """
@@ -61,7 +68,7 @@ class PipeReader:
     """Reads ``fd`` in a thread, handing each read to ``feed`` (in the thread); when the
     client's end closes, ``on_end`` runs on the loop (through ``post``)."""
 
-    def __init__(self, fd: int, feed: Callable[[bytes], None], on_end: Callable[[], None],
+    def __init__(self, fd: int, feed: Callable[[bytes, Any], Any], on_end: Callable[[], None],
                  post: Callable[..., Any], name: str) -> None:
         self.fd = fd
         self._feed = feed
@@ -91,17 +98,32 @@ class PipeReader:
 
     def _run(self) -> None:
         name_os_thread(self.thread.name)
+        fd = self.fd
         poller = select.poll()
-        poller.register(self.fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         poller.register(self._stop_r, select.POLLIN)
+        #: what ``feed`` asked to be polled beside the input (an object with ``fileno``), and
+        #: the descriptor it had when registered (-1: none)
+        beside: Any = None
+        beside_fd = -1
         ended = False
         try:
             while not self.closed:
-                poller.poll()
+                ready = poller.poll()
                 if self.closed:
                     break
+                if len(ready) == 1 and ready[0][0] == fd:
+                    quiet = beside  # nothing queued beside the input when it woke us
+                else:
+                    quiet = None
+                    if beside_fd >= 0 and any(f == beside_fd for f, _ in ready):
+                        # something is queued there (or it was closed): not polled again until
+                        # a read went by — whoever asks it empties it — or it would wake this
+                        # thread for nothing until then
+                        poller.unregister(beside_fd)
+                        beside, beside_fd = None, -1
                 try:
-                    data = os.read(self.fd, CHUNK)
+                    data = os.read(fd, CHUNK)
                 except (BlockingIOError, InterruptedError):
                     continue
                 except OSError:
@@ -110,17 +132,38 @@ class PipeReader:
                     ended = True
                     break
                 try:
-                    self._feed(data)
+                    wanted = self._feed(data, quiet)
                 except Exception:  # noqa: BLE001 - the daemon never dies on a request
                     log.exception("reading a client's input failed")
+                    wanted = beside
+                if wanted is not beside:
+                    beside, beside_fd = self._poll_beside(poller, beside_fd, wanted)
         finally:
             with self._lock:
-                for fd in (self.fd, self._stop_r, self._stop_w):
+                for own in (self.fd, self._stop_r, self._stop_w):
                     try:
-                        os.close(fd)
+                        os.close(own)
                     except OSError:
                         pass
                 self._stop_w = -1
                 tell = ended and not self.closed
             if tell:
                 self._post(self._on_end)
+
+    @staticmethod
+    def _poll_beside(poller: Any, registered: int, wanted: Any) -> tuple[Any, int]:
+        """Poll ``wanted`` (``fileno``) instead of the descriptor ``registered`` beside the
+        input; ``(wanted, its descriptor)``, or ``(None, -1)`` when it has none now."""
+        if registered >= 0:
+            try:
+                poller.unregister(registered)
+            except (KeyError, ValueError, OSError):
+                pass
+        try:
+            number = -1 if wanted is None else wanted.fileno()
+            if number >= 0:
+                poller.register(number, select.POLLIN)
+                return wanted, number
+        except (OSError, ValueError, AttributeError):
+            pass
+        return None, -1

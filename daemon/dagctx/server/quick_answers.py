@@ -74,13 +74,14 @@ class QuickAnswers:
             return None
         return db
 
-    def _replayed(self, token: bytes, replay: Replay) -> bytes | None:
+    def _replayed(self, token: bytes, replay: Replay, quiet: Any = None) -> bytes | None:
         """In the reader thread: the framed answer of a quick read this connection sent before
         (``replay.Replays``; ``token``: its new id's JSON bytes), or None (the usual way). An
         answer is kept with the file's mark read before it was given (``EngineCore.quick_marker``:
         the same file, and the header every commit rewrites, SPEC §1.4); while the mark reads
         the same, nothing was committed since, and the kept answer goes out with the new id —
-        no statement, no lookup, nothing to time (``quick.py`` bounds what a read may cost)."""
+        no statement, no lookup, nothing to time (``quick.py`` bounds what a read may cost).
+        ``quiet``: the reader's word for the file's watch (``Incoming.feed_in_thread``)."""
         method = replay.method
         db = self._quick_open(method)
         if db is None:
@@ -89,7 +90,7 @@ class QuickAnswers:
         if kept is not None and kept[1] is not db:
             kept = None
         marker = kept[2] if kept is not None else self.engine.quick_marker()
-        mark = None if marker is None else marker()
+        mark = None if marker is None else marker(quiet)
         if mark is not None and kept is not None and kept[0] == mark:
             head = b'{"id":' + token + kept[3]
             if len(head) < self.parser.max_frame_bytes - 40:
@@ -103,6 +104,7 @@ class QuickAnswers:
             tail = b',"result":' + body[1] + b',"jsonrpc":"2.0"}'
             if data == codec.frame(b'{"id":' + token + tail):  # that encoding was sent (not a worded error)
                 replay.answer = (mark, db, marker, tail)
+                self._poll_beside = self.engine.quick_watch()  # polled by the reader from now on
         return data
 
     def _quick_answer(self, msg_id: Any, method: str, quick: Callable[[Any, bool], Any], params: Any,
