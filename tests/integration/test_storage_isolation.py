@@ -8,6 +8,7 @@ recovers without a restart. Outcomes are asserted, never durations.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import pytest
 from daemon_stop import stop_daemon
 from rawdb import RawDb
 from dagctx.client import DagctxClient, RpcError
+from dagctx.protocol import transport
 
 
 class SharedDaemon:
@@ -42,6 +44,17 @@ class SharedDaemon:
 
     async def stop(self) -> None:
         await stop_daemon(self.pid, self.clients)
+        # `dagctx serve` (a forwarder some tests start) reaches the daemon on the per-user socket
+        # of this runtime folder, not on ``socket``: one it started is stopped too, not left to
+        # idle out beside the next tests
+        sock = transport.socket_path()
+        if sock.startswith(self.run + os.sep):
+            try:
+                with open(transport.pid_path(sock)) as fh:
+                    other = int(json.load(fh)["pid"])
+            except (OSError, ValueError, KeyError, TypeError):
+                return
+            await stop_daemon(other)
 
 
 @pytest.fixture
