@@ -246,6 +246,66 @@ def test_transcript_one_pass_equals_per_item(tmp_path: Path) -> None:
         assert split_stages(plan, budget, estimate_tokens, Transcript()) == fresh
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_transcript_columns_answer_questions_in_any_order(tmp_path: Path, seed: int) -> None:
+    """The transcript reads a run of the items it holds as one slice of each column, and
+    any other question place by place: runs, runs past the end of what it holds, items
+    out of order, asked twice, and items it never saw (a long item's pieces) all get
+    what the plain per-item functions give, whichever question comes first."""
+    e = _engine(tmp_path / "c.db")
+    sid, head = _session(e, 8, 60, seed)
+    view = render_view(e.store.graph(sid), head)
+    e.close()
+    items = list(view.items)
+    rnd = random.Random(seed)
+    pieces = [summarizer_input._with_body(it, f"(part 1 of 2)\n{item_body(it)[:7]}") for it in items[:5]]
+
+    def question() -> list[Any]:
+        n = len(items)
+        a = rnd.randrange(n)
+        b = rnd.randrange(a, n + 1)
+        shape = rnd.randrange(6)
+        if shape == 0:
+            return items[a:b]  # a run
+        if shape == 1:
+            return items[a:] + items[:rnd.randrange(3)]  # a run, then what is held before it
+        if shape == 2:
+            return rnd.sample(items, rnd.randrange(n))  # out of order
+        if shape == 3:
+            return items[a:b] + items[a:b]  # each asked twice
+        if shape == 4:
+            return items[a:b] + rnd.sample(pieces, rnd.randrange(len(pieces)))  # never seen
+        return [items[a]]
+
+    for _ in range(3):
+        tr = Transcript()
+        for _ in range(12):
+            asked = question()
+            got = rnd.randrange(7)
+            if got == 0:
+                assert tr.bodies(asked) == [item_body(it) for it in asked]
+            elif got == 1:
+                assert tr.entries(asked) == [transcript_entry(it) for it in asked]
+            elif got == 2:
+                assert tr.classes_of(asked) == [char_classes(transcript_entry(it)) for it in asked]
+            elif got == 3:
+                assert tr.estimates(asked) == [estimate_tokens(transcript_entry(it)) for it in asked]
+            elif got == 4:
+                lead = rnd.choice(((), ("[earlier]\nso far",)))
+                assert "".join(tr.pieces(asked, lead)) == "\n\n".join([*lead, *map(transcript_entry, asked)])
+            elif got == 5:
+                assert tr.bodies_at(asked) == ([item_body(it) for it in asked], [
+                    len(transcript_entry(it)) - len(item_body(it)) + (0 if item_body(it) else 1) for it in asked])
+            elif asked:
+                it = asked[0]
+                assert (tr.body(it), tr.entry(it), tr.classes(it), tr.estimate(it)) == (
+                    item_body(it), transcript_entry(it), char_classes(transcript_entry(it)),
+                    estimate_tokens(transcript_entry(it)))
+        # whatever was asked before, the whole prefix and its stages read the same
+        assert tr.classes_of(items + pieces) == [char_classes(transcript_entry(it)) for it in items + pieces]
+        assert tr.bodies(items[3:]) == [item_body(it) for it in items[3:]]
+
+
 def _plan(items: list[Any]) -> Any:
     from dagctx.context.compaction_plan import CutPlan
 

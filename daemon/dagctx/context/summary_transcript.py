@@ -7,6 +7,8 @@ entries, the stages and the coverage check are ``summarizer_input.py``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import is_
+from typing import Any
 
 from .cancel import stop_if_cancelled
 from .char_classes import CharClasses, char_classes, char_classes_many, estimate_of_classes
@@ -68,38 +70,46 @@ class Transcript:
     into one more string per item: a request is joined once from the pieces
     (``pieces``), an entry's counts are its parts' counts summed (``char_classes`` is
     additive), and the coverage check needs only where a body starts in its entry. On a
-    prefix of megabytes, every copy of it costs fresh memory pages as much as copying."""
+    prefix of megabytes, every copy of it costs fresh memory pages as much as copying.
 
-    __slots__ = ("_items", "_bodies", "_heads", "_opens", "_open_of", "_classes", "_head_classes")
+    Each item held has a place: its body, header, opening and counts are columns (lists)
+    read at that place, and one map gives an item's place by its ``id``. Every question
+    of a compaction is about the prefix's items, or a stage of them (a run of them in
+    order): such a run is read from each column as one slice."""
+
+    __slots__ = ("_at", "_items", "_bodies", "_heads", "_opens", "_classes", "_unmeasured", "_open_of",
+                 "_head_classes")
 
     def __init__(self) -> None:
-        # parallel maps by ``id(item)`` (no container per item: a compaction of 15k items
-        # would otherwise hand the cyclic GC 15k more objects to scan)
-        self._items: dict[int, Item] = {}
-        self._bodies: dict[int, str] = {}
-        self._heads: dict[int, str] = {}
+        #: ``id(item)`` → its place in the columns below
+        self._at: dict[int, int] = {}
+        self._items: list[Item] = []
+        self._bodies: list[str] = []
+        self._heads: list[str] = []
         #: what comes before an entry's body in a request: the "\n\n" joining it to the
         #: entry before, its header line and, when it has a body, the newline after it
         #: (one string of a few per header, ``_open_of``), so a request is two pieces an entry
-        self._opens: dict[int, str] = {}
+        self._opens: list[str] = []
+        #: an entry's counts, None until measured
+        self._classes: list[CharClasses | None] = []
+        #: how many places of ``_classes`` are None
+        self._unmeasured = 0
         #: header → its opening before a body, and alone (an entry without a body)
         self._open_of: dict[str, tuple[str, str]] = {}
-        self._classes: dict[int, CharClasses] = {}
         #: header line → its counts alone, and plus the newline after it (a few distinct headers)
         self._head_classes: dict[str, tuple[CharClasses, CharClasses]] = {}
 
-    def _key(self, item: Item) -> int:
-        if self._items.get(id(item)) is not item:
-            self._add(item)
-        return id(item)
+    def _place(self, item: Item) -> int:
+        got = self._at.get(id(item))
+        return self._add([item]) if got is None else got
 
     def body(self, item: Item) -> str:
         """``item_body(item)``."""
-        return self._bodies[self._key(item)]
+        return self._bodies[self._place(item)]
 
     def entry(self, item: Item) -> str:
         """``transcript_entry(item)``."""
-        k = self._key(item)
+        k = self._place(item)
         body = self._bodies[k]
         return f"{self._heads[k]}\n{body}" if body else self._heads[k]
 
@@ -111,70 +121,73 @@ class Transcript:
         """``estimate_tokens(transcript_entry(item))``."""
         return estimate_of_classes(self.classes(item))
 
-    # The same, for many items in one loop (a compaction reads thousands of entries at
-    # each step): what the per-item methods give, without a call chain per item.
+    # The same, for many items in one go (a compaction reads thousands of entries at
+    # each step): what the per-item methods give, a column at a time.
 
-    def _fill(self, items: Sequence[Item]) -> None:
-        """Build the body and header of every item not held yet."""
-        known = self._items
-        for it in items:
-            if known.get(id(it)) is not it:
-                self._add(it)
+    def _add(self, items: Sequence[Item]) -> int:
+        """Give each item a place at the end of the columns, its body and header built
+        (``items`` not held yet, each once); the first one's place."""
+        first = len(self._items)
+        bodies = list(map(item_body, items))
+        heads = list(map(_item_header, items))
+        open_of = self._open_of
+        for head in set(heads).difference(open_of):
+            open_of[head] = (f"\n\n{head}\n", f"\n\n{head}")
+        self._at.update(zip(map(id, items), range(first, first + len(items))))
+        self._items += items
+        self._bodies += bodies
+        self._heads += heads
+        self._opens += [open_of[h][0] if b else open_of[h][1] for h, b in zip(heads, bodies)]
+        self._classes += [None] * len(items)
+        self._unmeasured += len(items)
+        return first
 
-    def _add(self, it: Item) -> None:
-        k = id(it)
-        self._items[k] = it
-        self._bodies[k] = body = item_body(it)
-        self._heads[k] = head = _item_header(it)
-        self._opens[k] = self._open(head, body)
-        self._classes.pop(k, None)
-
-    def _open(self, head: str, body: str) -> str:
-        got = self._open_of.get(head)
-        if got is None:
-            got = self._open_of[head] = (f"\n\n{head}\n", f"\n\n{head}")
-        return got[0] if body else got[1]
-
-    # Each method below is one loop over its items that builds a missing item where it
-    # meets it (a compaction asks about thousands of items a dozen times).
+    def _where(self, items: Sequence[Item]) -> slice | list[int]:
+        """Where ``items`` are held (those not held yet are added): one slice when they are
+        a run of the held items, in order (a stage, or the whole prefix), else each one's
+        place. A held id is its item's own: the items held are kept alive, so no other
+        object has their ids."""
+        n = len(items)
+        at = self._at
+        if not n:
+            return slice(0, 0)
+        start = at.get(id(items[0]))
+        if start is None and not at:
+            # nothing held yet: the items in the order asked (an item asked twice keeps
+            # its last place; both places hold the same body)
+            self._add(items)
+            return slice(0, n) if len(at) == n else list(map(at.__getitem__, map(id, items)))
+        held = self._items
+        if start is not None and start + n <= len(held) and all(map(is_, items, held[start:start + n])):
+            return slice(start, start + n)
+        keys = list(map(id, items))
+        if not all(map(at.__contains__, keys)):
+            new = [it for it in dict(zip(keys, items)).values() if id(it) not in at]
+            self._add(new)
+        return list(map(at.__getitem__, keys))
 
     def bodies(self, items: Sequence[Item]) -> list[str]:
         """``[self.body(it) for it in items]``."""
-        if not self._items:
-            # the first question of a compaction (all its items): built column by column
-            keys = [id(it) for it in items]
-            out = [item_body(it) for it in items]
-            self._items.update(zip(keys, items))
-            self._bodies.update(zip(keys, out))
-            heads = list(map(_item_header, items))
-            self._heads.update(zip(keys, heads))
-            open_of = self._open_of
-            for head in set(heads).difference(open_of):
-                self._open(head, "")
-            self._opens.update(zip(keys, [open_of[h][0] if b else open_of[h][1] for h, b in zip(heads, out)]))
-            if len(self._items) == len(out):  # no item asked twice: every body is its own
-                return out
-        return list(map(self._bodies.__getitem__, self._keys(items)))
+        return _column(self._bodies, self._where(items))
 
     def entries(self, items: Sequence[Item]) -> list[str]:
         """``[self.entry(it) for it in items]``."""
-        self._fill(items)
-        bodies, heads = self._bodies, self._heads
-        return [f"{heads[id(it)]}\n{bodies[id(it)]}" if bodies[id(it)] else heads[id(it)] for it in items]
+        where = self._where(items)
+        return [f"{h}\n{b}" if b else h for h, b in zip(_column(self._heads, where), _column(self._bodies, where))]
 
     def bodies_at(self, items: Sequence[Item]) -> tuple[list[str], list[int]]:
         """``self.bodies(items)``, and where each body starts in its entry (after its
         header line and the newline; where a non-empty body would start)."""
-        keys = self._keys(items)
-        heads = self._heads
-        return list(map(self._bodies.__getitem__, keys)), [len(heads[k]) + 1 for k in keys]
+        where = self._where(items)
+        return _column(self._bodies, where), [len(h) + 1 for h in _column(self._heads, where)]
 
     def pieces(self, items: Sequence[Item], lead: Sequence[str] = ()) -> list[str]:
         """Strings whose concatenation is ``"\n\n".join([*lead, *self.entries(items)])``:
-        each entry as its opening (``_opens``) and its body, in one comprehension."""
-        keys = self._keys(items)
-        opens, bodies = self._opens, self._bodies
-        out = [piece for k in keys for piece in (opens[k], bodies[k])]
+        each entry as its opening (``_opens``) and its body, interleaved."""
+        where = self._where(items)
+        out: list[str] = [""] * (2 * len(items))
+        out[0::2] = _column(self._opens, where)
+        out[1::2] = _column(self._bodies, where)
         head = "\n\n".join(lead)
         if out:
             # the first entry's opening has the separator only after a lead
@@ -183,43 +196,54 @@ class Transcript:
             out.append(head)
         return out
 
-    def _keys(self, items: Sequence[Item]) -> list[int]:
-        """``id`` of each item, every one held (built now when it was not). An id held is
-        its item's own: the items held are kept alive, so no other object has their ids."""
-        keys = list(map(id, items))
-        held = self._items
-        if not all(map(held.__contains__, keys)):
-            self._fill(items)
-        return keys
-
     def classes_of(self, items: Sequence[Item]) -> list[CharClasses]:
         """``[self.classes(it) for it in items]`` (cancellable between items): an entry's
         counts are its header's, the newline's and its body's, summed. The bodies not
         measured yet are measured together (``char_classes_many``), a chunk at a time."""
-        classes = self._classes
-        keys = list(map(id, items))
-        if all(map(classes.__contains__, keys)):
-            # every one measured already (each stage's request asks again): measured ids
-            # are held, and a held id is its item's own (``_keys``)
-            stop_if_cancelled()
-            return list(map(classes.__getitem__, keys))
+        where = self._where(items)
         stop_if_cancelled()
-        self._keys(items)
-        bodies, heads, head_classes = self._bodies, self._heads, self._head_classes
-        # an item asked twice is measured once
-        missing = [k for k in dict.fromkeys(keys) if k not in classes]
-        for head in {heads[k] for k in missing}.difference(head_classes):
+        got = _column(self._classes, where)
+        if self._unmeasured and None in got:
+            places = range(where.start, where.stop) if isinstance(where, slice) else where
+            # an item asked twice is measured once
+            self._measure([k for k in dict.fromkeys(places) if self._classes[k] is None])
+            got = _column(self._classes, where)
+        return got  # type: ignore[return-value]
+
+    def _measure(self, places: list[int]) -> None:
+        """Measure the entries at ``places`` (each once), ``_MEASURED_TOGETHER`` at a time."""
+        bodies, heads, classes, head_classes = self._bodies, self._heads, self._classes, self._head_classes
+        for head in {heads[k] for k in places}.difference(head_classes):
             hc = char_classes(head)
             # the header alone (an empty body), and the header with the newline after it
             head_classes[head] = (hc, (hc[0] + 1, hc[1], hc[2], hc[3]))
-        for lo in range(0, len(missing), _MEASURED_TOGETHER):
+        run = places and places[-1] - places[0] + 1 == len(places) and places == list(
+            range(places[0], places[-1] + 1))
+        for lo in range(0, len(places), _MEASURED_TOGETHER):
             stop_if_cancelled()
-            chunk = missing[lo:lo + _MEASURED_TOGETHER]
-            for k, b in zip(chunk, char_classes_many([bodies[k] for k in chunk])):
-                alone, hc = head_classes[heads[k]]
-                classes[k] = (hc[0] + b[0], hc[1] + b[1], hc[2] + b[2], hc[3] + b[3]) if b[0] else alone
-        return list(map(classes.__getitem__, keys))
+            if run:
+                a = places[0] + lo
+                b = min(places[0] + len(places), a + _MEASURED_TOGETHER)
+                chunk_bodies, chunk_heads = bodies[a:b], heads[a:b]
+            else:
+                chunk = places[lo:lo + _MEASURED_TOGETHER]
+                chunk_bodies = [bodies[k] for k in chunk]
+                chunk_heads = [heads[k] for k in chunk]
+            measured = [(hc[0] + c[0], hc[1] + c[1], hc[2] + c[2], hc[3] + c[3]) if c[0] else alone
+                        for (alone, hc), c in zip(map(head_classes.__getitem__, chunk_heads),
+                                                  char_classes_many(chunk_bodies))]
+            if run:
+                classes[a:b] = measured
+            else:
+                for k, c in zip(chunk, measured):
+                    classes[k] = c
+        self._unmeasured -= len(places)
 
     def estimates(self, items: Sequence[Item]) -> list[int]:
         """``[self.estimate(it) for it in items]``."""
         return list(map(estimate_of_classes, self.classes_of(items)))
+
+
+def _column(column: list[Any], where: slice | list[int]) -> list[Any]:
+    """``column`` read at ``where`` (a slice, or places)."""
+    return column[where] if isinstance(where, slice) else list(map(column.__getitem__, where))
