@@ -310,10 +310,13 @@ class SqliteFile:
                 self._look_at_path = False
             elif self._schema_changed:
                 return None
-            header = self._wal_index_header()
+            try:  # (``_wal_index_header``, inline: this runs for every replayed read)
+                header = os.pread(self._nowait_shm, WAL_INDEX_HEADER_BYTES, 0)
+            except OSError:
+                return None
         finally:
             self._nowait_lock.release()
-        return None if header is None else (self.generation, header)
+        return (self.generation, header) if len(header) == WAL_INDEX_HEADER_BYTES else None
 
     def nowait_watch(self) -> PathWatch | None:
         """The watch of the path ``nowait_mark`` asks, for a reader thread to poll beside its
