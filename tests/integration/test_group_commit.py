@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from daemon_stop import stop_daemon
@@ -435,3 +436,87 @@ async def test_any_write_cancelled_once_the_writer_has_it_answers_what_it_wrote(
     assert isinstance(got[1], RpcError) and got[1].kind == "RequestCancelled", got[1]
     assert (await other.session_get(s.session_id)).title == "renamed"
     assert (await other.session_get(t.session_id)).title == "other"
+
+
+def _turn_nodes(prefix: str) -> list[NodeInput]:
+    """A chain of user/llm turns with a tool call, each text with a word of its own."""
+    nodes: list[NodeInput] = []
+    prev: str | None = None
+    for k in range(12):
+        nid = f"t{k}"
+        text = f"{prefix}word{k} 第{'一二三四五六七八九十'[k % 10]}段 " * 2
+        if k % 2 == 0:
+            nodes.append(NodeInput(role="user", id=nid, predecessor=prev, input=text))
+        else:
+            nodes.append(NodeInput(role="llm", id=nid, predecessor=prev, output=text))
+            if k % 4 == 1:
+                nodes.append(NodeInput(role="code", id=f"c{k}", name="read_file", caller=nid,
+                                       input={"path": f"src/m{k}.py"}, output=f"{prefix}tool{k}"))
+        prev = nid
+    return nodes
+
+
+async def test_one_append_at_a_time_stores_what_pipelined_appends_store(shared: SharedDaemon) -> None:
+    """One client awaiting each append in turn (on SQLite each is a group of one, committed
+    on the daemon's loop when its writer is idle: ``Writer.run_alone``) and the same appends
+    pipelined (committed in groups by the writer thread) store the same rows, seq, HEAD and
+    search rows (SPEC §4.2, §5); a refused append in between changes nothing."""
+    c = await shared.connect()
+    one, piped = await c.session_create("one at a time"), await c.session_create("pipelined")
+    nodes = _turn_nodes("lone")
+    for n in nodes:
+        if n.predecessor is None and n.caller is None:
+            n = msgspec.structs.replace(n, predecessor=one.root_id)
+        await c.request("node/append", m.NodeAppendParams(session_id=one.session_id, node=n))
+        with pytest.raises(RpcError) as refused:  # a duplicate id: refused, nothing written
+            await c.request("node/append", m.NodeAppendParams(session_id=one.session_id, node=n))
+        assert refused.value.kind == "DuplicateNode"
+    got = await _pipeline(c, piped.session_id, [msgspec.structs.replace(n, predecessor=piped.root_id)
+                                                if n.predecessor is None and n.caller is None else n
+                                                for n in nodes])
+    assert all(isinstance(r, m.NodeResult) for r in got), got
+
+    def stored(sid: str, root: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        with RawDb(shared.database) as raw:
+            rows = raw.execute("SELECT id, seq, rev, role, name, status, caller, predecessor, tokens, refs "
+                               "FROM nodes WHERE session_id=? AND id<>? ORDER BY seq", (sid, root))
+            session = raw.execute("SELECT head, next_seq, rev, node_count FROM sessions WHERE id=?", (sid,))
+        return [r[:7] + ("ROOT" if r[7] == root else r[7], bytes(r[8]), r[9] and bytes(r[9])) for r in rows], session
+
+    assert stored(one.session_id, one.root_id) == stored(piped.session_id, piped.root_id)
+    assert stored(one.session_id, one.root_id)[1][0][:2] == ("t11", len(nodes) + 1)
+    for k in range(12):
+        for sid in (one.session_id, piped.session_id):
+            hits = (await c.search(f"loneword{k}", session_id=sid)).hits
+            assert [h.node_id for h in hits] == [f"t{k}"], (k, hits)
+    for k in (1, 5, 9):
+        assert {h.session_id for h in (await c.search(f"lonetool{k}")).hits} == {one.session_id, piped.session_id}
+
+
+async def test_a_lone_append_meeting_another_process_lock_waits_in_the_writer(held: SharedDaemon) -> None:
+    """Another process holds the write lock when a lone append comes: it is not committed on
+    the daemon's loop (which would wait there), but by the writer thread once the lock is
+    free — meanwhile the loop answers other requests — and it is acknowledged as written."""
+    import sqlite3
+
+    d, db = held, held.database
+    c = await d.connect()
+    other = await d.connect()
+    s = await c.session_create("held")
+    raw = sqlite3.connect(db, isolation_level=None)
+    raw.execute("BEGIN IMMEDIATE")
+    try:
+        _, pending = c.send_request("node/append", m.NodeAppendParams(
+            session_id=s.session_id, node=NodeInput(role="user", id="waited", predecessor=s.root_id, output="a")))
+        await asyncio.sleep(0.3)
+        status = await other.daemon_status()  # answered on the loop while the append waits
+        assert status.pid == d.pid
+        assert not pending.done()
+    finally:
+        raw.execute("ROLLBACK")
+        raw.close()
+    got = await pending
+    assert isinstance(got, m.NodeResult) and (got.node.id, got.node.seq, got.head) == ("waited", 1, "waited")
+    with RawDb(db) as rawdb:
+        assert rawdb.execute("SELECT id, seq FROM nodes WHERE session_id=? AND seq>0", (s.session_id,)) == [
+            ("waited", 1)]

@@ -51,7 +51,7 @@ from .config import (
 from .heads import check_head
 from .lifecycle import EngineRegistry
 from .peer import NullPeer, Peer
-from .shared import CompactionState, EngineShared, OpenDatabase
+from .shared import ALONE_APPEND_CHARS, CompactionState, EngineShared, OpenDatabase
 from .views import ContextService
 from .watch import SessionWatch
 
@@ -293,10 +293,10 @@ class EngineCore:
         return NodeDerived(tokens=self._count_stored(input, stored, known if stored is output else None), refs=refs)
 
     @staticmethod
-    def _payload_is_big(*values: Any) -> bool:
+    def _payload_is_big(*values: Any, limit: int = BIG_PAYLOAD_CHARS) -> bool:
         """Whether counting should leave the event loop: string lengths, and for JSON
         values a walk that stops as soon as the sum passes the limit (no encoding)."""
-        budget = BIG_PAYLOAD_CHARS
+        budget = limit
         stack = list(values)
         while stack:
             v = stack.pop()
@@ -331,7 +331,8 @@ class EngineCore:
         thread and is committed with the other appends waiting there (group commit)."""
         if derived is None:
             derived = await self._derive(node.role, node.input, node.output, node.name)
-        out = await self._db().calls.append(session_id, node, move_head=move_head, derived=derived)
+        alone = not self._payload_is_big(node.input, node.output, limit=ALONE_APPEND_CHARS)
+        out = await self._db().calls.append(session_id, node, move_head=move_head, derived=derived, alone=alone)
         self.announce(session_id, [out.node], out.head)
         return out
 
@@ -387,12 +388,14 @@ class EngineCore:
             raise DagctxError("InvalidParams", "nodes is empty: give at least one node", path="nodes")
         nodes = [self._with_render(p.session_id, p.render_id, n, "renderId") if p.render_id is not None
                  and n.role == "llm" else n for n in p.nodes]
-        if self._payload_is_big(*[n.input for n in nodes], *[n.output for n in nodes]):
+        values = [*[n.input for n in nodes], *[n.output for n in nodes]]
+        if self._payload_is_big(*values):
             derived = await asyncio.to_thread(
                 lambda: [self.derive_node(n.role, n.input, n.output, n.name) for n in nodes])
         else:
             derived = [self.derive_node(n.role, n.input, n.output, n.name) for n in nodes]
-        outs = await self._db().calls.append_batch(p.session_id, nodes, move_head=p.move_head, derived=derived)
+        outs = await self._db().calls.append_batch(p.session_id, nodes, move_head=p.move_head, derived=derived,
+                                                   alone=not self._payload_is_big(*values, limit=ALONE_APPEND_CHARS))
         head = outs[-1].head
         self.announce(p.session_id, [o.node for o in outs], head)
         return m.NodeBatchResult(nodes=[o.node for o in outs], head=head)

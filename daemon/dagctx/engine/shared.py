@@ -49,6 +49,16 @@ READ_THREADS = 2
 #: for this one's commit (SPEC §1.4, §4.2): a pipelining client's appends share a group.
 APPEND_QUEUED: ContextVar[Callable[[], None] | None] = ContextVar("dagctx_append_queued", default=None)
 
+#: An append whose payload is at most this long may be committed on the event loop when the
+#: database's writer is idle (``StoreCalls._unit``, SPEC §4.2): its search row and commit
+#: take well under a millisecond there, against two thread hand-offs.
+ALONE_APPEND_CHARS = 16_000
+
+#: Set by the server beside ``APPEND_QUEUED``: whether this append is still the last its
+#: connection sent. One with more behind it (a pipelining client) goes to the writer's queue,
+#: where they share a group commit (SPEC §4.2), instead of committing alone.
+APPEND_LAST: ContextVar[Callable[[], bool] | None] = ContextVar("dagctx_append_last", default=None)
+
 
 def open_store(path: str, *, create_parent: bool, timeout: float | None = None) -> Store:
     """The store of a database path or ``postgresql://`` URL (SPEC §2.1; the ledger picks
@@ -85,6 +95,17 @@ def _queued() -> None:
         note()
 
 
+def _alone_now() -> bool:
+    """Whether an append may be the whole of its group: the last its connection sent, and
+    the event loop has nothing else ready to run (another connection's request on its way
+    to the writer would otherwise miss the group it could share). asyncio keeps what is
+    ready in ``loop._ready``; a loop without it counts as having nothing ready."""
+    last = APPEND_LAST.get()
+    if last is not None and not last():
+        return False
+    return not getattr(asyncio.get_running_loop(), "_ready", None)
+
+
 def _cancelled(waiter: Any) -> bool:
     return waiter[1].cancelled()
 
@@ -107,21 +128,36 @@ class StoreCalls:
         return await self._outcome(waiter)
 
     async def append(self, session_id: str, node: NodeInput, *, move_head: bool | None = None,
-                     derived: NodeDerived | None = None) -> AppendOutcome:
-        """One append, committed with whatever other appends are waiting (group commit)."""
-        waiter = self._waiter()
-        self.writer.append(AppendRequest(session_id, (node,), move_head, (derived,)), waiter)
-        _queued()
-        out: list[AppendOutcome] = await self._outcome(waiter)
+                     derived: NodeDerived | None = None, alone: bool = False) -> AppendOutcome:
+        """One append, committed with whatever other appends are waiting (group commit).
+        ``alone``: small enough to commit on the loop when nothing else is (``_unit``)."""
+        out = await self._unit(AppendRequest(session_id, (node,), move_head, (derived,)), alone)
         return out[0]
 
     async def append_batch(self, session_id: str, nodes: Sequence[NodeInput], *, move_head: bool | None = None,
-                           derived: Sequence[NodeDerived | None] | None = None) -> list[AppendOutcome]:
+                           derived: Sequence[NodeDerived | None] | None = None,
+                           alone: bool = False) -> list[AppendOutcome]:
         """Nodes of one session, all or none, in the next group."""
+        return await self._unit(AppendRequest(session_id, tuple(nodes), move_head, derived, batch=True), alone)
+
+    async def _unit(self, unit: AppendRequest, alone: bool) -> list[AppendOutcome]:
+        """A unit of the next group commit (SPEC §4.2). When ``alone`` and the writer is
+        idle — no commit in flight, nothing queued — it is the whole group: committed here,
+        on the loop, without the two thread hand-offs (``Writer.run_alone``; only when no
+        lock, server or sync makes it wait). Acknowledged after its commit either way; run
+        here, no cancel can come between its commit and its answer (SPEC §1.4)."""
+        if alone and _alone_now():
+            out = self.writer.run_alone(unit)
+            if out is not None:
+                _queued()
+                if isinstance(out, BaseException):
+                    raise out
+                return out
         waiter = self._waiter()
-        self.writer.append(AppendRequest(session_id, tuple(nodes), move_head, derived, batch=True), waiter)
+        self.writer.append(unit, waiter)
         _queued()
-        return await self._outcome(waiter)
+        result: list[AppendOutcome] = await self._outcome(waiter)
+        return result
 
     async def _outcome(self, waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]]) -> Any:
         """How a queued write ended. A cancel (SPEC §1.4) takes it out of the queue when it

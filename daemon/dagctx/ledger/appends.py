@@ -24,7 +24,7 @@ from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import Call, NodeInput
 
 from . import rules
-from .backend import NodeDerived, NodeRow, SessionRow
+from .backend import NodeDerived, NodeRow, SessionRow, WouldWait
 from .graph import SessionGraph
 from .spill import spill_output
 from .store_base import StoreBase
@@ -114,7 +114,31 @@ class Appends(StoreBase):
             self._finish(row, g)
         return out
 
-    def append_group(self, units: Sequence[AppendRequest]) -> list[list[AppendOutcome] | BaseException]:
+    def append_alone(self, unit: AppendRequest) -> list[AppendOutcome] | BaseException | None:
+        """``append_group([unit])`` on the caller's thread, when nothing makes it wait: the
+        store's locks are free (no write, no graph refresh of another thread under way), the
+        file is still the one opened (no reopen), and the backend starts the transaction
+        without waiting (``transaction(nowait=True)``: no other process's lock, no sync at
+        ``COMMIT``, SQLite only). The commit, the rules, seq, HEAD, the search row and a
+        failure's isolation are ``append_group``'s own (SPEC §4.2, §5). None: nothing was
+        tried or written — hand the unit to the writer thread."""
+        if not self._wlock.acquire(blocking=False):
+            return None
+        try:
+            if not self.lock.acquire(blocking=False):
+                return None
+            try:
+                if self.backend.vanished():
+                    return None  # reopening is the writer thread's (it may wait for the file)
+                result = self.append_group([unit], nowait=True)[0]
+            finally:
+                self.lock.release()
+        finally:
+            self._wlock.release()
+        return None if isinstance(result, WouldWait) else result
+
+    def append_group(self, units: Sequence[AppendRequest], *,
+                     nowait: bool = False) -> list[list[AppendOutcome] | BaseException]:
         """Group commit (SPEC §4.2): every unit in ONE transaction (one sync), each unit
         all or nothing, failures isolated per unit, in the order given.
 
@@ -126,6 +150,7 @@ class Appends(StoreBase):
         later unit runs) rolls the group back and runs each unit alone. A fault of the database itself
         (full, read-only, gone, a failing COMMIT) fails every unit of the group: none was
         written. Returns, per unit, its outcomes or the exception it answers.
+        ``nowait``: the backend's (``transaction``); a unit it refuses answers ``WouldWait``.
         """
         results: list[list[AppendOutcome] | BaseException] = [RuntimeError("not run")] * len(units)
         todo = list(range(len(units)))
@@ -133,7 +158,7 @@ class Appends(StoreBase):
             sids = sorted({units[i].session_id for i in todo})
             done: dict[int, list[AppendOutcome] | BaseException] = {}
             try:
-                with self._write_many(sids, group=True):
+                with self._write_many(sids, group=True, nowait=nowait):
                     state: dict[str, tuple[SessionRow, SessionGraph, int] | BaseException] = {}
                     # every session of the group locked in one round trip, in id order
                     locked = self.backend.lock_sessions(sids)

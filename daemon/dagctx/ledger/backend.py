@@ -23,6 +23,11 @@ Contract every backend keeps (tests/unit/test_store.py runs over both):
   ``Store.full_nodes``) is built on them.
 * ``transaction(session_id, guard)`` holds ``guard`` (the store's lock) only once the
   database's write lock is ours: waiting for another process never holds up readers.
+* ``transaction(..., nowait=True)`` starts only when nothing would make it wait — no other
+  process's lock (SQLite), no server round trip (PostgreSQL always waits for one), no sync
+  at ``COMMIT`` (SQLite ``synchronous`` FULL or EXTRA) — else it raises ``WouldWait``
+  having written nothing: a lone append may then run on the caller's thread
+  (``Store.append_alone``).
 * storage faults surface as ``DagctxError`` with a stable kind (``StorageFull``,
   ``StorageReadOnly``, ``StorageCorrupt``, ``StorageUnavailable``, ``StorageBusy``) and a
   message saying what to do; nothing half-written stays behind. ``fault_kind(exc)`` tells a
@@ -159,7 +164,8 @@ class Backend(Protocol):
     generation: int
 
     def transaction(
-        self, session_id: str, guard: AbstractContextManager[Any] | None = None, *, group: bool = False
+        self, session_id: str, guard: AbstractContextManager[Any] | None = None, *, group: bool = False,
+        nowait: bool = False,
     ) -> AbstractContextManager[None]: ...
     def fault_kind(self, exc: BaseException) -> str | None: ...
     def storage_error_of(self, exc: BaseException) -> DagctxError | None: ...
@@ -219,6 +225,11 @@ def storage_error(kind: str, what: str, location: str) -> DagctxError:
         "when it is done, reads still work",
     }[kind]
     return DagctxError(kind, f"{what} ({location}): {advice}", details={"database": location})
+
+
+class WouldWait(Exception):
+    """``transaction(nowait=True)`` refused to start: it would have had to wait (for another
+    process's lock, a server's answer, or a sync at ``COMMIT``). Nothing was written."""
 
 
 def busy_error(location: str, waited: float) -> DagctxError:

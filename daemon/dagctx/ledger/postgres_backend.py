@@ -27,7 +27,17 @@ from dagctx.protocol.errors import DagctxError
 
 from . import pg_pieces, pg_search
 from . import search as fts
-from .backend import BlobRow, NodeRow, SearchRow, SessionRow, UsageRow, decode_meta, encode_meta, storage_error
+from .backend import (
+    BlobRow,
+    NodeRow,
+    SearchRow,
+    SessionRow,
+    UsageRow,
+    WouldWait,
+    decode_meta,
+    encode_meta,
+    storage_error,
+)
 from .memory_rows import MemoryRows
 from .pg_connection import DEFAULT_TIMEOUT, SCHEMA_GONE, connection_settings, fault_kind, redact, timed_connection
 from .pg_schema import migrate
@@ -221,7 +231,7 @@ class PostgresBackend:
 
     @contextmanager
     def transaction(self, session_id: str, guard: AbstractContextManager[Any] | None = None, *,
-                    group: bool = False) -> Iterator[None]:
+                    group: bool = False, nowait: bool = False) -> Iterator[None]:
         """``BEGIN`` … ``COMMIT``; the session is locked by the first ``session(lock=True)``;
         ``guard`` is held from ``BEGIN`` until the transaction ends; any failure, COMMIT's
         own included, rolls back.
@@ -229,7 +239,10 @@ class PostgresBackend:
         ``group``: a group commit, whose writes need no answer: they go in pipeline mode, so
         the group costs a few round trips instead of several per append. A row the server
         refuses then surfaces at ``COMMIT`` as a failure of the whole group (the store runs
-        its units one by one to find it)."""
+        its units one by one to find it). ``nowait``: every statement waits for the server,
+        so it never starts (``WouldWait``; the writer thread runs it)."""
+        if nowait:
+            raise WouldWait("a PostgreSQL write waits for the server")
         if getattr(self._local, "conn", None) is not None:
             raise RuntimeError("write transactions do not nest")
         with self._faults("write"), self.pool.connection() as conn:

@@ -13,12 +13,12 @@ import sqlite3
 import threading
 import urllib.parse
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import Any
 
 from dagctx.protocol.errors import DagctxError
 
-from .backend import busy_error, storage_error
+from .backend import WouldWait, busy_error, storage_error
 from .path_watch import PathWatch
 from .schema import SCHEMA_VERSION, current_version, migrate, refuse_newer
 
@@ -416,22 +416,36 @@ class SqliteFile:
 
     @contextmanager
     def transaction(self, session_id: str, guard: AbstractContextManager[Any] | None = None, *,
-                    group: bool = False) -> Iterator[None]:
+                    group: bool = False, nowait: bool = False) -> Iterator[None]:
         """``BEGIN IMMEDIATE`` … ``COMMIT`` on the writer's connection; ``guard`` is held from
         the moment the write lock is ours until the transaction ends (the wait for another
-        process's lock holds nothing of ours). Any failure, COMMIT's own included, rolls back."""
+        process's lock holds nothing of ours). Any failure, COMMIT's own included, rolls back.
+
+        ``nowait``: only when nothing makes it wait — ``WouldWait`` (nothing written) when
+        another process holds the write lock (``BEGIN`` tried with no busy timeout) or its
+        ``COMMIT`` would sync (``synchronous`` FULL or EXTRA)."""
         if self.read_only or self._wdb is None:
             raise storage_error("StorageReadOnly", "cannot write", self.location)
         if getattr(self._tx, "conn", None) is not None:
             raise RuntimeError("write transactions do not nest")
+        if nowait and self._sync in ("FULL", "EXTRA"):
+            raise WouldWait("its COMMIT syncs")
         w = self._wdb
         try:
+            if nowait:
+                w.execute("PRAGMA busy_timeout=0")
             w.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             if fault_kind(exc) == "StorageUnavailable" and "locked" in str(exc).lower():
+                if nowait:
+                    raise WouldWait("another process holds the write lock") from exc
                 raise busy_error(self.location, self.lock_timeout) from exc
             with self._faults("start a write"):
                 raise
+        finally:
+            if nowait:
+                with suppress(sqlite3.Error):
+                    w.execute(f"PRAGMA busy_timeout={int(self.lock_timeout * 1000)}")
         self._tx.conn = w
         try:
             with guard if guard is not None else nullcontext():

@@ -104,16 +104,18 @@ class StoreBase:
             yield
 
     @contextmanager
-    def _write_many(self, session_ids: Sequence[str], *, group: bool = False) -> Iterator[None]:
+    def _write_many(self, session_ids: Sequence[str], *, group: bool = False,
+                    nowait: bool = False) -> Iterator[None]:
         """One write transaction touching ``session_ids``; a failure drops their graphs
-        before the store's lock is released."""
+        before the store's lock is released. ``nowait``: the backend's (``WouldWait``)."""
         marked = [sid for sid in session_ids if sid != DERIVED_KEY]
         self.marks.begin(marked)
         committed = False
         try:
             with self._wlock:
                 self.ensure_file()
-                with self.backend.transaction(session_ids[0], guard=self._dropping(session_ids), group=group):
+                with self.backend.transaction(session_ids[0], guard=self._dropping(session_ids), group=group,
+                                              nowait=nowait):
                     yield
             committed = True
         finally:

@@ -9,6 +9,12 @@ runs alone, in queue order with the appends around it. Waiting for the database 
 SQLite lock held by another process, a PostgreSQL server slow to answer) happens in
 this thread only: it holds up the writers of this database and nobody else.
 
+A lone append that finds the writer idle — nothing queued, nothing running — may run
+on the submitter's own thread instead (``run_alone``): the group it would have formed is
+itself, and the two thread hand-offs (there and back) were most of its wait when one
+client appends in turn. Only when nothing makes it wait (``Store.append_alone``);
+meanwhile the thread takes nothing, so queue order holds.
+
 Completion is reported through ``notify``, once per group with every unit's result, so
 the caller can wake its event loop once for the whole group. The ledger knows nothing
 of the caller's waiters (an asyncio future and its loop, a threading event): they are
@@ -27,7 +33,7 @@ from typing import Any
 
 from dagctx.protocol.errors import DagctxError
 
-from .appends import AppendRequest
+from .appends import AppendOutcome, AppendRequest
 from .store import Store
 
 log = logging.getLogger("dagctx.ledger")
@@ -54,6 +60,8 @@ class Writer:
         self._queue: deque[tuple[str, Any, Any]] = deque()
         self._cv = threading.Condition(threading.Lock())
         self._closed = False
+        #: a write is running (in this thread, or a lone append in its submitter's)
+        self._busy = False
         #: groups committed and units in them (``daemon/status``, benchmarks)
         self.groups = 0
         self.units = 0
@@ -64,6 +72,30 @@ class Writer:
 
     def append(self, unit: AppendRequest, waiter: Any) -> None:
         self._put(("append", unit, waiter))
+
+    def run_alone(self, unit: AppendRequest) -> list[AppendOutcome] | BaseException | None:
+        """Run ``unit`` now, on the caller's thread, when the writer is idle and the store
+        can commit it without waiting (``Store.append_alone``): its outcomes, or the
+        exception it answers — committed or refused exactly as by a group of one. None:
+        not run (the writer is busy, or it would wait): ``append`` it."""
+        with self._cv:
+            if self._closed or self._queue or self._busy:
+                return None
+            self._busy = True
+        result: list[AppendOutcome] | BaseException | None = None
+        try:
+            result = self.store.append_alone(unit)
+            if isinstance(result, BaseException) and _retryable(result):  # the file was replaced: the thread reopens it and runs it
+                result = None
+        finally:
+            with self._cv:
+                self._busy = False
+                if result is not None:
+                    self.groups += 1
+                    self.units += 1
+                if self._queue:
+                    self._cv.notify()
+        return result
 
     def call(self, fn: Callable[[], Any], waiter: Any) -> None:
         self._put(("call", fn, waiter))
@@ -103,10 +135,11 @@ class Writer:
 
     def _take(self) -> list[tuple[str, Any, Any]] | None:
         with self._cv:
-            while not self._queue:
-                if self._closed:
+            while not self._queue or self._busy:
+                if self._closed and not self._queue:
                     return None
                 self._cv.wait()
+            self._busy = True
             first = self._queue.popleft()
             if first[0] != "append":
                 return [first]
@@ -124,11 +157,15 @@ class Writer:
             if items is None:
                 return
             try:
-                if items[0][0] == "call":
-                    self._notify([self._run_call(items[0])])
-                else:
-                    self._notify(self._run_group(items))
+                done = [self._run_call(items[0])] if items[0][0] == "call" else self._run_group(items)
             except BaseException as exc:  # never let the writer die: every waiter hears
+                log.error("the writer of %s failed", self.store.path, exc_info=exc)
+                done = [(w, False, exc) for _, _, w in items]
+            with self._cv:
+                self._busy = False  # before the waiters hear: the next lone append may run alone
+            try:
+                self._notify(done)
+            except BaseException as exc:
                 log.error("the writer of %s failed", self.store.path, exc_info=exc)
                 try:
                     self._notify([(w, False, exc) for _, _, w in items])

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from dagctx.context.cancel import CURRENT as CURRENT_CANCEL
 from dagctx.context.cancel import CancelToken
-from dagctx.engine.shared import APPEND_QUEUED
+from dagctx.engine.shared import APPEND_LAST, APPEND_QUEUED
 from dagctx.protocol import codec
 from dagctx.protocol.errors import INTERNAL_ERROR, DagctxError, ErrorData, ResponseError
 from dagctx.protocol.methods import METHODS
@@ -174,6 +174,7 @@ class RequestRunner:
         me = self._last_append = self._append_answers.add(AppendTurn(loop, done))
         self._tail_seq = self._ordered_seq = self._ordered_seq + 1
         ctx.run(APPEND_QUEUED.set, me.mark_queued)
+        ctx.run(APPEND_LAST.set, lambda: self._last_append is me)
         done.add_done_callback(me.mark_queued)
 
         def ended(task: asyncio.Future[Any]) -> None:

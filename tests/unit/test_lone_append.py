@@ -1,0 +1,300 @@
+"""A lone append committed on its submitter's thread (``Store.append_alone``,
+``Writer.run_alone``; SPEC §4.2): when the writer is idle and nothing would make it wait,
+the unit is a group of one run where it was submitted. It must store exactly what the
+group commit stores — rows, seq, HEAD, search rows — fail alone leaving the database as it
+was, and never wait: not for another process's lock, not for a sync at COMMIT, not for
+a thread holding the store; then it is not run at all and the writer thread takes it."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dagctx.ledger import AppendRequest, Store
+from dagctx.ledger.writer import Writer
+from dagctx.protocol.errors import DagctxError
+from dagctx.protocol.nodes import NodeInput
+from rawdb import RawDb
+
+
+@pytest.fixture
+def store(database: str):
+    s = Store(database)
+    yield s
+    s.close()
+
+
+def U(pred: str | None, text: str = "hi", **kw: Any) -> NodeInput:
+    return NodeInput(role="user", input=text, predecessor=pred, **kw)
+
+
+def L(pred: str | None, text: str = "ok", **kw: Any) -> NodeInput:
+    return NodeInput(role="llm", output=text, predecessor=pred, **kw)
+
+
+def _words(k: int) -> str:
+    """A text only node ``k`` of a test has: one Latin word and one CJK word of its own."""
+    return f"lone{k}word 第{'一二三四五六七八九十'[k % 10]}{'甲乙丙丁戊己庚辛壬癸'[k // 10 % 10]}段"
+
+
+def _units(sid: str) -> list[AppendRequest]:
+    """A turn: a user message, an llm call, its tool call (a batch with a second llm call),
+    a branch from the root that leaves HEAD, and a moveHead append."""
+    return [
+        AppendRequest(sid, [U("ROOT", _words(0), id="n0")]),
+        AppendRequest(sid, [L("n0", _words(1), id="n1")]),
+        AppendRequest(sid, [NodeInput(role="code", name="bash", input={"cmd": "ls"}, output=_words(2),
+                                      caller="n1", id="n2"), L("n1", _words(3), id="n3")], batch=True),
+        AppendRequest(sid, [U("ROOT", _words(4), id="n4")]),
+        AppendRequest(sid, [L("n4", _words(5), id="n5")], move_head=True),
+    ]
+
+
+def _columns(store: Store, sid: str) -> list[tuple]:
+    root = store.get_session(sid).root_id
+    return [(r.id, r.seq, r.rev, r.role, r.name, r.status, r.caller,
+             "ROOT" if r.predecessor == root else r.predecessor, r.tokens, r.refs, r.search_text)
+            for r in store.backend.node_rows(sid) if r.id != root]
+
+
+def _session_row(path: str, sid: str) -> tuple:
+    with RawDb(path) as db:
+        return db.execute("SELECT head, next_seq, rev, node_count FROM sessions WHERE id=?", (sid,))[0]
+
+
+def _state(path: str) -> tuple:
+    """Everything an append may change: every node row, every session row, the search rows."""
+    with RawDb(path) as db:
+        nodes = db.execute("SELECT session_id, id, seq, rev, predecessor, caller FROM nodes ORDER BY session_id, seq")
+        sessions = db.execute("SELECT id, head, next_seq, rev, node_count FROM sessions ORDER BY id")
+        search = [] if db.pg else db.execute("SELECT rowid, node_id FROM search ORDER BY rowid")
+    return nodes, sessions, search
+
+
+def test_a_lone_append_stores_what_a_group_stores(store: Store) -> None:
+    alone, grouped = store.create_session(), store.create_session()
+    outs = []
+    for unit in _units(alone.session_id):
+        before = _state(store.path)
+        got = store.append_alone(unit)
+        if store.kind != "sqlite":  # every PostgreSQL statement waits for the server
+            assert got is None and _state(store.path) == before
+            got = store.append_group([unit])[0]
+        assert not isinstance(got, BaseException) and got is not None, got
+        outs.append(got)
+    together = store.append_group(_units(grouped.session_id))
+    assert not any(isinstance(r, BaseException) for r in together), together
+    assert [[(o.node.id, o.node.seq, o.head, o.moved) for o in r] for r in outs] == \
+        [[(o.node.id, o.node.seq, o.head, o.moved) for o in r] for r in together]  # type: ignore[union-attr]
+    assert _columns(store, alone.session_id) == _columns(store, grouped.session_id)
+    assert _session_row(store.path, alone.session_id) == _session_row(store.path, grouped.session_id)
+    assert _session_row(store.path, alone.session_id)[:2] == ("n5", 7)
+    for k in range(6):
+        for word in (f"lone{k}word", _words(k).split()[1][1:3]):
+            for sid in (alone.session_id, grouped.session_id):
+                assert [h.node_id for h in store.search(word, session_id=sid)] == [f"n{k}"], (k, word)
+    other = Store(store.path)
+    try:
+        assert [n.id for n in other.history(alone.session_id)[0]] == ["n4", "n5"]
+        assert set(other.graph(alone.session_id).nodes) == set(store.graph(alone.session_id).nodes)
+    finally:
+        other.close()
+
+
+def _refuse_at_insert(path: str) -> None:
+    with RawDb(path) as db:
+        db.execute("CREATE TRIGGER refuse BEFORE INSERT ON nodes WHEN NEW.id = 'poison' "
+                   "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
+
+
+def test_a_refused_lone_append_leaves_the_database_as_it_was(fresh_sqlite: Path) -> None:
+    path = str(fresh_sqlite)
+    store = Store(path)
+    try:
+        s = store.create_session()
+        sid = s.session_id
+        assert not isinstance(store.append_alone(AppendRequest(sid, [U(s.root_id, "first", id="a")])), BaseException)
+        _refuse_at_insert(path)
+        before = _state(path)
+        refused = [
+            AppendRequest(sid, [L("nope", id="b")]),  # by the rules, before writing
+            AppendRequest(sid, [U("a", id="a")]),  # a duplicate id
+            AppendRequest(sid, [L("a", "poisoned", id="poison")]),  # by the database, after writing
+            AppendRequest(sid, [L("a", _words(7), id="c"), U("c", id="poison")], batch=True),  # its second node
+            AppendRequest(sid, [L("a", id="d"), L("missing", id="e")], batch=True),
+            AppendRequest("no-such-session", [U(None)]),
+        ]
+        for unit in refused:
+            got = store.append_alone(unit)
+            assert isinstance(got, BaseException), (unit, got)
+            assert _state(path) == before, unit
+        assert set(store.graph(sid).nodes) == {s.root_id, "a"}
+        assert store.search("lone7word") == [] and store.search("poisoned") == []
+        # and the next lone append goes on from there
+        got = store.append_alone(AppendRequest(sid, [L("a", id="f")]))
+        assert not isinstance(got, BaseException) and got is not None
+        assert (got[0].node.seq, got[0].head) == (2, "f")
+        assert _session_row(path, sid) == ("f", 3, 3, 3)
+    finally:
+        store.close()
+
+
+def test_a_lone_append_never_waits_for_another_process_lock(fresh_sqlite: Path) -> None:
+    path = str(fresh_sqlite)
+    store = Store(path)
+    raw = RawDb(path)
+    try:
+        s = store.create_session()
+        before = _state(path)
+        raw.begin()  # another process holds the write lock
+        try:
+            assert store.append_alone(AppendRequest(s.session_id, [U(s.root_id, id="x")])) is None
+            assert store.backend._wdb.execute("PRAGMA busy_timeout").fetchone()[0] == \
+                int(store.backend.lock_timeout * 1000)  # the writer thread still waits its time
+            assert not store.backend._wdb.in_transaction
+        finally:
+            raw.commit()
+        assert _state(path) == before
+        got = store.append_alone(AppendRequest(s.session_id, [U(s.root_id, id="x")]))
+        assert got is not None and not isinstance(got, BaseException) and got[0].node.seq == 1
+    finally:
+        raw.close()
+        store.close()
+
+
+def test_a_lone_append_never_waits_for_a_sync(fresh_sqlite: Path) -> None:
+    """synchronous=FULL syncs at every COMMIT: the writer thread runs it (and groups it)."""
+    store = Store(str(fresh_sqlite), synchronous="FULL")
+    try:
+        s = store.create_session()
+        before = _state(str(fresh_sqlite))
+        assert store.append_alone(AppendRequest(s.session_id, [U(s.root_id, id="x")])) is None
+        assert _state(str(fresh_sqlite)) == before
+        got = store.append_group([AppendRequest(s.session_id, [U(s.root_id, id="x")])])[0]
+        assert not isinstance(got, BaseException) and got[0].node.seq == 1
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("which", ["lock", "_wlock"])
+def test_a_lone_append_never_waits_for_a_thread_holding_the_store(fresh_sqlite: Path, which: str) -> None:
+    """A view refreshing a graph holds the store's lock; a write of another thread holds the
+    write lock: the lone append is not run (the writer thread waits for them instead)."""
+    store = Store(str(fresh_sqlite))
+    try:
+        s = store.create_session()
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with getattr(store, which):
+                held.set()
+                release.wait()
+
+        t = threading.Thread(target=hold)
+        t.start()
+        held.wait()
+        try:
+            assert store.append_alone(AppendRequest(s.session_id, [U(s.root_id, id="x")])) is None
+        finally:
+            release.set()
+            t.join()
+        assert _session_row(str(fresh_sqlite), s.session_id)[1:] == (1, 1, 1)
+        assert store.append_alone(AppendRequest(s.session_id, [U(s.root_id, id="x")])) is not None
+    finally:
+        store.close()
+
+
+def test_the_writer_runs_a_lone_append_on_the_callers_thread_only_when_idle(fresh_sqlite: Path) -> None:
+    store = Store(str(fresh_sqlite))
+    heard: list[Any] = []
+    done = threading.Event()
+
+    def notify(items: list[Any]) -> None:
+        heard.extend(items)
+        if any(w == "queued" for w, _, _ in items):
+            done.set()
+
+    threads: list[int] = []
+    run_alone = store.append_alone
+
+    def recorded(unit: AppendRequest) -> Any:
+        threads.append(threading.get_ident())
+        return run_alone(unit)
+
+    store.append_alone = recorded  # type: ignore[method-assign]
+    writer = Writer(store, notify)
+    try:
+        s = store.create_session()
+        sid = s.session_id
+        got = writer.run_alone(AppendRequest(sid, [U(s.root_id, id="a")]))
+        assert got is not None and not isinstance(got, BaseException) and got[0].node.seq == 1
+        assert threads == [threading.get_ident()] and heard == []  # here, and nobody else was told
+        assert (writer.groups, writer.units) == (1, 1)
+        # a refusal is answered the same way, from here
+        refused = writer.run_alone(AppendRequest(sid, [L("nope", id="b")]))
+        assert isinstance(refused, DagctxError) and refused.kind == "NodeNotFound"
+
+        # the writer thread busy with a write: not run here, and queued work keeps its order
+        inside, go_on = threading.Event(), threading.Event()
+        writer.call(lambda: (inside.set(), go_on.wait()), "blocking")
+        inside.wait()
+        assert writer.run_alone(AppendRequest(sid, [L("a", id="late")])) is None
+        writer.append(AppendRequest(sid, [L("a", id="b")]), "queued")
+        go_on.set()
+        assert done.wait(30)
+        outcome = {w: (ok, v) for w, ok, v in heard}
+        assert outcome["queued"][0] and outcome["queued"][1][0].node.seq == 2
+        assert [n.id for n in store.history(sid)[0]] == ["a", "b"]  # "late" was never written
+        # idle again: the next lone append runs here once more
+        got = writer.run_alone(AppendRequest(sid, [L("b", id="c")]))
+        assert got is not None and not isinstance(got, BaseException) and got[0].node.seq == 3
+        assert len(threads) == 3 and set(threads) == {threading.get_ident()}
+    finally:
+        writer.close()
+        store.close()
+
+
+def test_the_writer_thread_waits_while_a_lone_append_runs(fresh_sqlite: Path) -> None:
+    """What is queued while a lone append runs on its submitter's thread is taken by the
+    writer thread only after it: queue order holds."""
+    store = Store(str(fresh_sqlite))
+    order: list[str] = []
+    told = threading.Event()
+
+    def notify(items: list[Any]) -> None:
+        order.extend(f"told {w}" for w, _, _ in items)
+        told.set()
+
+    inside, go_on = threading.Event(), threading.Event()
+    run_alone = store.append_alone
+
+    def slow(unit: AppendRequest) -> Any:
+        inside.set()
+        go_on.wait()
+        out = run_alone(unit)
+        order.append("alone committed")
+        return out
+
+    store.append_alone = slow  # type: ignore[method-assign]
+    writer = Writer(store, notify)
+    try:
+        s = store.create_session()
+        sid = s.session_id
+        result: list[Any] = []
+        t = threading.Thread(target=lambda: result.append(writer.run_alone(AppendRequest(sid, [U(s.root_id, id="a")]))))
+        t.start()
+        inside.wait()
+        writer.append(AppendRequest(sid, [L("a", id="b")]), "queued")
+        assert not told.wait(0.2)  # the thread does not take it meanwhile
+        go_on.set()
+        t.join()
+        assert told.wait(30)
+        assert order == ["alone committed", "told queued"]
+        assert result[0][0].node.seq == 1
+        assert [n.id for n in store.history(sid)[0]] == ["a", "b"]
+    finally:
+        writer.close()
+        store.close()
