@@ -298,3 +298,47 @@ def test_the_writer_thread_waits_while_a_lone_append_runs(fresh_sqlite: Path) ->
     finally:
         writer.close()
         store.close()
+
+
+def test_a_lone_append_never_folds_the_log_into_the_file(fresh_sqlite: Path) -> None:
+    """The COMMIT that brings the write-ahead log to 1000 pages checkpoints it — writes the
+    pages back into the file and syncs it, milliseconds on the event loop. A lone append is
+    refused well before that length (nothing written); the writer thread's group commits it
+    and folds the log; lone appends resume on the short log."""
+    import os
+    import sys
+
+    from dagctx.ledger.sqlite_file import CHECKPOINT_PAGES, NOWAIT_LOG_MARGIN
+
+    path = str(fresh_sqlite)
+    store = Store(path)
+    index = -1
+    try:
+        s = store.create_session()
+        index = os.open(path + "-shm", os.O_RDONLY)
+
+        def log_pages() -> int:
+            return int.from_bytes(os.pread(index, 96, 0)[16:20], sys.byteorder)
+
+        ran, refused, shortened = [], 0, False
+        prev = s.root_id
+        for k in range(400):
+            before = log_pages()
+            unit = AppendRequest(s.session_id, [U(prev, _words(k) * 20, id=f"a{k}")])
+            got = store.append_alone(unit)
+            if got is None:
+                refused += 1
+                assert before >= CHECKPOINT_PAGES - NOWAIT_LOG_MARGIN
+                got = store.append_group([unit])[0]  # what the writer thread does
+            else:
+                ran.append(before)
+            assert not isinstance(got, BaseException) and got[0].node.seq == k + 1
+            shortened = shortened or log_pages() < before
+            prev = f"a{k}"
+        assert ran and max(ran) < CHECKPOINT_PAGES - NOWAIT_LOG_MARGIN  # never near the fold
+        assert refused and shortened  # the log grew to it, and the writer's commits folded it
+        assert len(ran) > refused  # and lone appends went on once it was short again
+    finally:
+        if index >= 0:
+            os.close(index)
+        store.close()

@@ -25,7 +25,8 @@ Contract every backend keeps (tests/unit/test_store.py runs over both):
   database's write lock is ours: waiting for another process never holds up readers.
 * ``transaction(..., nowait=True)`` starts only when nothing would make it wait — no other
   process's lock (SQLite), no server round trip (PostgreSQL always waits for one), no sync
-  at ``COMMIT`` (SQLite ``synchronous`` FULL or EXTRA) — else it raises ``WouldWait``
+  at ``COMMIT`` (SQLite ``synchronous`` FULL or EXTRA, or a log long enough for the COMMIT
+  to checkpoint it) — else it raises ``WouldWait``
   having written nothing: a lone append may then run on the caller's thread
   (``Store.append_alone``).
 * storage faults surface as ``DagctxError`` with a stable kind (``StorageFull``,

@@ -538,6 +538,7 @@ class SqliteBackend(SqliteFile):
     def close(self) -> None:
         with self._nowait_lock:
             self._close_wal_index()
+        self._close_commit_index()
         if self._wdb is not None and self._wdb is not self.db:
             self._wdb.close()
         self.db.close()
