@@ -438,6 +438,11 @@ async def test_any_write_cancelled_once_the_writer_has_it_answers_what_it_wrote(
     assert (await other.session_get(t.session_id)).title == "other"
 
 
+def _node_id(params: Any) -> str:
+    node = params["node"] if isinstance(params, dict) else params.node
+    return node["id"] if isinstance(node, dict) else node.id
+
+
 def _turn_nodes(prefix: str) -> list[NodeInput]:
     """A chain of user/llm turns with a tool call, each text with a word of its own."""
     nodes: list[NodeInput] = []
@@ -461,13 +466,16 @@ async def test_one_append_at_a_time_stores_what_pipelined_appends_store(shared: 
     on the daemon's loop when its writer is idle: ``Writer.run_alone``) and the same appends
     pipelined (committed in groups by the writer thread) store the same rows, seq, HEAD and
     search rows (SPEC §4.2, §5); a refused append in between changes nothing."""
-    c = await shared.connect()
+    c = await shared.connect(initialization_options={"observeNodes": True})
     one, piped = await c.session_create("one at a time"), await c.session_create("pipelined")
     nodes = _turn_nodes("lone")
     for n in nodes:
         if n.predecessor is None and n.caller is None:
             n = msgspec.structs.replace(n, predecessor=one.root_id)
         await c.request("node/append", m.NodeAppendParams(session_id=one.session_id, node=n))
+        # its answer went out after its own notification (written at once when alone)
+        told = [params for method, params in c.notifications if method == "node/didAppend"]
+        assert told and _node_id(told[-1]) == n.id, told[-1:]
         with pytest.raises(RpcError) as refused:  # a duplicate id: refused, nothing written
             await c.request("node/append", m.NodeAppendParams(session_id=one.session_id, node=n))
         assert refused.value.kind == "DuplicateNode"

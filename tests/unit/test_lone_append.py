@@ -342,3 +342,32 @@ def test_a_lone_append_never_folds_the_log_into_the_file(fresh_sqlite: Path) -> 
         if index >= 0:
             os.close(index)
         store.close()
+
+
+def test_a_lone_append_leaves_a_replaced_file_to_the_writer_thread(fresh_sqlite: Path, tmp_path: Path) -> None:
+    """The path names another file (restored from a backup): reopening it is the writer
+    thread's (it may wait for the file), so the lone append is not run; the writer's group
+    then reopens the file and writes there (SPEC §2.1)."""
+    import os
+    import sqlite3
+
+    path = str(fresh_sqlite)
+    store = Store(path)
+    try:
+        s = store.create_session()
+        copy = str(tmp_path / "copy.db")
+        src, dst = sqlite3.connect(path), sqlite3.connect(copy)
+        src.backup(dst)
+        src.close()
+        dst.close()
+        os.replace(copy, path)
+        assert store.append_alone(AppendRequest(s.session_id, [U(s.root_id, id="x")])) is None
+        assert _session_row(path, s.session_id)[1:] == (1, 1, 1)
+        got = store.append_group([AppendRequest(s.session_id, [U(s.root_id, id="x")])])[0]
+        assert not isinstance(got, BaseException) and got[0].node.seq == 1
+        assert _session_row(path, s.session_id) == ("x", 2, 2, 2)
+        # the file reopened, a lone append runs here again
+        got = store.append_alone(AppendRequest(s.session_id, [L("x", id="y")]))
+        assert got is not None and not isinstance(got, BaseException) and got[0].node.seq == 2
+    finally:
+        store.close()

@@ -127,9 +127,7 @@ class Appends(StoreBase):
         try:
             if not self.lock.acquire(blocking=False):
                 return None
-            try:
-                if self.backend.vanished():
-                    return None  # reopening is the writer thread's (it may wait for the file)
+            try:  # (a file to reopen is refused too: reopening may wait, the writer thread's)
                 result = self.append_group([unit], nowait=True)[0]
             finally:
                 self.lock.release()

@@ -462,7 +462,9 @@ class SqliteFile:
 
         ``nowait``: only when nothing makes it wait — ``WouldWait`` (nothing written) when
         another process holds the write lock (``BEGIN`` tried with no busy timeout) or its
-        ``COMMIT`` would sync (``synchronous`` FULL or EXTRA, or a checkpoint: ``_log_short``)."""
+        ``COMMIT`` would sync (``synchronous`` FULL or EXTRA, or a checkpoint: ``_log_short``).
+        Its caller looked at the file just before (``StoreBase._write_many``): only the look
+        before ``COMMIT`` is left."""
         if self.read_only or self._wdb is None:
             raise storage_error("StorageReadOnly", "cannot write", self.location)
         if getattr(self._tx, "conn", None) is not None:
@@ -491,7 +493,8 @@ class SqliteFile:
         try:
             with guard if guard is not None else nullcontext():
                 try:
-                    self._check_file()
+                    if not nowait:
+                        self._check_file()
                     with self._faults("write"):
                         yield
                     self._check_file()  # again just before COMMIT: the file may have gone meanwhile

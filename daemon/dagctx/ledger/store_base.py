@@ -26,7 +26,7 @@ import msgspec
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import Call
 
-from .backend import Backend, BlobRow, NodeDerived, NodeRow, SessionRow, encode_meta, encode_refs
+from .backend import Backend, BlobRow, NodeDerived, NodeRow, SessionRow, WouldWait, encode_meta, encode_refs
 from .backends import open_backend
 from .graph import SessionGraph
 from .spill import SpillPolicy
@@ -107,13 +107,17 @@ class StoreBase:
     def _write_many(self, session_ids: Sequence[str], *, group: bool = False,
                     nowait: bool = False) -> Iterator[None]:
         """One write transaction touching ``session_ids``; a failure drops their graphs
-        before the store's lock is released. ``nowait``: the backend's (``WouldWait``)."""
+        before the store's lock is released. ``nowait``: the backend's (``WouldWait``), and
+        a file to reopen is not reopened here but refused the same way."""
         marked = [sid for sid in session_ids if sid != DERIVED_KEY]
         self.marks.begin(marked)
         committed = False
         try:
             with self._wlock:
-                self.ensure_file()
+                if not nowait:
+                    self.ensure_file()
+                elif self.backend.vanished():
+                    raise WouldWait("the file is to be reopened")
                 with self.backend.transaction(session_ids[0], guard=self._dropping(session_ids), group=group,
                                               nowait=nowait):
                     yield

@@ -45,6 +45,10 @@ class AppendAnswers:
     def __init__(self) -> None:
         self._turns: deque[AppendTurn] = deque()
 
+    def __len__(self) -> int:
+        """Appends not yet settled."""
+        return len(self._turns)
+
     def add(self, turn: AppendTurn) -> AppendTurn:
         self._turns.append(turn)
         return turn

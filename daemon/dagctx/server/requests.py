@@ -417,9 +417,10 @@ class RequestRunner:
         if result is _SENT:
             return
         data = result.data if isinstance(result, _Encoded) else self._answer(msg_id, method, result)
-        if method in LOOP_WRITES:
+        if method in LOOP_WRITES and (self._answers_held or self._append_answers or self._last_append is None
+                                      or self._last_append.done is not done):
             self.hold(data)  # with the other answers of its group commit
-        else:
+        else:  # (an append with none held before it and none after it: alone, written now)
             self.write_bytes(data)
 
     def _cancel(self, msg_id: Any) -> None:
