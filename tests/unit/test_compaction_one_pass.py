@@ -340,6 +340,8 @@ def _reference_summarized(plan: Any, sent: Any) -> set[str]:
     out = {nid for nid, ok in node_ok.items() if ok and nid not in group_ok}
     out |= {g for g, ok in group_ok.items() if ok}
     out.update(plan.empty_ids)
+    if plan.previous_summary_id is not None and group_ok.get(plan.previous_summary_id):
+        out.update(set(plan.covered_ids) - set(plan.new_covered_ids))
     return out
 
 
@@ -390,6 +392,15 @@ def test_summarized_ids_equal_the_per_item_search(tmp_path: Path) -> None:
             fewer += want != whole
             assert summarizer_input.summarized_ids(plan, case, tr) == want
             assert summarizer_input.summarized_ids(plan, case) == want
+            # a previous summary's covered nodes count when its group was sent: a group of
+            # the plan (sent whole, or not), one of no item, and none
+            for prev in (groups[3], "absent", None):
+                old = dataclasses.replace(plan, previous_summary_id=prev, covered_ids=["old1", "old2", ids[0]],
+                                          new_covered_ids=[ids[0]])
+                want = _reference_summarized(old, case)
+                assert ("old1" in want) == (prev == groups[3] and groups[3] in want)
+                assert summarizer_input.summarized_ids(old, case, tr) == want
+                assert summarizer_input.summarized_ids(old, case) == want
         assert fewer >= 2
 
 
@@ -458,6 +469,7 @@ def _cut_as_before(view: Any, graph: Any, tok: Any, target: int) -> tuple[int, l
 
 def test_cut_decision_cuts_where_it_cut_before(tmp_path: Path) -> None:
     seed = 4
+    from dagctx.context.aging import owner_cache
     from dagctx.context.compaction_plan import cut_decision, keep_target
 
     e = _engine(tmp_path / "c.db", Summarizer())
@@ -481,6 +493,8 @@ def test_cut_decision_cuts_where_it_cut_before(tmp_path: Path) -> None:
 
     cuts = set()
     for keep in (*range(0, 240, 3), 400, 900, 5_000):
+        if keep % 2:
+            owner_cache(graph).clear()  # every owner found afresh (none cached), or most cached
         plan, why = cut_decision(view, graph, tok, window=128_000, keep_recent_tokens=keep)
         if plan is None:
             assert why in ("belowThreshold", "nothingToCompact")

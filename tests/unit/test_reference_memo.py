@@ -4,6 +4,11 @@ the characters it holds, returning the same answer on a hit."""
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
+import pytest
+
 from dagctx.context import references as refs
 
 
@@ -41,6 +46,47 @@ def test_memo_is_bounded_by_characters_and_keeps_answers() -> None:
     assert memo(texts[0]) == 100 and len(calls) == 5  # the oldest was evicted
     memo.cache_clear()
     assert memo(texts[3]) == 100 and len(calls) == 6
+
+
+def _many_as_before(memo: Any, texts: list[str]) -> list[Any]:
+    """``_TextMemo.many`` as it was written before (a lookup and a renewal per text)."""
+    out: list[Any] = []
+    with memo._lock:
+        get, renew = memo._data.get, memo._data.move_to_end
+        for t in texts:
+            hit = get(t, refs._MISSING)
+            if hit is not refs._MISSING:
+                renew(t)
+            out.append(hit)
+    for i, got in enumerate(out):
+        if got is refs._MISSING:
+            out[i] = memo(texts[i])
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_memo_many_leaves_what_it_left_before(seed: int) -> None:
+    """``_TextMemo.many`` answers what a call per text answers and leaves the memo as the
+    former loop left it: the same texts held, in the same order of use (what is evicted
+    next), whether every text asked is held, some are, or a text is asked twice."""
+    rnd = random.Random(seed)
+    pool = [c * rnd.randint(1, 60) for c in "abcdefghijkl"]
+
+    def fresh() -> Any:
+        return refs._TextMemo(len, max_chars=6 * (30 + refs._TextMemo.ENTRY_CHARGE))
+
+    now, before = fresh(), fresh()
+    held = 0
+    for _ in range(60):
+        # copies: equal texts that are other objects, as a compaction's bodies are
+        asked = ["".join(list(t)) for t in rnd.choices(pool, k=rnd.randint(0, 7))]
+        if rnd.random() < 0.3:
+            asked += asked[:2]  # asked twice
+        held += all(t in now._data for t in asked)
+        assert now.many(asked) == _many_as_before(before, asked) == [len(t) for t in asked]
+        assert list(now._data.items()) == list(before._data.items())
+        assert now._chars == before._chars
+    assert held >= 5  # the case of every text held came up
 
 
 def test_distinctive_identifiers_ranks_by_total_then_first_appearance() -> None:

@@ -70,7 +70,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from itertools import accumulate
-from operator import attrgetter
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,10 +155,7 @@ class CutPlan:
     def input_ids(self) -> list[str]:
         """Ids whose content is in the summarizer input, first appearance order (the
         summary node's ``reads``)."""
-        return list(dict.fromkeys(map(_node_id, self.input_items)))
-
-
-_node_id = attrgetter("node_id")
+        return list(dict.fromkeys([it.node_id for it in self.input_items]))
 
 
 def keep_target(window: int, keep_recent_tokens: int | None = None) -> int:

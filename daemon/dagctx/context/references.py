@@ -68,8 +68,9 @@ from __future__ import annotations
 import re
 import threading
 from bisect import bisect_left, bisect_right
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
+from itertools import repeat
 from typing import Any
 
 __all__ = [
@@ -279,7 +280,7 @@ def _reference_counts(text: str) -> tuple[Counter[str], dict[str, int]]:
 
 def _reference_counts_many(texts: list[str]) -> list[tuple[Counter[str], dict[str, int]]]:
     """``[_reference_counts(t) for t in texts]``."""
-    if all(len(t) <= _CACHE_MAX_CHARS for t in texts):
+    if max(map(len, texts), default=0) <= _CACHE_MAX_CHARS:
         return _reference_counts_cached.many(texts)
     return [_reference_counts(t) for t in texts]
 
@@ -332,14 +333,17 @@ class _TextMemo:
     def many(self, texts: list[str]) -> list[Any]:
         """``[self(t) for t in texts]``, the held ones looked up under one lock (a
         compaction asks for thousands at once)."""
-        out: list[Any] = []
         with self._lock:
-            get, renew = self._data.get, self._data.move_to_end
-            for t in texts:
-                hit = get(t, _MISSING)
-                if hit is not _MISSING:
-                    renew(t)
-                out.append(hit)
+            data = self._data
+            out: list[Any] = list(map(data.get, texts, repeat(_MISSING)))
+            # each one held renewed in the order asked (the order the per-text lookups
+            # leave); when every one is held, in one pass of C
+            if _MISSING not in out:
+                deque(map(data.move_to_end, texts), maxlen=0)
+            else:
+                for t, hit in zip(texts, out):
+                    if hit is not _MISSING:
+                        data.move_to_end(t)
         for i, got in enumerate(out):
             if got is _MISSING:
                 out[i] = self(texts[i])

@@ -9,7 +9,6 @@ in what was sent (``summarized_ids``, ``covered_in_input``). Pure; the plan itse
 from __future__ import annotations
 
 from bisect import bisect_right
-from operator import attrgetter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -411,9 +410,6 @@ def _segments_sent(text: str, body: str, pos: int) -> bool:
     return True
 
 
-_node_id = attrgetter("node_id")
-
-
 def summarized_ids(plan: CutPlan, messages_sent: Any, transcript: Transcript | None = None) -> set[str]:
     """Node ids whose content was in ``messages_sent`` (one request's messages, or a list
     of several requests' messages for a staged summary).
@@ -483,10 +479,12 @@ def summarized_ids(plan: CutPlan, messages_sent: Any, transcript: Transcript | N
     group_ok: dict[str, bool] = {}
     if all(found):  # the usual case: every node and group is ok (the fold below, at once)
         k = min(len(plan.input_items), len(plan.input_groups))
-        group_ok = dict.fromkeys(plan.input_groups[:k], True)
-        # a chain node counts by its whole turn part, any other node by its own items
-        out = set(dict.fromkeys(map(_node_id, plan.input_items[:k])).keys() - group_ok.keys())
-        out.update(group_ok)
+        # a chain node counts by its whole turn part, any other node by its own items:
+        # with every one ok, that is every node of an item and every group
+        out = {it.node_id for it in plan.input_items[:k]}
+        groups = set(plan.input_groups[:k])
+        out |= groups
+        summary_ok = plan.previous_summary_id in groups
     else:
         for it, group, ok in zip(plan.input_items, plan.input_groups, found):
             node_ok[it.node_id] = node_ok.get(it.node_id, True) and ok
@@ -494,8 +492,9 @@ def summarized_ids(plan: CutPlan, messages_sent: Any, transcript: Transcript | N
         # a chain node counts by its whole turn part, any other node by its own items
         out = {nid for nid, ok in node_ok.items() if ok and nid not in group_ok}
         out |= {g for g, ok in group_ok.items() if ok}
+        summary_ok = bool(group_ok.get(plan.previous_summary_id))  # type: ignore[arg-type]
     out.update(plan.empty_ids)
-    if plan.previous_summary_id is not None and group_ok.get(plan.previous_summary_id):
+    if plan.previous_summary_id is not None and summary_ok:
         covered_by_old = set(plan.covered_ids) - set(plan.new_covered_ids)
         out.update(covered_by_old)
     return out
