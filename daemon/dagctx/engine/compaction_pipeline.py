@@ -400,7 +400,9 @@ COUNT_BESIDE_CHARS = 8192
 
 
 #: The threads that count summaries beside the validation (``_Count``): kept between
-#: compactions, started on first need; more than one when compactions validate at once.
+#: compactions, each started on first need (one per compaction validating at once, up
+#: to this many; a count past them waits for one to be free).
+COUNT_THREADS = 16
 _COUNTERS: ThreadPoolExecutor | None = None
 _COUNTERS_LOCK = threading.Lock()
 
@@ -409,7 +411,7 @@ def _counters() -> ThreadPoolExecutor:
     global _COUNTERS
     with _COUNTERS_LOCK:
         if _COUNTERS is None:
-            _COUNTERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dagctx-summary-count")
+            _COUNTERS = ThreadPoolExecutor(max_workers=COUNT_THREADS, thread_name_prefix="dagctx-summary-count")
         return _COUNTERS
 
 
@@ -420,7 +422,9 @@ class _Count:
     summary's count (16 ms for 95 KB) then runs while this thread checks the coverage and
     renders the candidate, instead of after them. The count is handed to a thread kept
     for it (``_counters``): starting a thread of its own held this one about 0.7 ms,
-    waiting for the new thread to run."""
+    waiting for the new thread to run. This thread waits only until the count has begun:
+    a woken thread needs the interpreter lock to reach tiktoken, and would otherwise wait
+    for it up to a switch interval (5 ms) while this one validates."""
 
     __slots__ = ("_job", "_future")
 
@@ -431,7 +435,14 @@ class _Count:
 
     def start(self) -> None:
         counter, text, tokenizer = self._job
-        self._future = _counters().submit(counter.count, text, tokenizer)
+        begun = threading.Event()
+
+        def count() -> int:
+            begun.set()
+            return counter.count(text, tokenizer)
+
+        self._future = _counters().submit(count)
+        begun.wait()
 
     def result(self) -> int:
         assert self._future is not None
