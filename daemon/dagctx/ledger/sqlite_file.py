@@ -35,6 +35,26 @@ CHECKPOINT_PAGES = 1000
 NOWAIT_LOG_MARGIN = 200
 
 
+def _open_index(location: str) -> int:
+    """A read-only descriptor of the database's WAL index (``-shm``), -1 when there is none."""
+    try:
+        return os.open(location + "-shm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return -1
+
+
+def _index_header(fd: int) -> bytes | None:
+    """The WAL index header (``pread``: a file cut short gives a short read, never a
+    signal); None when ``fd`` is not open or the header is not all there."""
+    if fd < 0:
+        return None
+    try:
+        header = os.pread(fd, WAL_INDEX_HEADER_BYTES, 0)
+    except OSError:
+        return None
+    return header if len(header) == WAL_INDEX_HEADER_BYTES else None
+
+
 def fault_kind(exc: sqlite3.Error) -> str | None:
     """The stable kind of a SQLite storage fault, or None for anything else (a bug)."""
     name = getattr(exc, "sqlite_errorname", "") or ""
@@ -270,19 +290,11 @@ class SqliteFile:
     # in-loop cost, its locks and pages cold after the client ran (SPEC §1.4).
 
     def _wal_index_header(self) -> bytes | None:
-        fd = self._nowait_shm
-        if fd < 0:
-            return None
-        try:
-            header = os.pread(fd, WAL_INDEX_HEADER_BYTES, 0)
-        except OSError:
-            return None
-        return header if len(header) == WAL_INDEX_HEADER_BYTES else None
+        return _index_header(self._nowait_shm)
 
     def _open_wal_index(self) -> None:
-        try:
-            self._nowait_shm = os.open(self.location + "-shm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
+        self._nowait_shm = _open_index(self.location)
+        if self._nowait_shm < 0:
             self._nowait_shm = -2  # not there (yet): looked for again at the next version read
             return
         self._path_watch = PathWatch.open(self.location)
@@ -435,19 +447,10 @@ class SqliteFile:
         the event loop) is refused near it; the writer thread then commits, and checkpoints.
         The length is the WAL index header's ``mxFrame`` (SQLite's "walformat", host byte
         order); when it cannot be read, the answer is no."""
-        fd = self._commit_index
-        if fd < 0:
-            try:
-                fd = self._commit_index = os.open(self.location + "-shm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            except OSError:
-                return False
-        try:
-            header = os.pread(fd, WAL_INDEX_HEADER_BYTES, 0)
-        except OSError:
-            return False
-        if len(header) < WAL_INDEX_HEADER_BYTES:
-            return False
-        return int.from_bytes(header[16:20], sys.byteorder) < CHECKPOINT_PAGES - NOWAIT_LOG_MARGIN
+        if self._commit_index < 0:
+            self._commit_index = _open_index(self.location)
+        header = _index_header(self._commit_index)
+        return header is not None and int.from_bytes(header[16:20], sys.byteorder) < CHECKPOINT_PAGES - NOWAIT_LOG_MARGIN
 
     def _close_commit_index(self) -> None:
         fd, self._commit_index = self._commit_index, -1
