@@ -6,7 +6,7 @@ entries, the stages and the coverage check are ``summarizer_input.py``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import is_
 from typing import Any
 
@@ -75,12 +75,19 @@ class Transcript:
     Each item held has a place: its body, header, opening and counts are columns (lists)
     read at that place, and one map gives an item's place by its ``id``. Every question
     of a compaction is about the prefix's items, or a stage of them (a run of them in
-    order): such a run is read from each column as one slice."""
+    order): such a run is read from each column as one slice.
+
+    ``known``: for some items and their bodies, the bodies' counts already measured
+    (None for each one to measure here): most bodies are whole texts of their nodes,
+    whose counts were kept when the node was written (``TokenAccounting.body_classes``).
+    Counts are counts: an entry's are the same, taken or measured."""
 
     __slots__ = ("_at", "_items", "_bodies", "_heads", "_opens", "_classes", "_unmeasured", "_open_of",
-                 "_head_classes")
+                 "_head_classes", "_known")
 
-    def __init__(self) -> None:
+    def __init__(self, known: Callable[[Sequence[Item], Sequence[str]], list[CharClasses | None]] | None = None,
+                 ) -> None:
+        self._known = known
         #: ``id(item)`` → its place in the columns below
         self._at: dict[int, int] = {}
         self._items: list[Item] = []
@@ -211,8 +218,10 @@ class Transcript:
         return got  # type: ignore[return-value]
 
     def _measure(self, places: list[int]) -> None:
-        """Measure the entries at ``places`` (each once), ``_MEASURED_TOGETHER`` at a time."""
+        """Measure the entries at ``places`` (each once), ``_MEASURED_TOGETHER`` at a time;
+        a body whose counts ``known`` gives is not read."""
         bodies, heads, classes, head_classes = self._bodies, self._heads, self._classes, self._head_classes
+        items, known = self._items, self._known
         for head in {heads[k] for k in places}.difference(head_classes):
             hc = char_classes(head)
             # the header alone (an empty body), and the header with the newline after it
@@ -225,13 +234,31 @@ class Transcript:
                 a = places[0] + lo
                 b = min(places[0] + len(places), a + _MEASURED_TOGETHER)
                 chunk_bodies, chunk_heads = bodies[a:b], heads[a:b]
+                chunk_items = items[a:b] if known is not None else ()
             else:
                 chunk = places[lo:lo + _MEASURED_TOGETHER]
                 chunk_bodies = [bodies[k] for k in chunk]
                 chunk_heads = [heads[k] for k in chunk]
+                chunk_items = [items[k] for k in chunk] if known is not None else ()
+            if known is None:
+                body_classes = char_classes_many(chunk_bodies)
+            else:
+                # an ASCII text's counts are its length (``isascii`` reads a flag): only the
+                # others are looked up, and those not known measured
+                body_classes = [None if not b.isascii() else (len(b), 0, 0, 0) for b in chunk_bodies]
+                rest = [j for j, c in enumerate(body_classes) if c is None]
+                if rest:
+                    left = []
+                    for j, c in zip(rest, known([chunk_items[j] for j in rest], [chunk_bodies[j] for j in rest])):
+                        if c is None:
+                            left.append(j)
+                        else:
+                            body_classes[j] = c
+                    for j, c in zip(left, char_classes_many([chunk_bodies[j] for j in left])):
+                        body_classes[j] = c
             measured = [(hc[0] + c[0], hc[1] + c[1], hc[2] + c[2], hc[3] + c[3]) if c[0] else alone
                         for (alone, hc), c in zip(map(head_classes.__getitem__, chunk_heads),
-                                                  char_classes_many(chunk_bodies))]
+                                                  body_classes)]  # type: ignore[index]
             if run:
                 classes[a:b] = measured
             else:

@@ -203,7 +203,9 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
         known = set(graph.nodes)
         # every item's body and transcript entry, built and measured once for the fidelity
         # terms, the stages, each request's size check and the coverage check
-        transcript = summarizer_input.Transcript()
+        # (the bodies that are whole texts of their nodes with counts kept at write, SPEC §6,
+        # are not classified again)
+        transcript = summarizer_input.Transcript(known=views.body_classes(graph))
         # the files the covered part changed (the summary's last line, SPEC §8): one
         # reading for every validation, from the same bodies
         trail = artifact_trail.trail_files(plan.input_items, transcript.bodies(plan.input_items))

@@ -27,6 +27,7 @@ import msgspec
 from dagctx.protocol.version import __version__
 from dagctx.context import aging
 from dagctx.context.aging import AgingPolicy
+from dagctx.context.char_classes import counts_and_classes, stored_classes
 from dagctx.context.models import ModelTable
 from dagctx.context.tokens import CL100K, ESTIMATE, O200K, TokenCounter, default_counter
 from dagctx.ledger import AppendOutcome, NodeDerived, Store, names_a_file, spill_output
@@ -270,15 +271,16 @@ class EngineCore:
             toks.append(O200K)
         return toks
 
-    def _count_stored(self, input: Any, stored: Any,
-                      known: dict[str, tuple[int, int]] | None = None) -> dict[str, tuple[int, int]]:
-        """Tokens for every tokenizer (those in ``known`` taken from it); each value is
-        serialized once for all of them."""
+    def _count_stored(self, input: Any, stored: Any, known: dict[str, tuple[int, int]] | None = None,
+                      ) -> tuple[dict[str, tuple[int, int]], bytes | None]:
+        """Tokens for every tokenizer (those in ``known`` taken from it), each value
+        serialized once for all of them; and the character counts of the values that are
+        texts, their estimate read off them (``counts_and_classes``, SPEC §6)."""
         toks = self.tokenizers()
         rest = [tok for tok in toks if not known or tok not in known]
-        ins = self.counter.count_values(input, rest)
-        outs = self.counter.count_values(stored, rest)
-        return {tok: (ins[tok], outs[tok]) if tok in ins else known[tok] for tok in toks}  # type: ignore[index]
+        (ins, cin), (outs, cout) = (counts_and_classes(self.counter, v, rest) for v in (input, stored))
+        tokens = {tok: (ins[tok], outs[tok]) if tok in ins else known[tok] for tok in toks}  # type: ignore[index]
+        return tokens, stored_classes(cin, cout)
 
     def derive_node(self, role: str, input: Any, output: Any, name: str = "", *,
                     known: dict[str, tuple[int, int]] | None = None) -> NodeDerived:
@@ -290,7 +292,8 @@ class EngineCore:
         nothing is spilled."""
         stored, _ = spill_output(output, self.store.spill, role=role, name=name)
         refs = aging.stored_references(stored) if role == "code" and stored is not None else None
-        return NodeDerived(tokens=self._count_stored(input, stored, known if stored is output else None), refs=refs)
+        tokens, chars = self._count_stored(input, stored, known if stored is output else None)
+        return NodeDerived(tokens=tokens, refs=refs, chars=chars)
 
     @staticmethod
     def _payload_is_big(*values: Any, limit: int = BIG_PAYLOAD_CHARS) -> bool:

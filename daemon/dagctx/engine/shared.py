@@ -218,6 +218,8 @@ class ViewCaches:
     refs_seen: dict[str, tuple[int, int]] = field(default_factory=dict)
     aging: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     texts: OrderedDict[tuple[str, str], int] = field(default_factory=OrderedDict)
+    #: session id → the stored character counts of its nodes (``TokenAccounting.node_chars``)
+    chars: dict[str, Any] = field(default_factory=dict)
 
     def drop_session(self, session_id: str) -> None:
         """Forget what the views derived from one session (its graph was evicted); a
@@ -227,6 +229,7 @@ class ViewCaches:
                 cache.pop(key, None)
         self.refs.pop(session_id, None)
         self.refs_seen.pop(session_id, None)
+        self.chars.pop(session_id, None)
 
 
 @dataclass

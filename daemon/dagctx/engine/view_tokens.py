@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import logging
 import sys
+import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dagctx.context import aging, formats
 from dagctx.context.cancel import stop_if_cancelled
+from dagctx.context.char_classes import CharClasses, classes_from_stored_many
+from dagctx.context.tokens import ESTIMATE
+from dagctx.context.view import Item
 from dagctx.context.render_items import added_text
 from dagctx.ledger import SessionGraph
 from dagctx.ledger.graph import is_summary
@@ -24,6 +28,20 @@ log = logging.getLogger("dagctx.engine")
 
 if TYPE_CHECKING:
     from .ports import ViewHost
+
+
+class StoredChars:
+    """One session's stored character counts (``node_chars``): the graph they were read
+    for (weakly: an evicted graph is freed), how many of its replacements
+    (``SessionGraph.updates``) were seen, and node id → kept counts."""
+
+    __slots__ = ("graph", "seen", "chars")
+
+    def __init__(self, graph: SessionGraph, chars: dict[str, bytes]) -> None:
+        self.graph = weakref.ref(graph)
+        self.seen = len(graph.updates)
+        self.chars = chars
+
 
 #: texts at least this long have their token counts remembered (``count_text``)
 LONG_TEXT = 2_000
@@ -39,6 +57,7 @@ class TokenAccounting:
     _refs: dict[str, dict[str, list[str]]]
     _refs_seen: dict[str, tuple[int, int]]
     _text_tokens: OrderedDict[tuple[str, str], int]
+    _chars: dict[str, StoredChars]
 
     def count_text(self, text: str, tokenizer: str) -> int:
         """Tokens of a derived text (an aged replacement), counted once: aging counts a
@@ -57,13 +76,16 @@ class TokenAccounting:
 
 
     def node_tokens(self, graph: SessionGraph, tokenizer: str) -> dict[str, tuple[int, int]]:
-        """Stored (input, output) counts of every node, loaded once per session/tokenizer."""
+        """Stored (input, output) counts of every node, loaded once per session/tokenizer
+        (with the stored character counts, ``node_chars``, from the same rows)."""
         key = (graph.session_id, tokenizer)
         cache = self._tokens.get(key)
         seen = self._updates_seen.get(key, 0)
         if cache is None or len(graph.updates) < seen:
-            cache = self.e.store.token_counts(graph.session_id, tokenizer, tick=stop_if_cancelled)
+            chars: dict[str, bytes] = {}
+            cache = self.e.store.token_counts(graph.session_id, tokenizer, tick=stop_if_cancelled, chars=chars)
             self._tokens[key] = cache
+            self._chars[graph.session_id] = StoredChars(graph, chars)
             seen = 0
         if len(graph.updates) > seen:
             # A running node finished (here or in another process): its output changed,
@@ -72,6 +94,68 @@ class TokenAccounting:
                 cache.pop(nid, None)
         self._updates_seen[key] = len(graph.updates)
         return cache
+
+    def node_chars(self, graph: SessionGraph) -> dict[str, bytes]:
+        """The stored character counts of the session's nodes (``NodeDerived.chars``; rows
+        written without them are absent), read with the token counts (``node_tokens``)
+        and, like them, forgotten for a node the one mutation replaced since; read again
+        when ``graph`` is not the graph they were read for."""
+        sid = graph.session_id
+        got = self._chars.get(sid)
+        if got is None or got.graph() is not graph or len(graph.updates) < got.seen:
+            chars: dict[str, bytes] = {}
+            self.e.store.token_counts(sid, ESTIMATE, tick=stop_if_cancelled, chars=chars)
+            got = self._chars[sid] = StoredChars(graph, chars)
+        if len(graph.updates) > got.seen:
+            for nid in graph.updates[got.seen:]:
+                got.chars.pop(nid, None)
+            got.seen = len(graph.updates)
+        return got.chars
+
+    def body_classes(self, graph: SessionGraph,
+                     ) -> Callable[[Sequence[Item], Sequence[str]], list[CharClasses | None]] | None:
+        """What a compaction's transcript (``summary_transcript.Transcript``) may take as
+        measured: for each item and its body, the body's character counts when the body
+        is its node's input or output text itself (the render hands the node's string on)
+        and that text's counts were stored when the node was written
+        (``EngineCore.derive_node``), else None (measured then). Only a finished node's:
+        a running node's output is the one thing that changes (SPEC §4), so the counts
+        stored for a finished one are of the text the graph holds (and counts of another
+        length are never taken). A transcript asks about thousands of items: the loop only
+        matches them, and the kept counts are unpacked all at once. None when the session
+        has no counts kept (written before they were): nothing to look up."""
+        chars = self.node_chars(graph)
+        if not chars:
+            return None
+        nodes_get = graph.nodes.get
+        chars_get = chars.get
+
+        def known(items: Sequence[Item], bodies: Sequence[str]) -> list[CharClasses | None]:
+            out: list[CharClasses | None] = [None] * len(bodies)
+            at: list[int] = []
+            halves: list[bytes] = []
+            for k, (item, body) in enumerate(zip(items, bodies)):
+                nid = item.node_id
+                kept = chars_get(nid)
+                if kept is None or len(kept) != 32:
+                    continue
+                node = nodes_get(nid)
+                if node is None or node.status == "running":
+                    continue
+                if body is node.output:
+                    half = slice(16, 32)
+                elif body is node.input:
+                    half = slice(0, 16)
+                else:
+                    continue
+                at.append(k)
+                halves.append(kept[half])
+            for k, got in zip(at, classes_from_stored_many(b"".join(halves))):
+                if got[0] == len(bodies[k]):
+                    out[k] = got
+            return out
+
+        return known
 
     def refs_of(self, graph: SessionGraph, mined: dict[str, list[str]] | None = None) -> Callable[[str], list[str]]:
         """A code node's ranked references (SPEC §8): stored at write time, read once per

@@ -35,6 +35,7 @@ from .shared import ViewCaches
 from .render_cache import CachedAging, CachedRender, Snapshot, join_views, still_valid_prefix
 from .view_aging import AgingPlans
 from .view_prompt import SystemPromptNode
+from .view_tokens import StoredChars
 from .view_usage import UsageCalibration, _llm_node
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
         self._refs_seen: dict[str, tuple[int, int]] = caches.refs_seen
         self._aging_cache: dict[tuple[Any, ...], CachedAging] = caches.aging
         self._text_tokens: OrderedDict[tuple[str, str], int] = caches.texts
+        self._chars: dict[str, StoredChars] = caches.chars
 
     # ------------------------------------------------------------ render
 

@@ -77,12 +77,21 @@ def decode_refs(blob: bytes) -> list[str]:
 @dataclass(frozen=True, slots=True)
 class NodeDerived:
     """What the layers above derive from a node once, when it is written, for the ledger to
-    keep in the node's row: token counts per tokenizer, and a code node's ranked references
-    (SPEC §8). Both are caches: a part that is missing is computed again by whoever needs
-    it; the ledger never interprets them."""
+    keep in the node's row: token counts per tokenizer, the character counts of its texts
+    (``chars``), and a code node's ranked references (SPEC §8). All are caches: a part
+    that is missing is computed again by whoever needs it; the ledger never interprets
+    them. ``chars`` rides in the token counts' map (under ``CHARS_KEY``), so storing it
+    changed no table of any backend, and a row written without it simply lacks the key."""
 
     tokens: dict[str, tuple[int, int]] | None = None
     refs: Sequence[str] | None = None
+    #: opaque bytes (``context.char_classes.stored_classes``); kept only beside ``tokens``
+    chars: bytes | None = None
+
+
+#: The key of the token counts' map under which ``NodeDerived.chars`` is kept: no tokenizer
+#: id starts with a colon, so a reader of one tokenizer's counts never meets it.
+CHARS_KEY = ":chars"
 
 
 @dataclass

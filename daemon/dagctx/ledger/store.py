@@ -41,7 +41,7 @@ from dagctx.protocol.nodes import Call, NodeInput
 from . import rules
 from . import search as fts
 from .appends import Appends
-from .backend import NodeDerived, SessionRow, UsageRow, decode_meta, decode_refs, encode_refs
+from .backend import CHARS_KEY, NodeDerived, SessionRow, UsageRow, decode_meta, decode_refs, encode_refs
 from .graph import SessionGraph, is_spawn_root
 from .store_base import DERIVED_KEY
 
@@ -511,18 +511,26 @@ class Store(Appends):
     # ------------------------------------------------------------ derived caches
 
     def token_counts(self, session_id: str, tokenizer: str, *,
-                     tick: Callable[[], None] | None = None) -> dict[str, tuple[int, int]]:
+                     tick: Callable[[], None] | None = None,
+                     chars: dict[str, bytes] | None = None) -> dict[str, tuple[int, int]]:
         """Stored (input, output) token counts of every node for one tokenizer; ``tick()``
-        is called every few hundred rows (the engine's cancellation check, SPEC §1.4)."""
+        is called every few hundred rows (the engine's cancellation check, SPEC §1.4).
+        ``chars``: filled with each node's stored ``NodeDerived.chars`` (the rows that have
+        them), from the same reading of the same rows."""
         out: dict[str, tuple[int, int]] = {}
         with self.lock:
             rows = list(self.backend.token_rows(session_id))
         for k, (nid, blob) in enumerate(rows):
             if tick is not None and not k & 511:
                 tick()
-            got = decode_meta(blob).get(tokenizer)
+            meta = decode_meta(blob)
+            got = meta.get(tokenizer)
             if got is not None:
                 out[nid] = (got[0], got[1])
+            if chars is not None:
+                kept = meta.get(CHARS_KEY)
+                if kept is not None:
+                    chars[nid] = kept
         return out
 
     def reference_lists(self, session_id: str, *, after_seq: int = -1, ids: Sequence[str] | None = None,

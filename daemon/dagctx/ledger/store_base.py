@@ -26,7 +26,8 @@ import msgspec
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import Call
 
-from .backend import Backend, BlobRow, NodeDerived, NodeRow, SessionRow, WouldWait, encode_meta, encode_refs
+from .backend import (CHARS_KEY, Backend, BlobRow, NodeDerived, NodeRow, SessionRow, WouldWait, encode_meta,
+                      encode_refs)
 from .backends import open_backend
 from .graph import SessionGraph
 from .spill import SpillPolicy
@@ -270,6 +271,8 @@ class StoreBase:
     ) -> NodeRow:
         tokens = derived.tokens if derived is not None else None
         refs = derived.refs if derived is not None else None
+        if tokens and derived is not None and derived.chars is not None:
+            tokens = {**tokens, CHARS_KEY: derived.chars}
         return NodeRow(
             sid, call.id, call.seq, rev, call.role, call.name, call.status, call.caller, call.predecessor,
             call.created_at, self._enc.encode(call), encode_meta(tokens) if tokens else None,
