@@ -528,3 +528,105 @@ async def test_a_lone_append_meeting_another_process_lock_waits_in_the_writer(he
     with RawDb(db) as rawdb:
         assert rawdb.execute("SELECT id, seq FROM nodes WHERE session_id=? AND seq>0", (s.session_id,)) == [
             ("waited", 1)]
+
+
+def _corked(c: DagctxClient) -> Any:
+    """Hold what ``c`` sends until the returned function is called: then one write carries
+    it all, so the daemon reads the frames together (SPEC §1.4, §4.2)."""
+    sent: list[bytes] = []
+    c._writer.write = sent.append  # type: ignore[method-assign]
+
+    def flush() -> None:
+        del c._writer.write
+        c._writer.write(b"".join(sent))
+
+    return flush
+
+
+async def test_appends_read_together_keep_their_order_rules_and_errors(shared: SharedDaemon) -> None:
+    """A run of appends that reaches the daemon in one read is handed to the writer as the
+    frames are dispatched (an append with more frames behind it does not wait for a turn of
+    the event loop), yet each meets the rules after those sent before it and is answered in
+    its place: a refused one (by the rules, or before the writer: an unknown renderId)
+    alone, one counted in a thread (a big payload) before those after it."""
+    c = await shared.connect()
+    s = await c.session_create("one read")
+    sid = s.session_id
+    plan: list[tuple[str, m.NodeAppendParams]] = []
+    prev = s.root_id
+    for k in range(48):
+        nid, role = f"r{k}", ("user" if k % 2 == 0 else "llm")
+        if k % 12 == 4:
+            plan.append(("DuplicateNode", m.NodeAppendParams(session_id=sid, node=NodeInput(
+                role=role, id=f"r{k - 1}", predecessor=prev, output="again"))))
+            continue
+        if k % 12 == 9:
+            plan.append(("InvalidParams", m.NodeAppendParams(session_id=sid, render_id="no-such-render", node=NodeInput(
+                role=role, id=nid, predecessor=prev, output="r"))))
+            continue
+        text = "y" * 70_000 if k % 12 == 6 else f"read together {k} 第{k}段"
+        plan.append(("ok", m.NodeAppendParams(session_id=sid, node=NodeInput(role=role, id=nid, predecessor=prev,
+                                                                             output=text))))
+        prev = nid
+    flush = _corked(c)
+    order: list[int] = []
+    futs = []
+    for k, (_, p) in enumerate(plan):
+        fut = c.send_request("node/append", p)[1]
+        fut.add_done_callback(lambda f, k=k: order.append(k))
+        futs.append(fut)
+    flush()
+    got = await asyncio.gather(*futs, return_exceptions=True)
+    assert order == list(range(len(plan)))
+    ok_ids = []
+    for (want, p), r in zip(plan, got):
+        if want == "ok":
+            assert isinstance(r, m.NodeResult) and r.head == r.node.id == p.node.id, (p.node.id, r)
+            ok_ids.append(r.node.id)
+        else:
+            assert isinstance(r, RpcError) and r.kind == want, (p.node.id, r)
+    assert [r.node.seq for r in got if isinstance(r, m.NodeResult)] == list(range(1, len(ok_ids) + 1))
+    assert [n.id for n in (await c.history(sid)).nodes] == ok_ids
+    with RawDb(shared.database) as raw:
+        rows = raw.execute("SELECT id, tokens FROM nodes WHERE session_id=? AND seq>0 ORDER BY seq", (sid,))
+    assert [r[0] for r in rows] == ok_ids and all(r[1] is not None for r in rows)  # counted, by the writer
+    for k in (0, 13, 25):
+        assert [h.node_id for h in (await c.search(f"第{k}段", session_id=sid)).hits] == [f"r{k}"]
+
+
+async def test_an_append_read_with_others_is_taken_out_when_cancelled_in_the_queue(held: SharedDaemon) -> None:
+    """The writer waits for another process's lock with one append; two more arrive in one
+    read, the first handed to the writer's queue at once. Cancelled there, it is taken out
+    and answers RequestCancelled ("nothing was written" holds); the append that holds the
+    lock's wait and the one after it are committed and answered in order (SPEC §1.4)."""
+    import sqlite3
+
+    d, db = held, held.database
+    c = await d.connect()
+    s = await c.session_create("held")
+    sid = s.session_id
+    raw = sqlite3.connect(db, isolation_level=None)
+    raw.execute("BEGIN IMMEDIATE")
+    try:
+        _, first = c.send_request("node/append", m.NodeAppendParams(
+            session_id=sid, node=NodeInput(role="user", id="first", predecessor=s.root_id, output="a")))
+        await asyncio.sleep(0.5)  # the writer took it and waits for the lock
+        flush = _corked(c)
+        dropped_id, dropped = c.send_request("node/append", m.NodeAppendParams(
+            session_id=sid, node=NodeInput(role="user", id="dropped", predecessor=s.root_id, output="b")))
+        _, last = c.send_request("node/append", m.NodeAppendParams(
+            session_id=sid, node=NodeInput(role="llm", id="last", predecessor="first", output="c")))
+        flush()
+        await asyncio.sleep(0.3)
+        c.cancel(dropped_id)
+        await asyncio.sleep(0.2)
+    finally:
+        raw.execute("ROLLBACK")
+        raw.close()
+    got = await asyncio.gather(first, dropped, last, return_exceptions=True)
+    assert isinstance(got[0], m.NodeResult) and got[0].node.seq == 1, got[0]
+    assert isinstance(got[1], RpcError) and got[1].kind == "RequestCancelled", got[1]
+    assert isinstance(got[2], m.NodeResult) and (got[2].node.seq, got[2].head) == (2, "last"), got[2]
+    with RawDb(db) as rawdb:
+        assert rawdb.execute("SELECT id, seq FROM nodes WHERE session_id=? AND seq>0 ORDER BY seq", (sid,)) == [
+            ("first", 1), ("last", 2)]

@@ -371,3 +371,58 @@ def test_a_lone_append_leaves_a_replaced_file_to_the_writer_thread(fresh_sqlite:
         assert got is not None and not isinstance(got, BaseException) and got[0].node.seq == 2
     finally:
         store.close()
+
+
+def test_the_writer_thread_derives_what_was_left_to_it_and_isolates_its_failure(fresh_sqlite: Path) -> None:
+    """A unit whose derived data (token counts) was left to whoever runs it
+    (``AppendRequest.derive``) is derived once, by the writer thread before the group's
+    commit, and its row keeps it; a unit whose derivation fails answers that error alone:
+    nothing of it is written, its group-mates are committed with contiguous seq (SPEC §4.2).
+    Run alone on the submitter's thread, the submitter derives it."""
+    from dagctx.ledger import NodeDerived
+
+    store = Store(str(fresh_sqlite))
+    heard: list[Any] = []
+    done = threading.Event()
+    derived_on: list[tuple[str, int]] = []
+
+    def notify(items: list[Any]) -> None:
+        heard.extend(items)
+        if len(heard) >= 3:
+            done.set()
+
+    def derive(nid: str, n: int, fail: bool = False) -> Any:
+        def run() -> list[NodeDerived]:
+            derived_on.append((nid, threading.get_ident()))
+            if fail:
+                raise ValueError(f"cannot count {nid}")
+            return [NodeDerived(tokens={"cl100k": (n, n + 1)}) for _ in range(1)]
+        return run
+
+    writer = Writer(store, notify)
+    try:
+        s = store.create_session()
+        sid = s.session_id
+        inside, go_on = threading.Event(), threading.Event()
+        writer.call(lambda: (inside.set(), go_on.wait()), "blocking")  # the three queue up as one group
+        inside.wait()
+        writer.append(AppendRequest(sid, [U(s.root_id, id="a")], derive=derive("a", 3)), "a")
+        writer.append(AppendRequest(sid, [L("a", id="bad")], derive=derive("bad", 4, fail=True)), "bad")
+        writer.append(AppendRequest(sid, [L("a", id="b")], derive=derive("b", 5)), "b")
+        go_on.set()
+        assert done.wait(30)
+        outcome = {w: (ok, v) for w, ok, v in heard if w != "blocking"}
+        assert outcome["a"][0] and outcome["b"][0]
+        assert [o.node.seq for o in outcome["a"][1] + outcome["b"][1]] == [1, 2]
+        assert not outcome["bad"][0] and isinstance(outcome["bad"][1], ValueError)
+        assert [nid for nid, _ in derived_on] == ["a", "bad", "b"]  # once each, in queue order
+        assert {t for _, t in derived_on} == {writer._thread.ident}
+        rows = {r.id: r.tokens for r in store.backend.node_rows(sid)}
+        assert "bad" not in rows and rows["a"] is not None and rows["b"] is not None and rows["a"] != rows["b"]
+        # alone on this thread: derived here, before it runs
+        got = writer.run_alone(AppendRequest(sid, [L("b", id="c")], derive=derive("c", 7)))
+        assert got is not None and not isinstance(got, BaseException) and got[0].node.seq == 3
+        assert derived_on[-1] == ("c", threading.get_ident())
+    finally:
+        writer.close()
+        store.close()

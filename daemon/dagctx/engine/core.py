@@ -17,6 +17,7 @@ Architecture Invariant: no JSON-RPC and no SQL here.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -38,8 +39,8 @@ from dagctx.protocol.methods import CLIENT_REQUESTS, PROTOCOL_VERSION, SERVER_NO
 
 from dagctx.context.turn_reduction import Reductions
 
-from . import (compaction_pipeline, exports, imports, ledger_ops, memory, memory_search, migration, summary_sources,
-               turn_reduction)
+from . import (compaction_pipeline, exports, imports, ledger_ops, memory, memory_search, migration, node_appends,
+               summary_sources, turn_reduction)
 from .config import (
     SEARCH_CAPABILITY,
     DaemonConfig,
@@ -332,10 +333,15 @@ class EngineCore:
                                derived: NodeDerived | None = None) -> AppendOutcome:
         """``write_node`` from the event loop: the append goes to the database's writer
         thread and is committed with the other appends waiting there (group commit)."""
+        derive = None
         if derived is None:
-            derived = await self._derive(node.role, node.input, node.output, node.name)
+            if self._payload_is_big(node.input, node.output):
+                derived = await asyncio.to_thread(self.derive_node, node.role, node.input, node.output, node.name)
+            else:  # counted where the unit runs: by the writer thread beside the loop, or here when alone
+                derive = functools.partial(self.derive_node, node.role, node.input, node.output, node.name)
         alone = not self._payload_is_big(node.input, node.output, limit=ALONE_APPEND_CHARS)
-        out = await self._db().calls.append(session_id, node, move_head=move_head, derived=derived, alone=alone)
+        out = await self._db().calls.append(session_id, node, move_head=move_head, derived=derived, alone=alone,
+                                            derive=derive)
         self.announce(session_id, [out.node], out.head)
         return out
 
@@ -361,14 +367,7 @@ class EngineCore:
         self.on_change(session_id, frozenset(n.id for n in nodes))
 
     def node_append(self, p: m.NodeAppendParams) -> Awaitable[m.NodeResult]:
-        return self._node_append(p)
-
-    async def _node_append(self, p: m.NodeAppendParams) -> m.NodeResult:
-        node = p.node
-        if p.render_id is not None:
-            node = self._with_render(p.session_id, p.render_id, node, "renderId")
-        out = await self.write_node_async(p.session_id, node, move_head=p.move_head)
-        return m.NodeResult(node=out.node, head=out.head)
+        return node_appends.node_append(self, p)
 
     def _with_render(self, session_id: str, render_id: str, node: Any, path: str) -> Any:
         """An llm call records what it was sent: the render's reads and manifest."""
@@ -382,26 +381,7 @@ class EngineCore:
         return msgspec.structs.replace(node, reads=node.reads or list(rec.reads), metadata=meta)
 
     def node_append_batch(self, p: m.NodeAppendBatchParams) -> Awaitable[m.NodeBatchResult]:
-        return self._node_append_batch(p)
-
-    async def _node_append_batch(self, p: m.NodeAppendBatchParams) -> m.NodeBatchResult:
-        """A whole turn (or an importer's run of nodes) in one unit of the next group
-        commit: all or none (SPEC §4.2)."""
-        if not p.nodes:
-            raise DagctxError("InvalidParams", "nodes is empty: give at least one node", path="nodes")
-        nodes = [self._with_render(p.session_id, p.render_id, n, "renderId") if p.render_id is not None
-                 and n.role == "llm" else n for n in p.nodes]
-        values = [*[n.input for n in nodes], *[n.output for n in nodes]]
-        if self._payload_is_big(*values):
-            derived = await asyncio.to_thread(
-                lambda: [self.derive_node(n.role, n.input, n.output, n.name) for n in nodes])
-        else:
-            derived = [self.derive_node(n.role, n.input, n.output, n.name) for n in nodes]
-        outs = await self._db().calls.append_batch(p.session_id, nodes, move_head=p.move_head, derived=derived,
-                                                   alone=not self._payload_is_big(*values, limit=ALONE_APPEND_CHARS))
-        head = outs[-1].head
-        self.announce(p.session_id, [o.node for o in outs], head)
-        return m.NodeBatchResult(nodes=[o.node for o in outs], head=head)
+        return node_appends.node_append_batch(self, p)
 
     def node_update(self, p: m.NodeUpdateParams) -> Awaitable[m.NodeResult]:
         return self._node_update(p)

@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -128,17 +128,42 @@ class StoreCalls:
         return await self._outcome(waiter)
 
     async def append(self, session_id: str, node: NodeInput, *, move_head: bool | None = None,
-                     derived: NodeDerived | None = None, alone: bool = False) -> AppendOutcome:
+                     derived: NodeDerived | None = None, alone: bool = False,
+                     derive: Callable[[], NodeDerived] | None = None) -> AppendOutcome:
         """One append, committed with whatever other appends are waiting (group commit).
-        ``alone``: small enough to commit on the loop when nothing else is (``_unit``)."""
-        out = await self._unit(AppendRequest(session_id, (node,), move_head, (derived,)), alone)
+        ``alone``: small enough to commit on the loop when nothing else is (``_unit``).
+        ``derive``: computes ``derived`` where the unit runs (``AppendRequest.derive``)."""
+        out = await self._unit(AppendRequest(session_id, (node,), move_head, (derived,),
+                                             derive=None if derive is None else lambda: (derive(),)), alone)
         return out[0]
 
     async def append_batch(self, session_id: str, nodes: Sequence[NodeInput], *, move_head: bool | None = None,
                            derived: Sequence[NodeDerived | None] | None = None,
-                           alone: bool = False) -> list[AppendOutcome]:
+                           alone: bool = False,
+                           derive: Callable[[], Sequence[NodeDerived | None]] | None = None) -> list[AppendOutcome]:
         """Nodes of one session, all or none, in the next group."""
-        return await self._unit(AppendRequest(session_id, tuple(nodes), move_head, derived, batch=True), alone)
+        return await self._unit(AppendRequest(session_id, tuple(nodes), move_head, derived, batch=True,
+                                              derive=derive), alone)
+
+    def start_unit(self, unit: AppendRequest, alone: bool,
+                   finish: Callable[[list[AppendOutcome]], T]) -> Awaitable[T]:
+        """``finish(await self._unit(unit, alone))``, with the unit in the writer's queue
+        before this returns unless it may be the whole of its group (``alone`` and
+        ``_alone_now``: that is decided at the coroutine's first step, as ``_unit`` does).
+        A pipelining client's appends thus reach the queue as their frames are read, in
+        order, not one turn of the event loop each (SPEC §4.2); the answer is a
+        ``QueuedAppend``, which needs no task."""
+        if alone and _alone_now():
+            return self._finished(self._unit(unit, alone), finish)
+        waiter = self._waiter()
+        self.writer.append(unit, waiter)
+        _queued()
+        return QueuedAppend(self.writer, waiter, finish)
+
+    @staticmethod
+    async def _finished(outcomes: Awaitable[list[AppendOutcome]],
+                        finish: Callable[[list[AppendOutcome]], T]) -> T:
+        return finish(await outcomes)
 
     async def _unit(self, unit: AppendRequest, alone: bool) -> list[AppendOutcome]:
         """A unit of the next group commit (SPEC §4.2). When ``alone`` and the writer is
@@ -181,6 +206,47 @@ class StoreCalls:
 
     def close(self) -> None:
         self.writer.close()
+
+
+class QueuedAppend(asyncio.Future):  # type: ignore[type-arg]
+    """A request's answer whose unit is in its database's writer queue already
+    (``StoreCalls.start_unit``): ``finish(outcomes)`` once the writer has run it, its error
+    otherwise. Cancelling it (SPEC §1.4) takes the unit out of the queue while it is still
+    there — nothing is written, the request answers RequestCancelled; once the writer has
+    it, the cancel is refused and what the writer did is the answer, as ``StoreCalls._outcome``
+    says of a queued write."""
+
+    def __init__(self, writer: Writer, waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]],
+                 finish: Callable[[Any], Any]) -> None:
+        super().__init__(loop=waiter[0])
+        self._writer = writer
+        self._waiter = waiter
+        self._finish = finish
+        waiter[1].add_done_callback(self._landed)
+
+    def _landed(self, fut: asyncio.Future[Any]) -> None:
+        if self.done():
+            return
+        if fut.cancelled():
+            super().cancel()
+            return
+        exc = fut.exception()
+        if exc is not None:
+            self.set_exception(exc)
+            return
+        try:
+            result = self._finish(fut.result())
+        except Exception as err:  # noqa: BLE001 - the request's own error
+            self.set_exception(err)
+            return
+        self.set_result(result)
+
+    def cancel(self, msg: Any = None) -> bool:
+        fut = self._waiter[1]
+        if self.done() or fut.done() or not self._writer.withdraw(self._waiter):
+            return False
+        fut.cancel()
+        return super().cancel(msg)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,16 @@ class AppendRequest:
     derived: Sequence[NodeDerived | None] | None = None
     #: ``node/appendBatch``: errors name the node's index (``nodes[2].predecessor``)
     batch: bool = False
+    #: what computes ``derived`` when the layers above left it to whoever runs the unit:
+    #: the writer thread, before the group's transaction (``Writer._derive``), so a
+    #: pipelining client's token counts are taken beside the event loop, not on it
+    derive: Callable[[], Sequence[NodeDerived | None]] | None = None
+
+    def derive_now(self) -> None:
+        """``derived`` computed, when it was left to be (``derive``); an error is the unit's."""
+        if self.derive is not None:
+            derive, self.derive = self.derive, None
+            self.derived = derive()
 
 
 class _Redo(Exception):

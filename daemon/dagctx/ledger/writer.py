@@ -84,6 +84,11 @@ class Writer:
             self._busy = True
         result: list[AppendOutcome] | BaseException | None = None
         try:
+            try:
+                unit.derive_now()  # a group of itself: nothing to derive it beside
+            except Exception as exc:  # its own error, as in a group
+                result = exc
+                return result
             result = self.store.append_alone(unit)
             if isinstance(result, BaseException) and _retryable(result):  # the file was replaced: the thread reopens it and runs it
                 result = None
@@ -188,6 +193,16 @@ class Writer:
     def _run_group(self, items: list[tuple[str, Any, Any]]) -> list[Done]:
         live = [it for it in items if not self._cancelled(it[2])]
         out: list[Done] = [(it[2], False, None) for it in items if self._cancelled(it[2])]
+        if not live:
+            return out
+        derive_failed: list[Done] = []
+        for it in [it for it in live if it[1].derive is not None]:
+            try:
+                it[1].derive_now()
+            except Exception as exc:  # its own error: the group goes on without it (SPEC §4.2)
+                live.remove(it)
+                derive_failed.append((it[2], False, exc))
+        out.extend(derive_failed)
         if not live:
             return out
         units = [it[1] for it in live]

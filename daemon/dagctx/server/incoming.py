@@ -90,15 +90,29 @@ class Incoming:
     #: set when a replayed read's answer is kept; None while nothing is
     _poll_beside: Any
 
+    #: while the frames of one read are dispatched: more of them follow the one at hand
+    #: (``RequestRunner._ordered_on_loop``: an append with more behind it is queued at once)
+    _more_coming: bool = False
+
     def feed(self, data: bytes) -> None:
         self.hub.last_input = time.monotonic()
-        for event in self.parser.feed(data):
-            if self._held is not None:  # a big body is decoding in the pool: keep the order
-                self._held.append(event)
-            else:
-                self._event(event)
+        self._dispatch_events(self.parser.feed(data))
         if self._quick_out:  # the quick answers of this read, in one write
             self._flush_quick()
+
+    def _dispatch_events(self, events: list[Any]) -> None:
+        """The frames of one read, in order; ``_more_coming`` tells each but the last that
+        others follow it."""
+        last = len(events) - 1
+        try:
+            for i, event in enumerate(events):
+                if self._held is not None:  # a big body is decoding in the pool: keep the order
+                    self._held.append(event)
+                else:
+                    self._more_coming = i < last
+                    self._event(event)
+        finally:
+            self._more_coming = False
 
     def feed_in_thread(self, data: bytes, quiet: Any = None) -> Any:
         """The client's input, read by its reader thread (``pipe_reader.PipeReader``, SPEC
@@ -181,11 +195,7 @@ class Incoming:
         try:
             if self.exit_code is not None:
                 return  # the connection is gone: nobody to answer
-            for event in events:
-                if self._held is not None:  # a big body is decoding in the pool: keep the order
-                    self._held.append(event)
-                else:
-                    self._event(event)
+            self._dispatch_events(events)
             if self._quick_out:
                 self._flush_quick()
         finally:

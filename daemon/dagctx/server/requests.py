@@ -118,6 +118,7 @@ class RequestRunner:
     _notes_posted: int
     _write_posted: Any
     _answers_held: list[bytes]
+    _more_coming: bool
     hold: Callable[[bytes], None]
     #: every ordered request gets the next number (``_ordered_seq``); the last one's is
     #: ``_tail_seq``; a worker that wrote an ordered read's answer itself records its number
@@ -174,7 +175,8 @@ class RequestRunner:
         me = self._last_append = self._append_answers.add(AppendTurn(loop, done))
         self._tail_seq = self._ordered_seq = self._ordered_seq + 1
         ctx.run(APPEND_QUEUED.set, me.mark_queued)
-        ctx.run(APPEND_LAST.set, lambda: self._last_append is me)
+        # the last its connection sent: none after it, nor more frames of the read at hand
+        ctx.run(APPEND_LAST.set, lambda: self._last_append is me and not self._more_coming)
         done.add_done_callback(me.mark_queued)
 
         def ended(task: asyncio.Future[Any]) -> None:
@@ -191,14 +193,20 @@ class RequestRunner:
                 result = ctx.run(handler, params)
             except Exception as exc:  # answered by _request_done, like a failed pool job
                 result = exc
-            me.task = task = loop.create_task(result if asyncio.iscoroutine(result) else settled(result),
-                                              context=ctx)
+            if isinstance(result, asyncio.Future):  # queued already: settled by the writer (``QueuedAppend``)
+                task = result
+            else:
+                task = loop.create_task(result if asyncio.iscoroutine(result) else settled(result), context=ctx)
+            me.task = task
             self._tasks[msg_id] = task
             task.add_done_callback(ended)
 
         done.add_done_callback(lambda f, i=msg_id, mth=method, p=params: self._request_done(i, mth, f, p))
         if behind and last is not None and waits == [last.queued] and not self._backlog:
-            last.queued.add_done_callback(lambda f: start())  # no backlog task: one hop
+            if last.queued.done():  # the one before is in the writer's queue already: no hop
+                start()
+            else:
+                last.queued.add_done_callback(lambda f: start())  # no backlog task: one hop
         elif waits or self._backlog:
             self._queue_ordered(waits, start)
         else:
