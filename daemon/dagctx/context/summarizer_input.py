@@ -11,6 +11,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from operator import is_
 from typing import Any
 
 from dagctx.protocol.errors import DagctxError
@@ -31,6 +32,7 @@ __all__ = [
     "request_estimate",
     "retry_messages",
     "split_stages",
+    "stage_groups",
     "stage_owners",
     "stage_plan",
     "summarized_ids",
@@ -318,6 +320,28 @@ def stage_owners(plan: CutPlan) -> dict[str, str]:
     return dict(zip((it.node_id for it in plan.input_items), plan.input_groups))
 
 
+def stage_groups(plan: CutPlan, stages: list[list[Item]]) -> list[list[str]]:
+    """Each stage's ``input_groups`` (what ``stage_plan`` finds with ``stage_owners``).
+    A stage is a run of the plan's items, in order: its groups are the plan's at the same
+    places, one slice (a lookup per item of thousands, stage after stage, was a step of
+    its own); a stage holding pieces of a cut item is looked up item by item. An item's
+    group is a function of its node (``compaction_plan.cut_decision``), so both agree."""
+    items, groups = plan.input_items, plan.input_groups
+    place = dict(zip(map(id, items), range(len(items))))
+    owner: dict[str, str] | None = None
+    out: list[list[str]] = []
+    for stage in stages:
+        k = place.get(id(stage[0])) if stage else 0
+        n = len(stage)
+        if k is not None and k + n <= len(items) and all(map(is_, stage, items[k:k + n])):
+            out.append(groups[k:k + n])
+            continue
+        if owner is None:
+            owner = stage_owners(plan)
+        out.append([owner.get(it.node_id, it.node_id) for it in stage])
+    return out
+
+
 def stage_plan(
     plan: CutPlan,
     items: list[Item],
@@ -326,17 +350,21 @@ def stage_plan(
     total: int,
     previous_text: str | None = None,
     owner: dict[str, str] | None = None,
+    groups: list[str] | None = None,
 ) -> CutPlan:
     """The plan for one stage (1-based ``index`` of ``total``): its items, and as previous
     summary ``previous_text`` (the summary of the stages before; for stage 1 the plan's
-    own previous summary when ``previous_text`` is None)."""
+    own previous summary when ``previous_text`` is None). ``groups``: the stage's groups
+    when known (``stage_groups``)."""
     prev = previous_text if previous_text is not None else (plan.previous_summary_text if index == 1 else None)
-    if owner is None:  # pass stage_owners(plan) when building many stages of one plan
-        owner = stage_owners(plan)
+    if groups is None:
+        if owner is None:  # pass stage_owners(plan) when building many stages of one plan
+            owner = stage_owners(plan)
+        groups = [owner.get(it.node_id, it.node_id) for it in items]
     return replace(
         plan,
         input_items=list(items),
-        input_groups=[owner.get(it.node_id, it.node_id) for it in items],
+        input_groups=groups,
         previous_summary_text=prev,
         stage=(index, total),
     )

@@ -239,10 +239,11 @@ async def _compact(engine: Host, p: c.CompactParams, started: float) -> c.Compac
     try:
         summary_so_far: str | None = None
         sub = plan
-        owners = summarizer_input.stage_owners(plan) if len(stages) > 1 else None
+        # each stage's groups read off the plan's (a stage is a run of its items)
+        groups = summarizer_input.stage_groups(plan, stages) if len(stages) > 1 else None
         for i, items in enumerate(stages, start=1):
-            sub = plan if len(stages) == 1 else summarizer_input.stage_plan(
-                plan, items, index=i, total=len(stages), previous_text=summary_so_far, owner=owners
+            sub = plan if groups is None else summarizer_input.stage_plan(
+                plan, items, index=i, total=len(stages), previous_text=summary_so_far, groups=groups[i - 1]
             )
             system, messages = summarizer_input.summarizer_messages(
                 sub, instructions=p.instructions, max_chars=max_chars, transcript=transcript)
