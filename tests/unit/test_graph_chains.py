@@ -109,3 +109,31 @@ def test_tips_spans_and_main_tip_kept_between_writes_are_those_of_a_fresh_pass()
             assert (b.g.tips(), b.g.chain_spans(), b.g.main_tip()) == fresh(b.g)
             extended += before is not None and b.g._shape is not None and before[0][1] == b.g._shape[0][1]
     assert extended > 500  # most writes extended what was kept
+
+
+def test_the_same_head_again_gives_the_same_nodes_and_a_replaced_one_anew() -> None:
+    """A head asked again with no node replaced since is the kept list of its nodes (a copy:
+    what a caller does to it changes no later answer); a replaced node (the one mutation)
+    is the new object in the next answer."""
+    import msgspec
+
+    b = _long_with_forks()
+    g = b.g
+    head = "n199"
+    first = g.chain(head)
+    again = g.chain(head)
+    assert again == first and again is not first
+    assert all(x is y for x, y in zip(again, first))
+    again.clear()
+    assert [n.id for n in g.chain(head)] == _fresh_chain(g, head)
+    # a new node (a fork) changes no branch that was walked
+    b.add("late", "llm", output="late", predecessor="n150")
+    assert [n.id for n in g.chain(head)] == _fresh_chain(g, head)
+    old = g.nodes["n101"]
+    g.add(msgspec.structs.replace(old, output="replaced"))
+    got = g.chain(head)
+    assert got[101] is g.nodes["n101"] and got[101].output == "replaced"
+    assert [n.id for n in got] == _fresh_chain(g, head)
+    # another head, then this one again: walked, the same nodes
+    g.chain("late")
+    assert [(n.id, n.output) for n in g.chain(head)] == [(n.id, n.output) for n in got]

@@ -374,6 +374,9 @@ def with_candidate(
     # node's predecessor, so every branch of the copy is the original's (the walk of a
     # 10k-node branch, checks included, is most of the candidate render otherwise)
     g._chain_head, g._chain_ids, g._chain_pos = graph._chain_head, graph._chain_ids, graph._chain_pos
+    if graph._chain_nodes is not None and graph._chain_seen == len(graph.updates):
+        # its nodes too (the same objects: the copy has replaced none of them)
+        g._chain_nodes, g._chain_seen = graph._chain_nodes, len(g.updates)
     next_seq = (graph.by_seq[-1].seq + 1) if graph.by_seq else 1
     node = Call(
         id=node_id,

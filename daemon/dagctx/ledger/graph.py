@@ -32,7 +32,8 @@ class SessionGraph:
 
     __slots__ = (
         "session_id", "root_id", "nodes", "conv_children", "callees", "rev", "by_seq", "updates",
-        "summaries", "system_prompts", "_chain_head", "_chain_ids", "_chain_pos", "nbytes", "used_at",
+        "summaries", "system_prompts", "_chain_head", "_chain_ids", "_chain_pos", "_chain_nodes", "_chain_seen",
+        "nbytes", "used_at",
         "_shape", "_main", "__weakref__",
     )
 
@@ -61,6 +62,11 @@ class SessionGraph:
         self._chain_head: str | None = None
         self._chain_ids: list[str] = []
         self._chain_pos: dict[str, int] | None = None
+        # that chain's nodes, while no node was replaced since (``len(updates)`` then): the
+        # same head asked again (a compaction asks a dozen times) is a copy of the list, not
+        # a lookup of every node of a 10k-node branch
+        self._chain_nodes: list[Call] | None = None
+        self._chain_seen = -1
         # tips and chain spans of the graph as it was at a (node count, replacements) count
         self._shape: tuple[tuple[int, int], int, dict[str, None], dict[str, tuple[int, str]]] | None = None
         self._main: tuple[tuple[int, int], int, str] | None = None
@@ -83,6 +89,7 @@ class SessionGraph:
                 self._chain_head = None
                 self._chain_ids = []
                 self._chain_pos = None
+                self._chain_nodes = None
                 self._shape = None
                 self._main = None
             return
@@ -158,6 +165,9 @@ class SessionGraph:
         """
         if head == self.root_id:
             return []
+        if head == self._chain_head and self._chain_nodes is not None and self._chain_seen == len(self.updates):
+            # edges never change and no node was replaced since: the same nodes
+            return list(self._chain_nodes)
         out: list[Call] = []
         node = self.get(head)
         seen: set[str] = set()
@@ -199,6 +209,8 @@ class SessionGraph:
             self._chain_head = head
             self._chain_ids = [n.id for n in full]
             self._chain_pos = None
+        self._chain_nodes = list(full)
+        self._chain_seen = len(self.updates)
         return full
 
     def _broken(self, node_id: str, why: str) -> DagctxError:
