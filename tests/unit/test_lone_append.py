@@ -426,3 +426,52 @@ def test_the_writer_thread_derives_what_was_left_to_it_and_isolates_its_failure(
     finally:
         writer.close()
         store.close()
+
+
+async def test_an_append_is_queued_at_once_only_with_more_of_its_connection_behind_it(fresh_sqlite: Path) -> None:
+    """``StoreCalls.start_unit`` (SPEC §4.2): an append with more of its connection behind
+    it is in the writer's queue before the call returns (a ``QueuedAppend``); the last one
+    its connection sent is not — whether it is a group of itself is decided at its first
+    step, once the loop ran what was ready, and then it is committed here, on the loop's
+    thread, never by the writer thread (one client appending in turn keeps the lone path)."""
+    import asyncio
+
+    from dagctx.engine.shared import APPEND_LAST, QueuedAppend, StoreCalls
+
+    store = Store(str(fresh_sqlite))
+    alone_on: list[int] = []
+    run_alone = store.append_alone
+
+    def recorded(unit: AppendRequest) -> Any:
+        alone_on.append(threading.get_ident())
+        return run_alone(unit)
+
+    store.append_alone = recorded  # type: ignore[method-assign]
+    calls = StoreCalls(store)
+    try:
+        s = store.create_session()
+        sid = s.session_id
+        loop = asyncio.get_running_loop()
+        seq_of = lambda outs: outs[0].node.seq  # noqa: E731
+
+        token = APPEND_LAST.set(lambda: False)  # more of its connection behind it
+        try:
+            queued = calls.start_unit(AppendRequest(sid, [U(s.root_id, id="a")]), True, seq_of)
+        finally:
+            APPEND_LAST.reset(token)
+        assert isinstance(queued, QueuedAppend)
+        assert await queued == 1 and alone_on == []  # the writer thread committed it
+
+        token = APPEND_LAST.set(lambda: True)  # the last its connection sent
+        try:
+            loop.call_soon(lambda: None)  # something else ready on the loop meanwhile
+            later = calls.start_unit(AppendRequest(sid, [L("a", id="b")]), True, seq_of)
+            assert asyncio.iscoroutine(later) and calls.writer.depth == 0  # not queued yet
+            assert await loop.create_task(later) == 2
+        finally:
+            APPEND_LAST.reset(token)
+        assert alone_on == [threading.get_ident()]  # alone, on this thread
+        assert [n.id for n in store.history(sid)[0]] == ["a", "b"]
+    finally:
+        calls.close()
+        store.close()

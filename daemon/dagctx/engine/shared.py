@@ -95,6 +95,13 @@ def _queued() -> None:
         note()
 
 
+def _last_sent() -> bool:
+    """Whether this append is the last its connection sent (``APPEND_LAST``; True when no
+    connection says otherwise)."""
+    last = APPEND_LAST.get()
+    return last is None or last()
+
+
 def _alone_now() -> bool:
     """Whether an append may be the whole of its group: the last its connection sent, and
     the event loop has nothing else ready to run (another connection's request on its way
@@ -148,12 +155,13 @@ class StoreCalls:
     def start_unit(self, unit: AppendRequest, alone: bool,
                    finish: Callable[[list[AppendOutcome]], T]) -> Awaitable[T]:
         """``finish(await self._unit(unit, alone))``, with the unit in the writer's queue
-        before this returns unless it may be the whole of its group (``alone`` and
-        ``_alone_now``: that is decided at the coroutine's first step, as ``_unit`` does).
+        before this returns unless it may be the whole of its group (``alone``, and the last
+        its connection sent: whether it is alone is decided at the coroutine's first step,
+        ``_unit``, once the loop has run what was ready — as for one client appending in turn).
         A pipelining client's appends thus reach the queue as their frames are read, in
         order, not one turn of the event loop each (SPEC §4.2); the answer is a
         ``QueuedAppend``, which needs no task."""
-        if alone and _alone_now():
+        if alone and _last_sent():
             return self._finished(self._unit(unit, alone), finish)
         waiter = self._waiter()
         self.writer.append(unit, waiter)
