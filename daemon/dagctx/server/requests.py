@@ -175,8 +175,11 @@ class RequestRunner:
         me = self._last_append = self._append_answers.add(AppendTurn(loop, done))
         self._tail_seq = self._ordered_seq = self._ordered_seq + 1
         ctx.run(APPEND_QUEUED.set, me.mark_queued)
-        # the last its connection sent: none after it, nor more frames of the read at hand
-        ctx.run(APPEND_LAST.set, lambda: self._last_append is me and not self._more_coming)
+        # the last its connection sent: none after it, nor more frames of the read at hand —
+        # and none before it unanswered (a pipelining client: its writer is busy with them)
+        answers = self._append_answers
+        ctx.run(APPEND_LAST.set,
+                lambda: self._last_append is me and not self._more_coming and len(answers) <= 1)
         done.add_done_callback(me.mark_queued)
 
         def ended(task: asyncio.Future[Any]) -> None:
