@@ -370,6 +370,7 @@ def with_candidate(
     g.callees = dict(graph.callees)
     g.by_seq = list(graph.by_seq)
     g.rev = graph.rev
+    g.lineage = graph.lineage  # the same nodes: what was derived from ``graph`` holds for the copy
     # the last branch ``graph`` walked: the candidate, a summary beside the branch, is no
     # node's predecessor, so every branch of the copy is the original's (the walk of a
     # 10k-node branch, checks included, is most of the candidate render otherwise)

@@ -32,15 +32,20 @@ class Snapshot:
     chain_set: frozenset[str]
     max_seq: int
     n_updates: int
+    #: the graph's ``lineage``: ``n_updates`` counts that lineage's replacements only
+    lineage: object = None
 
     @classmethod
     def of(cls, graph: SessionGraph, chain: list[str]) -> Snapshot:
         last = graph.by_seq[-1].seq if graph.by_seq else 0
-        return cls(chain, frozenset(chain), last, len(graph.updates))
+        return cls(chain, frozenset(chain), last, len(graph.updates), graph.lineage)
 
 
 def still_valid_prefix(graph: SessionGraph, snap: Snapshot, new_chain: list[str]) -> bool:
-    """True when ``new_chain`` extends ``snap.chain`` and nothing the prefix renders changed."""
+    """True when ``new_chain`` extends ``snap.chain`` and nothing the prefix renders changed
+    (a graph loaded anew — ``SessionGraph.lineage`` — may have any node changed)."""
+    if snap.lineage is not graph.lineage:
+        return False
     n = len(snap.chain)
     if len(new_chain) < n or new_chain[:n] != snap.chain:
         return False

@@ -285,11 +285,11 @@ class ViewCaches:
     by_session: dict[str, Any] = field(default_factory=dict)
     tokens: dict[tuple[str, str], dict[str, tuple[int, int]]] = field(default_factory=dict)
     prefixes: dict[tuple[Any, ...], Any] = field(default_factory=dict)
-    updates_seen: dict[tuple[str, str], int] = field(default_factory=dict)
+    updates_seen: dict[tuple[str, str], tuple[object, int]] = field(default_factory=dict)
     #: session id → code node id → its ranked references (SPEC §8); and per session the
     #: newest seq and the number of graph updates they were read up to
     refs: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-    refs_seen: dict[str, tuple[int, int]] = field(default_factory=dict)
+    refs_seen: dict[str, tuple[int, int, object]] = field(default_factory=dict)
     aging: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     texts: OrderedDict[tuple[str, str], int] = field(default_factory=OrderedDict)
     #: session id → the stored character counts of its nodes (``TokenAccounting.node_chars``)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -31,14 +30,14 @@ if TYPE_CHECKING:
 
 
 class StoredChars:
-    """One session's stored character counts (``node_chars``): the graph they were read
-    for (weakly: an evicted graph is freed), how many of its replacements
+    """One session's stored character counts (``node_chars``): the lineage of the graph
+    they were read for (``SessionGraph.lineage``), how many of its replacements
     (``SessionGraph.updates``) were seen, and node id → kept counts."""
 
-    __slots__ = ("graph", "seen", "chars")
+    __slots__ = ("lineage", "seen", "chars")
 
     def __init__(self, graph: SessionGraph, chars: dict[str, bytes]) -> None:
-        self.graph = weakref.ref(graph)
+        self.lineage = graph.lineage
         self.seen = len(graph.updates)
         self.chars = chars
 
@@ -53,9 +52,9 @@ class TokenAccounting:
 
     e: ViewHost
     _tokens: dict[tuple[str, str], dict[str, tuple[int, int]]]
-    _updates_seen: dict[tuple[str, str], int]
+    _updates_seen: dict[tuple[str, str], tuple[object, int]]
     _refs: dict[str, dict[str, list[str]]]
-    _refs_seen: dict[str, tuple[int, int]]
+    _refs_seen: dict[str, tuple[int, int, object]]
     _text_tokens: OrderedDict[tuple[str, str], int]
     _chars: dict[str, StoredChars]
 
@@ -80,8 +79,11 @@ class TokenAccounting:
         (with the stored character counts, ``node_chars``, from the same rows)."""
         key = (graph.session_id, tokenizer)
         cache = self._tokens.get(key)
-        seen = self._updates_seen.get(key, 0)
-        if cache is None or len(graph.updates) < seen:
+        lineage, seen = self._updates_seen.get(key, (None, 0))
+        # read again when the counts are of another lineage of the graph (``SessionGraph.lineage``:
+        # its nodes were read anew, any of them may have changed), or when the graph had fewer
+        # replacements than seen (the compaction's candidate copy starts with none)
+        if cache is None or lineage is not graph.lineage or len(graph.updates) < seen:
             chars: dict[str, bytes] = {}
             cache = self.e.store.token_counts(graph.session_id, tokenizer, tick=stop_if_cancelled, chars=chars)
             self._tokens[key] = cache
@@ -92,17 +94,17 @@ class TokenAccounting:
             # so its cached count is stale; it is recounted from the stored node.
             for nid in graph.updates[seen:]:
                 cache.pop(nid, None)
-        self._updates_seen[key] = len(graph.updates)
+        self._updates_seen[key] = (graph.lineage, len(graph.updates))
         return cache
 
     def node_chars(self, graph: SessionGraph) -> dict[str, bytes]:
         """The stored character counts of the session's nodes (``NodeDerived.chars``; rows
         written without them are absent), read with the token counts (``node_tokens``)
         and, like them, forgotten for a node the one mutation replaced since; read again
-        when ``graph`` is not the graph they were read for."""
+        for another lineage of the graph (``SessionGraph.lineage``)."""
         sid = graph.session_id
         got = self._chars.get(sid)
-        if got is None or got.graph() is not graph or len(graph.updates) < got.seen:
+        if got is None or got.lineage is not graph.lineage or len(graph.updates) < got.seen:
             chars: dict[str, bytes] = {}
             self.e.store.token_counts(sid, ESTIMATE, tick=stop_if_cancelled, chars=chars)
             got = self._chars[sid] = StoredChars(graph, chars)
@@ -183,9 +185,10 @@ class TokenAccounting:
         sid = graph.session_id
         store = self.e.store
         cache = self._refs.get(sid)
-        upto, seen = self._refs_seen.get(sid, (-1, 0))
+        upto, seen, lineage = self._refs_seen.get(sid, (-1, 0, None))
         newest = graph.by_seq[-1].seq if graph.by_seq else -1  # before reading: re-read, never skip
-        if cache is None or len(graph.updates) < seen:  # first use, or the graph was reloaded
+        # first use, or the graph was read anew (``SessionGraph.lineage``)
+        if cache is None or lineage is not graph.lineage or len(graph.updates) < seen:
             cache = self._refs[sid] = _interned(store.reference_lists(sid, tick=stop_if_cancelled))
         else:
             if newest > upto:
@@ -195,7 +198,7 @@ class TokenAccounting:
                 for nid in finished:
                     cache.pop(nid, None)
                 cache.update(_interned(store.reference_lists(sid, ids=list(dict.fromkeys(finished)))))
-        self._refs_seen[sid] = (newest, len(graph.updates))
+        self._refs_seen[sid] = (newest, len(graph.updates), graph.lineage)
         return cache
 
     def keep_mined(self, session_id: str, mined: dict[str, list[str]]) -> None:

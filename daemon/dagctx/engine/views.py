@@ -67,9 +67,9 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
         self._by_session: dict[str, deque[RenderRecord]] = caches.by_session
         self._tokens: dict[tuple[str, str], dict[str, tuple[int, int]]] = caches.tokens
         self._cache: dict[tuple[Any, ...], CachedRender] = caches.prefixes
-        self._updates_seen: dict[tuple[str, str], int] = caches.updates_seen
+        self._updates_seen: dict[tuple[str, str], tuple[object, int]] = caches.updates_seen
         self._refs: dict[str, dict[str, list[str]]] = caches.refs
-        self._refs_seen: dict[str, tuple[int, int]] = caches.refs_seen
+        self._refs_seen: dict[str, tuple[int, int, object]] = caches.refs_seen
         self._aging_cache: dict[tuple[Any, ...], CachedAging] = caches.aging
         self._text_tokens: OrderedDict[tuple[str, str], int] = caches.texts
         self._chars: dict[str, StoredChars] = caches.chars

@@ -33,7 +33,7 @@ class SessionGraph:
     __slots__ = (
         "session_id", "root_id", "nodes", "conv_children", "callees", "rev", "by_seq", "updates",
         "summaries", "system_prompts", "_chain_head", "_chain_ids", "_chain_pos", "_chain_nodes", "_chain_seen",
-        "nbytes", "used_at",
+        "nbytes", "used_at", "lineage",
         "_shape", "_main", "__weakref__",
     )
 
@@ -53,6 +53,13 @@ class SessionGraph:
         self.by_seq: list[Call] = []
         #: ids of nodes replaced by the one mutation, in order (render caches check it)
         self.updates: list[str] = []
+        #: the read of the database this graph's nodes come from: a new object for every graph
+        #: loaded anew, shared by a copy made of this one (``compaction_plan.with_candidate``).
+        #: ``updates`` only speaks of changes seen by this lineage: a cache derived from
+        #: another one — the session's graph before the file was replaced underneath the
+        #: daemon (SPEC §2.1), or before the session was deleted and made again — is stale
+        #: whatever its count says
+        self.lineage: object = object()
         #: ids of summary and system-prompt nodes in seq order (renders look them up often)
         self.summaries: list[str] = []
         self.system_prompts: list[str] = []
