@@ -74,6 +74,20 @@ def _state(path: str) -> tuple:
     return nodes, sessions, search
 
 
+def _threads_running_alone(store: Store) -> list[int]:
+    """The thread of every ``append_alone`` the store runs from now on, in order (each one
+    recorded, then run as it would be)."""
+    threads: list[int] = []
+    run_alone = store.append_alone
+
+    def recorded(unit: AppendRequest) -> Any:
+        threads.append(threading.get_ident())
+        return run_alone(unit)
+
+    store.append_alone = recorded  # type: ignore[method-assign]
+    return threads
+
+
 def test_a_lone_append_stores_what_a_group_stores(store: Store) -> None:
     alone, grouped = store.create_session(), store.create_session()
     outs = []
@@ -217,14 +231,7 @@ def test_the_writer_runs_a_lone_append_on_the_callers_thread_only_when_idle(fres
         if any(w == "queued" for w, _, _ in items):
             done.set()
 
-    threads: list[int] = []
-    run_alone = store.append_alone
-
-    def recorded(unit: AppendRequest) -> Any:
-        threads.append(threading.get_ident())
-        return run_alone(unit)
-
-    store.append_alone = recorded  # type: ignore[method-assign]
+    threads = _threads_running_alone(store)
     writer = Writer(store, notify)
     try:
         s = store.create_session()
@@ -439,14 +446,7 @@ async def test_an_append_is_queued_at_once_only_with_more_of_its_connection_behi
     from dagctx.engine.shared import APPEND_LAST, QueuedAppend, StoreCalls
 
     store = Store(str(fresh_sqlite))
-    alone_on: list[int] = []
-    run_alone = store.append_alone
-
-    def recorded(unit: AppendRequest) -> Any:
-        alone_on.append(threading.get_ident())
-        return run_alone(unit)
-
-    store.append_alone = recorded  # type: ignore[method-assign]
+    alone_on = _threads_running_alone(store)
     calls = StoreCalls(store)
     try:
         s = store.create_session()
