@@ -14,6 +14,7 @@ The disk tests mount a tmpfs and so need root (CI runs as root); elsewhere they 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import subprocess
@@ -185,6 +186,49 @@ async def test_full_disk_answers_storage_full_and_reads_keep_working(small_disk:
         assert [n.id for n in (await d.history(sid)).nodes] == acked
     finally:
         await d.close()
+
+
+async def test_a_subscriber_hears_a_running_node_finish_after_a_write_failed_on_a_full_disk(
+        small_disk: Path) -> None:
+    """A write that fails inside its transaction drops the session's graph, read anew for
+    the next request: what a subscriber was told is not counted on that graph (SPEC §1.5),
+    so a tool that finishes after the failure is announced all the same."""
+    db = small_disk / "dagctx.db"
+    c = await DagctxClient.spawn(db)
+    try:
+        s = await c.session_create("watched")
+        sid = s.session_id
+        q = await c.append(sid, "user", input="run both checks", predecessor=s.head)
+        turn = await c.append(sid, "llm", output="running lint and the tests", predecessor=q.node.id)
+        one = await c.append(sid, "code", name="lint", input={}, status="running", caller=turn.node.id)
+        two = await c.append(sid, "code", name="test", input={}, status="running", caller=turn.node.id)
+        await c.subscribe(sid)
+
+        def finished() -> list[tuple[str, str, object]]:
+            return [(p.node.id, p.node.status, p.node.output) for meth, p in c.notifications
+                    if meth == "node/didUpdate" and p.session_id == sid]
+
+        await c.update(sid, one.node.id, "completed", output="lint: clean")
+        filler = fill(small_disk)
+        err = None
+        for i in range(40):  # until the WAL can no longer grow
+            try:
+                await c.append(sid, "user", input=f"big {i} " + "x" * 60_000, predecessor=turn.node.id)
+            except RpcError as exc:
+                err = exc
+                break
+        assert err is not None and err.kind == "StorageFull", err
+        filler.unlink()
+        await c.update(sid, two.node.id, "completed", output="tests: 12 passed")
+        await c.session_get(sid)  # a request answered after the announcement (a round trip later)
+        for _ in range(100):
+            if len(finished()) == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert finished() == [(one.node.id, "completed", "lint: clean"),
+                              (two.node.id, "completed", "tests: 12 passed")]
+    finally:
+        await c.close()
 
 
 async def test_read_only_mount_serves_reads_and_answers_storage_read_only(small_disk: Path) -> None:

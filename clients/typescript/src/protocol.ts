@@ -1327,12 +1327,15 @@ export interface SessionBranchesResult {
 /**
  * ``session/didChange``: something about a subscribed session other than a node.
  *
- * ``change`` is ``head`` (HEAD moved), ``renamed``, ``deleted`` or ``summary`` (a
- * compaction summary was written); ``origin`` as in ``NodeNotification``.
+ * ``change`` is ``head`` (HEAD moved), ``renamed``, ``deleted``, ``summary`` (a
+ * compaction summary was written) or ``replaced`` (the database file was replaced
+ * underneath the daemon and holds another session of this id, SPEC §2.1: read it
+ * again; ``head`` and ``title`` are the new file's, ``origin`` is null); ``origin`` as in
+ * ``NodeNotification``.
  */
 export interface SessionChange {
   sessionId: string;
-  change: "deleted" | "head" | "renamed" | "summary";
+  change: "deleted" | "head" | "renamed" | "replaced" | "summary";
   /** @default null */
   head?: string | null;
   /** @default null */
@@ -1723,7 +1726,7 @@ export interface Notifications {
   "node/didAppend": { params: NodeNotification };
   /** A running node finished. */
   "node/didUpdate": { params: NodeNotification };
-  /** A subscribed session's HEAD moved, or it was renamed, deleted or summarized. */
+  /** A subscribed session's HEAD moved, or it was renamed, deleted, summarized or replaced (its database file replaced underneath the daemon). */
   "session/didChange": { params: SessionChange };
   /** The branch passed 70 % of the window. */
   "context/compactionRecommended": { params: CompactionRecommended };

@@ -629,12 +629,15 @@ class NodeNotification(_Result):
 class SessionChange(_Result):
     """``session/didChange``: something about a subscribed session other than a node.
 
-    ``change`` is ``head`` (HEAD moved), ``renamed``, ``deleted`` or ``summary`` (a
-    compaction summary was written); ``origin`` as in ``NodeNotification``.
+    ``change`` is ``head`` (HEAD moved), ``renamed``, ``deleted``, ``summary`` (a
+    compaction summary was written) or ``replaced`` (the database file was replaced
+    underneath the daemon and holds another session of this id, SPEC §2.1: read it
+    again; ``head`` and ``title`` are the new file's, ``origin`` is null); ``origin`` as in
+    ``NodeNotification``.
     """
 
     session_id: str
-    change: Literal["head", "renamed", "deleted", "summary"]
+    change: Literal["head", "renamed", "deleted", "summary", "replaced"]
     head: str | None = None
     title: str | None = None
     node_id: str | None = None

@@ -252,7 +252,8 @@ _ALL: list[MethodSpec] = [
     _note("node/didAppend", m.NodeNotification, "A node was appended.", "server-to-client"),
     _note("node/didUpdate", m.NodeNotification, "A running node finished.", "server-to-client"),
     _note("session/didChange", m.SessionChange,
-          "A subscribed session's HEAD moved, or it was renamed, deleted or summarized.", "server-to-client"),
+          "A subscribed session's HEAD moved, or it was renamed, deleted, summarized or replaced "
+          "(its database file replaced underneath the daemon).", "server-to-client"),
     _note(
         "context/compactionRecommended",
         c.CompactionRecommended,
