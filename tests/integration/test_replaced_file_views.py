@@ -38,12 +38,6 @@ async def test_a_render_after_the_file_was_replaced_counts_the_new_files_nodes(t
         assert await d.close() == 0
         os.replace(other, db)  # moved over the file the first daemon has open
         after = await c.render(sid)
-        print("AFTER", str(after.messages[-1])[:300])
-        got = await c.get_nodes(sid, [call.node.id])
-        print("NODE", str(got)[:400])
-        print("SESSION", await c.session_get(sid))
-        await c.stderr_tail.settle()
-        print("LOG", c.stderr_tail.text(20))
         fresh = await DagctxClient.spawn(db)
         truth = await fresh.render(sid)
         assert after.tokens.total == truth.tokens.total, (before.tokens.total, after.tokens.total, truth.tokens.total)
