@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from daemon_stop import stop_daemon
+from daemon_stop import exited, stop_daemon
 from rawdb import RawDb
 from dagctx.client import DagctxClient, RpcError
 from dagctx.protocol import messages as m
@@ -274,7 +274,13 @@ async def test_kill_9_during_groups_loses_no_acknowledged_append(shared: SharedD
     for i in range(CLIENTS):
         mine = [nid for nid in sent[i] if nid in stored]
         assert mine == sent[i][: len(mine)]
-    # a new daemon goes on from there
+    # a new daemon goes on from there, once the killed one is gone: until its process has
+    # exited, its socket still takes a connection (into the backlog) and then drops it
+    assert shared.pid is not None
+    for _ in range(1500):
+        if exited(shared.pid):
+            break
+        await asyncio.sleep(0.02)
     shared.pid = None
     shared.clients = []
     c2 = await shared.connect()
