@@ -343,6 +343,28 @@ def test_estimate_of_short_texts_matches_the_regular_expressions() -> None:
         assert estimate_tokens(text) == _estimate(len(text), *_char_classes_re(text)), ascii(text)
 
 
+def test_char_classes_of_short_texts_match_the_regular_expressions() -> None:
+    """``char_classes`` (what an append keeps beside its token counts) takes the code-unit
+    tables for a short text that is mostly CJK, as ``estimate_tokens`` does; the counts are
+    the regular expressions' at every length below ``SHORT_TEXT``, for every class, lone
+    surrogates included — and ``char_classes_encoded`` gives the same from the encoding."""
+    import random
+
+    from dagctx.context.char_classes import char_classes, char_classes_encoded
+    from dagctx.context.tokens import _char_classes_re
+
+    rng = random.Random(12)
+    dense = ["中", "文", "，", "。", "「", "\u3000", "한", "\u2e80", "\ua960", "\ufe45", "\uff0c", "\U00020000",
+             "\U0001b000", "\U0001b170", "\U0001f600", "\ud800", "→", "é", "a", " "]
+    for _ in range(600):
+        n = rng.randint(1, tokens.SHORT_TEXT - 1)
+        weights = [rng.random() for _ in dense]
+        text = "".join(rng.choices(dense, weights, k=n))[:n]
+        want = (len(text), *_char_classes_re(text))
+        assert char_classes(text) == want, ascii(text)
+        assert char_classes_encoded(text, text.encode("utf-8", "surrogatepass")) == want, ascii(text)
+
+
 def test_char_classes_add_up_and_give_the_estimate() -> None:
     """``estimate_of_classes`` of ``char_classes`` is ``estimate_tokens``, and the counts of a text
     cut anywhere are the sums of its pieces' (a reduction estimates a summary request
