@@ -53,7 +53,7 @@ from .config import (
 from .heads import check_head
 from .lifecycle import EngineRegistry
 from .peer import NullPeer, Peer
-from .shared import ALONE_APPEND_CHARS, CompactionState, EngineShared, OpenDatabase
+from .shared import ALONE_APPEND_CHARS, BIG_PAYLOAD_CHARS, CompactionState, EngineShared, OpenDatabase
 from .views import ContextService
 from .watch import SessionWatch
 
@@ -67,9 +67,6 @@ T = TypeVar("T")
 PATH_MAX = 4096
 NAME_MAX = 255
 
-#: Payloads larger than this are tokenized and mined for references (SPEC §8) in a worker
-#: thread, off the event loop: 64 KB of identifier-dense text costs about 20 ms of each.
-BIG_PAYLOAD_CHARS = 64_000
 
 
 def _no_change(session_id: str, written: frozenset[str]) -> None:
@@ -297,27 +294,35 @@ class EngineCore:
         return NodeDerived(tokens=tokens, refs=refs, chars=chars)
 
     @staticmethod
-    def _payload_is_big(*values: Any, limit: int = BIG_PAYLOAD_CHARS) -> bool:
-        """Whether counting should leave the event loop: string lengths, and for JSON
-        values a walk that stops as soon as the sum passes the limit (no encoding)."""
-        budget = limit
+    def _payload_chars(*values: Any, limit: int = BIG_PAYLOAD_CHARS) -> int:
+        """About how many characters ``values`` hold: string lengths, and for JSON values a
+        walk (a container counts its length, a scalar 8) that stops as soon as the sum passes
+        ``limit`` (no encoding): exact up to it, some number above it past it. One walk answers
+        every question of a smaller limit: whether counting should leave the event loop
+        (``BIG_PAYLOAD_CHARS``) and whether an append may commit there (``ALONE_APPEND_CHARS``)."""
+        size = 0
         stack = list(values)
         while stack:
             v = stack.pop()
             if isinstance(v, str):
-                budget -= len(v)
+                size += len(v)
             elif isinstance(v, dict):
-                budget -= len(v)
+                size += len(v)
                 stack.extend(v.keys())
                 stack.extend(v.values())
             elif isinstance(v, list):
-                budget -= len(v)
+                size += len(v)
                 stack.extend(v)
             elif v is not None:
-                budget -= 8
-            if budget < 0:
-                return True
-        return False
+                size += 8
+            if size > limit:
+                return size
+        return size
+
+    @classmethod
+    def _payload_is_big(cls, *values: Any, limit: int = BIG_PAYLOAD_CHARS) -> bool:
+        """Whether counting should leave the event loop (``_payload_chars`` past ``limit``)."""
+        return cls._payload_chars(*values, limit=limit) > limit
 
     def write_node(self, session_id: str, node: Any, *, move_head: bool | None = None,
                    derived: NodeDerived | None = None) -> AppendOutcome:
@@ -334,14 +339,14 @@ class EngineCore:
         """``write_node`` from the event loop: the append goes to the database's writer
         thread and is committed with the other appends waiting there (group commit)."""
         derive = None
+        size = self._payload_chars(node.input, node.output)  # one walk for every limit below
         if derived is None:
-            if self._payload_is_big(node.input, node.output):
+            if size > BIG_PAYLOAD_CHARS:
                 derived = await asyncio.to_thread(self.derive_node, node.role, node.input, node.output, node.name)
             else:  # counted where the unit runs: by the writer thread beside the loop, or here when alone
                 derive = functools.partial(self.derive_node, node.role, node.input, node.output, node.name)
-        alone = not self._payload_is_big(node.input, node.output, limit=ALONE_APPEND_CHARS)
-        out = await self._db().calls.append(session_id, node, move_head=move_head, derived=derived, alone=alone,
-                                            derive=derive)
+        out = await self._db().calls.append(session_id, node, move_head=move_head, derived=derived,
+                                            alone=size <= ALONE_APPEND_CHARS, derive=derive)
         self.announce(session_id, [out.node], out.head)
         return out
 

@@ -20,7 +20,7 @@ from dagctx.ledger import AppendOutcome, AppendRequest, NodeDerived
 from dagctx.protocol import messages as m
 from dagctx.protocol.errors import DagctxError
 
-from .shared import ALONE_APPEND_CHARS, OpenDatabase
+from .shared import ALONE_APPEND_CHARS, BIG_PAYLOAD_CHARS, OpenDatabase
 
 T = TypeVar("T")
 
@@ -31,7 +31,7 @@ class EngineCore(Protocol):
     def _with_render(self, session_id: str, render_id: str, node: Any, path: str) -> Any: ...
 
     @staticmethod
-    def _payload_is_big(*values: Any, limit: int = ...) -> bool: ...
+    def _payload_chars(*values: Any, limit: int = ...) -> int: ...
 
     def derive_node(self, role: str, input: Any, output: Any, name: str = "", *,  # noqa: A002
                     known: dict[str, tuple[int, int]] | None = None) -> NodeDerived: ...
@@ -50,7 +50,8 @@ def node_append(e: EngineCore, p: m.NodeAppendParams) -> Awaitable[m.NodeResult]
     node = p.node
     if p.render_id is not None:
         node = e._with_render(p.session_id, p.render_id, node, "renderId")
-    if e._payload_is_big(node.input, node.output):
+    size = e._payload_chars(node.input, node.output)  # one walk answers both limits below
+    if size > BIG_PAYLOAD_CHARS:
         return _counted_first(e, p.session_id, node, p.move_head)
     sid = p.session_id
 
@@ -61,8 +62,7 @@ def node_append(e: EngineCore, p: m.NodeAppendParams) -> Awaitable[m.NodeResult]
 
     derive = functools.partial(e.derive_node, node.role, node.input, node.output, node.name)
     unit = AppendRequest(sid, (node,), p.move_head, (None,), derive=lambda: (derive(),))
-    alone = not e._payload_is_big(node.input, node.output, limit=ALONE_APPEND_CHARS)
-    return e._db().calls.start_unit(unit, alone, finish)
+    return e._db().calls.start_unit(unit, size <= ALONE_APPEND_CHARS, finish)
 
 
 async def _counted_first(e: EngineCore, session_id: str, node: Any, move_head: bool | None) -> m.NodeResult:
@@ -90,8 +90,9 @@ def node_append_batch(e: EngineCore, p: m.NodeAppendBatchParams) -> Awaitable[m.
         e.announce(sid, [o.node for o in outs], head)
         return m.NodeBatchResult(nodes=[o.node for o in outs], head=head)
 
-    alone = not e._payload_is_big(*values, limit=ALONE_APPEND_CHARS)
-    if e._payload_is_big(*values):
+    size = e._payload_chars(*values)
+    alone = size <= ALONE_APPEND_CHARS
+    if size > BIG_PAYLOAD_CHARS:
         return _batch_counted_first(e, sid, nodes, p.move_head, derive, alone, finish)
     unit = AppendRequest(sid, tuple(nodes), p.move_head, None, batch=True, derive=derive)
     return e._db().calls.start_unit(unit, alone, finish)

@@ -54,6 +54,10 @@ APPEND_QUEUED: ContextVar[Callable[[], None] | None] = ContextVar("dagctx_append
 #: take well under a millisecond there, against two thread hand-offs.
 ALONE_APPEND_CHARS = 16_000
 
+#: Payloads larger than this are tokenized and mined for references (SPEC §8) in a worker
+#: thread, off the event loop: 64 KB of identifier-dense text costs about 20 ms of each.
+BIG_PAYLOAD_CHARS = 64_000
+
 #: Set by the server beside ``APPEND_QUEUED``: whether this append is still the last its
 #: connection sent. One with more behind it (a pipelining client) goes to the writer's queue,
 #: where they share a group commit (SPEC §4.2), instead of committing alone.
