@@ -475,3 +475,43 @@ async def test_an_append_is_queued_at_once_only_with_more_of_its_connection_behi
     finally:
         calls.close()
         store.close()
+
+
+async def test_a_queued_append_is_answered_in_the_turn_that_hears_from_the_writer() -> None:
+    """A ``QueuedAppend`` is its own waiter in the writer's queue: the writer's word
+    (``_settle``, on the loop) gives it its answer at once — ``finish`` of the outcomes, or
+    the error — with no turn of the loop in between; cancelling it takes it out of the
+    queue while it is there, and is refused once the writer has it (SPEC §1.4, §4.2)."""
+    import asyncio
+
+    from dagctx.engine.shared import QueuedAppend, _cancelled, _settle
+
+    class Queue:
+        def __init__(self, holds: bool) -> None:
+            self.holds = holds
+            self.asked: list[Any] = []
+
+        def withdraw(self, waiter: Any) -> bool:
+            self.asked.append(waiter)
+            return self.holds
+
+    loop = asyncio.get_running_loop()
+    finished: list[Any] = []
+    done = QueuedAppend(Queue(False), loop, lambda outs: finished.append(outs) or ("answer", outs))  # type: ignore[arg-type]
+    failed = QueuedAppend(Queue(False), loop, finished.append)  # type: ignore[arg-type]
+    broken = QueuedAppend(Queue(False), loop, lambda outs: 1 / 0)  # type: ignore[arg-type]
+    assert done.waiter == (loop, done) and not _cancelled(done.waiter)
+    _settle([(done, True, ["o"]), (failed, False, DagctxError("InvalidEdge", "no")), (broken, True, [])])
+    assert done.done() and done.result() == ("answer", ["o"]) and finished == [["o"]]  # no await in between
+    assert isinstance(failed.exception(), DagctxError) and finished == [["o"]]
+    assert isinstance(broken.exception(), ZeroDivisionError)
+    assert not done.cancel()  # answered: nothing to cancel
+
+    writer_has_it = Queue(False)
+    running = QueuedAppend(writer_has_it, loop, finished.append)  # type: ignore[arg-type]
+    assert not running.cancel() and not running.done() and writer_has_it.asked == [running.waiter]
+    still_queued = Queue(True)
+    dropped = QueuedAppend(still_queued, loop, finished.append)  # type: ignore[arg-type]
+    assert dropped.cancel() and dropped.cancelled() and _cancelled(dropped.waiter)
+    _settle([(dropped, False, None)])  # what the writer says of a cancelled waiter: nothing more
+    assert dropped.cancelled() and finished == [["o"]]

@@ -76,7 +76,9 @@ def _settle(items: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
     for fut, ok, value in items:
         if fut.done():
             continue  # cancelled meanwhile
-        if ok:
+        if type(fut) is QueuedAppend:
+            fut.land(ok, value)  # its answer now, not at a later turn of the loop
+        elif ok:
             fut.set_result(value)
         else:
             fut.set_exception(value)
@@ -167,10 +169,10 @@ class StoreCalls:
         ``QueuedAppend``, which needs no task."""
         if alone and _last_sent():
             return self._finished(self._unit(unit, alone), finish)
-        waiter = self._waiter()
-        self.writer.append(unit, waiter)
+        queued = QueuedAppend(self.writer, asyncio.get_running_loop(), finish)
+        self.writer.append(unit, queued.waiter)
         _queued()
-        return QueuedAppend(self.writer, waiter, finish)
+        return queued
 
     @staticmethod
     async def _finished(outcomes: Awaitable[list[AppendOutcome]],
@@ -223,41 +225,38 @@ class StoreCalls:
 class QueuedAppend(asyncio.Future):  # type: ignore[type-arg]
     """A request's answer whose unit is in its database's writer queue already
     (``StoreCalls.start_unit``): ``finish(outcomes)`` once the writer has run it, its error
-    otherwise. Cancelling it (SPEC §1.4) takes the unit out of the queue while it is still
-    there — nothing is written, the request answers RequestCancelled; once the writer has
-    it, the cancel is refused and what the writer did is the answer, as ``StoreCalls._outcome``
+    otherwise. It is its own waiter in the queue (``waiter``): the writer's word settles it
+    directly (``land``, from ``_settle`` on the loop), with no future in between and no turn
+    of the loop for it — a group commit's appends are answered in the turn that hears of it.
+    Cancelling it (SPEC §1.4) takes the unit out of the queue while it is still there —
+    nothing is written, the request answers RequestCancelled; once the writer has it, the
+    cancel is refused and what the writer did is the answer, as ``StoreCalls._outcome``
     says of a queued write."""
 
-    def __init__(self, writer: Writer, waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]],
-                 finish: Callable[[Any], Any]) -> None:
-        super().__init__(loop=waiter[0])
+    def __init__(self, writer: Writer, loop: asyncio.AbstractEventLoop, finish: Callable[[Any], Any]) -> None:
+        super().__init__(loop=loop)
         self._writer = writer
-        self._waiter = waiter
         self._finish = finish
-        waiter[1].add_done_callback(self._landed)
+        #: what the writer's queue holds for it and hands back to ``_notify``
+        self.waiter = (loop, self)
 
-    def _landed(self, fut: asyncio.Future[Any]) -> None:
+    def land(self, ok: bool, value: Any) -> None:
+        """The writer ran it (on the loop): ``finish`` of its outcomes, or its error."""
         if self.done():
             return
-        if fut.cancelled():
-            super().cancel()
-            return
-        exc = fut.exception()
-        if exc is not None:
-            self.set_exception(exc)
+        if not ok:
+            self.set_exception(value)
             return
         try:
-            result = self._finish(fut.result())
+            result = self._finish(value)
         except Exception as err:  # noqa: BLE001 - the request's own error
             self.set_exception(err)
             return
         self.set_result(result)
 
     def cancel(self, msg: Any = None) -> bool:
-        fut = self._waiter[1]
-        if self.done() or fut.done() or not self._writer.withdraw(self._waiter):
+        if self.done() or not self._writer.withdraw(self.waiter):
             return False
-        fut.cancel()
         return super().cancel(msg)
 
 
