@@ -515,3 +515,59 @@ async def test_a_queued_append_is_answered_in_the_turn_that_hears_from_the_write
     assert dropped.cancel() and dropped.cancelled() and _cancelled(dropped.waiter)
     _settle([(dropped, False, None)])  # what the writer says of a cancelled waiter: nothing more
     assert dropped.cancelled() and finished == [["o"]]
+
+
+@pytest.mark.parametrize("why", ["sync", "log", "server"])
+def test_a_lone_append_that_would_be_refused_goes_to_the_writer_uncounted(
+        fresh_sqlite: Path, why: str, request: pytest.FixtureRequest) -> None:
+    """When a glance says a write that must not wait would be refused (``alone_likely``: a
+    sync at every COMMIT, the log near its checkpoint, a PostgreSQL server), ``run_alone``
+    hands the unit back before deriving it and writes nothing: the writer thread then counts
+    it beside the loop and commits it; with none of that, the glance says yes."""
+    import os
+    import sys
+
+    from dagctx.ledger.sqlite_file import CHECKPOINT_PAGES, NOWAIT_LOG_MARGIN
+
+    if why == "server":
+        store = Store(request.getfixturevalue("pg_url"))
+    else:
+        store = Store(str(fresh_sqlite), synchronous="FULL" if why == "sync" else None)
+    writer = Writer(store, lambda done: None)
+    try:
+        s = store.create_session()
+        sid = s.session_id
+        if why == "log":
+            assert store.alone_likely()
+            index = os.open(str(fresh_sqlite) + "-shm", os.O_RDONLY)
+            try:
+                k, prev = 0, s.root_id
+                while int.from_bytes(os.pread(index, 96, 0)[16:20], sys.byteorder) < CHECKPOINT_PAGES - NOWAIT_LOG_MARGIN:
+                    store.append_group([AppendRequest(sid, [U(prev, _words(k) * 20, id=f"f{k}")])])
+                    prev, k = f"f{k}", k + 1
+            finally:
+                os.close(index)
+            pred = prev
+        else:
+            pred = s.root_id
+        assert not store.alone_likely()
+        counted: list[int] = []
+
+        def derive() -> list[None]:
+            counted.append(threading.get_ident())
+            return [None]
+
+        unit = AppendRequest(sid, [U(pred, id="late")], derive=derive)
+        before = store.get_session(sid).node_count
+        assert writer.run_alone(unit) is None and counted == []  # not counted, not tried
+        assert store.get_session(sid).node_count == before
+        done = threading.Event()
+        heard: list[Any] = []
+        writer._notify = lambda items: (heard.extend(items), done.set())  # type: ignore[method-assign]
+        writer.append(unit, "w")
+        assert done.wait(30)
+        assert heard[0][1] and heard[0][2][0].node.id == "late"
+        assert counted == [writer._thread.ident]  # counted by the writer thread, once
+    finally:
+        writer.close()
+        store.close()

@@ -124,6 +124,14 @@ class Appends(StoreBase):
             self._finish(row, g)
         return out
 
+    def alone_likely(self) -> bool:
+        """Whether ``append_alone`` would run a unit now, at a glance (the backend's
+        ``nowait_likely``: on SQLite one read of the WAL index header, on PostgreSQL never):
+        when not, its caller hands the unit to the writer thread before deriving it, and the
+        writer counts it beside the event loop (SPEC §4.2) instead of the loop counting it for
+        a try that is refused."""
+        return self.backend.nowait_likely()
+
     def append_alone(self, unit: AppendRequest) -> list[AppendOutcome] | BaseException | None:
         """``append_group([unit])`` on the caller's thread, when nothing makes it wait: the
         store's locks are free (no write, no graph refresh of another thread under way), the

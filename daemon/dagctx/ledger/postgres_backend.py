@@ -217,6 +217,10 @@ class PostgresBackend:
     def vanished(self) -> bool:
         return False
 
+    def nowait_likely(self) -> bool:
+        """Never: every statement waits for the server (``transaction(nowait=True)``)."""
+        return False
+
     def reopen(self) -> None:
         return None
 

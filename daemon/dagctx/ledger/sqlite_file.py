@@ -439,6 +439,14 @@ class SqliteFile:
         kind = fault_kind(exc)
         return None if kind is None else storage_error(kind, f"cannot {what}: {exc}", self.location)
 
+    def nowait_likely(self) -> bool:
+        """Whether a write that must not wait (``transaction(nowait=True)``) would start now,
+        at a glance (one read of the WAL index header): not when its COMMIT would sync
+        (``synchronous`` FULL or EXTRA) or fold the log (``_log_short``), nor on a file that
+        cannot be written. Another process's lock is not looked at: ``transaction`` tries it."""
+        return not self.read_only and self._wdb is not None and self._sync not in ("FULL", "EXTRA") \
+            and self._log_short()
+
     def _log_short(self) -> bool:
         """Whether the write-ahead log is well short of the length at which a COMMIT folds it
         into the file (SQLite's automatic checkpoint, at 1000 pages by default: it writes the

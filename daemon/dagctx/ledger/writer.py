@@ -77,7 +77,11 @@ class Writer:
         """Run ``unit`` now, on the caller's thread, when the writer is idle and the store
         can commit it without waiting (``Store.append_alone``): its outcomes, or the
         exception it answers — committed or refused exactly as by a group of one. None:
-        not run (the writer is busy, or it would wait): ``append`` it."""
+        not run (the writer is busy, or it would wait): ``append`` it — at once, its derived
+        data not taken, when the store says at a glance that it would (``alone_likely``: the
+        log near its checkpoint, a sync at COMMIT, PostgreSQL)."""
+        if not self.store.alone_likely():
+            return None
         with self._cv:
             if self._closed or self._queue or self._busy:
                 return None
