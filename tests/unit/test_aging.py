@@ -540,3 +540,73 @@ def test_mention_texts_read_only_when_a_result_passes_every_gate(monkeypatch: py
     young = plan_for(s, policy=AgingPolicy(min_age_seconds=10 * NOW))
     assert not built and young.decisions and not young.cited
     assert not {SOFT_TRIM, HARD_CLEAR, CAPPED} & set(young.decisions.values())
+
+
+def _ordinals_as_before(items: list[Any]) -> list[int]:
+    """``_message_ordinals`` as it was written before (the previous item kept whole)."""
+    out: list[int] = []
+    n = -1
+    prev = None
+    for it in items:
+        if it.kind == "tool_call" and n >= 0:
+            pass
+        elif it.kind == "tool_result" and prev is not None and prev.kind == "tool_result" \
+                and prev.owner == it.owner and n >= 0:
+            pass
+        else:
+            n += 1
+        out.append(n)
+        prev = it
+    return out
+
+
+def test_results_and_mentions_equal_the_per_item_tests():
+    """The plan's first loop classifies each item in line (``_results_and_mentions``): the
+    same results (each once, with the mentions before it) and mentions as the three
+    per-item tests give (``_is_result``, ``_is_mention``, ``_is_user_authored``), for every
+    kind of item and node — an ask-user answer, results of missing or non-code nodes,
+    items without text, turns before and after the current one; and ``_message_ordinals``
+    as before."""
+    import dataclasses
+
+    import dagctx.context.aging as aging_mod
+    from test_render import Builder
+
+    b = Builder()
+    b.user("u1", "deploy services/billing", "root")
+    b.llm("l1", "calling", "u1")
+    b.tool("t1", "l1", "read", {"p": "a.py"}, "data")
+    b.tool("t2", "l1", "read", {"p": "b.py"}, "more data")
+    b.fn("dep", None, "deploy", {}, "deployed", pred="l1", expose="full")
+    b.node("ask", "user", input="Which region?", output="eu-west", caller="dep")
+    b.fn("sub", "dep", "helper", {"n": 1}, "helper out")
+    b.user("u2", "again", "dep")
+    b.llm("l2", "reply", "u2")
+    b.tool("t3", "l2", "grep", {"q": "x"}, "found")
+    b.summary("S", ["u1", "l1"], "summary text")
+    head = b.llm("l3", "last", "l2")
+    g = b.g
+    items = list(render_view(g, head, expose_default="full", summary_policy="none").items)
+    items += list(render_view(g, head).items)
+    assert {"user", "assistant", "tool_call", "tool_result", "text_pair", "summary"} <= {it.kind for it in items}
+    probes = items + [dataclasses.replace(it, text=None) for it in items]
+    probes += [dataclasses.replace(it, node_id="ghost") for it in items]  # no such node
+    probes += [dataclasses.replace(it, kind="tool_result") for it in items if it.kind == "text_pair"]
+    probes += [dataclasses.replace(items[0], kind=k) for k in ("system", "text_pair")]
+    for current in (0, 1, 2, 3):
+        units = [k % 4 for k in range(len(probes))]
+        results, mentioned = aging_mod._results_and_mentions(probes, g, units, current)
+        want_results: list[tuple[int, Any, int]] = []
+        want_mentioned: list[Any] = []
+        seen: set[str] = set()
+        for idx, it in enumerate(probes):
+            if aging_mod._is_result(it, g):
+                if it.node_id not in seen:
+                    seen.add(it.node_id)
+                    want_results.append((idx, it, len(want_mentioned)))
+                continue
+            if aging_mod._is_mention(it) and (aging_mod._is_user_authored(it, g) or units[idx] < current):
+                want_mentioned.append(it)
+        assert results == want_results and results
+        assert [id(it) for it in mentioned] == [id(it) for it in want_mentioned] and mentioned
+    assert aging_mod._message_ordinals(probes) == _ordinals_as_before(probes)

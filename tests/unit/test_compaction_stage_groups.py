@@ -57,3 +57,21 @@ def test_stage_groups_are_the_looked_up_groups(fresh_sqlite: Path, budget: int) 
     for i, (st, groups) in enumerate(zip(stages, summarizer_input.stage_groups(plan, stages)), 1):
         given = summarizer_input.stage_plan(plan, st, index=i, total=len(stages), groups=groups)
         assert given == summarizer_input.stage_plan(plan, st, index=i, total=len(stages))
+
+
+def test_stage_groups_of_stages_in_any_order(fresh_sqlite: Path) -> None:
+    """Stages are usually read where the one before ended; stages given in another order,
+    twice, or made of items out of order are found by place or looked up: the same groups."""
+    import random
+
+    plan = _plan(fresh_sqlite)
+    stages = summarizer_input.split_stages(plan, 900, estimate_tokens, summarizer_input.Transcript())
+    owners = summarizer_input.stage_owners(plan)
+    rnd = random.Random(5)
+    shuffled = [list(st) for st in stages]
+    rnd.shuffle(shuffled)
+    items = plan.input_items
+    odd = [[items[3], items[1]], [], items[5:9], [items[-1]], items[:2]]
+    for order in (stages[::-1], stages + stages, shuffled, odd):
+        looked_up = [[owners.get(it.node_id, it.node_id) for it in st] for st in order]
+        assert summarizer_input.stage_groups(plan, order) == looked_up

@@ -202,23 +202,20 @@ def _message_ordinals(items: list[Item]) -> list[int]:
     """Provider-message index of each item (tool calls join their assistant message,
     consecutive results of one call group share one message)."""
     out: list[int] = []
+    put = out.append
     n = -1
-    prev: Item | None = None
+    prev_kind: str | None = None  # the previous item's kind and owner
+    prev_owner: str | None = None
     for it in items:
-        if it.kind == "tool_call" and n >= 0:
-            pass
-        elif (
-            it.kind == "tool_result"
-            and prev is not None
-            and prev.kind == "tool_result"
-            and prev.owner == it.owner
-            and n >= 0
-        ):
+        kind = it.kind
+        owner = it.owner
+        if n >= 0 and (kind == "tool_call" or (kind == "tool_result" and prev_kind == "tool_result"
+                                               and prev_owner == owner)):
             pass
         else:
             n += 1
-        out.append(n)
-        prev = it
+        put(n)
+        prev_kind, prev_owner = kind, owner
     return out
 
 
@@ -303,6 +300,48 @@ def turn_numbers(view: View, graph: SessionGraph, unit: str = "user") -> tuple[l
 # ---------------------------------------------------------------- the plan
 
 
+def _results_and_mentions(items: list[Item], graph: SessionGraph, units: list[int],
+                          current: int) -> tuple[list[tuple[int, Item, int]], list[Item]]:
+    """``(results, mentions)``: each result (``_is_result``) once, as ``(item index, item,
+    mentions before it)``, and the mentions (``_is_mention``) written by the user
+    (``_is_user_authored``) or in a turn before ``current``; the three tests in line (three
+    calls an item were most of this loop; ``test_aging.py`` compares with them)."""
+    mentioned: list[Item] = []
+    results: list[tuple[int, Item, int]] = []
+    seen: set[str] = set()
+    nodes_get = graph.nodes.get
+    for idx, it in enumerate(items):
+        if not idx & 1023:
+            stop_if_cancelled()
+        kind = it.kind
+        if kind == "tool_result" or (kind == "text_pair" and it.part == "result"):
+            node = nodes_get(it.node_id)
+            if node is not None and node.role == "code":  # a result
+                if it.node_id not in seen:
+                    seen.add(it.node_id)
+                    results.append((idx, it, len(mentioned)))
+            # else the result half of another pair: user-authored when an ask-user answer
+            elif kind != "tool_result" and it.text is not None and (
+                    (node is not None and node.role == "user") or units[idx] < current):
+                mentioned.append(it)
+            continue
+        if kind == "tool_call":
+            authored = False
+        elif kind == "user" or kind == "summary":
+            if it.text is None:
+                continue
+            authored = True
+        elif kind == "assistant" or kind == "text_pair":
+            if it.text is None:
+                continue
+            authored = False
+        else:
+            continue
+        if authored or units[idx] < current:
+            mentioned.append(it)
+    return results, mentioned
+
+
 def plan_aging(
     view: View,
     graph: SessionGraph,
@@ -340,21 +379,7 @@ def plan_aging(
         current = min(current, current_cap)
     # the items that are mentions; their texts (``_mention_text``: a tool call's is its
     # arguments as JSON) are read only when a result passes every gate below
-    mentioned: list[Item] = []
-    results: list[tuple[int, Item, int]] = []  # (item index, item, mentions before it)
-    seen: set[str] = set()
-    for idx, it in enumerate(items):
-        if not idx & 1023:
-            stop_if_cancelled()
-        if _is_result(it, graph):
-            if it.node_id not in seen:
-                seen.add(it.node_id)
-                results.append((idx, it, len(mentioned)))
-            continue
-        if not _is_mention(it):
-            continue
-        if _is_user_authored(it, graph) or units[idx] < current:
-            mentioned.append(it)
+    results, mentioned = _results_and_mentions(items, graph, units, current)
 
     plan = AgingPlan(boundary_seq=boundary_seq)
     stats = plan.stats
@@ -556,15 +581,16 @@ def boundary_after_commit(
     if current_cap is not None:
         current = min(current, current_cap)
     threshold = current - policy.keep_recent_turns
-    old_max: int | None = None
-    recent_min: int | None = None
+    # the seqs of the items of old turns and of recent ones (a summary is appended after
+    # what it covers: its seq says nothing about turns), then the largest and the smallest
+    old: list[int] = []
+    recent: list[int] = []
+    put_old, put_recent = old.append, recent.append
     for it, unit in zip(view.items, units):
-        if it.kind == "summary":
-            continue  # appended after what it covers: its seq says nothing about turns
-        if unit <= threshold:
-            old_max = it.seq if old_max is None else max(old_max, it.seq)
-        else:
-            recent_min = it.seq if recent_min is None else min(recent_min, it.seq)
+        if it.kind != "summary":
+            (put_old if unit <= threshold else put_recent)(it.seq)
+    old_max = max(old) if old else None
+    recent_min = min(recent) if recent else None
     new = old_max
     if new is not None and recent_min is not None:
         new = min(new, recent_min - 1)

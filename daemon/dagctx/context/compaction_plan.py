@@ -68,8 +68,11 @@ Architecture Invariant: pure functions over the graph and view; no I/O, no clock
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Callable
-from itertools import accumulate
+from itertools import accumulate, repeat
+from itertools import chain as joined
+from operator import sub
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,6 +180,25 @@ def _is_user_boundary(item: Item, graph: SessionGraph) -> bool:
     return node is not None and node.role == "user" and is_chain_member(graph, node)
 
 
+def _walk_groups(view: View, n: int) -> list[str] | None:
+    """The group of each of the first ``n`` items of ``view`` (what ``cut_decision`` finds
+    with ``owner_chain_id``, a summary's its own id) read off ``View.parts``: the walk
+    renders a chain node's turn part — the node, and below it by the caller edge only
+    nodes of no chain — as one run of items, so an item's owner is the chain node of the
+    run it is in, and the summary's run is the summary alone. None when the view has no
+    parts (then each is looked up)."""
+    if view.parts is None:
+        return None
+    starts, ids = view.parts
+    if n and (not starts or starts[0] != 0 or len(starts) != len(ids)):
+        return None  # (a walk's first item begins its first part: not a walk's parts)
+    k = bisect_left(starts, n)  # the parts that begin before item ``n``
+    ends = starts[1:k]
+    ends.append(n)
+    # each part's id, as many times as it has items before ``n`` (in C: thousands of parts)
+    return list(joined.from_iterable(map(repeat, ids[:k], map(sub, ends, starts[:k]))))
+
+
 def cut_decision(
     view: View,
     graph: SessionGraph,
@@ -247,24 +269,29 @@ def cut_decision(
     prev_id: str | None = None
     prev_text: str | None = None
     old_covers: list[str] = []
-    cache = owner_cache(graph)
     input_items = list(items[:cut])
     stop_if_cancelled()
-    # each item's group: a summary is its own, any other item its owner (cached for most)
-    owner = cache.get
-    groups = [it.node_id if it.kind == "summary" else owner(it.node_id) or owner_chain_id(graph, it.node_id, cache)
-              for it in input_items]
+    # each item's group: a summary is its own, any other item its owner — read off the
+    # walk's parts when the view has them, else looked up (cached for most)
+    groups = _walk_groups(view, cut)
+    if groups is None:
+        cache = owner_cache(graph)
+        owner = cache.get
+        groups = [it.node_id if it.kind == "summary" else owner(it.node_id) or owner_chain_id(graph, it.node_id, cache)
+                  for it in input_items]
     stop_if_cancelled()
-    for it in input_items:
-        if it.kind == "summary":  # the last summary in the view is the previous one
-            prev_id = it.node_id
-            prev_text = strip_marker(it.text)
-            old_covers = covers_of(graph.nodes[it.node_id])
+    summaries = [it for it in input_items if it.kind == "summary"]
+    if summaries:  # the last summary in the view is the previous one
+        it = summaries[-1]
+        prev_id = it.node_id
+        prev_text = strip_marker(it.text)
+        old_covers = covers_of(graph.nodes[it.node_id])
     old = set(old_covers)
     new_covered = [c for c in covered if c not in old]
     grouped = set(groups)
     empty = [c for c in new_covered if c not in grouped]
-    covered_turns = sum(1 for c in new_covered if graph.nodes[c].role == "user")
+    nodes = graph.nodes
+    covered_turns = [nodes[c].role for c in new_covered].count("user")
     if not new_covered:
         return None, NOTHING_TO_COMPACT
     plan = CutPlan(

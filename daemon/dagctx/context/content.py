@@ -161,7 +161,7 @@ def reasoning_of(node: Call) -> list[dict[str, Any]]:
 
 def covers_of(node: Call) -> list[str]:
     covers = node_meta(node, "covers_ids", "coversIds")
-    return [str(c) for c in covers] if isinstance(covers, list) else []
+    return list(map(str, covers)) if isinstance(covers, list) else []
 
 
 def error_message(node: Call) -> str:

@@ -338,15 +338,17 @@ class _TextMemo:
             out: list[Any] = list(map(data.get, texts, repeat(_MISSING)))
             # each one held renewed in the order asked (the order the per-text lookups
             # leave); when every one is held, in one pass of C
-            if _MISSING not in out:
+            missing = _MISSING in out
+            if not missing:
                 deque(map(data.move_to_end, texts), maxlen=0)
             else:
                 for t, hit in zip(texts, out):
                     if hit is not _MISSING:
                         data.move_to_end(t)
-        for i, got in enumerate(out):
-            if got is _MISSING:
-                out[i] = self(texts[i])
+        if missing:  # (every one held, the usual case of a compaction: nothing more to do)
+            for i, got in enumerate(out):
+                if got is _MISSING:
+                    out[i] = self(texts[i])
         return out
 
     def cache_clear(self) -> None:

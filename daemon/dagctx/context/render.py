@@ -239,7 +239,11 @@ def render_view(
         frame_set=frame_ids,
         open_ids=open_ids,
     )
-    chain = [n for n in chain if r.visible(n)]
+    if frame_node is not None:
+        chain = [n for n in chain if r.visible(n)]
+    elif before_seq is not None:  # ``visible`` without a frame: only the seq bound
+        chain = [n for n in chain if n.seq < before]
+    # else every node is visible (``graph.chain`` gave a list of this walk's own)
     stop_if_cancelled()
 
     # ---- summary substitution (per branch)
@@ -247,9 +251,11 @@ def render_view(
     seg = (0, -1)
     superseded: list[str] = []
     if summary_policy == "active" and chain:
-        protect = {path[0].id} if path else set()
+        protect = {path[0].id} if path else None
+        # (a summary's covers are read only when a frame's outermost node must not be covered)
         candidates = [s for s in summary_candidates(graph)
-                      if s.id not in exclude_summaries and s.seq < before and not protect.intersection(covers_of(s))]
+                      if s.id not in exclude_summaries and s.seq < before
+                      and not (protect is not None and protect.intersection(covers_of(s)))]
         picked = active_summary(graph, chain, candidates)
         if picked is not None:
             active, seg, superseded = picked
@@ -274,14 +280,19 @@ def render_view(
             raise _invalid("the active summary reaches past start_after; render the whole branch")
         begin = pos + 1
 
+    # where the items of each chain node walked (and of the summary) begin (``View.parts``)
+    starts: list[int] = []
+    put = starts.append
     if start_at is not None:
         r.function(start_at, depth=0)
     else:
+        items = r.items
         i = begin
         while i < len(chain):
             stop_if_cancelled()  # SPEC §1.4: a cancelled render stops within one turn
+            put(len(items))
             if active is not None and i == seg[0]:
-                covered_users = sum(1 for n in chain[seg[0] : seg[1] + 1] if n.role == "user")
+                covered_users = [n.role for n in chain[seg[0] : seg[1] + 1]].count("user")
                 r.summary(active, covered_users)
                 i = seg[1] + 1
                 continue
@@ -289,6 +300,13 @@ def render_view(
             i += 1
 
     system_text, system_id = _system_prompt(graph, min(ref_seq, before - 1), system_node_id, pending_system)
+    chain_ids = [n.id for n in chain]
+    parts: tuple[list[int], list[str]] | None = None
+    if frame_node is None:
+        # the chain nodes walked, in order: the summary in place of its segment
+        walked = (chain_ids[begin:] if active is None or seg[0] < begin
+                  else [*chain_ids[begin:seg[0]], active.id, *chain_ids[seg[1] + 1:]])
+        parts = (starts, walked)
     return View(
         head=head,
         items=r.items,
@@ -307,8 +325,9 @@ def render_view(
         summary_policy=summary_policy,
         before_seq=before_seq,
         excluded_summaries=sorted(exclude_summaries),
-        chain=[n.id for n in chain],
+        chain=chain_ids,
         start_after=start_after,
+        parts=parts,
     )
 
 

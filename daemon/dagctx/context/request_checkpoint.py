@@ -280,7 +280,7 @@ def apply_checkpoint(view: View, graph: SessionGraph, cp: Checkpoint) -> View:
                 placed = True
             continue
         items.append(it)
-    return replace(view, items=items)
+    return replace(view, items=items, parts=None)  # the items moved: no parts by position
 
 
 def checkpoint_from_manifest(manifest: Mapping[str, Any]) -> Checkpoint | None:

@@ -324,17 +324,26 @@ def stage_groups(plan: CutPlan, stages: list[list[Item]]) -> list[list[str]]:
     """Each stage's ``input_groups`` (what ``stage_plan`` finds with ``stage_owners``).
     A stage is a run of the plan's items, in order: its groups are the plan's at the same
     places, one slice (a lookup per item of thousands, stage after stage, was a step of
-    its own); a stage holding pieces of a cut item is looked up item by item. An item's
-    group is a function of its node (``compaction_plan.cut_decision``), so both agree."""
+    its own), found where the stage before it ended (a map of every item's place is made
+    only for a stage that does not begin there); a stage holding pieces of a cut item is
+    looked up item by item. An item's group is a function of its node
+    (``compaction_plan.cut_decision``), so both agree."""
     items, groups = plan.input_items, plan.input_groups
-    place = dict(zip(map(id, items), range(len(items))))
+    place: dict[int, int] | None = None
     owner: dict[str, str] | None = None
     out: list[list[str]] = []
+    at = 0  # where the next stage usually begins: after the one before (stages run in order)
     for stage in stages:
-        k = place.get(id(stage[0])) if stage else 0
         n = len(stage)
+        k: int | None = at
+        if not (n and at < len(items) and stage[0] is items[at]):
+            # not where the last one ended (the stage after pieces of a cut item): its place
+            if place is None:
+                place = dict(zip(map(id, items), range(len(items))))
+            k = place.get(id(stage[0])) if stage else 0
         if k is not None and k + n <= len(items) and all(map(is_, stage, items[k:k + n])):
             out.append(groups[k:k + n])
+            at = k + n
             continue
         if owner is None:
             owner = stage_owners(plan)

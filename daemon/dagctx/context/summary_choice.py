@@ -79,9 +79,8 @@ def summary_reach(graph: SessionGraph, summary: Call, chain: list[Call], index: 
     first = index.get(covers[0])
     if first is None or first + len(covers) > len(chain):
         return None
-    for k, cid in enumerate(covers):
-        if chain[first + k].id != cid:
-            return None  # another branch (or not contiguous): renders raw there
+    if [n.id for n in chain[first:first + len(covers)]] != covers:
+        return None  # another branch (or not contiguous): renders raw there
     last = first + len(covers) - 1
     h = summary_head(summary)
     if h is None or h not in graph.nodes:

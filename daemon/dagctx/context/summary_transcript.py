@@ -51,6 +51,38 @@ def _item_header(item: Item) -> str:
     return "[function call]" if item.part == "call" else "[function result]"
 
 
+def _bodies_and_heads(items: Sequence[Item]) -> tuple[list[str], list[str]]:
+    """``[item_body(it) …]`` and ``[_item_header(it) …]`` in one loop: most items' body is
+    their text, and a tool's header is made once per tool name (the same string object for
+    every call of it, so its later lookups hash it once)."""
+    bodies: list[str] = []
+    heads: list[str] = []
+    put_body, put_head = bodies.append, heads.append
+    calls: dict[str, str] = {}
+    results: dict[str, str] = {}
+    for it in items:
+        kind = it.kind
+        if kind == "tool_result":
+            put_body(it.text)
+            head = results.get(it.name)
+            if head is None:
+                head = results[it.name] = _item_header(it)
+            put_head(head)
+        elif kind == "tool_call":
+            put_body(item_body(it))
+            head = calls.get(it.name)
+            if head is None:
+                head = calls[it.name] = _item_header(it)
+            put_head(head)
+        elif kind == "user" or kind == "assistant":
+            put_body(it.text)
+            put_head(_item_header(it))
+        else:
+            put_body(item_body(it))
+            put_head(_item_header(it))
+    return bodies, heads
+
+
 def transcript_entry(item: Item) -> str:
     """One item as a transcript entry: a bracketed header line, then its content."""
     return _entry(item, item_body(item))
@@ -135,8 +167,7 @@ class Transcript:
         """Give each item a place at the end of the columns, its body and header built
         (``items`` not held yet, each once); the first one's place."""
         first = len(self._items)
-        bodies = list(map(item_body, items))
-        heads = list(map(_item_header, items))
+        bodies, heads = _bodies_and_heads(items)
         open_of = self._open_of
         for head in set(heads).difference(open_of):
             open_of[head] = (f"\n\n{head}\n", f"\n\n{head}")

@@ -90,6 +90,12 @@ class View:
     chain: list[str] = field(default_factory=list)
     #: with ``start_after``: the chain node after which this (suffix) view starts
     start_after: str | None = None
+    #: ``(starts, ids)``: where the items of each chain node the walk rendered (and of the
+    #: active summary) begin, in order — ``items[starts[k]:starts[k + 1]]`` are what the
+    #: turn part of chain node ``ids[k]`` rendered (``aging.owner_chain_id`` of each one's
+    #: node), so a compaction reads each item's group by position. None when not known:
+    #: a frame view, or items rearranged after the walk (a request checkpoint).
+    parts: tuple[list[int], list[str]] | None = None
 
     def manifest(self) -> dict[str, Any]:
         """Everything needed to reproduce this render from the same graph (SPEC §6, the render manifest)."""

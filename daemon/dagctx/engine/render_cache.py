@@ -84,6 +84,10 @@ class CachedRender:
 def join_views(prefix: View, suffix: View, new_chain: list[str]) -> View:
     """The full view of the new head: the cached prefix view plus the suffix view."""
     shift = prefix.turn_count
+    parts = None
+    if prefix.parts is not None and suffix.parts is not None:
+        (starts, ids), (more, more_ids), at = prefix.parts, suffix.parts, len(prefix.items)
+        parts = (starts + [k + at for k in more], ids + more_ids)
     return replace(
         prefix,
         head=suffix.head,
@@ -95,6 +99,7 @@ def join_views(prefix: View, suffix: View, new_chain: list[str]) -> View:
         repairs=prefix.repairs + suffix.repairs,
         chain=new_chain,
         start_after=None,
+        parts=parts,
     )
 
 

@@ -95,8 +95,11 @@ class AgingPlans(TokenAccounting):
         if not view.items:
             return {}, {}
 
+        stored = cache.get
+
         def token_of(node_id: str) -> int:
-            return self.counts_of(graph, node_id, tokenizer, cache)[1]
+            got = stored(node_id)  # the stored counts, else counted once (``counts_of``)
+            return (got if got is not None else self.counts_of(graph, node_id, tokenizer, cache))[1]
 
         stop_if_cancelled()
         boundary = aging.boundary_after_commit(view, graph, policy)
