@@ -31,6 +31,11 @@ from .version import LEDGER_SCHEMA_VERSION, PROTOCOL_VERSION, __version__
 START_TIMEOUT = 20.0
 #: Longest socket path every platform accepts (sun_path is 104–108 bytes).
 MAX_SOCKET_PATH = 103
+#: Connections a client makes before giving up when each daemon it reaches dies before
+#: answering the handshake (a daemon killed while a client connected; SPEC §1.2).
+HANDSHAKE_ATTEMPTS = 3
+#: Seconds a client waits for the daemon that dropped its handshake to be gone.
+GONE_TIMEOUT = 2.0
 
 
 class DaemonUnavailable(OSError):
@@ -144,6 +149,89 @@ def try_connect(path: str) -> socket.socket | None:
             return None
         raise
     return s
+
+
+def peer_pid(s: socket.socket, sock: str | None = None) -> int | None:
+    """The pid of the daemon ``s`` reached, or None when it cannot be told.
+
+    The kernel's word first (Linux ``SO_PEERCRED``, macOS ``LOCAL_PEERPID``): the process
+    that listens on the socket, even when the connection still waits in its backlog.
+    Else the pid file beside the socket ``sock`` (read right after connecting: it names
+    the daemon that listens there, unless another started since)."""
+    try:
+        if hasattr(socket, "SO_PEERCRED"):
+            import struct
+
+            pid = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+            if pid > 0:
+                return pid
+        elif sys.platform == "darwin":
+            pid = int.from_bytes(s.getsockopt(0, 2, 4), sys.byteorder)  # SOL_LOCAL, LOCAL_PEERPID
+            if pid > 0:
+                return pid
+    except (OSError, ValueError):
+        pass
+    if sock is None:
+        return None
+    try:
+        import json
+
+        with open(pid_path(sock)) as f:
+            pid = int(json.load(f)["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return pid if pid > 0 else None
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs: False once it is gone or a zombie (it exited and its parent
+    has not reaped it yet — the client that started a daemon is its parent); True when
+    unsure (another user's process, no ``/proc`` to tell a zombie: assume it lives)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][:1] != "Z"
+    except FileNotFoundError:
+        return not os.path.isdir("/proc/self")  # with /proc, no entry: it is gone
+    except (OSError, IndexError):
+        return True
+
+
+def daemon_gone(pid: int | None, timeout: float = GONE_TIMEOUT) -> bool:
+    """True when the daemon ``pid`` no longer runs, within ``timeout`` seconds (a killed
+    daemon closes its connections a moment before its process is gone). An unknown pid is
+    never gone: a client retries only when it knows the daemon it reached is dead."""
+    if pid is None:
+        return False
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while _running(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+    return True
+
+
+def died_before_answering(sock: str, attempts: int, pid: int | None, gone: bool) -> str:
+    """Why a client gives up its handshake: every daemon it reached died before answering
+    (``attempts`` of them), or the last one closed the connection and runs still (or its
+    pid could not be read, so it may) — a client never retries then."""
+    log = log_path(sock)
+    if pid is None:
+        return (f"the dagctx daemon on {sock} closed the connection before answering `initialize`, and its "
+                f"pid could not be read to tell whether it died, so nothing was retried; see its log {log}, "
+                "then retry (or stop it with `dagctx daemon stop`)")
+    if not gone:
+        return (f"the dagctx daemon on {sock} (pid {pid}) closed the connection before answering `initialize` "
+                f"and still runs; see its log {log} for why, or stop it with `dagctx daemon stop` and retry")
+    return (f"{attempts} dagctx daemons on {sock} in a row died before answering `initialize` (the last was "
+            f"pid {pid}); see the log {log} for why they die (memory, a crash), or use `--standalone`")
 
 
 def daemon_command(sock: str) -> list[str]:

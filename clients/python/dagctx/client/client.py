@@ -131,17 +131,39 @@ class DagctxClient:
         capabilities: dict[str, Any] | None = None,
     ) -> DagctxClient:
         """Connect straight to the per-user daemon's socket (no forwarder process),
-        starting the daemon when none listens (SPEC §1.2)."""
-        sock = await asyncio.to_thread(transport.connect_or_start, socket_path, start=start)
-        reader, writer = await asyncio.open_unix_connection(sock=sock, limit=1 << 26)
-        client = cls(reader, writer)
-        client.daemon_log = transport.log_path(socket_path or transport.socket_path())
+        starting the daemon when none listens (SPEC §1.2).
+
+        A daemon that dies before answering ``initialize`` (killed while this client
+        connected: the kernel still queues connections to a dying daemon's socket) is
+        connected to again, a new daemon started in its place — only when its process is
+        gone, at most ``transport.HANDSHAKE_ATTEMPTS`` times. Nothing but the attach frame and
+        ``initialize`` was sent to it, and a daemon runs nothing before it answers
+        ``initialize``, so nothing is done twice."""
+        sock_path = socket_path or transport.socket_path()
         db = os.fspath(database) if database is not None else os.environ.get("DAGCTX_DB") or None
-        client.notify("$/dagctx/attach", m.AttachParams(
-            cwd=os.getcwd(), database=transport.client_database(db), pid=os.getpid(), env=dict(os.environ)))
-        if initialize:
-            await client.initialize(initialization_options=initialization_options, capabilities=capabilities)
-        return client
+        attach = m.AttachParams(cwd=os.getcwd(), database=transport.client_database(db), pid=os.getpid(),
+                                env=dict(os.environ))
+        attempt = 0
+        while True:
+            attempt += 1
+            sock = await asyncio.to_thread(transport.connect_or_start, sock_path, start=start)
+            pid = transport.peer_pid(sock, sock_path)
+            reader, writer = await asyncio.open_unix_connection(sock=sock, limit=1 << 26)
+            client = cls(reader, writer)
+            client.daemon_log = transport.log_path(sock_path)
+            client.notify("$/dagctx/attach", attach)
+            if not initialize:
+                return client
+            try:
+                await client.initialize(initialization_options=initialization_options, capabilities=capabilities)
+                return client
+            except ConnectionError as exc:
+                # no answer came: the daemon closed the connection (died, or dropped it)
+                await client.wait(1.0)
+                gone = await asyncio.to_thread(transport.daemon_gone, pid)
+                if not gone or attempt >= transport.HANDSHAKE_ATTEMPTS:
+                    raise ConnectionError(
+                        f"{exc}: {transport.died_before_answering(sock_path, attempt, pid, gone)}") from exc
 
     # ------------------------------------------------------------ wire
 
