@@ -8,7 +8,8 @@ into its backlog), the client connects, and only then is the daemon killed (SIGK
 Python client connecting to the socket itself and ``dagctx serve`` (both its modes: handing
 the client's stdio to the daemon, and relaying it) must each start a new daemon and
 initialize on it. Each test knows the client has connected from a wrapper of
-``transport.connect_or_start`` — never from a sleep.
+``transport.connect_or_start`` — never from a sleep. A listener that drops connections and
+lives on is connected to once only: a client retries only when the daemon it reached is gone.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -115,3 +117,61 @@ async def test_the_python_client_reaches_a_new_daemon_when_the_one_it_reached_di
     os.kill(pid, signal.SIGKILL)
     client = await asyncio.wait_for(connecting, 60)
     await _works_on_a_new_daemon(client, pid, shared)
+
+
+@pytest.mark.parametrize("handoff", ["1", "0"], ids=["handoff", "relay"])
+async def test_dagctx_serve_reaches_a_new_daemon_when_the_one_it_reached_dies(
+        shared: set[int], tmp_path: Path, handoff: str) -> None:
+    db = tmp_path / "s.db"
+    pid = await _stopped_daemon(db, shared)
+    mark = tmp_path / "mark"
+    env = {**os.environ, "DAGCTX_TEST_MARK": str(mark), "DAGCTX_HANDOFF": handoff}
+    client = await DagctxClient.spawn(db, command=[sys.executable, "-P", "-c", MARKED_SERVE, "serve"], env=env,
+                                      initialize=False)
+    initializing = asyncio.ensure_future(client.initialize())
+    await _until(mark.exists, "dagctx serve connected to the stopped daemon")
+    os.kill(pid, signal.SIGKILL)
+    await asyncio.wait_for(initializing, 60)
+    assert mark.read_text().count("connected") == 2  # one connection more: to the new daemon
+    await _works_on_a_new_daemon(client, pid, shared)
+
+
+class _Dropper:
+    """A listener on the daemon's socket that closes every connection unanswered, and lives
+    on (it is this test's process): no client may connect to it twice."""
+
+    def __init__(self, path: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        self.sock.listen(8)
+        self.accepted = 0
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            conn.recv(1 << 16)
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+async def test_a_live_daemon_that_drops_the_handshake_is_never_connected_to_again(
+        shared: set[int], tmp_path: Path) -> None:
+    dropper = _Dropper(transport.socket_path())
+    try:
+        with pytest.raises(ConnectionError) as e:
+            await DagctxClient.connect(tmp_path / "a.db")
+        assert f"(pid {os.getpid()}) closed the connection before answering `initialize` and still runs" in str(e.value)
+        assert dropper.accepted == 1
+        with pytest.raises(ConnectionError) as e:
+            await DagctxClient.spawn(tmp_path / "a.db")
+        assert "dagctx serve: the dagctx daemon on" in str(e.value) and "still runs" in str(e.value)
+        assert dropper.accepted == 2  # once each: the forwarder did not connect again either
+    finally:
+        dropper.close()

@@ -1722,6 +1722,8 @@ export interface Notifications {
   "$/progress": { params: ProgressParams };
   /** The last frame of a connection that sent `$/dagctx/attach`: how it ended. */
   "$/dagctx/closing": { params: ClosingParams };
+  /** The daemon took over the client's stdin and stdout (hand-off): sent on the socket before it reads the client's first byte. */
+  "$/dagctx/attached": { params: Empty };
   /** A node was appended. */
   "node/didAppend": { params: NodeNotification };
   /** A running node finished. */
@@ -1802,6 +1804,7 @@ export const SERVER_REQUEST_NAMES = [
 export const NOTIFICATION_NAMES = [
   "$/progress",
   "$/dagctx/closing",
+  "$/dagctx/attached",
   "node/didAppend",
   "node/didUpdate",
   "session/didChange",

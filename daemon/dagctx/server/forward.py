@@ -56,23 +56,76 @@ CHUNK = 1 << 18
 SMALL_BODY = 256
 
 
-def _pump_in(sock: socket.socket, fd: int) -> None:
-    """Client stdin → daemon, through one reused buffer (no copy of ours); at EOF
-    half-close so the daemon sees the client go."""
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
-    try:
+#: Bytes of the client's input kept while the daemon has not answered, to send again to a
+#: new daemon when the one reached dies before its first answer; past it nothing is kept.
+REPLAY_LIMIT = 1 << 20
+
+
+class _Inbound:
+    """Client stdin → daemon (relayed), through one reused buffer (no copy of ours); at EOF
+    half-close so the daemon sees the client go.
+
+    Until the daemon's first byte (``answered``) what was sent is kept as well (``replay``,
+    at most ``REPLAY_LIMIT`` bytes): a daemon that dies before answering — it ran nothing —
+    is replaced, and ``move_to`` sends the new one the attach frame and all of it again.
+    A send that fails meanwhile waits for that move (or for the end of the process)."""
+
+    def __init__(self, fd: int, sock: socket.socket) -> None:
+        self.fd = fd
+        self.sock = sock
+        self.moved = threading.Condition()
+        self.replay: bytearray | None = bytearray()
+        self.eof = False
+
+    def answered(self) -> None:
+        self.replay = None  # no lock: a reference dropped; the reader keeps no copy after it
+
+    def run(self) -> None:
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
         while True:
-            n = os.readv(fd, [buf])
-            if not n:
-                break
-            sock.sendall(view[:n])
-    except OSError:
-        pass
-    try:
-        sock.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
+            try:
+                n = os.readv(self.fd, [buf])
+            except OSError:
+                n = 0
+            with self.moved:
+                if not n:
+                    self.eof = True
+                    self._half_close()
+                    return
+                kept = self.replay
+                if kept is not None:
+                    if len(kept) + n <= REPLAY_LIMIT:
+                        kept += view[:n]
+                    else:
+                        self.replay = kept = None
+                try:
+                    self.sock.sendall(view[:n])
+                except OSError:
+                    if kept is None:
+                        self._half_close()
+                        return
+                    # the daemon went before answering: these bytes are kept, and go to its successor
+                    sock = self.sock
+                    self.moved.wait_for(lambda: self.sock is not sock)
+
+    def move_to(self, sock: socket.socket, attach: bytes) -> None:
+        """Go on with a new daemon: the attach frame, then everything sent to the one before."""
+        with self.moved:
+            self.sock = sock
+            try:
+                sock.sendall(attach + bytes(self.replay or b""))
+                if self.eof:
+                    self._half_close()
+            except OSError:
+                pass  # this one went too: the caller sees its end
+            self.moved.notify_all()
+
+    def _half_close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
 
 
 def _content_length(header: bytes) -> int | None:
@@ -209,16 +262,21 @@ def _let_go(fds: tuple[int, int]) -> None:
 
 
 def run_forwarder(database: str | None, max_frame_bytes: int | None = None) -> int:
-    """Relay this process's stdio to the per-user daemon; the exit code for the client."""
+    """Relay this process's stdio to the per-user daemon; the exit code for the client.
+
+    A daemon that dies before its first byte to this connection (killed while this process
+    connected: the kernel still queues connections to a dying daemon's socket) ran none of
+    the client's requests — its answer to ``initialize`` comes first, and with the client's
+    pipes handed off, ``$/dagctx/attached`` comes before it reads them. When its process is
+    gone this process connects again (a new daemon starts) and hands over the pipes again,
+    or sends what it relayed again, at most ``transport.HANDSHAKE_ATTEMPTS`` times (SPEC
+    §1.3). A daemon that still runs, or whose pid cannot be read, is never tried again."""
     try:
-        sock = transport.connect_or_start()
-    except transport.DaemonUnavailable as exc:
-        _say(str(exc))
+        sock_path = transport.socket_path()
+    except OSError as exc:  # DaemonUnavailable too: its runtime folder is not the user's
+        _say(str(exc) if isinstance(exc, transport.DaemonUnavailable) else f"cannot reach the dagctx daemon: {exc}")
         return 1
-    except OSError as exc:
-        _say(f"cannot reach the dagctx daemon: {exc}")
-        return 1
-    attach = {
+    attach = _frame({
         "jsonrpc": "2.0",
         "method": "$/dagctx/attach",
         "params": {
@@ -228,33 +286,63 @@ def run_forwarder(database: str | None, max_frame_bytes: int | None = None) -> i
             "env": dict(os.environ),
             **({"maxFrameBytes": max_frame_bytes} if max_frame_bytes else {}),
         },
-    }
+    })
     fds = _handoff_fds()
-    if fds is not None:
-        # The daemon reads the client's stdin and writes its stdout itself: this process
-        # only waits for the closing frame (or the daemon's death) on the socket.
-        socket.send_fds(sock, [_frame(attach)], list(fds))
-        _let_go(fds)
-        out = _Outbound(-1)
-    else:
-        sock.sendall(_frame(attach))
-        threading.Thread(target=_pump_in, args=(sock, sys.stdin.fileno()), daemon=True).start()
-        out = _Outbound(sys.stdout.fileno())
+    inbound: _Inbound | None = None
+    out = _Outbound(-1 if fds is not None else sys.stdout.fileno())  # nothing fed before an answer
     buf = bytearray(CHUNK)
-    try:
-        while True:
-            n = sock.recv_into(buf)
-            if not n:
-                break
-            out.feed(buf, n)  # written out before the buffer is reused
-    except ConnectionResetError:
-        pass
-    except BrokenPipeError:
-        return 0  # the client went away first
-    finally:
-        sock.close()
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            sock = transport.connect_or_start(sock_path)
+        except transport.DaemonUnavailable as exc:
+            _say(str(exc))
+            return 1
+        except OSError as exc:
+            _say(f"cannot reach the dagctx daemon: {exc}")
+            return 1
+        pid = transport.peer_pid(sock, sock_path)
+        try:
+            if fds is not None:
+                # The daemon reads the client's stdin and writes its stdout itself: this
+                # process only waits for the closing frame (or the daemon's death) on the
+                # socket, and lets the pipes go once the daemon says it has them.
+                socket.send_fds(sock, [attach], list(fds))
+            elif inbound is None:
+                sock.sendall(attach)
+                inbound = _Inbound(sys.stdin.fileno(), sock)
+                threading.Thread(target=inbound.run, daemon=True).start()
+            else:
+                inbound.move_to(sock, attach)
+        except OSError:
+            pass  # a daemon gone already: its end shows below
+        heard = False
+        try:
+            while True:
+                n = sock.recv_into(buf)
+                if not n:
+                    break
+                if not heard:
+                    heard = True
+                    if fds is not None:
+                        _let_go(fds)
+                    elif inbound is not None:
+                        inbound.answered()
+                out.feed(buf, n)  # written out before the buffer is reused
+        except ConnectionResetError:
+            pass
+        except BrokenPipeError:
+            return 0  # the client went away first
+        finally:
+            sock.close()
+        if heard or (inbound is not None and inbound.replay is None):
+            break  # the daemon answered (or more was sent than is kept): never sent again
+        gone = transport.daemon_gone(pid)
+        if not gone or attempt >= transport.HANDSHAKE_ATTEMPTS:
+            _say(transport.died_before_answering(sock_path, attempt, pid, gone))
+            return 1
     if out.closing is None:
-        sock_path = transport.socket_path()
         time.sleep(0.3)  # a killed daemon's listening socket closes a moment after its streams
         try:
             alive = transport.try_connect(sock_path)

@@ -136,6 +136,10 @@ CLOSING_MARK = b'"$/dagctx/closing"'
 #: Seconds the client's stdout gets to take the last answers before a handed-off
 #: connection is closed anyway.
 FLUSH_SECONDS = 10.0
+#: Sent on a handed-off connection's socket once the daemon has the client's pipes, before
+#: it reads them (``$/dagctx/attached``): until then the forwarder keeps them.
+ATTACHED = b'Content-Length: 46\r\n\r\n{"jsonrpc":"2.0","method":"$/dagctx/attached"}'
+
 
 
 class _ClientOut(asyncio.BaseProtocol):
@@ -260,6 +264,15 @@ class Connection(asyncio.Protocol):
             # the socket, and the client's requests are read only after it (its database, cwd)
             deadline = loop.time() + FLUSH_SECONDS
             while proto.attach is None and not self._ending and loop.time() < deadline:
+                await asyncio.sleep(0.005)
+            # the forwarder holds the client's pipes until told they are taken, so that when
+            # this daemon dies before reading them it can hand them to a new one (SPEC §1.3):
+            # told before the first read, through the kernel (the socket's buffer is empty)
+            if self._ending or self.transport is None or self.transport.is_closing():
+                os.close(fd_in)
+                return
+            self.transport.write(ATTACHED)
+            while self.transport.get_write_buffer_size() and not self._ending and loop.time() < deadline:
                 await asyncio.sleep(0.005)
             # read by a thread of its own, which answers the quick reads itself (SPEC §1.4)
             reader = PipeReader(fd_in, proto.feed_in_thread, self.client_gone, self.hub.post,

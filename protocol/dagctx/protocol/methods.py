@@ -72,6 +72,9 @@ _ALL: list[MethodSpec] = [
           "The last frame of a connection that sent `$/dagctx/attach`: how it ended.", "server-to-client"),
     _note("$/dagctx/attach", m.AttachParams,
           "Sent by the forwarder before the client's first message: the client's cwd and database."),
+    _note("$/dagctx/attached", m.Empty,
+          "The daemon took over the client's stdin and stdout (hand-off): sent on the socket before it "
+          "reads the client's first byte.", "server-to-client"),
     # sessions
     _req("session/create", m.SessionCreateParams, m.SessionCreateResult, "Create a session with its ROOT.", "—",
          "Creates the session's ROOT (seq 0); HEAD = ROOT.", writes=True),
