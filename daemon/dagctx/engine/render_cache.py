@@ -82,8 +82,18 @@ class CachedRender:
 
 
 def join_views(prefix: View, suffix: View, new_chain: list[str]) -> View:
-    """The full view of the new head: the cached prefix view plus the suffix view."""
+    """The full view of the new head: the cached prefix view plus the suffix view.
+
+    The suffix was walked from the prefix's head on, so it numbers its turns from 0: its
+    items, like its ``turns``, are shifted by the prefix's turn count, or the joined view
+    would tell the newest items from the oldest by ``View.turn_count - item.turn`` (aging by
+    user turns, the current turn of ``context/prepare``) differently from a cold walk of
+    the same head. ``suffix`` is the caller's own fresh walk: its items are renumbered in
+    place."""
     shift = prefix.turn_count
+    if shift:
+        for it in suffix.items:
+            it.turn += shift
     parts = None
     if prefix.parts is not None and suffix.parts is not None:
         (starts, ids), (more, more_ids), at = prefix.parts, suffix.parts, len(prefix.items)
