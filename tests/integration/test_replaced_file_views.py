@@ -94,7 +94,9 @@ async def test_subscribers_are_told_replaced_when_the_file_is_replaced(tmp_path:
         assert answer.node.id in [n.id for n in history.nodes]
         # what follows speaks of the new file: the next append is announced, once
         nxt = await c.append(sid, "user", input="free some space", predecessor=answer.node.id)
-        await _until(lambda: _seen(c, "node/didAppend", sid), "the append after the replacement")
+        # its node and the head it moved are two notifications, written one after the other
+        await _until(lambda: _seen(c, "node/didAppend", sid) and len(_seen(c, "session/didChange", sid)) >= 2,
+                     "the append after the replacement and the head it moved")
         assert [p.node.id for p in _seen(c, "node/didAppend", sid)] == [nxt.node.id]
         assert [p.change for p in _seen(c, "session/didChange", sid)] == ["replaced", "head"]
     finally:
