@@ -79,6 +79,8 @@ class CachedRender:
     repairs: list[str]
     #: every tool call id ``messages`` use: an extension renames a repeated one (SPEC §6)
     call_ids: frozenset[str] = frozenset()
+    #: where the format's last pass's repairs begin in ``repairs`` (``Rendered.built_at``)
+    built_at: int = 0
 
 
 def join_views(prefix: View, suffix: View, new_chain: list[str]) -> View:
@@ -120,3 +122,8 @@ class CachedAging:
     turn_start: str | None
     aged: dict[str, str]
     stats: dict[str, Any]
+    #: the branch's newest request (llm node) when the plan was made: a plan that may hold a
+    #: change back compares with it (SPEC §8)
+    previous: str | None = None
+    #: the numbers of a change to that request's aging made because it paid (``_deferred``)
+    paid: dict[str, Any] | None = None

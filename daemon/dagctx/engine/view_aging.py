@@ -130,9 +130,9 @@ class AgingPlans(TokenAccounting):
         stats["longTurnCap"] = long[1] if long is not None else None
         if long_manifest is not None:
             stats["manifest"]["agingLongTurn"] = long_manifest
-        kept = None
+        kept = paid = None
         if defer:
-            kept = self._deferred(graph, head, view, plan, token_of, count, cold, tokenizer)
+            kept, paid = self._deferred(graph, head, view, plan, token_of, count, cold, tokenizer)
             if kept is not None:
                 aged_now, kinds, prev, economy = kept
                 freed = sum(max(0, token_of(n) - count(t)) for n, t in aged_now.items())
@@ -145,29 +145,33 @@ class AgingPlans(TokenAccounting):
                     stats["manifest"].pop("agingLongTurn", None)
                 plan.aged.clear()
                 plan.aged.update(aged_now)
-        entry = CachedAging(key, Snapshot.of(graph, view.chain), _turn_node(graph, view.chain), dict(plan.aged), stats)
+        newest = newest_request(graph, view.chain)
+        entry = CachedAging(key, Snapshot.of(graph, view.chain), _turn_node(graph, view.chain), dict(plan.aged), stats,
+                            None if newest is None else newest[0], paid)
         self._aging_cache[key] = entry
         if defer and kept is None:
             # nothing held back: this is also the plan of a build that may not defer (the
             # reduction within the turn that follows, SPEC §8), not made a second time
             plain = (session_id, tokenizer, model.context_window, policy, False, False)
-            self._aging_cache[plain] = replace(entry, key=plain)
+            self._aging_cache[plain] = replace(entry, key=plain, paid=None)
         return dict(plan.aged), stats
 
     def _deferred(self, graph: SessionGraph, head: str, view: View, plan: Any, token_of: Any, count: Any,
-                  cold: bool, tokenizer: str) -> tuple[dict[str, str], dict[str, str], dict[str, Any],
-                                                        dict[str, Any]] | None:
-        """The previous request's aging, kept because the plan's change to it does not pay
-        for its cache break (SPEC §8): ``(aged, kinds, previous manifest, the rule's
-        numbers)``; None when the plan applies (nothing it changes was sent before, a new
-        summary rewrites everything after it anyway, a result is shown whole again — a
-        later message cites it —, the change pays, or the cache is cold)."""
+                  cold: bool, tokenizer: str) -> tuple[tuple[dict[str, str], dict[str, str], dict[str, Any],
+                                                              dict[str, Any]] | None, dict[str, Any] | None]:
+        """``(kept, paid)``. ``kept``: the previous request's aging, kept because the plan's
+        change to it does not pay for its cache break (SPEC §8): ``(aged, kinds, previous
+        manifest, the rule's numbers)``; None when the plan applies (nothing it changes was
+        sent before, a new summary rewrites everything after it anyway, a result is shown
+        whole again — a later message cites it —, the change pays, or the cache is cold).
+        ``paid``: the rule's numbers when the change is made because it pays at this head
+        (a later head of the turn rewrites more: ``_reuse_aging`` weighs it again)."""
         got = previous_requests(graph, head)
         if got is None:
-            return None
+            return None, None
         prev_id, prev, since = got
         if prev.get("summaryId") != view.summary_id or prev.get("agingPolicyVersion") is None:
-            return None
+            return None, None
         reduced = set(((prev.get("turnReduction") or {}).get("results") or {}))
         prev_aged = {k: v for k, v in (prev.get("agedText") or {}).items()
                      if k not in reduced and isinstance(v, str)}
@@ -184,12 +188,12 @@ class AgingPlans(TokenAccounting):
             seen.add(nid)
             if plan.aged.get(nid) != prev_aged.get(nid):
                 if nid not in plan.aged:
-                    return None  # shown whole again: what the model cites is not held back
+                    return None, None  # shown whole again: what the model cites is not held back
                 changed.append(nid)
                 if first is None:
                     first = idx
         if first is None:
-            return None
+            return None, None
         freed = 0
         for nid in changed:
             before = count(prev_aged[nid]) if nid in prev_aged else token_of(nid)
@@ -206,7 +210,7 @@ class AgingPlans(TokenAccounting):
                 rewrite -= max(0, token_of(it.node_id) - count(plan.aged[it.node_id]))
         economy = cache_economy.aging_economy(freed, rewrite, since, cold=cold)
         if economy.pays:
-            return None
+            return None, None if cold else {**economy.as_dict(), "results": len(changed)}
         aged = {nid: prev_aged[nid] for nid in seen if nid in prev_aged}
         kinds = {nid: prev_kinds[nid] for nid in aged if nid in prev_kinds}
         for nid, text in plan.aged.items():
@@ -215,7 +219,7 @@ class AgingPlans(TokenAccounting):
                 aged[nid] = text  # a result newer than the previous request (its cap): no break
                 if nid in plan.kinds:
                     kinds[nid] = plan.kinds[nid]
-        return aged, kinds, prev, {**economy.as_dict(), "results": len(changed)}
+        return (aged, kinds, prev, {**economy.as_dict(), "results": len(changed)}), None
 
     @staticmethod
     def _age_long_turn(graph: SessionGraph, view: View, plan: Any, policy: Any, long: tuple[int, int, str],
@@ -276,14 +280,70 @@ class AgingPlans(TokenAccounting):
                 break
             if node.role == "code" and (cache.get(node.id) or (0, 0))[1] > cap:
                 return None
+        previous, paid = cached.previous, cached.paid
+        held_by: dict[str, Any] | None = None  # a new previous request that holds the same change back
+        if key[4]:  # a plan that may hold a change back: made against the branch's previous request
+            newest = newest_request(graph, chain)
+            now = None if newest is None else newest[0]
+            if now != previous:
+                if newest is None or not _carries(graph, newest[0], newest[1], cached.aged):
+                    return None  # another previous request: plan afresh, as a cold daemon does
+                previous, paid = now, None  # the change made is that request's now
+                if isinstance(cached.stats.get("deferred"), dict):
+                    held_by = newest[1]
+            elif paid is not None and chain[-1] != cached.snap.chain[-1]:
+                # a change made because it paid at the plan's head, and no request sent it
+                # since: at this head it rewrites more, and may not pay any more (SPEC §8)
+                rewrite = paid["rewrite"] + self._rendered_tokens(graph, head, cached.snap.chain[-1], key[1])
+                economy = cache_economy.aging_economy(paid["freed"], rewrite, paid["requests"], cold=paid["cold"])
+                if not economy.pays:
+                    return None
+                paid = {**economy.as_dict(), "results": paid["results"]}
+                self._aging_cache[key] = cached = replace(cached, snap=Snapshot.of(graph, chain), paid=paid)
         stats = cached.stats
         manifest = stats.get("manifest")
-        if long is not None and isinstance(manifest, dict) and isinstance(manifest.get("agingLongTurn"), dict):
+        if (long is not None and isinstance(manifest, dict) and isinstance(manifest.get("agingLongTurn"), dict)
+                and not isinstance(stats.get("deferred"), dict)):  # (held back: the previous request's record)
             # the same decisions, but the manifest names this head's step count: a render
             # is the same bytes whichever head was planned first (SPEC §8)
             manifest = {**manifest, "agingLongTurn": {**manifest["agingLongTurn"], "steps": long[0]}}
             stats = {**stats, "manifest": manifest}
+        if held_by is not None and isinstance(manifest, dict) and previous is not None:
+            # held back against the new previous request: what the manifest copies from the
+            # previous request (``aging_for``) is that request's now
+            manifest = _held_manifest(graph, manifest, held_by, graph.nodes[previous].seq, cached.aged)
+            stats = {**stats, "manifest": manifest}
+        deferred = stats.get("deferred")
+        if isinstance(deferred, dict) and isinstance(manifest, dict) and chain[-1] != cached.snap.chain[-1]:
+            # a change held back (SPEC §8): the same decision all turn long, but its numbers
+            # are this request's — the rewrite grew by what the turn added since the plan —
+            # so the manifest is the same from a daemon that plans this head afresh
+            rewrite = deferred["rewrite"] + self._rendered_tokens(graph, head, cached.snap.chain[-1], key[1])
+            economy = cache_economy.aging_economy(deferred["freed"], rewrite, deferred["requests"],
+                                                  cold=deferred["cold"])
+            if economy.pays:
+                return None  # (the rewrite only grows; a change that did not pay still does not)
+            numbers = {**economy.as_dict(), "results": deferred["results"]}
+            stats = {**stats, "deferred": numbers, "manifest": {**manifest, "agingDeferred": numbers}}
+            self._aging_cache[key] = replace(cached, snap=Snapshot.of(graph, chain), stats=stats, previous=previous,
+                                             paid=paid)
+        elif previous != cached.previous:
+            self._aging_cache[key] = replace(cached, stats=stats, previous=previous, paid=paid)
         return dict(cached.aged), stats
+
+    def _rendered_tokens(self, graph: SessionGraph, head: str, since: str, tokenizer: str) -> int:
+        """The input and output tokens of the nodes a walk of ``head`` renders after the
+        chain node ``since`` (each node once): what a request's rewrite after a held-back
+        aging change adds over one made at ``since`` (``_deferred``)."""
+        seen: set[str] = set()
+        total = 0
+        for it in render_view(graph, head, start_after=since).items:
+            if it.node_id in seen or it.node_id not in graph.nodes:
+                continue
+            seen.add(it.node_id)
+            tin, tout = self.counts_of(graph, it.node_id, tokenizer)
+            total += tin + tout
+        return total
 
 
 def _same_cache(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -293,6 +353,49 @@ def _same_cache(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return (a.get("summaryId") == b.get("summaryId") and a.get("agedText") == b.get("agedText")
             and (ta.get("checkpoint") or {}).get("id") == (tb.get("checkpoint") or {}).get("id")
             and a.get("systemNode") == b.get("systemNode"))
+
+
+def _held_manifest(graph: SessionGraph, manifest: dict[str, Any], prev: dict[str, Any], prev_seq: int,
+                   aged: dict[str, str]) -> dict[str, Any]:
+    """A held-back plan's manifest made against the previous request ``prev`` (its
+    manifest; its node's ``prev_seq``) as ``aging_for`` makes it: that request's boundary,
+    long-turn record and kinds of the results before it, the plan's kinds after."""
+    nodes = graph.nodes
+    theirs = prev.get("agingKinds") or {}
+    kinds = {k: v for k, v in (manifest.get("agingKinds") or {}).items() if k in nodes and nodes[k].seq >= prev_seq}
+    kinds.update({k: theirs[k] for k in aged if k in theirs and k in nodes and nodes[k].seq < prev_seq})
+    out = {**manifest, "agingBoundary": prev.get("agingBoundary"), "agingKinds": kinds}
+    if isinstance(prev.get("agingLongTurn"), dict):
+        out["agingLongTurn"] = prev["agingLongTurn"]
+    else:
+        out.pop("agingLongTurn", None)
+    return out
+
+
+def newest_request(graph: SessionGraph, chain: list[str]) -> tuple[str, dict[str, Any]] | None:
+    """The newest top-level request on ``chain`` (ids, root first): its llm node id and
+    ``renderManifest`` (``previous_requests``'s first answer, without its count)."""
+    nodes = graph.nodes
+    for nid in reversed(chain):
+        man = cache_economy.request_manifest(nodes[nid])
+        if man is not None:
+            return nid, man
+    return None
+
+
+def _carries(graph: SessionGraph, request: str, manifest: dict[str, Any], aged: dict[str, str]) -> bool:
+    """Whether the request ``request`` (its ``manifest``) showed the older results as the
+    plan ``aged`` does: then a plan made against the request before it decides the same
+    against this one (``AgingPlans._deferred``: nothing changed, or the same change held
+    back or made), and a request made since with other decisions (another model's plan,
+    the budget's) is a reason to plan afresh."""
+    if manifest.get("agingPolicyVersion") is None:
+        return False
+    seq = graph.nodes[request].seq
+    reduced = set(((manifest.get("turnReduction") or {}).get("results") or {}))
+    shown = {k: v for k, v in (manifest.get("agedText") or {}).items()
+             if k not in reduced and isinstance(v, str) and k in graph.nodes and graph.nodes[k].seq < seq}
+    return shown == {k: v for k, v in aged.items() if k in graph.nodes and graph.nodes[k].seq < seq}
 
 
 def previous_requests(graph: SessionGraph, head: str) -> tuple[str, dict[str, Any], int] | None:

@@ -23,6 +23,7 @@ from dagctx.context.cancel import stop_if_cancelled
 from dagctx.context import formats
 from dagctx.context.formats import apply_turn_hooks, reasoning_payload, to_messages
 from dagctx.context.render import render_view
+from dagctx.context.summary_choice import select_system_node
 from dagctx.context.view import RENDER_POLICY_VERSION
 from dagctx.context.turn_reduction import Checkpoint, apply_checkpoint, checkpoint_from_manifest
 from dagctx.ledger import SessionGraph
@@ -156,7 +157,7 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
         hit = (self._extend_cached(graph, h, key, aged_map, system_node_id, fmt, tokenizer, reasoning)
                if cacheable else None)
         if hit is not None:
-            view, system, messages, node_ids, per_message, repairs, call_ids = hit
+            view, system, messages, node_ids, per_message, repairs, call_ids, built_at = hit
         else:
             view = None
             if frame is None and expose == "io" and before_seq is None and not exclude_summaries:
@@ -189,12 +190,13 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
             system, messages, node_ids = rendered
             repairs = list(rendered.repairs)
             call_ids = rendered.call_ids
+            built_at = rendered.built_at
             per_message = self.count_messages(graph, messages, node_ids, tokenizer, aged_map, synthetic, fmt=fmt)
             self._add_reasoning_tokens(messages, per_message, tokenizer)
         if cacheable:
             self._cache[key] = CachedRender(
                 key, Snapshot.of(graph, view.chain), view, aged_map, system, messages, node_ids,
-                list(per_message), repairs, call_ids,
+                list(per_message), repairs, call_ids, built_at,
             )
         per_message = list(per_message)
         system_tokens = self.count_text(system, tokenizer) if system else 0  # long ones counted once
@@ -250,13 +252,18 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
             return None
         if system_node_id is not None and system_node_id != cached.view.system_node:
             return None
+        if system_node_id is None and _in_force(graph, head) != cached.view.system_node:
+            # cached by a request that named its system prompt node (``context/prepare``'s
+            # new one, written after the head): a render that names none shows the one in
+            # force at its head (SPEC §6), as a cold render does
+            return None
         new_chain = [n.id for n in graph.chain(head)]
         if not still_valid_prefix(graph, cached.snap, new_chain):
             return None
         self.cache_hits += 1
         if head == cached.view.head:
             return (cached.view, cached.system, cached.messages, cached.node_ids, cached.per_message,
-                    cached.repairs, cached.call_ids)
+                    cached.repairs, cached.call_ids, cached.built_at)
         try:
             suffix = render_view(graph, head, expose_default=cached.view.expose_default,  # type: ignore[arg-type]
                                  aged=aged, system_node_id=system_node_id, start_after=cached.view.head)
@@ -272,9 +279,16 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
         if msgs and cached.messages and not formats.get(fmt).can_stitch(cached.messages, suffix.items[0].role):
             return None
         per = self.count_messages(graph, msgs, ids, tokenizer, aged, fmt=fmt)
+        # the repairs where a full render has them: the walk's, then the assembly's, then
+        # the format's last pass (``Rendered``)
+        walked, now = len(cached.view.repairs), len(suffix.repairs)
+        repairs = [*cached.repairs[:walked], *more.repairs[:now], *cached.repairs[walked:cached.built_at],
+                   *more.repairs[now:more.built_at]]
+        built_at = len(repairs)
+        repairs += [*cached.repairs[cached.built_at:], *more.repairs[more.built_at:]]
         view = join_views(cached.view, suffix, new_chain)
         return (view, cached.system, cached.messages + msgs, cached.node_ids + ids, cached.per_message + per,
-                cached.repairs + list(more.repairs), more.call_ids)
+                repairs, more.call_ids, built_at)
 
     def _stable_prefix(self, rec: RenderRecord) -> c.StablePrefix:
         """Leading messages byte-identical to the previous render of this branch."""
@@ -471,3 +485,10 @@ def recorded_tools(graph: SessionGraph, start: str | None, tools_hash: str) -> l
                 return man["tools"]
         cur = n.predecessor or (n.caller if n.caller != graph.root_id else None)
     return None
+
+
+def _in_force(graph: SessionGraph, head: str) -> str | None:
+    """The id of the system prompt node a render of ``head`` that names none shows: the
+    newest with ``seq <= head.seq`` (SPEC §6; ``render._system_prompt``)."""
+    node = select_system_node(graph, graph.get(head).seq)
+    return None if node is None else node.id

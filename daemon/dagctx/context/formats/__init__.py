@@ -84,8 +84,9 @@ def to_messages(view: View, format: str = "neutral", *, include_system: bool = T
     a.used_ids.update(used_call_ids)
     a.feed(view.items)
     msgs = a.finish()
+    built_at = len(a.repairs)
     messages, ids = fmt.build(view, msgs, a.repairs, include_system=include_system)
-    return Rendered(view.system, messages, ids, a.repairs, frozenset(a.used_ids))
+    return Rendered(view.system, messages, ids, a.repairs, frozenset(a.used_ids), built_at)
 
 
 def reasoning_owners(view: View, format: str | RenderFormat, mode: str) -> frozenset[str]:  # noqa: A002

@@ -17,16 +17,23 @@ from dagctx.context.view import NO_RESULT, Item, View
 
 class Rendered(tuple):
     """``(system, messages, node_ids)`` plus ``.repairs`` and ``.call_ids`` (every tool call
-    id the messages use, so a render extended later keeps them unique); unpacks as a 3-tuple."""
+    id the messages use, so a render extended later keeps them unique); unpacks as a 3-tuple.
+
+    ``repairs`` holds, in this order, the view's (walk order), the assembly's (message
+    order) and, from ``built_at`` on, those the format's last pass made over the whole list
+    (a placeholder opening it): a render extended from the cache puts the repairs of the
+    new part where a full render has them (``ContextService._extend_cached``)."""
 
     repairs: list[str]
     call_ids: frozenset[str]
+    built_at: int
 
     def __new__(cls, system: str | None, messages: list[dict[str, Any]], node_ids: list[list[str]], repairs: list[str],
-                call_ids: frozenset[str] = frozenset()):
+                call_ids: frozenset[str] = frozenset(), built_at: int | None = None):
         self = super().__new__(cls, (system, messages, node_ids))
         self.repairs = repairs
         self.call_ids = call_ids
+        self.built_at = len(repairs) if built_at is None else built_at
         return self
 
     @property
