@@ -11,8 +11,10 @@ from typing import Any
 
 from dagctx.context import aging, cache_economy
 from dagctx.context.cancel import stop_if_cancelled
+from dagctx.context.content import covers_of
 from dagctx.context.models import ModelInfo
 from dagctx.context.render import age_view, render_view, with_system_prompt
+from dagctx.context.summary_choice import summary_head
 from dagctx.context.view import View
 from dagctx.ledger import SessionGraph
 from dagctx.ledger.graph import is_summary
@@ -270,6 +272,8 @@ class AgingPlans(TokenAccounting):
         chain = [n.id for n in graph.chain(head)]
         if _turn_node(graph, chain) != cached.turn_start or not still_valid_prefix(graph, cached.snap, chain):
             return None
+        if graph.summaries and len(chain) > len(cached.snap.chain) and _summary_reaches(graph, chain[len(cached.snap.chain):]):
+            return None  # a summary the plan's head did not reach may apply here (SPEC §8): another view
         long = aging.long_turn_cap(graph, head, policy)
         if (long[1] if long is not None else None) != cached.stats.get("longTurnCap"):
             return None  # a long turn crossed into its next quantum of steps
@@ -353,6 +357,21 @@ def _same_cache(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return (a.get("summaryId") == b.get("summaryId") and a.get("agedText") == b.get("agedText")
             and (ta.get("checkpoint") or {}).get("id") == (tb.get("checkpoint") or {}).get("id")
             and a.get("systemNode") == b.get("systemNode"))
+
+
+def _summary_reaches(graph: SessionGraph, added: list[str]) -> bool:
+    """Whether a summary covers a node of ``added`` (chain nodes past a plan's head) or was
+    made for one: it applies to a branch only when the branch reaches its covered run and
+    its head (``summary_choice.summary_reach``), so it may apply to this head and not to
+    the head the plan was made at."""
+    added_set = set(added)
+    for sid in graph.summaries:
+        node = graph.nodes.get(sid)
+        if node is None:
+            continue
+        if summary_head(node) in added_set or not added_set.isdisjoint(covers_of(node)):
+            return True
+    return False
 
 
 def _held_manifest(graph: SessionGraph, manifest: dict[str, Any], prev: dict[str, Any], prev_seq: int,
