@@ -272,7 +272,7 @@ class AgingPlans(TokenAccounting):
         chain = [n.id for n in graph.chain(head)]
         if _turn_node(graph, chain) != cached.turn_start or not still_valid_prefix(graph, cached.snap, chain):
             return None
-        if graph.summaries and len(chain) > len(cached.snap.chain) and _summary_reaches(graph, chain[len(cached.snap.chain):]):
+        if graph.summaries and len(chain) > len(cached.snap.chain) and _summary_reaches(graph, cached.snap, chain):
             return None  # a summary the plan's head did not reach may apply here (SPEC §8): another view
         long = aging.long_turn_cap(graph, head, policy)
         if (long[1] if long is not None else None) != cached.stats.get("longTurnCap"):
@@ -359,17 +359,22 @@ def _same_cache(a: dict[str, Any], b: dict[str, Any]) -> bool:
             and a.get("systemNode") == b.get("systemNode"))
 
 
-def _summary_reaches(graph: SessionGraph, added: list[str]) -> bool:
-    """Whether a summary covers a node of ``added`` (chain nodes past a plan's head) or was
-    made for one: it applies to a branch only when the branch reaches its covered run and
-    its head (``summary_choice.summary_reach``), so it may apply to this head and not to
-    the head the plan was made at."""
-    added_set = set(added)
+def _summary_reaches(graph: SessionGraph, planned: Snapshot, chain: list[str]) -> bool:
+    """Whether a summary may apply to the branch ``chain`` and not to the plan's head (the
+    end of ``planned.chain``, which ``chain`` extends): it covers a node past that head, or
+    it covers nodes of the branch and was made for a head off the planned chain — past it,
+    or on a fork that the branch leaves after its covered run (``summary_choice.summary_reach``
+    applies such a summary once the branch holds newer nodes past the fork)."""
+    added = set(chain[len(planned.chain):])
     for sid in graph.summaries:
         node = graph.nodes.get(sid)
         if node is None:
             continue
-        if summary_head(node) in added_set or not added_set.isdisjoint(covers_of(node)):
+        covers = covers_of(node)
+        if not added.isdisjoint(covers):
+            return True
+        made_for = summary_head(node)
+        if made_for is not None and made_for not in planned.chain_set and not planned.chain_set.isdisjoint(covers):
             return True
     return False
 

@@ -269,8 +269,9 @@ class ContextService(AgingPlans, UsageCalibration, SystemPromptNode):
                                  aged=aged, system_node_id=system_node_id, start_after=cached.view.head)
         except DagctxError:
             return None
-        if suffix.system_node != cached.view.system_node or suffix.summary_id != cached.view.summary_id:
-            return None
+        if (suffix.system_node != cached.view.system_node or suffix.summary_id != cached.view.summary_id
+                or suffix.superseded != cached.view.superseded):
+            return None  # (a summary the cached head did not reach applies here too, superseded)
         if reasoning != "none" and (any(it.reasoning for it in suffix.items)
                                     or any(it.reasoning for it in cached.view.items)):
             return None  # which reasoning is sent depends on the whole branch (the current tool loop)
