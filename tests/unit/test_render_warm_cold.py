@@ -22,7 +22,6 @@ from typing import Any
 import msgspec
 import pytest
 
-from dagctx.context.references import extract_references
 from dagctx.engine.compaction_pipeline import compact
 from dagctx.engine.config import DaemonConfig
 from dagctx.engine.core import EngineCore
@@ -30,6 +29,7 @@ from dagctx.protocol import context_messages as c
 from dagctx.protocol import messages as m
 from dagctx.protocol.errors import DagctxError
 from dagctx.protocol.nodes import SUMMARY_MARKER, SUMMARY_NAME, SYSTEM_PROMPT_NAME, NodeInput
+from sampling_peers import Summarizer
 
 MODELS = ("gpt-4o", "claude-sonnet-4-5")
 STEPS = 50
@@ -38,24 +38,6 @@ STEPS = 50
 #: aging with no wall-clock wait (a cold engine started later would age more), soon and often
 AGING = m.AgingOptions(min_age_seconds=0, keep_recent_turns=2, min_tokens=200, protect_first=1,
                        **({"long_turn_steps": 5, "step_quantum": 2} if os.environ.get("DAGCTX_WALK_LONG") else {}))
-
-
-class Summarizer:
-    """A client that samples (``sampling/createMessage``): answers with every identifier it
-    was shown, so the compaction's fidelity gate passes."""
-
-    can_sample = True
-
-    def notify(self, method: str, params: Any) -> None:
-        pass
-
-    def progress(self, token: Any, value: Any) -> None:
-        pass
-
-    async def request(self, method: str, params: Any, result_type: type, timeout: float | None = None) -> Any:
-        text = "\n".join(msg.content.text for msg in params.messages)
-        return c.CreateMessageResult(content=c.SamplingContent(
-            text="Summary. " + ", ".join(sorted(extract_references(text)))), model="stand-in")
 
 
 def _engine(path: Path | str, peer: Any = None) -> EngineCore:

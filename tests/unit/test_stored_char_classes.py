@@ -17,7 +17,6 @@ import pytest
 
 from dagctx.context.char_classes import (NO_CLASSES, char_classes, classes_from_stored, estimate_of_classes,
                                          stored_classes)
-from dagctx.context.references import extract_references
 from dagctx.context.summary_transcript import Transcript, item_body
 from dagctx.context.tokens import ESTIMATE, estimate_tokens
 from dagctx.engine import compaction_pipeline
@@ -29,6 +28,7 @@ from dagctx.ledger.backend import CHARS_KEY
 from dagctx.protocol import context_messages as c
 from dagctx.protocol import messages as m
 from dagctx.protocol.nodes import NodeInput
+from sampling_peers import Summarizer
 
 MODEL = "gpt-4o"
 
@@ -45,29 +45,6 @@ TEXTS = [
     "한국어 텍스트와 ascii 섞임 " * 30,
     "x" * 5000 + "结果" * 3000,
 ]
-
-
-class Summarizer:
-    """A client that samples: every identifier of its request, the summary so far of a
-    staged one included (passes the fidelity gate); keeps each request's text, so two
-    compactions' requests can be compared."""
-
-    can_sample = True
-
-    def __init__(self) -> None:
-        self.requests: list[str] = []
-
-    def notify(self, method: str, params: Any) -> None:
-        pass
-
-    def progress(self, token: Any, value: Any) -> None:
-        pass
-
-    async def request(self, method: str, params: Any, result_type: type, timeout: float | None = None) -> Any:
-        text = "\n".join(msg.content.text for msg in params.messages)
-        self.requests.append(text)
-        refs = sorted(extract_references(text))
-        return c.CreateMessageResult(content=c.SamplingContent(text="Summary. " + ", ".join(refs)), model="t")
 
 
 def _engine(database: str, peer: Any = None) -> EngineCore:
