@@ -287,10 +287,11 @@ class AgingPlans(TokenAccounting):
         previous, paid = cached.previous, cached.paid
         held_by: dict[str, Any] | None = None  # a new previous request that holds the same change back
         if key[4]:  # a plan that may hold a change back: made against the branch's previous request
-            newest = newest_request(graph, chain)
-            now = None if newest is None else newest[0]
-            if now != previous:
-                if newest is None or not _carries(graph, newest[0], newest[1], cached.aged):
+            # (one sent since is past the plan's head: the nodes before it are as they were)
+            newest = newest_request(graph, chain[len(cached.snap.chain):])
+            now = previous if newest is None else newest[0]
+            if newest is not None and now != previous:
+                if not _carries(graph, newest[0], newest[1], cached.aged):
                     return None  # another previous request: plan afresh, as a cold daemon does
                 previous, paid = now, None  # the change made is that request's now
                 if isinstance(cached.stats.get("deferred"), dict):
