@@ -242,7 +242,7 @@ SEEDS = [int(x) for x in os.environ.get("DAGCTX_WALK_SEEDS", "").split("-")] if 
 
 
 @pytest.mark.parametrize("seed", list(range(SEEDS[0], SEEDS[1])) if SEEDS else [6, 13, 33, 36, 195])
-def test_a_warm_engine_renders_and_prepares_what_a_cold_one_does(database: str, seed: int) -> None:
+def test_a_warm_engine_renders_and_prepares_what_a_cold_one_does(tmp_path: Path, seed: int) -> None:
     """Each of these seeds met a difference before it was mended (19 of seeds 0-39 did on the
     code before 67e34b9): a render that names no system prompt showed the one a prepare named
     (6); a held-back aging change reported the numbers of the turn's first request (13, 36);
@@ -250,6 +250,17 @@ def test_a_warm_engine_renders_and_prepares_what_a_cold_one_does(database: str, 
     1065c67, 33 and 36 met a render extended from the cache whose superseded summaries were
     the cached head's, and 195 an aging plan reused where a compaction's summary, made for a
     head on a fork the branch left, applies and did not at the plan's head."""
+    _walk(str(tmp_path / "walk.db"), seed)
+
+
+@pytest.mark.parametrize("seed", list(range(SEEDS[0], SEEDS[1])) if SEEDS else [13, 195])
+def test_the_same_on_postgresql(pg_url: str, seed: int) -> None:
+    """The walk on a PostgreSQL database: what the engine keeps of a graph it appended to
+    equals the graph another engine reads from the server."""
+    _walk(pg_url, seed)
+
+
+def _walk(database: str, seed: int) -> None:
     path = database
     warm = _engine(path, Summarizer())
     rng = random.Random(seed)
